@@ -1,0 +1,1 @@
+"""Laws, configuration, the Python API, reports and the command line."""

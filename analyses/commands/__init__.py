@@ -1,0 +1,1 @@
+"""One module per ``hetspec`` subcommand; see analyses.cli."""

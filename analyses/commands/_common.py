@@ -1,0 +1,37 @@
+"""Arguments shared by the commands that configure a run (simulate, run, ...)."""
+
+from __future__ import annotations
+
+from analyses.config import SimConfig, parse_placement, parse_sets, split_sets
+from policies import names
+
+
+def add_run_arguments(p, *, tokens_default: int = 2000) -> None:
+    p.add_argument("--platform", required=True, help="shipped platform name or YAML path "
+                   "(see 'hetspec profiles list')")
+    p.add_argument("--target", required=True, help="target model name or YAML path")
+    p.add_argument("--draft", help="draft model name or YAML path (separate-draft schedules)")
+    p.add_argument("--policy", default="sd", help=f"schedule: {', '.join(names())} "
+                   "(default: sd)")
+    p.add_argument("--set", dest="sets", action="append", metavar="KEY=VALUE", default=[],
+                   help="policy parameter (gamma=5), acceptance model (alpha=0.8, "
+                        "alphas=0.9,0.8, histogram=0.2,0.3,0.5, trace=PATH) or run option "
+                        "(contention=on, prompt_tokens=128); repeat")
+    p.add_argument("--acceptance", help="acceptance model kind (iid, positional, histogram, "
+                   "trace); normally implied by the --set keys")
+    p.add_argument("--tokens", type=int, default=tokens_default,
+                   help=f"tokens to generate per sequence (default {tokens_default})")
+    p.add_argument("--batch", type=int, default=1, help="sequences decoded together")
+    p.add_argument("--seed", type=int, default=0, help="random seed (same seed, same output)")
+    p.add_argument("--placement", help="role=device overrides, e.g. draft=gpu4,target=target_tp")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def config_from_args(args, **overrides) -> SimConfig:
+    params, acc, run = split_sets(args.policy, parse_sets(args.sets), args.acceptance)
+    fields = dict(platform=args.platform, target=args.target, draft=args.draft,
+                  policy=args.policy, params=params, acceptance=acc, tokens=args.tokens,
+                  batch=args.batch, seed=args.seed,
+                  placement=parse_placement(args.placement), **run)
+    fields.update(overrides)
+    return SimConfig(**fields)

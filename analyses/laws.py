@@ -1,0 +1,129 @@
+"""Closed-form latency laws of the five schedules, as pure functions.
+
+Each law returns a dict of named results; ``LAWS`` maps the names the CLI
+accepts (``hetspec law NAME``) to these functions.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def _check(cond: bool, message: str) -> None:
+    if not cond:
+        raise ValueError(message)
+
+
+def leviathan(alpha: float, gamma: int, c: float = 0.0, c_hat: float | None = None) -> dict:
+    """Vanilla SD (Leviathan et al. 2023): expected tokens per step, walltime
+    speedup (1-a^(g+1))/((1-a)(g c+1)) and operations factor
+    (1-a)(g c_hat + g + 1)/(1-a^(g+1)); c_hat defaults to c."""
+    _check(0 <= alpha <= 1, "alpha must lie in [0, 1]; set --set alpha=0.8 for example")
+    _check(gamma >= 1 and int(gamma) == gamma, "gamma must be an integer >= 1")
+    _check(c >= 0, "c (draft/target step-time ratio) must be >= 0")
+    gamma = int(gamma)
+    c_hat = c if c_hat is None else c_hat
+    expected = gamma + 1.0 if alpha == 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
+    return {"expected_tokens_per_step": expected,
+            "speedup": expected / (gamma * c + 1),
+            "operations_factor": (gamma * c_hat + gamma + 1) / expected}
+
+
+def mirror(t_prefix_s: float, t_suffix_s: float, t_draft_s: float, t_rv_s: float | None = None,
+           t_rv_ee_s: float = 0.0, t_rv_fv_s: float = 0.0) -> dict:
+    """Mirror-SD eq. 10: T = T_t[1:le] + T_rv_ee + max(T_t[le+1:N], T_draft_gen) + T_rv_fv,
+    and appendix C's piecewise speedup over vanilla SD, T_SD = T_target + T_draft_gen."""
+    for name, v in (("t_prefix_s", t_prefix_s), ("t_suffix_s", t_suffix_s),
+                    ("t_draft_s", t_draft_s), ("t_rv_ee_s", t_rv_ee_s), ("t_rv_fv_s", t_rv_fv_s)):
+        _check(v >= 0, f"{name} must be >= 0 seconds")
+    t_rv = t_rv_ee_s + t_rv_fv_s if t_rv_s is None else t_rv_s
+    _check(t_rv >= 0, "t_rv_s must be >= 0 seconds")
+    delta = t_suffix_s
+    t_target = t_prefix_s + t_suffix_s
+    t_mirror = t_prefix_s + max(delta, t_draft_s) + t_rv
+    if t_draft_s <= delta:
+        speedup = (t_target + t_draft_s) / (t_target + t_rv)
+    else:
+        speedup = (t_prefix_s + delta + t_draft_s) / (t_prefix_s + t_draft_s + t_rv)
+    return {"step_latency_s": t_mirror, "sd_step_latency_s": t_target + t_draft_s,
+            "speedup_vs_sd": speedup, "overlap_budget_s": delta,
+            "draft_hidden": t_draft_s <= delta, "mirror_wins": t_rv < min(delta, t_draft_s)}
+
+
+def allreduce_alpha_beta(alpha_s: float, beta_s_per_byte: float, group: int,
+                         nbytes: float) -> float:
+    """One all-reduce under the alpha-beta model: alpha log2 G + beta M."""
+    return alpha_s * math.log2(group) + beta_s_per_byte * nbytes if group > 1 else 0.0
+
+
+def ssd(hit_rate: float, e_hit: float, e_miss: float, t_p: float, t_b: float,
+        batch: int = 1) -> dict:
+    """SSD expected speedup, times normalised by the verify time:
+    S = [p E_hit + (1-p) E_miss] / [p max(1, T_p) + (1-p)(1 + T_b)], p = hit_rate^batch."""
+    _check(0 <= hit_rate <= 1, "hit_rate must lie in [0, 1]")
+    _check(batch >= 1, "batch must be >= 1")
+    _check(e_hit >= 0 and e_miss >= 0, "e_hit and e_miss must be >= 0 tokens")
+    _check(t_p >= 0 and t_b >= 0, "t_p and t_b must be >= 0 (in verify times)")
+    p = hit_rate ** batch
+    tokens = p * e_hit + (1 - p) * e_miss
+    time = p * max(1.0, t_p) + (1 - p) * (1 + t_b)
+    return {"speedup": tokens / time, "all_hit_rate": p, "tokens_per_round": tokens,
+            "round_time_over_verify": time}
+
+
+def ssd_fanout(f0: float, acceptance: float, r: float, k_max: int) -> list[float]:
+    """Geometric fan-out: F_k = F0 a^(k/(1+r)) for k < K, and
+    F_K = F0 a^(K/(1+r)) (1-a)^(-1/(1+r))."""
+    _check(0 < acceptance < 1, "acceptance must lie in (0, 1) for the geometric fan-out")
+    out = [f0 * acceptance ** (k / (1 + r)) for k in range(k_max)]
+    out.append(f0 * acceptance ** (k_max / (1 + r)) * (1 - acceptance) ** (-1 / (1 + r)))
+    return out
+
+
+def ssd_miss_rate(fanout: float, r: float) -> float:
+    """Power-law miss rate of a speculation cache: F^(-r) (capped at 1)."""
+    return min(1.0, fanout ** (-r)) if fanout > 0 else 1.0
+
+
+def ppsd(n_layers: int, exit_layer: int, alpha: float, gamma: int | None = None) -> dict:
+    """PPSD eq. 6 rho* = N / (aE + (1-a) ceil(N/E) E); with gamma also EESD eq. 4
+    rho = (1-a^(g+1)) N / ((1-a)(gE + N)), the eq. 5 bound on a_all and eq. 7 lambda."""
+    _check(1 <= exit_layer <= n_layers, "exit_layer must lie in [1, n_layers]")
+    _check(0 <= alpha <= 1, "alpha must lie in [0, 1]")
+    n, e = n_layers, exit_layer
+    rho_star = n / (alpha * e + (1 - alpha) * math.ceil(n / e) * e)
+    out = {"speedup": rho_star, "stages": math.ceil(n / e)}
+    if gamma is not None:
+        _check(gamma >= 1, "gamma must be >= 1")
+        tokens = gamma + 1 if alpha == 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
+        rho = tokens * n / (gamma * e + n)
+        bound = 1.0 if alpha == 1 else alpha * (1 - alpha ** gamma) / ((1 - alpha) * gamma)
+        out.update({"eesd_speedup": rho, "alpha_all_bound": bound, "lambda": rho_star / rho})
+    return out
+
+
+def cats(layer_gb: float, n_layers: int, gamma: int, l_dm: int, mean_accepted: float,
+         l_sv: int | None = None) -> dict:
+    """Bytes of decoder weights read per committed token:
+    CATS (gamma B_DM + B_SV + B_target)/(beta+1); without l_sv, Kangaroo
+    (gamma B_DM + B_all)/(beta+1). mean_accepted is beta+1."""
+    _check(layer_gb > 0, "layer_gb must be > 0")
+    _check(1 <= l_dm < n_layers, "l_dm must lie in [1, n_layers)")
+    _check(mean_accepted > 0, "mean_accepted (tokens per cycle, bonus included) must be > 0")
+    b_dm = l_dm * layer_gb
+    if l_sv is None:
+        per_cycle = gamma * b_dm + n_layers * layer_gb
+    else:
+        _check(l_dm < l_sv < n_layers, "l_sv must lie in (l_dm, n_layers)")
+        per_cycle = gamma * b_dm + (l_sv - l_dm) * layer_gb + (n_layers - l_sv) * layer_gb
+    return {"bytes_per_token_gb": per_cycle / mean_accepted, "bytes_per_cycle_gb": per_cycle}
+
+
+def kangaroo(layer_gb: float, n_layers: int, gamma: int, l_dm: int,
+             mean_accepted: float) -> dict:
+    """Kangaroo's two-stage bytes per token (draft 1..L_DM, verify all N layers)."""
+    return cats(layer_gb, n_layers, gamma, l_dm, mean_accepted)
+
+
+LAWS = {"leviathan": leviathan, "mirror": mirror, "ssd": ssd, "ppsd": ppsd, "cats": cats,
+        "kangaroo": kangaroo}

@@ -1,0 +1,198 @@
+"""Measure this machine's CPU figures for a hwprofiles platform file.
+
+Measures, on one core (BLAS limited to one thread):
+
+* peak fp32 matmul FLOP/s (best of several square float32 matmuls),
+* streaming DRAM read bandwidth (one pass over a large float32 array),
+* disk sequential read bandwidth (a temp file written, fsync'ed, dropped from the
+  page cache with posix_fadvise(POSIX_FADV_DONTNEED), then read back),
+* inter-process round-trip latency and bandwidth over a multiprocessing Pipe,
+
+then prints each figure and a YAML snippet for ``hwprofiles/data/platforms``.
+Runs in well under a minute with the defaults. Needs numpy only.
+
+    python benchmarks/measure_cpu.py [--disk-mib 512] [--dir /path/on/disk]
+"""
+
+from __future__ import annotations
+
+import os
+
+# BLAS reads these when it loads, so they must be set before numpy is imported.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+             "BLIS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS"):
+    os.environ[_var] = "1"
+
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import multiprocessing as mp  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from contextlib import nullcontext  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+try:  # optional: also limits a BLAS that ignores the environment variables
+    from threadpoolctl import threadpool_limits
+except ImportError:  # pragma: no cover - depends on the environment
+    threadpool_limits = None
+
+
+def _best_s(fn, repeats: int) -> float:
+    """The fastest of ``repeats`` timed calls of ``fn`` (after one warm-up call)."""
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def matmul_flops(n: int, repeats: int) -> float:
+    """Peak fp32 FLOP/s of an n x n by n x n matmul on one thread."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    out = np.empty((n, n), dtype=np.float32)
+    seconds = _best_s(lambda: np.matmul(a, b, out=out), repeats)
+    return 2 * n**3 / seconds
+
+
+def dram_read_gb_s(mib: int, repeats: int) -> tuple[float, float]:
+    """Streaming read bandwidth: (BLAS x.x over the array, numpy sum over it)."""
+    x = np.ones(mib * 2**20 // 4, dtype=np.float32)
+    dot_s = _best_s(lambda: np.dot(x, x), repeats)
+    sum_s = _best_s(lambda: x.sum(), repeats)
+    return x.nbytes / dot_s / 1e9, x.nbytes / sum_s / 1e9
+
+
+def disk_read_gb_s(directory: str, mib: int) -> float:
+    """Cold sequential read bandwidth of a freshly written, uncached file."""
+    chunk = bytearray(16 * 2**20)
+    chunk[:] = os.urandom(len(chunk))
+    fd, path = tempfile.mkstemp(prefix="measure_cpu_", dir=directory)
+    try:
+        for _ in range(mib // 16):
+            os.write(fd, chunk)
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+        fd = -1
+        view = memoryview(chunk)
+        total = 0
+        start = time.perf_counter()
+        with open(path, "rb", buffering=0) as f:
+            while n := f.readinto(view):
+                total += n
+        return total / (time.perf_counter() - start) / 1e9
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        os.unlink(path)
+
+
+def _echo(conn) -> None:
+    """Child process: send every message straight back until told to stop."""
+    while True:
+        msg = conn.recv_bytes()
+        if msg == b"stop":
+            return
+        conn.send_bytes(msg)
+
+
+def _bulk_sink(conn, nbytes: int) -> None:
+    """Child process: receive nbytes of messages, then acknowledge."""
+    got = 0
+    while got < nbytes:
+        got += len(conn.recv_bytes())
+    conn.send_bytes(b"ok")
+
+
+def pipe_round_trip_s(round_trips: int) -> float:
+    """Median round-trip time of a 1-byte ping-pong between two processes."""
+    here, there = mp.Pipe()
+    child = mp.Process(target=_echo, args=(there,))
+    child.start()
+    try:
+        for _ in range(200):  # warm-up
+            here.send_bytes(b"x")
+            here.recv_bytes()
+        times = np.empty(round_trips)
+        for i in range(round_trips):
+            start = time.perf_counter()
+            here.send_bytes(b"x")
+            here.recv_bytes()
+            times[i] = time.perf_counter() - start
+        return float(np.median(times))
+    finally:
+        here.send_bytes(b"stop")
+        child.join()
+
+
+def pipe_bandwidth_gb_s(total_mib: int, message_mib: int = 4) -> float:
+    """One-way throughput of large messages over a Pipe to another process."""
+    message = bytes(message_mib * 2**20)
+    count = total_mib // message_mib
+    here, there = mp.Pipe()
+    child = mp.Process(target=_bulk_sink, args=(there, count * len(message)))
+    child.start()
+    start = time.perf_counter()
+    for _ in range(count):
+        here.send_bytes(message)
+    here.recv_bytes()
+    seconds = time.perf_counter() - start
+    child.join()
+    return count * len(message) / seconds / 1e9
+
+
+def _parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--matmul-n", type=int, default=2048, help="matmul size (default 2048)")
+    p.add_argument("--dram-mib", type=int, default=512,
+                   help="array size for the DRAM read test in MiB (default 512)")
+    p.add_argument("--disk-mib", type=int, default=512,
+                   help="temp file size for the disk test in MiB (default 512)")
+    p.add_argument("--dir", default=tempfile.gettempdir(),
+                   help="directory on the disk to measure (default: the temp dir)")
+    p.add_argument("--round-trips", type=int, default=5000,
+                   help="pipe ping-pong round trips (default 5000)")
+    p.add_argument("--repeats", type=int, default=5, help="timed repeats per test")
+    return p.parse_args()
+
+
+def main() -> None:
+    args = _parse_args()
+    limit = threadpool_limits(1) if threadpool_limits else nullcontext()
+    with limit:
+        flops = matmul_flops(args.matmul_n, args.repeats)
+        dram_dot, dram_sum = dram_read_gb_s(args.dram_mib, args.repeats)
+    disk = disk_read_gb_s(args.dir, args.disk_mib)
+    rtt = pipe_round_trip_s(args.round_trips)
+    pipe_bw = max(pipe_bandwidth_gb_s(total_mib=512) for _ in range(3))
+    ram_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    disk_bytes = shutil.disk_usage(args.dir).total
+    today = datetime.date.today().isoformat()
+
+    print(f"cores (os.cpu_count):            {os.cpu_count()}")
+    print(f"fp32 matmul, one core:           {flops / 1e9:.1f} GFLOP/s "
+          f"(n={args.matmul_n}, best of {args.repeats})")
+    print(f"DRAM streaming read, one core:   {dram_dot:.1f} GB/s (BLAS x.x); "
+          f"{dram_sum:.1f} GB/s (numpy sum)")
+    print(f"disk sequential read, cold:      {disk:.2f} GB/s ({args.disk_mib} MiB in {args.dir})")
+    print(f"pipe round trip (1 byte):        {rtt * 1e6:.1f} us (one way {rtt / 2e-6:.1f} us)")
+    print(f"pipe one-way throughput:         {pipe_bw:.2f} GB/s "
+          "(best of 3 x 512 MiB in 4 MiB messages)")
+    print(f"RAM capacity:                    {ram_bytes / 2**30:.1f} GiB")
+    print(f"disk capacity:                   {disk_bytes / 1e9:.0f} GB")
+    print()
+    print(f"# YAML snippet (measured {today})")
+    print(f"peak_flops: {{fp32: {flops:.4g}}}")
+    print(f"dram: {{capacity_bytes: {ram_bytes:.4g}, bandwidth_gb_s: {dram_dot:.3g}}}")
+    print(f"disk: {{capacity_bytes: {disk_bytes:.4g}, bandwidth_gb_s: {disk:.3g}}}")
+    print(f"link: {{latency_s: {rtt / 2:.3g}, bandwidth_gb_s: {pipe_bw:.3g}}}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The real runtime: interprets schedule operations with torch on real devices."""

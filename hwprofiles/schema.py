@@ -1,0 +1,292 @@
+"""Pydantic schemas for hardware platforms and model specs.
+
+Every schema is frozen and forbids unknown fields. Field names carry their unit
+(``_s`` seconds, ``_bytes`` bytes, ``_gb_s`` gigabytes per second, ``_flops``
+floating-point operations per second). Every numeric field that a file sets must
+be named in that object's ``sources`` mapping (spec sheet, paper, measurement):
+a number without a source is a validation error.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
+Dtype = Literal["fp32", "fp16", "bf16", "fp8", "int8", "int4"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class _Sourced(_Frozen):
+    """An object whose numbers each name where they come from."""
+
+    sources: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _every_number_has_a_source(self):
+        for name in self.model_fields_set:
+            value = getattr(self, name)
+            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+            numeric = numeric or (isinstance(value, dict) and value and all(
+                isinstance(v, (int, float)) for v in value.values()))
+            if numeric and name not in self.sources:
+                raise ValueError(
+                    f"field '{name}' has no source; add sources.{name}: "
+                    "'<spec sheet, paper or measurement>'")
+        return self
+
+
+class MemoryTier(_Sourced):
+    name: str
+    kind: Literal["hbm", "dram", "flash", "sram"]
+    capacity_bytes: float = Field(gt=0)
+    bandwidth_gb_s: float = Field(gt=0)
+    latency_s: float = Field(default=0.0, ge=0)
+    memory_efficiency: float = Field(default=1.0, gt=0, le=1)
+
+    @property
+    def bandwidth_bytes_s(self) -> float:
+        return self.bandwidth_gb_s * 1e9
+
+
+class Device(_Sourced):
+    name: str
+    kind: Literal["gpu", "npu", "cpu"]
+    peak_flops: dict[Dtype, float]
+    memory: str
+    launch_overhead_s: float = Field(default=0.0, ge=0)
+    compute_efficiency: float = Field(default=1.0, gt=0, le=1)
+    storage: str | None = None  # the flash tier weights stream from, if any
+
+    @model_validator(mode="after")
+    def _positive_peaks(self):
+        for dtype, peak in self.peak_flops.items():
+            if peak <= 0:
+                raise ValueError(f"peak_flops.{dtype} must be > 0; set the device's "
+                                 "spec-sheet FLOP/s for that dtype")
+        return self
+
+
+class Link(_Sourced):
+    name: str
+    endpoints: tuple[str, str]
+    latency_s: float = Field(ge=0)
+    bandwidth_gb_s: float = Field(gt=0)
+
+    @property
+    def bandwidth_bytes_s(self) -> float:
+        return self.bandwidth_gb_s * 1e9
+
+
+class CollectiveGroup(_Sourced):
+    """Devices that act as one (tensor parallel), and how they all-reduce.
+
+    ``alpha_beta``: cost = alpha_s * log2(G) + M / bandwidth (the Mirror-SD model).
+    ``ring``: 2(G-1) * alpha_s + 2(G-1)/G * M / bandwidth.
+    ``tree``: 2 * log2(G) * (alpha_s + M / bandwidth).
+    """
+
+    name: str
+    members: tuple[str, ...] = Field(min_length=1)
+    algorithm: Literal["alpha_beta", "ring", "tree"] = "alpha_beta"
+    alpha_s: float = Field(default=0.0, ge=0)
+    bandwidth_gb_s: float = Field(default=1e9, gt=0)
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+    def allreduce_s(self, nbytes: float) -> float:
+        g = self.size
+        if g == 1:
+            return 0.0
+        bw = self.bandwidth_gb_s * 1e9
+        if self.algorithm == "alpha_beta":
+            return self.alpha_s * math.log2(g) + nbytes / bw
+        if self.algorithm == "ring":
+            return 2 * (g - 1) * self.alpha_s + 2 * (g - 1) / g * nbytes / bw
+        return 2 * math.log2(g) * (self.alpha_s + nbytes / bw)
+
+
+class Platform(_Sourced):
+    name: str
+    description: str = ""
+    memory_tiers: tuple[MemoryTier, ...] = Field(min_length=1)
+    devices: tuple[Device, ...] = Field(min_length=1)
+    links: tuple[Link, ...] = ()
+    groups: tuple[CollectiveGroup, ...] = ()
+    placement: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _cross_references(self):
+        _unique("memory_tiers", [t.name for t in self.memory_tiers])
+        names = [d.name for d in self.devices] + [g.name for g in self.groups]
+        _unique("devices/groups", names)
+        tiers = {t.name: t for t in self.memory_tiers}
+        devices = {d.name for d in self.devices}
+        for d in self.devices:
+            if d.memory not in tiers:
+                raise ValueError(f"device {d.name}: memory '{d.memory}' is not a "
+                                 f"memory tier; use one of {sorted(tiers)}")
+            if d.storage is not None and d.storage not in tiers:
+                raise ValueError(f"device {d.name}: storage '{d.storage}' is not a "
+                                 f"memory tier; use one of {sorted(tiers)}")
+        for link in self.links:
+            for end in link.endpoints:
+                if end not in devices:
+                    raise ValueError(f"link {link.name}: endpoint '{end}' is not a "
+                                     f"device; use one of {sorted(devices)}")
+        for g in self.groups:
+            for m in g.members:
+                if m not in devices:
+                    raise ValueError(f"group {g.name}: member '{m}' is not a device; "
+                                     f"use one of {sorted(devices)}")
+        for role, target in self.placement.items():
+            if target not in names:
+                raise ValueError(f"placement.{role}: '{target}' is neither a device "
+                                 f"nor a group; use one of {sorted(names)}")
+        return self
+
+    # lookups -------------------------------------------------------------
+    def device(self, name: str) -> Device:
+        for d in self.devices:
+            if d.name == name:
+                return d
+        raise KeyError(name)
+
+    def group(self, name: str) -> CollectiveGroup | None:
+        for g in self.groups:
+            if g.name == name:
+                return g
+        return None
+
+    def tier(self, name: str) -> MemoryTier:
+        for t in self.memory_tiers:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def members(self, name: str) -> tuple[str, ...]:
+        """The devices behind a device or group name."""
+        group = self.group(name)
+        if group is not None:
+            return group.members
+        self.device(name)
+        return (name,)
+
+    def route(self, src: str, dst: str) -> tuple[Link, ...]:
+        """The links a message takes from src to dst: fewest hops, ties by name."""
+        if src == dst:
+            return ()
+        adjacent: dict[str, list[tuple[str, Link]]] = {}
+        for link in sorted(self.links, key=lambda l: l.name):
+            a, b = link.endpoints
+            adjacent.setdefault(a, []).append((b, link))
+            adjacent.setdefault(b, []).append((a, link))
+        previous: dict[str, tuple[str, Link]] = {}
+        queue, seen = deque([src]), {src}
+        while queue:
+            node = queue.popleft()
+            if node == dst:
+                break
+            for nxt, link in adjacent.get(node, []):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    previous[nxt] = (node, link)
+                    queue.append(nxt)
+        if dst not in previous:
+            raise ValueError(f"platform {self.name} has no link path from {src} to "
+                             f"{dst}; add a links entry connecting them")
+        path, node = [], dst
+        while node != src:
+            node, link = previous[node]
+            path.append(link)
+        return tuple(reversed(path))
+
+
+class ModelSpec(_Sourced):
+    """A decoder-only transformer's shape; per-layer bytes and FLOPs derive from it."""
+
+    name: str
+    n_layers: int = Field(gt=0)
+    hidden: int = Field(gt=0)
+    ffn: int = Field(gt=0)
+    n_heads: int = Field(gt=0)
+    n_kv_heads: int = Field(gt=0)
+    head_dim: int | None = Field(default=None, gt=0)
+    vocab: int = Field(gt=0)
+    dtype: Dtype = "bf16"
+    gated_mlp: bool = True
+    tied_embeddings: bool = False
+    hf_architecture: str = "LlamaForCausalLM"
+
+    @model_validator(mode="after")
+    def _heads_divide(self):
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_heads ({self.n_heads}) must be a multiple of "
+                             f"n_kv_heads ({self.n_kv_heads})")
+        return self
+
+    @property
+    def dim_per_head(self) -> int:
+        return self.head_dim or self.hidden // self.n_heads
+
+    @property
+    def dtype_bytes(self) -> float:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def layer_params(self) -> int:
+        """Parameters of one decoder layer (attention, MLP, two norms)."""
+        hd = self.dim_per_head
+        attn = self.hidden * self.n_heads * hd * 2 + self.hidden * self.n_kv_heads * hd * 2
+        mlp = (3 if self.gated_mlp else 2) * self.hidden * self.ffn
+        return attn + mlp + 2 * self.hidden
+
+    @property
+    def head_params(self) -> int:
+        """Final norm plus LM head."""
+        return self.hidden * self.vocab + self.hidden
+
+    @property
+    def total_params(self) -> int:
+        embed = 0 if self.tied_embeddings else self.hidden * self.vocab
+        return self.n_layers * self.layer_params + self.head_params + embed
+
+    @property
+    def layer_bytes(self) -> float:
+        return self.layer_params * self.dtype_bytes
+
+    @property
+    def head_bytes(self) -> float:
+        return self.head_params * self.dtype_bytes
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.total_params * self.dtype_bytes
+
+    def kv_bytes_per_token_layer(self) -> float:
+        return 2 * self.n_kv_heads * self.dim_per_head * self.dtype_bytes
+
+    def layer_flops(self, n_tokens: int, context: int) -> float:
+        """FLOPs of one layer over n_tokens new positions attending to context+n."""
+        dense = 2 * (self.layer_params - 2 * self.hidden) * n_tokens
+        attn = 4 * self.n_heads * self.dim_per_head * n_tokens * (context + n_tokens)
+        return dense + attn
+
+    def head_flops(self, n_tokens: int) -> float:
+        return 2 * self.hidden * self.vocab * n_tokens
+
+
+def _unique(what: str, names: list[str]) -> None:
+    seen = set()
+    for n in names:
+        if n in seen:
+            raise ValueError(f"{what}: name '{n}' appears twice; names must be unique")
+        seen.add(n)

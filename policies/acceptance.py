@@ -1,0 +1,157 @@
+"""Acceptance models: where a simulated Verify gets its outcome.
+
+Each model answers two questions for a proposal of ``gamma`` tokens starting at
+draft position ``position``: draw accepted lengths for ``batch`` rows, and give
+the expected accepted length (used in deterministic mode). Selectable by name.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class _Params(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class IID(_Params):
+    """Every draft token is accepted with the same probability alpha."""
+
+    kind: Literal["iid"] = "iid"
+    alpha: float = Field(0.8, ge=0, le=1)
+
+    def expected(self, gamma: int, position: int = 0) -> float:
+        a = self.alpha
+        return sum(a ** j for j in range(1, gamma + 1))
+
+    def sample(self, gamma: int, batch: int, rng: np.random.Generator,
+               position: int = 0) -> tuple[int, ...]:
+        if gamma == 0:
+            return (0,) * batch
+        if self.alpha >= 1:
+            return (gamma,) * batch
+        draws = rng.geometric(1 - self.alpha, size=batch) - 1
+        return tuple(int(min(d, gamma)) for d in draws)
+
+
+class Positional(_Params):
+    """Token i (0-based, counted from the start of the draft) is accepted with
+    probability alphas[i] given all before it were; the last value repeats."""
+
+    kind: Literal["positional"] = "positional"
+    alphas: tuple[float, ...] = Field(min_length=1)
+
+    @field_validator("alphas")
+    @classmethod
+    def _in_unit(cls, v):
+        if any(not 0 <= a <= 1 for a in v):
+            raise ValueError("every alpha_i must lie in [0, 1]")
+        return v
+
+    def _alpha(self, i: int) -> float:
+        return self.alphas[min(i, len(self.alphas) - 1)]
+
+    def expected(self, gamma: int, position: int = 0) -> float:
+        total, survive = 0.0, 1.0
+        for j in range(gamma):
+            survive *= self._alpha(position + j)
+            total += survive
+        return total
+
+    def sample(self, gamma, batch, rng, position=0):
+        out = []
+        u = rng.random((batch, gamma))
+        for row in u:
+            k = 0
+            while k < gamma and row[k] < self._alpha(position + k):
+                k += 1
+            out.append(k)
+        return tuple(out)
+
+
+class Histogram(_Params):
+    """Empirical distribution of accepted lengths: probs[k] = P(k accepted).
+    With a shorter proposal than the histogram covers, the tail mass lands on
+    gamma (all accepted)."""
+
+    kind: Literal["histogram"] = "histogram"
+    probs: tuple[float, ...] = Field(min_length=1)
+
+    @field_validator("probs")
+    @classmethod
+    def _normalised(cls, v):
+        if any(p < 0 for p in v) or sum(v) <= 0:
+            raise ValueError("histogram probabilities must be >= 0 with a positive sum")
+        s = sum(v)
+        return tuple(p / s for p in v)
+
+    def _truncated(self, gamma: int) -> np.ndarray:
+        p = np.zeros(gamma + 1)
+        for k, pk in enumerate(self.probs):
+            p[min(k, gamma)] += pk
+        return p
+
+    def expected(self, gamma, position=0):
+        p = self._truncated(gamma)
+        return float(np.dot(np.arange(gamma + 1), p))
+
+    def sample(self, gamma, batch, rng, position=0):
+        p = self._truncated(gamma)
+        return tuple(int(k) for k in rng.choice(gamma + 1, size=batch, p=p))
+
+
+class Trace(_Params):
+    """Replays accepted lengths recorded by the real executor (JSONL, one step a
+    line with an ``accepted`` list per row), cycling when it runs out."""
+
+    kind: Literal["trace"] = "trace"
+    path: Path
+
+    @field_validator("path")
+    @classmethod
+    def _exists(cls, v):
+        if not Path(v).is_file():
+            raise ValueError(f"acceptance trace {v} does not exist; pass the "
+                             "acceptance_trace path of a measured run record")
+        return v
+
+    def _steps(self) -> list[list[int]]:
+        cache = self.__dict__.get("_cache")
+        if cache is None:
+            cache = [json.loads(line)["accepted"]
+                     for line in Path(self.path).read_text().splitlines() if line.strip()]
+            if not cache:
+                raise ValueError(f"acceptance trace {self.path} holds no steps")
+            object.__setattr__(self, "_cache", cache)
+        return cache
+
+    def expected(self, gamma, position=0):
+        flat = [min(k, gamma) for step in self._steps() for k in step]
+        return float(np.mean(flat))
+
+    def sample(self, gamma, batch, rng, position=0):
+        steps = self._steps()
+        i = self.__dict__.get("_cursor", 0)
+        object.__setattr__(self, "_cursor", i + 1)
+        row = steps[i % len(steps)]
+        return tuple(min(int(row[b % len(row)]), gamma) for b in range(batch))
+
+
+MODELS: dict[str, type[_Params]] = {m.model_fields["kind"].default: m
+                                    for m in (IID, Positional, Histogram, Trace)}
+
+# Which --set key selects which acceptance model, and the field it fills.
+KEYS = {"alpha": ("iid", "alpha"), "alphas": ("positional", "alphas"),
+        "histogram": ("histogram", "probs"), "trace": ("trace", "path")}
+
+
+def build(kind: str, **fields):
+    if kind not in MODELS:
+        raise ValueError(f"unknown acceptance model '{kind}'; choose one of "
+                         f"{', '.join(MODELS)}")
+    return MODELS[kind](**fields)

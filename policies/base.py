@@ -1,0 +1,134 @@
+"""Policy registry and the context every schedule receives.
+
+A policy is registered with a pydantic parameter model (frozen, extra
+fields forbidden). Users pick policies by name; ``build`` validates parameters
+and returns the schedule's generator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from hwprofiles.schema import ModelSpec
+
+
+class PolicyError(ValueError):
+    """Bad policy name or parameters; the message names the field and the fix."""
+
+
+class PolicyParams(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    """What a schedule knows of its run: models, batch and token budget.
+
+    ``tokens`` is the number of tokens to generate per row; a schedule stops once
+    its rows have committed ``tokens * batch`` in all. ``prompt_tokens`` is the
+    context already in the KV cache when decoding starts; with ``fixed_context``
+    every Forward sees exactly that context (the laws' steady-state assumption).
+    """
+
+    target: ModelSpec
+    draft: ModelSpec | None = None
+    tokens: int = 128
+    batch: int = 1
+    prompt_tokens: int = 128
+    fixed_context: bool = False
+
+    def context(self, generated_per_row: float) -> int:
+        if self.fixed_context:
+            return self.prompt_tokens
+        return self.prompt_tokens + int(generated_per_row)
+
+    def need_draft(self, policy: str) -> ModelSpec:
+        if self.draft is None:
+            raise PolicyError(f"policy '{policy}' needs a draft model; pass --draft NAME")
+        return self.draft
+
+    @property
+    def budget(self) -> int:
+        return self.tokens * self.batch
+
+
+@dataclass(frozen=True)
+class PolicyEntry:
+    name: str
+    fn: Callable[..., Generator]
+    params: type[PolicyParams]
+    needs_draft: bool
+    streams_weights: bool
+    summary: str
+    baseline: Callable[[PolicyParams], tuple[str, dict]]
+
+
+REGISTRY: dict[str, PolicyEntry] = {}
+
+
+def _plain_ar(_params: PolicyParams) -> tuple[str, dict]:
+    return "ar", {}
+
+
+def register(name: str, params: type[PolicyParams], *, needs_draft: bool = False,
+             streams_weights: bool = False,
+             baseline: Callable[[PolicyParams], tuple[str, dict]] = _plain_ar):
+    """Register ``fn(ctx, params) -> generator`` under a user-facing name.
+
+    ``baseline(params)`` names the autoregressive run a speedup is measured
+    against (a schedule under a memory budget compares with AR under the same
+    budget); ``streams_weights`` says the schedule checks memory fit itself.
+    """
+
+    def wrap(fn):
+        summary = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
+        REGISTRY[name] = PolicyEntry(name, fn, params, needs_draft, streams_weights,
+                                     summary, baseline)
+        return fn
+
+    return wrap
+
+
+def entry(name: str) -> PolicyEntry:
+    _load_builtin()
+    if name not in REGISTRY:
+        raise PolicyError(f"unknown policy '{name}'; choose one of "
+                          f"{', '.join(sorted(REGISTRY))}")
+    return REGISTRY[name]
+
+
+def parse_params(name: str, values: dict[str, Any]) -> PolicyParams:
+    cls = entry(name).params
+    try:
+        return cls.model_validate(values)
+    except ValidationError as err:
+        first = err.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        if first["type"] == "extra_forbidden":
+            raise PolicyError(
+                f"policy '{name}' has no parameter '{field}'; its parameters are "
+                f"{', '.join(cls.model_fields) or '(none)'}") from None
+        raise PolicyError(f"policy '{name}' parameter '{field}': "
+                          f"{first['msg'].removeprefix('Value error, ')}") from None
+
+
+def build(name: str, ctx: PolicyContext, params: PolicyParams | dict) -> Generator:
+    e = entry(name)
+    if isinstance(params, dict):
+        params = parse_params(name, params)
+    if e.needs_draft:
+        ctx.need_draft(name)
+    return e.fn(ctx, params)
+
+
+def names() -> list[str]:
+    _load_builtin()
+    return sorted(REGISTRY)
+
+
+def _load_builtin() -> None:
+    import policies.builtin  # noqa: F401  (registers the shipped schedules)

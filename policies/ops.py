@@ -1,0 +1,166 @@
+"""The operation vocabulary a schedule yields, shared by every runtime.
+
+A policy is a plain generator. It yields these frozen descriptors and receives
+each one's result through ``send()``; it never learns whether a discrete-event
+simulator or a torch executor interpreted them.
+
+Names of devices in operations are *placement roles* ("target", "draft",
+"stage3", ...) or device/group names of the platform; the runtime maps roles
+through the platform's ``placement`` (and any user override).
+
+Results:
+  * ``Forward``     -> an opaque handle (hidden states / logits in the executor).
+  * ``Verify``      -> ``Verdict``.
+  * ``Outcome``     -> ``bool`` (or the probability itself in deterministic mode).
+  * ``Spawn``       -> an opaque task handle; ``Join`` -> tuple of branch results.
+  * ``Parallel``    -> tuple of branch results (spawn all, join all).
+  * others          -> ``None``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """Run decoder layers ``[start, stop)`` of a model over new positions.
+
+    ``n_tokens`` new positions per row attend to ``context`` cached positions.
+    On a group the runtime shards the work tensor-parallel; ``collectives`` is
+    the number of all-reduces that sharding costs (None: Megatron's two per
+    layer). ``head`` applies the final norm and LM head ("lm") or an early-exit
+    head ("exit") after the layers. ``emit`` says what the executor produces
+    from the head: "sample" appends one token per row to speculation
+    ``branch``; "topk" returns the top-``k`` candidates; None returns logits.
+    ``inputs`` is the handle of the Forward whose hidden states feed this one.
+    """
+
+    model: str
+    device: str
+    layers: tuple[int, int]
+    n_tokens: int = 1
+    batch: int = 1
+    context: int = 0
+    head: str | None = None
+    emit: str | None = None
+    k: int = 1
+    branch: int = 0
+    inputs: Any = None
+    collectives: int | None = None
+    label: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    """Send ``nbytes`` from one device to another along the platform's links."""
+
+    src: str
+    dst: str
+    nbytes: float
+    payload: Any = None
+    label: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AllReduce:
+    """``count`` all-reduces of ``nbytes`` each inside a collective group."""
+
+    group: str
+    nbytes: float
+    count: int = 1
+    label: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamWeights:
+    """Read layers ``[start, stop)`` of a model from the device's storage tier
+    (flash) into its memory, ``nbytes`` in all."""
+
+    device: str
+    model: str
+    layers: tuple[int, int]
+    nbytes: float
+    label: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Verify:
+    """Decide how many of ``gamma`` proposed tokens each row accepts.
+
+    The target's logits come from the Forward whose handle is ``target``; the
+    proposal is speculation ``branch``. Accepted tokens plus one bonus token
+    (the target's own next token) are committed, and caches roll back past
+    them. ``gamma=0`` is plain autoregressive sampling of one token. ``position``
+    offsets per-position acceptance when verification goes one token at a time.
+    """
+
+    gamma: int
+    batch: int = 1
+    target: Any = None
+    branch: int = 0
+    position: int = 0
+    label: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Accepted draft tokens per row; floats only in deterministic simulation."""
+
+    accepted: tuple[float, ...]
+    info: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def tokens(self) -> float:
+        """Tokens committed over all rows: accepted plus one bonus each."""
+        return sum(self.accepted) + len(self.accepted)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A yes/no event of the schedule (cache hit, branch reuse, top-k hit).
+
+    ``probability`` is the modelled chance the simulator draws from; the
+    executor ignores it and observes the event in the real models.
+    """
+
+    event: str
+    probability: float
+    batch: int = 1
+    label: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Delay:
+    """Occupy ``device`` (or nothing, when None) for a fixed time."""
+
+    seconds: float
+    device: str | None = None
+    label: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Spawn:
+    """Start a sub-schedule (a generator of operations) running concurrently."""
+
+    branch: Generator
+
+
+@dataclass(frozen=True, slots=True)
+class Join:
+    """Wait for spawned tasks; returns their results in order."""
+
+    tasks: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class Parallel:
+    """Run sub-schedules concurrently and wait for all (fork/join)."""
+
+    branches: tuple[Generator, ...]
+
+
+OPERATIONS = (Forward, Transfer, AllReduce, StreamWeights, Verify, Outcome, Delay,
+              Spawn, Join, Parallel)

@@ -1,0 +1,49 @@
+"""Vanilla speculative decoding (Leviathan et al. 2023).
+
+Each step the draft proposes gamma tokens one at a time, the target scores all
+gamma+1 positions in one pass, and rejection sampling keeps the longest accepted
+prefix plus one token from the target: T = T_draft(gamma) + T_target(gamma+1).
+The draft is a separate model, or (``draft_layers``) the target's own first
+layers followed by an early-exit head.
+"""
+
+from pydantic import Field
+
+from policies.base import PolicyContext, PolicyError, PolicyParams, register
+from policies.ops import Forward, Verify
+
+
+class SDParams(PolicyParams):
+    gamma: int = Field(4, ge=1, le=64, description="draft tokens proposed per step")
+    draft_layers: int | None = Field(
+        None, ge=1, description="self-speculate with the target's first N layers + exit head")
+
+
+def draft_source(ctx: PolicyContext, draft_layers: int | None, policy: str):
+    """(model role, layer range, head) of the draft: separate model or early exit."""
+    if draft_layers is None:
+        draft = ctx.need_draft(policy)
+        return "draft", (0, draft.n_layers), "lm"
+    if draft_layers >= ctx.target.n_layers:
+        raise PolicyError(f"draft_layers ({draft_layers}) must be below the target's "
+                          f"{ctx.target.n_layers} layers; choose a smaller value")
+    return "target", (0, draft_layers), "exit"
+
+
+@register("sd", SDParams)
+def sd(ctx: PolicyContext, params: SDParams):
+    """Vanilla speculative decoding: gamma serial draft steps, one target verify."""
+    model, layers, head = draft_source(ctx, params.draft_layers, "sd")
+    gamma, n = params.gamma, ctx.target.n_layers
+    done, steps = 0.0, 0
+    while done < ctx.budget:
+        context = ctx.context(done / ctx.batch)
+        for i in range(gamma):
+            yield Forward(model, "draft", layers, 1, ctx.batch, context + i, head=head,
+                          emit="sample", label="draft")
+        logits = yield Forward("target", "target", (0, n), gamma + 1, ctx.batch, context,
+                               head="lm", label="verify")
+        verdict = yield Verify(gamma, ctx.batch, target=logits, label="verify")
+        done += verdict.tokens
+        steps += 1
+    return {"steps": steps, "tokens": done}

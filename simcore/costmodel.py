@@ -1,0 +1,113 @@
+"""Roofline cost model: launch + max(flops / (peak * eff), bytes / (bw * eff)).
+
+Efficiency factors and launch overheads live in the platform profile, where
+calibration fits them. A Forward on a collective group is sharded evenly over
+its members (tensor parallel) and pays its all-reduces on top.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from hwprofiles.schema import Link, MemoryTier, ModelSpec, Platform
+
+
+class CostError(ValueError):
+    """The platform cannot run an operation as asked; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardCost:
+    """Per-member cost of one Forward (members of a group work in parallel)."""
+
+    launch_s: float
+    compute_s: float
+    memory_s: float
+    collective_s: float
+    flops: float
+    nbytes: float
+    tier: str
+
+    @property
+    def busy_s(self) -> float:
+        """Launch plus the roofline term, without collectives."""
+        return self.launch_s + max(self.compute_s, self.memory_s)
+
+    @property
+    def total_s(self) -> float:
+        return self.busy_s + self.collective_s
+
+
+def _peak(device, dtype: str) -> float:
+    peaks = device.peak_flops
+    for name in (dtype, {"bf16": "fp16", "fp16": "bf16"}.get(dtype, dtype), "fp32"):
+        if name in peaks:
+            return peaks[name]
+    raise CostError(f"device {device.name} has no peak_flops for {dtype}; add "
+                    f"peak_flops.{dtype} to the platform file")
+
+
+class RooflineCost:
+    """Predicts seconds for each operation kind on one platform."""
+
+    def __init__(self, platform: Platform):
+        self.platform = platform
+        self._cache: dict[tuple, ForwardCost] = {}
+
+    def forward(self, spec: ModelSpec, where: str, layers: tuple[int, int],
+                n_tokens: int, batch: int, context: int, head: str | None,
+                collectives: int | None) -> ForwardCost:
+        """Cost of running layers of spec on a device or group (memoised)."""
+        key = (spec.name, where, layers, n_tokens, batch, context, head, collectives)
+        cost = self._cache.get(key)
+        if cost is None:
+            if len(self._cache) > 65536:
+                self._cache.clear()
+            cost = self._cache[key] = self._forward(spec, where, layers, n_tokens, batch,
+                                                    context, head, collectives)
+        return cost
+
+    def _forward(self, spec: ModelSpec, where: str, layers: tuple[int, int],
+                 n_tokens: int, batch: int, context: int, head: str | None,
+                 collectives: int | None) -> ForwardCost:
+        p = self.platform
+        members = p.members(where)
+        g = len(members)
+        device = p.device(members[0])
+        tier = p.tier(device.memory)
+        n_layers = layers[1] - layers[0]
+        if n_layers < 0 or layers[0] < 0 or layers[1] > spec.n_layers:
+            raise CostError(f"layers {layers} fall outside {spec.name}'s "
+                            f"{spec.n_layers} layers")
+        rows = n_tokens * batch
+        flops = n_layers * spec.layer_flops(n_tokens, context) * batch
+        nbytes = n_layers * (spec.layer_bytes + spec.kv_bytes_per_token_layer()
+                             * (context + n_tokens) * batch)
+        kernels = n_layers
+        if head is not None:
+            flops += spec.head_flops(rows)
+            nbytes += spec.head_bytes
+            kernels += 1
+        compute_s = flops / g / (_peak(device, spec.dtype) * device.compute_efficiency)
+        memory_s = nbytes / g / (tier.bandwidth_bytes_s * tier.memory_efficiency)
+        collective_s = 0.0
+        if g > 1:
+            count = 2 * n_layers if collectives is None else collectives
+            group = p.group(where)
+            collective_s = count * group.allreduce_s(rows * spec.hidden * spec.dtype_bytes)
+        return ForwardCost(device.launch_overhead_s * kernels, compute_s, memory_s,
+                           collective_s, flops / g, nbytes / g, tier.name)
+
+    @staticmethod
+    def hop_s(link: Link, nbytes: float) -> float:
+        return link.latency_s + nbytes / link.bandwidth_bytes_s
+
+    def allreduce_s(self, group: str, nbytes: float, count: int = 1) -> float:
+        g = self.platform.group(group)
+        if g is None:
+            raise CostError(f"'{group}' is not a collective group of platform "
+                            f"{self.platform.name}")
+        return count * g.allreduce_s(nbytes)
+
+    @staticmethod
+    def tier_s(tier: MemoryTier, nbytes: float) -> float:
+        return tier.latency_s + nbytes / (tier.bandwidth_bytes_s * tier.memory_efficiency)

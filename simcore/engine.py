@@ -1,0 +1,242 @@
+"""The discrete-event interpreter of schedule operations, on SimPy.
+
+``Simulator.run(schedule)`` drives a policy generator: each yielded operation
+is costed by the roofline model, queued on the device streams, links and
+bandwidths it uses, and recorded as spans. The engine knows operation kinds,
+not decoding schedules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import simpy
+
+from hwprofiles.schema import ModelSpec, Platform
+from policies.ops import (AllReduce, Delay, Forward, Join, Outcome, Parallel, Spawn,
+                          StreamWeights, Transfer, Verify)
+from simcore.costmodel import CostError, RooflineCost
+from simcore.outcomes import Outcomes
+from simcore.resources import SharedBandwidth, Stream
+from simcore.trace import Span
+
+
+@dataclass
+class SimResult:
+    time_s: float
+    tokens: float
+    steps: int
+    spans: list[Span]
+    stats: dict = field(default_factory=dict)
+    outcome_rates: dict = field(default_factory=dict)
+
+
+class Simulator:
+    """Runs schedules on one platform with given models and outcome source.
+
+    ``contention=True`` fair-shares each memory tier among the devices that read
+    it at once (an SoC's GPU and NPU on one DRAM); otherwise every reader sees
+    the tier's full bandwidth, as the papers' laws assume. Flash tiers are
+    always fair-shared among concurrent streams.
+    """
+
+    def __init__(self, platform: Platform, models: dict[str, ModelSpec],
+                 outcomes: Outcomes, *, placement: dict[str, str] | None = None,
+                 contention: bool = False, cost: RooflineCost | None = None,
+                 record_spans: bool = True):
+        self.env = simpy.Environment()
+        self.platform = platform
+        self.models = models
+        self.placement = {**platform.placement, **(placement or {})}
+        self.outcomes = outcomes
+        self.cost = cost or RooflineCost(platform)
+        self.record = record_spans
+        self.streams = {d.name: Stream(self.env) for d in platform.devices}
+        self.spans: list[Span] = []
+        self.tokens = 0.0
+        self.steps = 0
+        self._members: dict[str, tuple[str, ...]] = {}
+        self._links: dict[tuple[str, str, str], Stream] = {}
+        self._routes: dict[tuple[str, str], tuple] = {}
+        self._bandwidth = self._shared_tiers(contention)
+        self._timed = {Forward: self._forward, Transfer: self._transfer,
+                       AllReduce: self._allreduce, StreamWeights: self._stream,
+                       Delay: self._delay, Join: self._join, Parallel: self._parallel}
+        self._instant = {Verify: self._verify, Outcome: self.outcomes.outcome,
+                         Spawn: self._spawn}
+
+    # driving ---------------------------------------------------------------
+    def run(self, schedule) -> SimResult:
+        main = self.env.process(self._drive(schedule))
+        self.env.run()
+        stats = main.value if isinstance(main.value, dict) else {}
+        rates = {e: self.outcomes.rate(e) for e in self.outcomes.asked}
+        return SimResult(self.env.now, self.tokens, self.steps, self.spans, stats, rates)
+
+    def _drive(self, schedule):
+        value = None
+        instant, timed = self._instant, self._timed
+        while True:
+            try:
+                op = schedule.send(value)
+            except StopIteration as stop:
+                return stop.value
+            fn = instant.get(op.__class__)
+            if fn is not None:
+                value = fn(op)
+                continue
+            handler = timed.get(op.__class__)
+            if handler is None:
+                raise TypeError(f"schedule yielded {op!r}, which is not an operation")
+            value = yield from handler(op)
+
+    # placement ---------------------------------------------------------------
+    def members(self, role: str) -> tuple[str, ...]:
+        found = self._members.get(role)
+        if found is None:
+            name = self.placement.get(role, role)
+            try:
+                found = self.platform.members(name)
+            except KeyError:
+                raise CostError(
+                    f"'{role}' is neither a placement role nor a device of platform "
+                    f"{self.platform.name}; set placement.{role} in the profile or "
+                    "pass --placement") from None
+            self._members[role] = found
+        return found
+
+    def track(self, role: str) -> str:
+        return self.placement.get(role, role)
+
+    def _shared_tiers(self, contention: bool) -> dict[str, SharedBandwidth]:
+        readers: dict[str, int] = {}
+        for d in self.platform.devices:
+            readers[d.memory] = readers.get(d.memory, 0) + 1
+        shared = {}
+        for t in self.platform.memory_tiers:
+            if t.kind == "flash" or (contention and readers.get(t.name, 0) > 1):
+                shared[t.name] = SharedBandwidth(
+                    self.env, t.bandwidth_bytes_s * t.memory_efficiency)
+        return shared
+
+    def _acquire(self, names):
+        for name in names:
+            event = self.streams[name].acquire()
+            if event is not None:
+                yield event
+
+    def _release(self, names) -> None:
+        for name in names:
+            self.streams[name].release()
+
+    def _span(self, *fields) -> None:
+        if self.record:
+            self.spans.append(Span(*fields))
+
+    # operations --------------------------------------------------------------
+    def _forward(self, op: Forward):
+        try:
+            spec = self.models[op.model]
+        except KeyError:
+            raise CostError(f"the schedule runs model '{op.model}' but the run has only "
+                            f"{', '.join(self.models)}") from None
+        members = self.members(op.device)
+        where = self.track(op.device)
+        c = self.cost.forward(spec, where, op.layers, op.n_tokens, op.batch, op.context,
+                              op.head, op.collectives)
+        yield from self._acquire(members)
+        env = self.env
+        start = env.now
+        flows = self._bandwidth and [
+            self._bandwidth[t].transfer(c.nbytes) for t in
+            (self.platform.device(m).memory for m in members) if t in self._bandwidth]
+        if flows:
+            yield env.timeout(c.launch_s)
+            yield simpy.AllOf(env, [*flows, env.timeout(c.compute_s)])
+        else:
+            yield env.timeout(c.busy_s)
+        busy_end = env.now
+        if c.collective_s:
+            yield env.timeout(c.collective_s)
+        self._release(members)
+        label = op.label or f"{op.model}[{op.layers[0]}:{op.layers[1]}]"
+        self._span(label, "compute", where, start, busy_end, c.flops, c.nbytes)
+        if c.collective_s:
+            self._span(f"{label} all-reduce", "collective", where, busy_end, env.now)
+        return op
+
+    def _route(self, src: str, dst: str):
+        key = (src, dst)
+        if key not in self._routes:
+            hops, here = [], src
+            for link in self.platform.route(src, dst):
+                there = link.endpoints[1] if link.endpoints[0] == here else link.endpoints[0]
+                hops.append((link, here, there))
+                here = there
+            self._routes[key] = tuple(hops)
+        return self._routes[key]
+
+    def _transfer(self, op: Transfer):
+        src, dst = self.members(op.src)[0], self.members(op.dst)[0]
+        for link, a, b in self._route(src, dst):
+            lane = self._links.setdefault((link.name, a, b), Stream(self.env))
+            event = lane.acquire()
+            if event is not None:
+                yield event
+            start = self.env.now
+            yield self.env.timeout(self.cost.hop_s(link, op.nbytes))
+            lane.release()
+            self._span(op.label or "transfer", "transfer", f"link:{link.name}", start,
+                       self.env.now, 0.0, op.nbytes)
+        return op.payload
+
+    def _allreduce(self, op: AllReduce):
+        group = self.track(op.group)
+        members = self.members(op.group)
+        seconds = self.cost.allreduce_s(group, op.nbytes, op.count)
+        yield from self._acquire(members)
+        start = self.env.now
+        yield self.env.timeout(seconds)
+        self._release(members)
+        self._span(op.label or "all-reduce", "collective", group, start, self.env.now,
+                   0.0, op.nbytes * op.count)
+
+    def _stream(self, op: StreamWeights):
+        device = self.platform.device(self.members(op.device)[0])
+        if device.storage is None:
+            raise CostError(f"device {device.name} of platform {self.platform.name} has "
+                            "no storage tier to stream weights from; set its 'storage'")
+        tier = self.platform.tier(device.storage)
+        start = self.env.now
+        if tier.latency_s:
+            yield self.env.timeout(tier.latency_s)
+        yield self._bandwidth[tier.name].transfer(op.nbytes)
+        self._span(op.label or "stream weights", "stream", tier.name, start,
+                   self.env.now, 0.0, op.nbytes)
+
+    def _delay(self, op: Delay):
+        members = self.members(op.device) if op.device else ()
+        yield from self._acquire(members)
+        start = self.env.now
+        yield self.env.timeout(op.seconds)
+        self._release(members)
+        track = self.track(op.device) if op.device else "host"
+        self._span(op.label or "delay", "delay", track, start, self.env.now)
+
+    def _verify(self, op: Verify):
+        verdict = self.outcomes.verify(op)
+        self.tokens += verdict.tokens
+        self.steps += 1
+        return verdict
+
+    def _spawn(self, op: Spawn):
+        return self.env.process(self._drive(op.branch))
+
+    def _join(self, op: Join):
+        yield simpy.AllOf(self.env, list(op.tasks))
+        return tuple(t.value for t in op.tasks)
+
+    def _parallel(self, op: Parallel):
+        tasks = [self.env.process(self._drive(b)) for b in op.branches]
+        yield simpy.AllOf(self.env, tasks)
+        return tuple(t.value for t in tasks)
