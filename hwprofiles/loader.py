@@ -78,6 +78,9 @@ def validate_path(path: str | Path):
     path = Path(path)
     if not path.is_file():
         raise ProfileError(f"{path} does not exist; give a path to a YAML file")
-    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError:
+        data = {}  # load_file reports the syntax error in one sentence
     kind = "platforms" if isinstance(data, dict) and "devices" in data else "models"
     return load_file(kind, path)

@@ -39,6 +39,12 @@ class _Sourced(_Frozen):
                 raise ValueError(
                     f"field '{name}' has no source; add sources.{name}: "
                     "'<spec sheet, paper or measurement>'")
+        for name, text in self.sources.items():
+            if name not in type(self).model_fields:
+                raise ValueError(f"sources.{name} names no field of "
+                                 f"{type(self).__name__}; fix the spelling or drop it")
+            if not text.strip():
+                raise ValueError(f"sources.{name} is empty; say where the number comes from")
         return self
 
 
@@ -58,7 +64,7 @@ class MemoryTier(_Sourced):
 class Device(_Sourced):
     name: str
     kind: Literal["gpu", "npu", "cpu"]
-    peak_flops: dict[Dtype, float]
+    peak_flops: dict[Dtype, float] = Field(min_length=1)
     memory: str
     launch_overhead_s: float = Field(default=0.0, ge=0)
     compute_efficiency: float = Field(default=1.0, gt=0, le=1)
@@ -97,6 +103,15 @@ class CollectiveGroup(_Sourced):
     algorithm: Literal["alpha_beta", "ring", "tree"] = "alpha_beta"
     alpha_s: float = Field(default=0.0, ge=0)
     bandwidth_gb_s: float = Field(default=1e9, gt=0)
+
+    @model_validator(mode="after")
+    def _costed(self):
+        if len(self.members) > 1:
+            for name in ("alpha_s", "bandwidth_gb_s"):
+                if name not in self.model_fields_set:
+                    raise ValueError(f"group {self.name} has {len(self.members)} members "
+                                     f"but no {name}; set the measured value and its source")
+        return self
 
     @property
     def size(self) -> int:
@@ -151,6 +166,9 @@ class Platform(_Sourced):
             if target not in names:
                 raise ValueError(f"placement.{role}: '{target}' is neither a device "
                                  f"nor a group; use one of {sorted(names)}")
+        if "target" in self.placement and "draft" in self.placement:
+            self.route(self.members(self.placement["target"])[0],
+                       self.members(self.placement["draft"])[0])
         return self
 
     # lookups -------------------------------------------------------------
