@@ -147,11 +147,11 @@ class Simulator:
         yield from self._acquire(members)
         env = self.env
         start = env.now
-        flows = self._bandwidth and [
-            self._bandwidth[t].transfer(c.nbytes) for t in
-            (self.platform.device(m).memory for m in members) if t in self._bandwidth]
-        if flows:
+        tiers = self._bandwidth and [t for t in (self.platform.device(m).memory
+                                                 for m in members) if t in self._bandwidth]
+        if tiers:
             yield env.timeout(c.launch_s)
+            flows = [self._bandwidth[t].transfer(c.nbytes) for t in tiers]
             yield simpy.AllOf(env, [*flows, env.timeout(c.compute_s)])
         else:
             yield env.timeout(c.busy_s)

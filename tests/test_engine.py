@@ -1,0 +1,169 @@
+"""Exact timelines of the engine: each operation ends when its formula says."""
+
+import math
+
+import pytest
+
+from hwprofiles import ModelSpec, Platform
+from policies.acceptance import IID
+from policies.ops import AllReduce, Delay, Forward, Parallel, StreamWeights, Transfer
+from simcore import Outcomes, Simulator
+from simcore.resources import SharedBandwidth
+
+SRC = "test fixture"
+
+
+def _sourced(**fields):
+    numeric = [k for k, v in fields.items()
+               if isinstance(v, (int, float, dict)) and not isinstance(v, bool)]
+    return {**fields, "sources": {k: SRC for k in numeric}}
+
+
+def platform(contended_dram=True, ring=False):
+    dram = _sourced(name="dram", kind="dram", capacity_bytes=64e9, bandwidth_gb_s=100.0)
+    flash = _sourced(name="flash", kind="flash", capacity_bytes=1e12, bandwidth_gb_s=2.0,
+                     latency_s=1e-4)
+    hbm = _sourced(name="hbm", kind="hbm", capacity_bytes=80e9, bandwidth_gb_s=1000.0)
+    devs = [_sourced(name=n, kind="gpu", peak_flops={"fp16": 100e12}, memory=m,
+                     launch_overhead_s=1e-6, storage="flash")
+            for n, m in (("a", "dram"), ("b", "dram" if contended_dram else "hbm"),
+                         ("c", "hbm"), ("d", "hbm"))]
+    links = [_sourced(name="ab", endpoints=("a", "b"), latency_s=5e-6, bandwidth_gb_s=50.0),
+             _sourced(name="bc", endpoints=("b", "c"), latency_s=2e-6, bandwidth_gb_s=10.0)]
+    group = _sourced(name="g4", members=("a", "b", "c", "d"),
+                     algorithm="ring" if ring else "alpha_beta",
+                     alpha_s=3e-6, bandwidth_gb_s=100.0)
+    return Platform.model_validate(dict(
+        name="fixture", memory_tiers=[dram, flash, hbm], devices=devs, links=links,
+        groups=[group], placement={"target": "a", "draft": "b"}))
+
+
+MODEL = ModelSpec.model_validate(_sourced(
+    name="tiny", n_layers=4, hidden=1024, ffn=4096, n_heads=16, n_kv_heads=4, vocab=32000,
+    dtype="fp16"))
+
+
+def seq(*ops):
+    """A schedule that yields the given operations in order."""
+    for op in ops:
+        yield op
+
+
+def run(ops_fn, *, contention=False, plat=None):
+    sim = Simulator(plat or platform(), {"target": MODEL}, Outcomes(IID(alpha=0.5)),
+                    contention=contention)
+    res = sim.run(ops_fn())
+    return res
+
+
+def test_transfer_ends_at_latency_plus_bytes_over_bandwidth():
+    nbytes = 3e6
+
+    def sched():
+        yield Transfer("a", "b", nbytes)
+
+    res = run(sched)
+    assert res.time_s == pytest.approx(5e-6 + nbytes / 50e9, rel=1e-12)
+    (span,) = res.spans
+    assert span.device == "link:ab" and span.nbytes == nbytes
+
+
+def test_multi_hop_transfer_is_store_and_forward_along_the_route():
+    def sched():
+        yield Transfer("a", "c", 1e6)
+
+    res = run(sched)
+    assert res.time_s == pytest.approx((5e-6 + 1e6 / 50e9) + (2e-6 + 1e6 / 10e9), rel=1e-12)
+    assert [s.device for s in res.spans] == ["link:ab", "link:bc"]
+
+
+def test_two_readers_sharing_one_dram_each_get_half():
+    shared = platform(contended_dram=True)
+    layers = (0, 4)
+    solo = run(lambda: seq(Forward("target", "a", layers)), contention=True,
+               plat=shared).time_s
+
+    def both():
+        yield Parallel((seq(Forward("target", "a", layers)),
+                        seq(Forward("target", "b", layers))))
+
+    res = run(both, contention=True, plat=shared)
+    launch = 4e-6
+    assert res.time_s == pytest.approx(launch + 2 * (solo - launch), rel=1e-9)
+    # without contention each reader sees the full bandwidth: they overlap fully
+    assert run(both, contention=False, plat=shared).time_s == pytest.approx(solo, rel=1e-12)
+
+
+def test_fair_share_with_staggered_flows_is_exact():
+    import simpy
+
+    env = simpy.Environment()
+    bw = SharedBandwidth(env, 100.0)
+    ends = {}
+
+    def flow(name, start, nbytes):
+        yield env.timeout(start)
+        yield bw.transfer(nbytes)
+        ends[name] = env.now
+
+    env.process(flow("x", 0.0, 100.0))
+    env.process(flow("y", 0.5, 100.0))
+    env.run()
+    # x alone for 0.5 s (50 bytes), then both at 50 B/s: x done at 1.5, y alone after
+    assert ends["x"] == pytest.approx(1.5)
+    assert ends["y"] == pytest.approx(2.0)
+
+
+def test_forward_is_roofline_launch_plus_max_of_compute_and_memory():
+    def sched():
+        yield Forward("target", "a", (0, 4), n_tokens=1, context=100)
+
+    res = run(sched)
+    flops = 4 * MODEL.layer_flops(1, 100)
+    nbytes = 4 * (MODEL.layer_bytes + MODEL.kv_bytes_per_token_layer() * 101)
+    expected = 4e-6 + max(flops / 100e12, nbytes / 100e9)
+    assert res.time_s == pytest.approx(expected, rel=1e-12)
+    assert res.spans[0].flops == pytest.approx(flops)
+
+
+def test_ring_allreduce_costs_its_formula():
+    m = 8e6
+
+    def sched():
+        yield AllReduce("g4", m, count=3)
+
+    res = run(sched, plat=platform(ring=True))
+    g = 4
+    assert res.time_s == pytest.approx(
+        3 * (2 * (g - 1) * 3e-6 + 2 * (g - 1) / g * m / 100e9), rel=1e-12)
+
+
+def test_alpha_beta_allreduce_and_group_forward_pay_two_per_layer():
+    def sched():
+        yield Forward("target", "g4", (0, 4), n_tokens=2)
+
+    res = run(sched)
+    per = 3e-6 * math.log2(4) + 2 * 1024 * 2 / 100e9
+    compute, coll = res.spans
+    assert coll.kind == "collective"
+    assert coll.end_s - coll.start_s == pytest.approx(8 * per, rel=1e-12)
+
+
+def test_one_device_runs_operations_in_order():
+    def sched():
+        yield Parallel((seq(Delay(1.0, "a")), seq(Delay(2.0, "a")),
+                        seq(Delay(0.5, "b"))))
+
+    res = run(sched)
+    assert res.time_s == pytest.approx(3.0)
+    starts = sorted((s.start_s, s.device) for s in res.spans)
+    assert starts == [(0.0, "a"), (0.0, "b"), (1.0, "a")]
+
+
+def test_flash_streams_share_the_flash_bandwidth():
+    def sched():
+        yield Parallel((seq(StreamWeights("a", "target", (0, 1), 2e9)),
+                        seq(StreamWeights("c", "target", (1, 2), 2e9))))
+
+    res = run(sched)
+    assert res.time_s == pytest.approx(1e-4 + 4e9 / 2e9, rel=1e-9)
