@@ -5,11 +5,14 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
+from functools import lru_cache
+
 import yaml
 from pydantic import ValidationError
 
 from hwprofiles.schema import ModelSpec, Platform
 
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _KINDS = {"platforms": Platform, "models": ModelSpec}
 
 
@@ -49,9 +52,16 @@ def _format_error(path: Path, err: ValidationError) -> str:
 
 
 def load_file(kind: str, path: str | Path):
-    path = Path(path)
+    """Validate one YAML file; memoised on (path, modification time), which is safe
+    because profiles are frozen."""
+    path = Path(path).resolve()
+    return _load_cached(kind, path, path.stat().st_mtime_ns)
+
+
+@lru_cache(maxsize=256)
+def _load_cached(kind: str, path: Path, _mtime_ns: int):
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=_Loader)
     except yaml.YAMLError as exc:
         raise ProfileError(f"{path.name} is not valid YAML ({exc.__class__.__name__}); "
                            "fix the syntax near the reported line") from None

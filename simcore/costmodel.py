@@ -51,24 +51,29 @@ class RooflineCost:
 
     def __init__(self, platform: Platform):
         self.platform = platform
-        self._cache: dict[tuple, ForwardCost] = {}
+        self._cache: dict[tuple, tuple] = {}
 
     def forward(self, spec: ModelSpec, where: str, layers: tuple[int, int],
                 n_tokens: int, batch: int, context: int, head: str | None,
                 collectives: int | None) -> ForwardCost:
-        """Cost of running layers of spec on a device or group (memoised)."""
-        key = (spec.name, where, layers, n_tokens, batch, context, head, collectives)
-        cost = self._cache.get(key)
-        if cost is None:
-            if len(self._cache) > 65536:
-                self._cache.clear()
-            cost = self._cache[key] = self._forward(spec, where, layers, n_tokens, batch,
-                                                    context, head, collectives)
-        return cost
+        """Cost of running layers of spec over n_tokens new positions per row that
+        attend to ``context`` cached ones, on a device or a group."""
+        key = (spec.name, where, layers, n_tokens, batch, head, collectives)
+        shape = self._cache.get(key)
+        if shape is None:
+            shape = self._cache[key] = self._shape(spec, where, layers, n_tokens, batch,
+                                                   head, collectives)
+        (flops0, flops_ctx, bytes0, bytes_ctx, g, flop_rate, byte_rate, launch_s,
+         collective_s, tier) = shape
+        flops = (flops0 + flops_ctx * context) / g
+        nbytes = (bytes0 + bytes_ctx * context) / g
+        return ForwardCost(launch_s, flops / flop_rate, nbytes / byte_rate, collective_s,
+                           flops, nbytes, tier)
 
-    def _forward(self, spec: ModelSpec, where: str, layers: tuple[int, int],
-                 n_tokens: int, batch: int, context: int, head: str | None,
-                 collectives: int | None) -> ForwardCost:
+    def _shape(self, spec: ModelSpec, where: str, layers: tuple[int, int], n_tokens: int,
+               batch: int, head: str | None, collectives: int | None) -> tuple:
+        """The context-free part of a Forward's cost; FLOPs and bytes are linear in
+        context, so a step only adds context times the per-position terms."""
         p = self.platform
         members = p.members(where)
         g = len(members)
@@ -79,23 +84,24 @@ class RooflineCost:
             raise CostError(f"layers {layers} fall outside {spec.name}'s "
                             f"{spec.n_layers} layers")
         rows = n_tokens * batch
-        flops = n_layers * spec.layer_flops(n_tokens, context) * batch
-        nbytes = n_layers * (spec.layer_bytes + spec.kv_bytes_per_token_layer()
-                             * (context + n_tokens) * batch)
+        flops0 = n_layers * spec.layer_flops(n_tokens, 0) * batch
+        flops_ctx = n_layers * (spec.layer_flops(n_tokens, 1) - spec.layer_flops(n_tokens, 0)) * batch
+        kv = spec.kv_bytes_per_token_layer()
+        bytes0 = n_layers * (spec.layer_bytes + kv * n_tokens * batch)
+        bytes_ctx = n_layers * kv * batch
         kernels = n_layers
         if head is not None:
-            flops += spec.head_flops(rows)
-            nbytes += spec.head_bytes
+            flops0 += spec.head_flops(rows)
+            bytes0 += spec.head_bytes
             kernels += 1
-        compute_s = flops / g / (_peak(device, spec.dtype) * device.compute_efficiency)
-        memory_s = nbytes / g / (tier.bandwidth_bytes_s * tier.memory_efficiency)
         collective_s = 0.0
         if g > 1:
             count = 2 * n_layers if collectives is None else collectives
-            group = p.group(where)
-            collective_s = count * group.allreduce_s(rows * spec.hidden * spec.dtype_bytes)
-        return ForwardCost(device.launch_overhead_s * kernels, compute_s, memory_s,
-                           collective_s, flops / g, nbytes / g, tier.name)
+            collective_s = count * p.group(where).allreduce_s(rows * spec.hidden * spec.dtype_bytes)
+        return (flops0, flops_ctx, bytes0, bytes_ctx, g,
+                _peak(device, spec.dtype) * device.compute_efficiency,
+                tier.bandwidth_bytes_s * tier.memory_efficiency,
+                device.launch_overhead_s * kernels, collective_s, tier.name)
 
     @staticmethod
     def hop_s(link: Link, nbytes: float) -> float:

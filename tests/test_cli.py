@@ -1,0 +1,111 @@
+"""The command lines of the foundation issue, exactly as users type them."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SD = ["simulate", "--platform", "h100-sxm-5x", "--target", "llama-3.1-70b", "--draft",
+      "llama-3.2-1b", "--policy", "sd", "--set", "gamma=5", "--set", "alpha=0.8",
+      "--tokens", "2000", "--seed", "1", "--json"]
+
+
+def hetspec(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "analyses.cli", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=120)
+
+
+def test_law_leviathan_json():
+    out = hetspec("law", "leviathan", "--set", "alpha=0.8", "--set", "gamma=5", "--set",
+                  "c=0", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert round(data["speedup"], 2) == 3.69
+    assert round(data["operations_factor"], 2) == 1.63
+    assert data["expected_tokens_per_step"] == pytest.approx(3.68928)
+
+
+def test_simulate_sd_fields_and_byte_identical_reruns():
+    first, second = hetspec(*SD), hetspec(*SD)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == second.stdout
+    data = json.loads(first.stdout)
+    for key in ("tokens", "simulated_time_s", "tokens_per_s", "speedup_vs_ar",
+                "mean_tokens_per_step", "step_latency_s", "seed"):
+        assert key in data
+    assert data["seed"] == 1 and data["tokens"] >= 2000
+    assert 2.0 < data["speedup_vs_ar"] < 3.69  # below the c=0 bound, well above AR
+    other = hetspec(*[a if a != "1" else "2" for a in SD])
+    assert json.loads(other.stdout)["tokens_per_s"] != data["tokens_per_s"]
+
+
+def test_simulate_ar():
+    out = hetspec("simulate", "--platform", "h100-sxm-5x", "--target", "llama-3.1-70b",
+                  "--policy", "ar", "--tokens", "500", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["tokens"] == 500 and data["speedup_vs_ar"] == 1.0
+    assert data["mean_tokens_per_step"] == 1.0
+
+
+def test_trace_and_record_are_written(tmp_path):
+    trace, record = tmp_path / "t.json", tmp_path / "r.json"
+    out = hetspec(*SD[:-1], "--tokens", "50", "--trace", str(trace), "--record", str(record))
+    assert out.returncode == 0, out.stderr
+    events = json.loads(trace.read_text())["traceEvents"]
+    tracks = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert {"gpu4", "target_tp"} <= tracks
+    rec = json.loads(record.read_text())
+    assert rec["kind"] == "simulated" and rec["inputs"]["params"] == {"gamma": 5}
+    assert rec["metrics"]["tokens"] >= 50
+
+
+def _bad_platform(tmp_path: Path) -> str:
+    text = Path(__file__).parents[1].joinpath(
+        "hwprofiles/data/platforms/h100-sxm-5x.yaml").read_text()
+    path = tmp_path / "bad.yaml"
+    path.write_text(text.replace("bandwidth_gb_s: 3350", "bandwidth_gb_s: -3350", 1))
+    return str(path)
+
+
+@pytest.mark.parametrize("case,args,needle", [
+    ("unknown platform", ["--platform", "h100-nope", "--target", "llama-3.1-70b",
+                          "--policy", "ar"], "unknown platform 'h100-nope'"),
+    ("too large", ["--platform", "h100-sxm-5x", "--target", "llama-3.1-70b", "--policy",
+                   "ar", "--placement", "target=gpu0"], "need 141.1 GB"),
+    ("gamma zero", ["--platform", "h100-sxm-5x", "--target", "llama-3.1-70b", "--draft",
+                    "llama-3.2-1b", "--policy", "sd", "--set", "gamma=0"], "'gamma'"),
+    ("unknown key", ["--platform", "h100-sxm-5x", "--target", "llama-3.1-70b", "--policy",
+                     "sd", "--draft", "llama-3.2-1b", "--set", "gama=3"], "unknown setting"),
+])
+def test_user_errors_are_one_sentence_without_traceback(case, args, needle):
+    out = hetspec("simulate", *args)
+    assert out.returncode == 2, case
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.stderr
+    assert needle in lines[0]
+
+
+def test_profile_field_out_of_range_names_the_field(tmp_path):
+    out = hetspec("simulate", "--platform", _bad_platform(tmp_path), "--target",
+                  "llama-3.1-70b", "--policy", "ar")
+    assert out.returncode == 2
+    assert "bandwidth_gb_s" in out.stderr and "Traceback" not in out.stderr
+    valid = hetspec("profiles", "validate", _bad_platform(tmp_path))
+    assert valid.returncode == 2 and "bandwidth_gb_s" in valid.stderr
+
+
+def test_profiles_list_show_validate():
+    listing = hetspec("profiles", "list")
+    assert "m2-ultra-8x" in listing.stdout and "qwen3-0.6b" in listing.stdout
+    shown = hetspec("profiles", "show", "vicuna-7b")
+    assert "layer_bytes: 404" in shown.stdout
+    path = Path(__file__).parents[1] / "hwprofiles/data/platforms/cpu-local.yaml"
+    assert hetspec("profiles", "validate", str(path)).returncode == 0
+
+
+def test_help_teaches():
+    out = hetspec("simulate", "--help")
+    assert "--deterministic" in out.stdout and "example:" in out.stdout
