@@ -60,8 +60,12 @@ def _models(config: SimConfig) -> dict[str, ModelSpec]:
     return models
 
 
-def run_schedule(config: SimConfig, *, record_spans: bool = True) -> SimResult:
-    """Simulate one configuration and return the engine's raw result."""
+def run_schedule(config: SimConfig, *, record_spans: bool = True,
+                 outcomes_factory=Outcomes) -> SimResult:
+    """Simulate one configuration and return the engine's raw result.
+
+    ``outcomes_factory(acceptance_model, seed=, deterministic=)`` builds the
+    outcome source; pass an Outcomes subclass to observe or replay outcomes."""
     platform = load_platform(config.platform)
     models = _models(config)
     pol = entry(config.policy)
@@ -75,7 +79,8 @@ def run_schedule(config: SimConfig, *, record_spans: bool = True) -> SimResult:
                         fixed_context=config.fixed_context)
     schedule = build(config.policy, ctx, params)
     acc = acceptance.build(**config.acceptance)
-    outcomes = Outcomes(acc, seed=config.seed, deterministic=config.deterministic)
+    outcomes = outcomes_factory(acc, seed=config.seed,
+                                deterministic=config.deterministic)
     sim = Simulator(platform, models, outcomes, placement=config.placement,
                     contention=config.contention, record_spans=record_spans)
     return sim.run(schedule)

@@ -1,0 +1,134 @@
+"""hetspec compare: run a grid of policies and settings and write a plotly report."""
+
+from __future__ import annotations
+
+import sys
+
+DEFAULTS = {"platform": "m2-ultra-8x", "target": "qwen3-32b", "draft": "qwen3-0.6b"}
+DEFAULT_SWEEP = "gamma=2..8"
+DEFAULT_OUTPUT = "hetspec-report.html"
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "compare", help="compare policies over a sweep and write an HTML report",
+        description="Simulate every chosen policy over the swept settings (in parallel) "
+                    "and write one self-contained HTML report (plotly, opens offline). "
+                    "With no arguments: Qwen3-32B with a Qwen3-0.6B draft on m2-ultra-8x, "
+                    "every policy that applies, gamma swept over 2..8.",
+        epilog="example: hetspec compare --platform m2-ultra-8x --target qwen3-32b "
+               "--draft qwen3-0.6b --policies ar,sd,mirror --sweep gamma=2..6 "
+               "-o report.html")
+    p.add_argument("--platform", default=DEFAULTS["platform"],
+                   help=f"platform name or YAML path (default {DEFAULTS['platform']})")
+    p.add_argument("--target", default=DEFAULTS["target"],
+                   help=f"target model (default {DEFAULTS['target']})")
+    p.add_argument("--draft", default=DEFAULTS["draft"],
+                   help=f"draft model (default {DEFAULTS['draft']}); 'none' for no draft")
+    p.add_argument("--policies", help="comma-separated schedules (default: every "
+                   "registered one; those that do not apply are skipped with a note)")
+    p.add_argument("--sweep", action="append", default=[], metavar="KEY=RANGE",
+                   help="swept setting: gamma=2..6, alpha=0.6..0.9:0.1 or gamma=2,4,8; "
+                        f"repeat for a grid (default {DEFAULT_SWEEP} when a policy takes "
+                        "gamma)")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="a fixed setting for every policy that takes it (alpha=0.8 ...)")
+    p.add_argument("--tokens", type=int, default=1000, help="tokens per run (default 1000)")
+    p.add_argument("--batch", type=int, default=1, help="sequences decoded together")
+    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--placement", help="role=device overrides, e.g. draft=gpu4")
+    p.add_argument("--runs", metavar="DIR", help="measured run records to replay and "
+                   "compare with (adds predicted-vs-measured and sim-vs-real views)")
+    p.add_argument("--profile", help="platform the measured runs are replayed on "
+                   "(default: each run's own, e.g. a calibrated.yaml)")
+    p.add_argument("--backend", choices=("local", "ray"), default="local",
+                   help="local processes (default) or a Ray cluster (RAY_ADDRESS)")
+    p.add_argument("--jobs", type=int, help="local worker processes (default: all cores)")
+    p.add_argument("-o", "--output", default=DEFAULT_OUTPUT,
+                   help=f"HTML report path (default ./{DEFAULT_OUTPUT})")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=_compare)
+
+
+def scenario(args) -> tuple[list[str], list, dict, dict]:
+    """(policies, sweeps, fixed sets, base config fields) from the arguments."""
+    from analyses.config import parse_placement, parse_sets
+    from analyses.sweep import parse_sweep
+    from policies import entry, names
+
+    policies = ([p.strip() for p in args.policies.split(",") if p.strip()]
+                if args.policies else names())
+    if not policies:
+        raise ValueError("--policies is empty; name at least one, e.g. --policies ar,sd")
+    for p in policies:
+        entry(p)
+    sweeps = [parse_sweep(s) for s in args.sweep]
+    if not args.sweep and any("gamma" in entry(p).params.model_fields for p in policies):
+        sweeps = [parse_sweep(DEFAULT_SWEEP)]
+    sets = parse_sets(args.sets)
+    draft = None if str(args.draft).lower() == "none" else args.draft
+    base = dict(platform=args.platform, target=args.target, draft=draft,
+                tokens=args.tokens, batch=args.batch, seed=args.seed,
+                placement=parse_placement(args.placement))
+    if "alpha" not in sets and not any(k == "alpha" for k, _ in sweeps):
+        base["acceptance"] = {"kind": "iid", "alpha": 0.8}
+    return policies, sweeps, sets, base
+
+
+def _check_scenario(base: dict) -> None:
+    from hwprofiles import load_model, load_platform
+
+    load_platform(base["platform"])
+    load_model(base["target"])
+    if base["draft"]:
+        load_model(base["draft"])
+
+
+def _compare(args) -> int:
+    from analyses import report
+    from analyses.cli import emit_json
+    from analyses.sweep import expand_grid, run_grid
+
+    policies, sweeps, sets, base = scenario(args)
+    _check_scenario(base)
+    points = expand_grid(policies, sweeps, sets)
+    replays = _replays(args) if args.runs else None
+    results = run_grid(points, base, jobs=args.jobs, backend=args.backend)
+    sections = report.build_sections(results, base, [k for k, _ in sweeps], replays)
+    title = (f"hetspec: {base['target']} + {base['draft']} on {base['platform']}"
+             if base["draft"] else f"hetspec: {base['target']} on {base['platform']}")
+    text = report.render_html(title, report.scenario_intro(results, base), sections)
+    path = report.write_report(args.output, text)
+    summary = _summary(results, path)
+    if args.json:
+        emit_json(summary)
+    else:
+        print(summary["line"])
+    return 0 if summary["fastest"] else 1
+
+
+def _replays(args):
+    from analyses.replay import replay_dir
+
+    return replay_dir(args.runs, profile=args.profile)
+
+
+def _summary(results, path) -> dict:
+    from analyses import report
+
+    best = report.fastest(results)
+    skipped = report.skipped_policies(results)
+    line = f"wrote {path}: "
+    if best is None:
+        line += "no policy applies to this scenario (" + "; ".join(
+            f"{p}: {why}" for p, why in skipped.items()) + ")"
+        print(line, file=sys.stderr)
+    else:
+        line += (f"fastest is {best.point.label} at {best.metrics['tokens_per_s']:.1f} "
+                 f"tokens/s, {best.metrics['speedup_vs_ar']:.2f}x AR ({len(results)} runs"
+                 + (f"; skipped {', '.join(skipped)}" if skipped else "") + ")")
+    return {"report": str(path), "line": line,
+            "fastest": best.point.label if best else None,
+            "speedup_vs_ar": best.metrics["speedup_vs_ar"] if best else None,
+            "tokens_per_s": best.metrics["tokens_per_s"] if best else None,
+            "skipped": skipped, "points": len(results)}

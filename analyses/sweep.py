@@ -1,0 +1,214 @@
+"""Grids of simulated runs: ``--sweep key=a..b`` expansion and parallel execution.
+
+A grid is every policy crossed with every combination of the swept values. A
+swept or fixed key that a policy does not take (``gamma`` for ``ar``) is dropped
+for that policy, which then runs once. Points run in worker processes (or on a
+Ray cluster) and come back in the grid's order, so the same inputs always give
+the same report. A point whose policy does not apply to the scenario (a missing
+draft, a model that does not fit, no storage tier) comes back with its error
+message instead of metrics.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from analyses.config import RUN_KEYS, SimConfig, parse_value, split_sets
+from policies import acceptance, entry
+
+TIMELINE_STEPS = 4  # decoding steps of each point kept for the Gantt view
+
+
+@dataclass(frozen=True)
+class Point:
+    """One run of the grid: a policy and the KEY=VALUE settings it takes."""
+
+    policy: str
+    sets: tuple[tuple[str, Any], ...]
+
+    @property
+    def label(self) -> str:
+        inner = ", ".join(f"{k}={v}" for k, v in self.sets)
+        return f"{self.policy}({inner})" if inner else self.policy
+
+
+@dataclass
+class PointResult:
+    point: Point
+    metrics: dict | None = None
+    error: str | None = None
+    spans: list = field(default_factory=list)  # (name, kind, device, start_s, end_s)
+    accepted: dict[int, int] = field(default_factory=dict)  # accepted length -> steps
+
+
+def _number(text: str, spec: str):
+    value = parse_value(text)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise ValueError(f"--sweep {spec}: '{text}' is not a number; write e.g. "
+                         "gamma=2..6 or alpha=0.6..0.9:0.1")
+    return value
+
+
+def parse_sweep(spec: str) -> tuple[str, list]:
+    """'gamma=2..6' -> ('gamma', [2..6]); 'alpha=0.6..0.9:0.1' steps by 0.1;
+    'gamma=2,4,8' lists values; 'gamma=5' is one value."""
+    key, sep, text = spec.partition("=")
+    key = key.strip()
+    if not sep or not key or not text.strip():
+        raise ValueError(f"--sweep expects KEY=RANGE, got '{spec}'; write e.g. "
+                         "--sweep gamma=2..6")
+    if ".." not in text:
+        value = parse_value(text)
+        return key, list(value) if isinstance(value, tuple) else [value]
+    lo_text, _, rest = text.partition("..")
+    hi_text, _, step_text = rest.partition(":")
+    lo, hi = _number(lo_text, spec), _number(hi_text, spec)
+    step = _number(step_text, spec) if step_text else 1
+    if step <= 0:
+        raise ValueError(f"--sweep {spec}: the step must be > 0")
+    if hi < lo:
+        raise ValueError(f"--sweep {spec} is an empty range; put the lower bound first, "
+                         f"e.g. {key}={hi}..{lo}")
+    count = int((hi - lo) / step + 1e-9) + 1
+    if count > 10000:
+        raise ValueError(f"--sweep {spec} has {count} values; use a coarser step")
+    if all(isinstance(v, int) for v in (lo, hi, step)):
+        return key, [lo + i * step for i in range(count)]
+    return key, [round(lo + i * step, 10) for i in range(count)]
+
+
+def _accepts(policy: str, key: str) -> bool:
+    return (key in entry(policy).params.model_fields or key in acceptance.KEYS
+            or key in RUN_KEYS)
+
+
+def expand_grid(policies: list[str], sweeps: list[tuple[str, list]],
+                sets: dict[str, Any] | None = None) -> list[Point]:
+    """Every policy crossed with the swept values it takes; deterministic order."""
+    sets = dict(sets or {})
+    keys = [k for k, _ in sweeps] + list(sets)
+    if len(set(keys)) != len(keys):
+        raise ValueError("a key is given twice across --sweep and --set; keep one")
+    for key in keys:
+        if not any(_accepts(p, key) for p in policies):
+            raise ValueError(f"no chosen policy takes '{key}'; drop it or add a policy "
+                             "that has this parameter")
+    points: list[Point] = []
+    for policy in policies:
+        fixed = tuple((k, v) for k, v in sets.items() if _accepts(policy, k))
+        mine = [(k, vals) for k, vals in sweeps if _accepts(policy, k)]
+        for combo in itertools.product(*[vals for _, vals in mine]):
+            point = Point(policy, tuple(zip([k for k, _ in mine], combo)) + fixed)
+            if point not in points:
+                points.append(point)
+    return points
+
+
+def point_config(point: Point, base: dict) -> SimConfig:
+    """The SimConfig of one point; ``base`` holds platform, models, tokens, ..."""
+    params, acc, run = split_sets(point.policy, dict(point.sets))
+    fields = {**base, "policy": point.policy, "params": params, "acceptance": acc, **run}
+    if "acceptance" in base and not any(k in acceptance.KEYS for k, _ in point.sets):
+        fields["acceptance"] = base["acceptance"]
+    if point.policy == "ar":
+        fields["draft"] = None
+    return SimConfig(**fields)
+
+
+def _recording_outcomes():
+    from simcore import Outcomes
+
+    class Recording(Outcomes):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.accepted: dict[int, int] = {}
+
+        def verify(self, op):
+            verdict = super().verify(op)
+            for k in verdict.accepted:
+                key = int(round(k))
+                self.accepted[key] = self.accepted.get(key, 0) + 1
+            return verdict
+
+    return Recording
+
+
+_BASELINES: dict[str, float] = {}
+
+
+def _baseline_tokens_per_s(config: SimConfig) -> float:
+    from analyses.api import baseline_config, run_schedule
+
+    base = baseline_config(config)
+    key = base.model_dump_json()
+    if key not in _BASELINES:
+        result = run_schedule(base, record_spans=False)
+        _BASELINES[key] = result.tokens / result.time_s
+    return _BASELINES[key]
+
+
+def run_point(point: Point, base: dict, timeline_steps: int = TIMELINE_STEPS) -> PointResult:
+    """Simulate one point (and its AR baseline); user errors become ``error``."""
+    from analyses.api import metrics_of, run_schedule
+
+    holder = {}
+
+    def factory(acc, **kwargs):
+        holder["outcomes"] = _recording_outcomes()(acc, **kwargs)
+        return holder["outcomes"]
+
+    try:
+        config = point_config(point, base)
+        result = run_schedule(config, outcomes_factory=factory)
+        metrics = metrics_of(config, result)
+        metrics["ar_tokens_per_s"] = _baseline_tokens_per_s(config)
+        metrics["speedup_vs_ar"] = metrics["tokens_per_s"] / metrics["ar_tokens_per_s"]
+    except ValueError as exc:  # PolicyError, CostError, ProfileError, ValidationError
+        return PointResult(point, error=str(exc).splitlines()[0])
+    horizon_s = timeline_steps * metrics["step_latency_s"]
+    spans = [tuple(s[:5]) for s in result.spans if s.start_s < horizon_s]
+    return PointResult(point, metrics, None, spans, dict(sorted(
+        holder["outcomes"].accepted.items())))
+
+
+def _run_packed(args) -> PointResult:
+    return run_point(*args)
+
+
+def _progress(total: int, quiet: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="simulating", unit="run", file=sys.stderr,
+                disable=quiet or total <= 1, leave=False)
+
+
+def run_grid(points: list[Point], base: dict, *, jobs: int | None = None,
+             backend: str = "local", quiet: bool = False) -> list[PointResult]:
+    """Run every point; results in the points' order whatever finishes first."""
+    if backend == "ray":
+        from analyses.sweep_ray import run_grid_ray
+
+        return run_grid_ray(points, base, quiet=quiet)
+    if backend != "local":
+        raise ValueError(f"unknown --backend '{backend}'; choose local or ray")
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(points)))
+    tasks = [(p, base) for p in points]
+    with _progress(len(points), quiet) as bar:
+        if jobs == 1:
+            out = []
+            for task in tasks:
+                out.append(_run_packed(task))
+                bar.update()
+            return out
+        import multiprocessing
+
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            out = []
+            for res in pool.imap(_run_packed, tasks, chunksize=1):
+                out.append(res)
+                bar.update()
+            return out
