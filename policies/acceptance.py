@@ -123,8 +123,9 @@ class Trace(_Params):
     def _steps(self) -> list[list[int]]:
         cache = self.__dict__.get("_cache")
         if cache is None:
-            cache = [json.loads(line)["accepted"]
-                     for line in Path(self.path).read_text().splitlines() if line.strip()]
+            lines = [json.loads(line) for line in Path(self.path).read_text().splitlines()
+                     if line.strip()]
+            cache = [d["accepted"] for d in lines if "accepted" in d]  # skip Outcome lines
             if not cache:
                 raise ValueError(f"acceptance trace {self.path} holds no steps")
             object.__setattr__(self, "_cache", cache)
