@@ -32,7 +32,8 @@ class Forward:
     On a group the runtime shards the work tensor-parallel; ``collectives`` is
     the number of all-reduces that sharding costs (None: Megatron's two per
     layer). ``head`` applies the final norm and LM head ("lm") or an early-exit
-    head ("exit") after the layers. ``emit`` says what the executor produces
+    head after the layers: "exit" (a norm and a vocabulary projection) or
+    "exit_layer" (one decoder layer of its own before them). ``emit`` says what the executor produces
     from the head: "sample" appends one token per row to speculation
     ``branch``; "topk" returns the top-``k`` candidates; None returns logits.
     ``inputs`` is the handle of the Forward whose hidden states feed this one.
@@ -95,6 +96,12 @@ class Verify:
     (the target's own next token) are committed, and caches roll back past
     them. ``gamma=0`` is plain autoregressive sampling of one token. ``position``
     offsets per-position acceptance when verification goes one token at a time.
+    ``expected`` is a modelled mean of accepted tokens per row that the
+    simulator uses instead of the run's acceptance model; the executor ignores
+    it and observes the real acceptance (as with ``Outcome.probability``).
+    ``bonus=False``: the target's logits cover only the proposed positions (a
+    pipeline verifying each token as it leaves): a row commits its accepted
+    tokens plus the target's correction if it rejected one, and no bonus token.
     """
 
     gamma: int
@@ -103,6 +110,8 @@ class Verify:
     branch: int = 0
     position: int = 0
     label: str = ""
+    expected: float | None = None
+    bonus: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,10 +120,13 @@ class Verdict:
 
     accepted: tuple[float, ...]
     info: dict = field(default_factory=dict, compare=False)
+    committed: tuple[float, ...] | None = None  # per row, when not accepted + 1
 
     @property
     def tokens(self) -> float:
         """Tokens committed over all rows: accepted plus one bonus each."""
+        if self.committed is not None:
+            return sum(self.committed)
         return sum(self.accepted) + len(self.accepted)
 
 

@@ -94,6 +94,12 @@ class RooflineCost:
             flops0 += spec.head_flops(rows)
             bytes0 += spec.head_bytes
             kernels += 1
+        if head == "exit_layer":  # an early-exit head with a decoder layer of its own
+            flops0 += spec.layer_flops(n_tokens, 0) * batch
+            flops_ctx += (spec.layer_flops(n_tokens, 1) - spec.layer_flops(n_tokens, 0)) * batch
+            bytes0 += spec.layer_bytes + kv * n_tokens * batch
+            bytes_ctx += kv * batch
+            kernels += 1
         collective_s = 0.0
         if g > 1:
             count = 2 * n_layers if collectives is None else collectives
