@@ -103,6 +103,10 @@ def metrics_of(config: SimConfig, result: SimResult) -> dict:
         out.setdefault(key, value)
     for event, rate in sorted(result.outcome_rates.items()):
         out.setdefault(f"{event}_rate", rate)
+    timeline = entry(config.policy).timeline
+    if timeline is not None and result.spans:
+        for key, value in timeline(result.spans).items():
+            out.setdefault(key, value)
     return out
 
 

@@ -65,6 +65,7 @@ class PolicyEntry:
     streams_weights: bool
     summary: str
     baseline: Callable[[PolicyParams], tuple[str, dict]]
+    timeline: Callable[[list], dict] | None = None
 
 
 REGISTRY: dict[str, PolicyEntry] = {}
@@ -76,18 +77,21 @@ def _plain_ar(_params: PolicyParams) -> tuple[str, dict]:
 
 def register(name: str, params: type[PolicyParams], *, needs_draft: bool = False,
              streams_weights: bool = False,
-             baseline: Callable[[PolicyParams], tuple[str, dict]] = _plain_ar):
+             baseline: Callable[[PolicyParams], tuple[str, dict]] = _plain_ar,
+             timeline: Callable[[list], dict] | None = None):
     """Register ``fn(ctx, params) -> generator`` under a user-facing name.
 
     ``baseline(params)`` names the autoregressive run a speedup is measured
     against (a schedule under a memory budget compares with AR under the same
     budget); ``streams_weights`` says the schedule checks memory fit itself.
+    ``timeline(spans) -> dict`` derives metrics that need times (overlap,
+    per-phase shares) from a run's spans, simulated or measured.
     """
 
     def wrap(fn):
         summary = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
         REGISTRY[name] = PolicyEntry(name, fn, params, needs_draft, streams_weights,
-                                     summary, baseline)
+                                     summary, baseline, timeline)
         return fn
 
     return wrap
