@@ -1,0 +1,164 @@
+"""Early-exit self-speculation: pipelined (PPSD) and sequential (EESD).
+
+The draft is the target's own first ``exit_layer`` layers plus an exit head:
+a norm and vocabulary projection ("norm") or one decoder layer before them
+("transformer").
+
+PPSD cuts the N layers into ceil(N/E) stages of E layers, stage k on placement
+role ``stage{k}``. Each token that enters stage 0 is at once the draft pass for
+the next token (stage 0 plus the exit head) and the first stage of its own
+verification. The drafted token enters stage 0 straight away, so while the
+last stage verifies token i the first drafts token i+1. When a token leaves
+the last stage the target's next token is compared with the draft already in
+flight (``Verify(1, bonus=False)``): on a match decoding runs on, on a mismatch
+the tokens behind it are flushed and the target's correction enters stage 0.
+Every token leaving the pipeline commits one token, so the time per token is
+one stage on a match and the whole pipeline on a mismatch: eq. 6.
+
+Draft matches are decided by the acceptance model (a 0/1 verdict per row, or in
+deterministic mode its probability, which the schedule turns into exact
+frequencies by error diffusion, as the simulator does for Outcome events).
+
+EESD drafts gamma tokens with the first E layers, then verifies them with one
+pass of the remaining N-E layers that reuses the draft's KV cache: eq. 4.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Literal
+
+from pydantic import Field
+
+from policies.base import PolicyContext, PolicyError, PolicyParams, register
+from policies.ops import Forward, Join, Spawn, Transfer, Verify
+
+TOKEN_ID_BYTES = 4
+EXIT_HEADS = {"norm": "exit", "transformer": "exit_layer"}
+
+
+class PPSDParams(PolicyParams):
+    exit_layer: int = Field(8, ge=1, description="layers per stage (E); stage 0 + exit head "
+                                                  "is the draft")
+    exit_head: Literal["norm", "transformer"] = Field(
+        "norm", description="exit head: norm + vocabulary projection, or one decoder "
+                            "layer before them")
+
+
+class EESDParams(PPSDParams):
+    gamma: int = Field(5, ge=1, le=64, description="draft tokens per verification")
+
+
+def _check_exit(ctx: PolicyContext, exit_layer: int, policy: str) -> int:
+    n = ctx.target.n_layers
+    if exit_layer >= n:
+        raise PolicyError(f"{policy} parameter 'exit_layer' ({exit_layer}) must be below "
+                          f"the target's {n} layers; choose e.g. exit_layer={max(1, n // 4)}")
+    return n
+
+
+class _Pipeline:
+    """Mutable state shared by the main schedule and the tokens in flight."""
+
+    def __init__(self, ctx: PolicyContext, exit_layer: int):
+        n = ctx.target.n_layers
+        self.ctx = ctx
+        self.bounds = [(a, min(a + exit_layer, n)) for a in range(0, n, exit_layer)]
+        self.act_bytes = ctx.target.hidden * ctx.target.dtype_bytes * ctx.batch
+        self.epoch = 0  # bumped by every flush; tokens of an older epoch stop
+        self.credit = 0.0  # error diffusion of match probabilities
+
+    @property
+    def stages(self) -> int:
+        return len(self.bounds)
+
+    def journey(self, hidden, context: int, epoch: int):
+        """One token's way through stages 1..S-1; None when flushed on the way."""
+        b, last = self.ctx.batch, self.stages - 1
+        for k in range(1, self.stages):
+            if self.epoch != epoch:
+                return None
+            yield Transfer(f"stage{k - 1}", f"stage{k}", self.act_bytes, payload=hidden,
+                           label="activations")
+            if self.epoch != epoch:
+                return None
+            hidden = yield Forward("target", f"stage{k}", self.bounds[k], 1, b, context,
+                                   head="lm" if k == last else None, inputs=hidden,
+                                   label=f"stage{k}")
+        return hidden
+
+    def matched(self, verdict) -> bool:
+        """Whether every row's in-flight draft equals the target's token."""
+        p = 1.0
+        for a in verdict.accepted:
+            p *= a
+        self.credit += p
+        if self.credit >= 1.0 - 1e-12:
+            self.credit -= 1.0
+            return True
+        return False
+
+
+@register("ppsd", PPSDParams)
+def ppsd(ctx: PolicyContext, params: PPSDParams):
+    """Pipeline-parallel early-exit SD: verify-while-draft over ceil(N/E) stages."""
+    _check_exit(ctx, params.exit_layer, "ppsd")
+    pipe = _Pipeline(ctx, params.exit_layer)
+    head, b, depth = EXIT_HEADS[params.exit_head], ctx.batch, pipe.stages
+    e = params.exit_layer
+    inflight: deque = deque()
+    pending = None  # (hidden, context) of the newest token, its exit head not yet run
+    done, flushed, runs, run_pos, matches, outputs = 0.0, 0, 1, 0, 0, 0
+    while done < ctx.budget:
+        # every output commits one token per row: enter no token that cannot commit
+        if len(inflight) < min(depth, math.ceil((ctx.budget - done) / b)):
+            if pending is not None:  # draft the token about to enter
+                yield Forward("target", "stage0", (e, e), 1, b, pending[1], head=head,
+                              emit="sample", inputs=pending[0], label="exit head")
+            context = ctx.context(done / b + len(inflight))
+            hidden = yield Forward("target", "stage0", pipe.bounds[0], 1, b, context,
+                                   label="stage0")
+            inflight.append((yield Spawn(pipe.journey(hidden, context, pipe.epoch))))
+            pending = (hidden, context)
+            continue
+        logits = (yield Join((inflight.popleft(),)))[0]
+        verdict = yield Verify(1, b, target=logits, position=run_pos, bonus=False,
+                               label="verify")
+        done += verdict.tokens
+        outputs += 1
+        if pipe.matched(verdict):
+            matches, run_pos = matches + 1, run_pos + 1
+            continue
+        pipe.epoch += 1  # flush the tokens behind the mismatch; skip their drafting
+        flushed += len(inflight)
+        inflight.clear()
+        pending, runs, run_pos = None, runs + 1, 0
+        yield Transfer(f"stage{depth - 1}", "stage0", TOKEN_ID_BYTES * b,
+                       label="correction")
+    return {"steps": runs, "tokens": done, "stages": depth, "match_rate": matches / outputs,
+            "flushed_tokens": flushed}
+
+
+@register("eesd", EESDParams)
+def eesd(ctx: PolicyContext, params: EESDParams):
+    """Sequential early-exit SD: gamma drafts from the first E layers, one verify."""
+    n = _check_exit(ctx, params.exit_layer, "eesd")
+    e, gamma, b = params.exit_layer, params.gamma, ctx.batch
+    head = EXIT_HEADS[params.exit_head]
+    done, steps = 0.0, 0
+    while done < ctx.budget:
+        context = ctx.context(done / b)
+        hidden = []
+        for i in range(gamma):
+            h = yield Forward("target", "target", (0, e), 1, b, context + i, head=head,
+                              emit="sample", label="draft")
+            hidden.append(h)
+        h = yield Forward("target", "target", (0, e), 1, b, context + gamma,
+                          label="verify (last draft, first layers)")
+        logits = yield Forward("target", "target", (e, n), gamma + 1, b, context,
+                               head="lm", inputs=(*hidden, h), label="verify")
+        verdict = yield Verify(gamma, b, target=logits, label="verify")
+        done += verdict.tokens
+        steps += 1
+    return {"steps": steps, "tokens": done}
