@@ -17,6 +17,9 @@ class SDParams(PolicyParams):
     gamma: int = Field(4, ge=1, le=64, description="draft tokens proposed per step")
     draft_layers: int | None = Field(
         None, ge=1, description="self-speculate with the target's first N layers + exit head")
+    draft_collectives: int | None = Field(
+        None, ge=0, description="all-reduces per draft step when the draft runs on a group "
+                                "(2: SPD-style, as Mirror-SD's draft; none: two per layer)")
 
 
 def draft_source(ctx: PolicyContext, draft_layers: int | None, policy: str):
@@ -40,7 +43,7 @@ def sd(ctx: PolicyContext, params: SDParams):
         context = ctx.context(done / ctx.batch)
         for i in range(gamma):
             yield Forward(model, "draft", layers, 1, ctx.batch, context + i, head=head,
-                          emit="sample", label="draft")
+                          emit="sample", collectives=params.draft_collectives, label="draft")
         logits = yield Forward("target", "target", (0, n), gamma + 1, ctx.batch, context,
                                head="lm", label="verify")
         verdict = yield Verify(gamma, ctx.batch, target=logits, label="verify")

@@ -1,0 +1,284 @@
+"""Mirror speculative decoding (Mirror-SD): the draft rolls out on a second
+accelerator while the target finishes its layers.
+
+One step, with the target on its tensor-parallel group and the draft on its own:
+
+  target | layers [0, l_e) + exit head | top-k -> | layers [l_e, N) + LM head    | rendezvous
+  draft  |                             |          | J = ceil(gamma/eta) steps     | rendezvous
+
+The target verifies the current window (gamma+1 positions) and, at layer l_e,
+an early-exit head emits its top-kappa candidates (token ids and log-probs,
+B*kappa entries) over the token channel. From those kappa roots the draft builds
+a branch-complete window, kappa roots x gamma depths, in J speculative-streaming
+steps of eta tokens each, over B*kappa rows at once, while the target runs its
+suffix. At the rendezvous the target verifies, the draft's window travels to the
+target and the verdict to the draft. When the corrected prefix lies on a
+precomputed path (event "reuse", probability Omega_kappa per row) that branch is
+the next window; otherwise the draft rolls out a fresh window on the critical
+path (fallback). With reuse, eq. 10 of the paper:
+
+  T = T_t[1:l_e] + T_rv_ee + max(T_t[l_e+1:N], T_draft_gen) + T_rv_fv
+
+where T_rv_ee is the top-k message's trip along the platform's route and T_rv_fv
+the longer of the two rendezvous messages (they cross in opposite directions).
+
+Executor conventions (the operations carry everything needed):
+  * speculation (branch) numbers: ``FRESH`` (0) is a single rollout from the
+    committed prefix (start-up, fallback); ``WINDOW`` (1) is the branch-complete
+    window. A window's Verify means "the branch whose root is the correction the
+    last reuse event matched".
+  * a window draft step is one Forward over ``batch * kappa`` rows, sequence-
+    major: row ``r * kappa + i`` extends root ``i`` of sequence ``r``; ``k`` is
+    kappa, ``n_tokens`` the tokens that step emits (eta, fewer in the last);
+    its ``inputs`` is the previous step's handle, for the first step the top-k
+    message's payload (the early-exit Forward).
+  * the early-exit Forward is ``head="exit", emit="topk", k=kappa``; the suffix
+    Forward takes it as ``inputs`` and ends in ``head="lm"``.
+
+Draft sharding is SPD-style by default: ``draft_collectives=2`` all-reduces per
+draft step on a draft group (None: Megatron's two per layer). The target pays
+Megatron's two per layer. The engine charges a Forward's all-reduces as one
+aggregated span after its compute (exact without contention: the group's
+members hold their stream through both).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import Field, field_validator
+
+from policies.base import PolicyContext, PolicyError, PolicyParams, register
+from policies.ops import Forward, Outcome, Parallel, Transfer, Verify
+
+TOKEN_BYTES = 4           # an int32 token id
+ENTRY_BYTES = 8           # a token id with its fp32 log-prob
+VERDICT_BYTES = 8         # accepted count + correction token, per row
+FRESH, WINDOW = 0, 1
+KAPPA_SCHEDULE = ((8, 8), (16, 4), (32, 2))  # (largest batch, kappa); 1 beyond
+
+PREFIX, TOPK, SUFFIX = "target prefix", "top-k to draft", "target suffix"
+DRAFT, RV_WINDOW, RV_VERDICT = "draft window", "window to target", "verdict to draft"
+FALLBACK, FALLBACK_SEND = "fallback draft", "fallback window to target"
+PHASES = (("prefix", (PREFIX,)), ("rv_ee", (TOPK,)), ("suffix", (SUFFIX,)),
+          ("draft_gen", (DRAFT,)), ("rv_fv", (RV_WINDOW, RV_VERDICT)),
+          ("fallback", (FALLBACK, FALLBACK_SEND)))
+
+
+def default_kappa(batch: int) -> int:
+    """The paper's schedule: kappa 8 up to batch 8, 4 at 16, 2 at 32, 1 from 64."""
+    for largest, kappa in KAPPA_SCHEDULE:
+        if batch <= largest:
+            return kappa
+    return 1
+
+
+def recorded_rate(path: str | Path, event: str, field: str) -> float:
+    """Share of a measured run's ``event`` lines (acceptance.jsonl) that held."""
+    p = Path(path)
+    if not p.is_file():
+        raise PolicyError(f"{field}: {path} does not exist; pass the acceptance.jsonl "
+                          "of a measured run")
+    try:
+        lines = [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+    except json.JSONDecodeError:
+        raise PolicyError(f"{field}: {path} is not JSON lines; pass the acceptance.jsonl "
+                          "of a measured run") from None
+    held = [bool(d.get("held")) for d in lines if d.get("event") == event]
+    if not held:
+        raise PolicyError(f"{field}: {path} records no '{event}' events; record a run "
+                          "of the same schedule with the real executor")
+    return sum(held) / len(held)
+
+
+class MirrorParams(PolicyParams):
+    gamma: int = Field(7, ge=1, le=64, description="window depth: draft tokens per branch")
+    kappa: int | None = Field(None, ge=1, le=64, description=(
+        "early-exit candidates (window roots); default: 8 at batch <= 8, 4 at 16, "
+        "2 at 32, 1 from 64"))
+    exit_layer: int | None = Field(None, ge=1, description=(
+        "target layers before the early exit (l_e); default: half the layers"))
+    eta: int = Field(2, ge=1, le=64, description=(
+        "tokens per speculative-streaming draft step (two SS streams by default)"))
+    omega: float | tuple[float, ...] = Field(0.9, description=(
+        "Omega_kappa: per-row chance the corrected prefix lies on a precomputed path; "
+        "a list gives Omega_1, Omega_2, ... by kappa (the last repeats)"))
+    omega_trace: str | None = Field(None, description=(
+        "acceptance.jsonl of a measured run: Omega is the rate of its 'reuse' events"))
+    draft_collectives: int | None = Field(2, ge=0, description=(
+        "all-reduces per draft step when the draft runs on a group (2: SPD-style; "
+        "none: two per layer)"))
+
+    @field_validator("omega")
+    @classmethod
+    def _unit(cls, v):
+        values = v if isinstance(v, tuple) else (v,)
+        if not values or any(not 0 <= w <= 1 for w in values):
+            raise ValueError("every Omega must lie in [0, 1]; write e.g. omega=0.9")
+        return v
+
+
+@dataclass(frozen=True)
+class MirrorPlan:
+    """Validated sizes of one Mirror-SD run."""
+
+    gamma: int
+    kappa: int
+    eta: int
+    exit_layer: int
+    n_layers: int
+    draft_layers: int
+    omega: float
+    collectives: int | None
+    chunks: tuple[int, ...]  # tokens each draft step emits; len = J
+
+    @property
+    def draft_steps(self) -> int:
+        return len(self.chunks)
+
+
+def plan(ctx: PolicyContext, params: MirrorParams) -> MirrorPlan:
+    """Resolve defaults and check the sizes against the models."""
+    draft = ctx.need_draft("mirror")
+    n = ctx.target.n_layers
+    exit_layer = params.exit_layer if params.exit_layer is not None else n // 2
+    if not 1 <= exit_layer < n:
+        raise PolicyError(f"exit_layer ({exit_layer}) must lie in [1, {n - 1}] for "
+                          f"{ctx.target.name}'s {n} layers; choose a smaller value")
+    kappa = params.kappa if params.kappa is not None else default_kappa(ctx.batch)
+    if params.omega_trace is not None:
+        omega = recorded_rate(params.omega_trace, "reuse", "omega_trace")
+    elif isinstance(params.omega, tuple):
+        omega = params.omega[min(kappa, len(params.omega)) - 1]
+    else:
+        omega = params.omega
+    eta = min(params.eta, params.gamma)
+    chunks = tuple(min(eta, params.gamma - j * eta)
+                   for j in range(math.ceil(params.gamma / eta)))
+    return MirrorPlan(params.gamma, kappa, eta, exit_layer, n, draft.n_layers, omega,
+                      params.draft_collectives, chunks)
+
+
+def _one(op):
+    return (yield op)
+
+
+def _rollout(ctx: PolicyContext, p: MirrorPlan, context: int, rows: int, branch: int,
+             k: int, inputs, label: str):
+    """J speculative-streaming draft steps over ``rows`` rows; returns the last handle."""
+    handle = inputs
+    for j, n_tokens in enumerate(p.chunks):
+        handle = yield Forward("draft", "draft", (0, p.draft_layers), n_tokens, rows,
+                               context + j * p.eta, head="lm", emit="sample", k=k,
+                               branch=branch, inputs=handle, collectives=p.collectives,
+                               label=label)
+    return handle
+
+
+def _fresh(ctx: PolicyContext, p: MirrorPlan, context: int):
+    """A single-branch rollout on the critical path, then its trip to the target."""
+    handle = yield from _rollout(ctx, p, context, ctx.batch, FRESH, 1, None, FALLBACK)
+    yield Transfer("draft", "target", ctx.batch * p.gamma * ENTRY_BYTES, payload=handle,
+                   label=FALLBACK_SEND)
+
+
+def _step(ctx: PolicyContext, p: MirrorPlan, context: int, branch: int):
+    """One Mirror-SD step up to the rendezvous; returns (verdict, reuse)."""
+    b, n = ctx.batch, p.n_layers
+    prefix = yield Forward("target", "target", (0, p.exit_layer), p.gamma + 1, b, context,
+                           head="exit", emit="topk", k=p.kappa, label=PREFIX)
+    roots = yield Transfer("target", "draft", b * p.kappa * ENTRY_BYTES, payload=prefix,
+                           label=TOPK)
+    suffix_op = Forward("target", "target", (p.exit_layer, n), p.gamma + 1, b, context,
+                        head="lm", inputs=prefix, label=SUFFIX)
+    suffix, window = yield Parallel((
+        _one(suffix_op),
+        _rollout(ctx, p, context, b * p.kappa, WINDOW, p.kappa, roots, DRAFT)))
+    verdict = yield Verify(p.gamma, b, target=suffix, branch=branch, label="verify")
+    reuse = yield Outcome("reuse", p.omega, batch=b, label="reuse")
+    yield Parallel((
+        _one(Transfer("draft", "target", b * p.kappa * p.gamma * ENTRY_BYTES,
+                      payload=window, label=RV_WINDOW)),
+        _one(Transfer("target", "draft", b * VERDICT_BYTES, payload=verdict,
+                      label=RV_VERDICT))))
+    return verdict, reuse
+
+
+def _schedule(ctx: PolicyContext, p: MirrorPlan):
+    done, steps, fallbacks = 0.0, 0, 0
+    yield from _fresh(ctx, p, ctx.context(0))  # the first window
+    branch = FRESH
+    while done < ctx.budget:
+        verdict, reuse = yield from _step(ctx, p, ctx.context(done / ctx.batch), branch)
+        done += verdict.tokens
+        steps += 1
+        branch = WINDOW if reuse else FRESH
+        if not reuse:
+            fallbacks += 1
+            if done < ctx.budget:
+                yield from _fresh(ctx, p, ctx.context(done / ctx.batch))
+    return {"steps": steps, "tokens": done, "fallbacks": fallbacks,
+            "fallback_rate": fallbacks / steps if steps else 0.0,
+            "kappa": p.kappa, "eta": p.eta, "exit_layer": p.exit_layer,
+            "draft_steps_per_window": p.draft_steps, "omega": p.omega}
+
+
+# timeline metrics ----------------------------------------------------------------
+def intervals(spans, labels) -> list[tuple[float, float]]:
+    """Sorted (start, end) of the spans an operation label produced (its compute,
+    all-reduce and per-hop transfer spans)."""
+    names = set(labels) | {f"{label} all-reduce" for label in labels}
+    return sorted((s.start_s, s.end_s) for s in spans if s.name in names)
+
+
+def merged(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[list[float]] = []
+    for start, end in spans:
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([start, end])
+    return [(a, b) for a, b in out]
+
+
+def covered_s(spans: list[tuple[float, float]]) -> float:
+    """Time during which at least one of the intervals runs."""
+    return sum(b - a for a, b in merged(spans))
+
+
+def overlap_s(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Time two sets of intervals run together (each merged first)."""
+    a, b = merged(a), merged(b)
+    i = j = 0
+    total = 0.0
+    while i < len(a) and j < len(b):
+        total += max(0.0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def mirror_timeline(spans) -> dict:
+    """Share of window drafting hidden under the target suffix, and the mean time
+    per step of each phase (fallback counts the critical-path rollouts)."""
+    steps = sum(1 for s in spans if s.name == PREFIX)
+    if not steps:
+        return {}
+    draft = intervals(spans, (DRAFT,))
+    draft_s = covered_s(draft)
+    hidden_s = overlap_s(draft, intervals(spans, (SUFFIX,)))
+    phases = {name: covered_s(intervals(spans, labels)) / steps for name, labels in PHASES}
+    return {"hidden_draft_fraction": hidden_s / draft_s if draft_s else 0.0,
+            "step_phases_s": phases}
+
+
+@register("mirror", MirrorParams, needs_draft=True, timeline=mirror_timeline)
+def mirror(ctx: PolicyContext, params: MirrorParams):
+    """Mirror-SD: a branch-complete draft window on a second accelerator, hidden
+    under the target's suffix layers."""
+    return _schedule(ctx, plan(ctx, params))
