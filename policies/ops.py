@@ -102,6 +102,9 @@ class Verify:
     ``bonus=False``: the target's logits cover only the proposed positions (a
     pipeline verifying each token as it leaves): a row commits its accepted
     tokens plus the target's correction if it rejected one, and no bonus token.
+    ``scale`` in [0, 1] multiplies every modelled per-token acceptance (a
+    proposal sampled from a distorted draft distribution); the executor
+    ignores it too.
     """
 
     gamma: int
@@ -112,6 +115,7 @@ class Verify:
     label: str = ""
     expected: float | None = None
     bonus: bool = True
+    scale: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)

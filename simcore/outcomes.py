@@ -27,7 +27,7 @@ class Outcomes:
         self._expected: dict[tuple[int, int], float] = {}
 
     def verify(self, op: Verify) -> Verdict:
-        if op.expected is not None or not op.bonus:
+        if op.expected is not None or not op.bonus or op.scale != 1.0:
             return self._verify_modelled(op)
         if self.deterministic:
             key = (op.gamma, op.position)
@@ -38,22 +38,30 @@ class Outcomes:
         return Verdict(self.acceptance.sample(op.gamma, op.batch, self.rng, op.position))
 
     def _verify_modelled(self, op: Verify) -> Verdict:
-        """A Verify with its own modelled mean (``expected``) or without a bonus
-        token: a row then commits min(accepted, gamma - 1) + 1 tokens."""
+        """A Verify with its own modelled mean (``expected``), a scaled
+        acceptance (``scale``), or without a bonus token: a row then commits
+        min(accepted, gamma - 1) + 1 tokens."""
         model = self.acceptance if op.expected is None else iid_with_mean(op.gamma,
                                                                           op.expected)
         no_bonus = not op.bonus and op.gamma > 0
+        if not 0 <= op.scale <= 1:
+            raise ValueError(f"Verify.scale must lie in [0, 1], got {op.scale}")
         if self.deterministic:
-            key = (op.gamma, op.position, op.expected, no_bonus)
+            key = (op.gamma, op.position, op.expected, no_bonus, op.scale)
             pair = self._expected.get(key)
             if pair is None:
-                e = model.expected(op.gamma, op.position) if op.expected is None \
-                    else op.expected
-                c = model.expected(op.gamma - 1, op.position) + 1 if no_bonus else None
+                e = op.expected if op.expected is not None and op.scale == 1.0 else \
+                    scaled_expected(model, op.gamma, op.position, op.scale)
+                c = scaled_expected(model, op.gamma - 1, op.position, op.scale) + 1 \
+                    if no_bonus else None
                 pair = self._expected[key] = (e, c)
             e, c = pair
             return Verdict((e,) * op.batch, committed=None if c is None else (c,) * op.batch)
         accepted = model.sample(op.gamma, op.batch, self.rng, op.position)
+        if op.scale != 1.0:  # each token also survives a coin of probability scale
+            runs = self.rng.geometric(1 - op.scale, size=op.batch) - 1 if op.scale < 1 \
+                else (op.gamma,) * op.batch
+            accepted = tuple(min(int(a), int(r)) for a, r in zip(accepted, runs))
         committed = tuple(min(a, op.gamma - 1) + 1 for a in accepted) if no_bonus else None
         return Verdict(accepted, committed=committed)
 
@@ -72,6 +80,15 @@ class Outcomes:
     def rate(self, event: str) -> float | None:
         n = self.asked.get(event, 0)
         return self.held.get(event, 0) / n if n else None
+
+
+def scaled_expected(model, gamma: int, position: int, scale: float) -> float:
+    """Mean accepted length when every per-token acceptance is multiplied by
+    scale: P(at least j accepted) scales by scale**j."""
+    if scale == 1.0:
+        return model.expected(gamma, position)
+    means = [model.expected(j, position) for j in range(gamma + 1)]
+    return sum(scale ** j * (means[j] - means[j - 1]) for j in range(1, gamma + 1))
 
 
 @lru_cache(maxsize=256)
