@@ -233,6 +233,11 @@ class Simulator:
         return self.env.process(self._drive(op.branch))
 
     def _join(self, op: Join):
+        if len(op.tasks) == 1:  # the common case: wait on the one process itself
+            task = op.tasks[0]
+            if not task.processed:
+                yield task
+            return (task.value,)
         yield simpy.AllOf(self.env, list(op.tasks))
         return tuple(t.value for t in op.tasks)
 
