@@ -1,0 +1,252 @@
+"""Speculative speculative decoding (SSD, optimised as SAGUARO).
+
+While the target verifies round T's speculation, the draft, on its own device,
+pre-speculates round T+1 for the outcomes it guesses: for each number k of
+accepted tokens (0..K) it caches F_k guesses of the bonus token t* and extends
+each by K tokens, one batched decode over B * sum(F_k) rows per step. After the
+verify the verdict travels to the draft:
+
+  * hit (event "cache_hit", every row's outcome cached): the cached
+    speculation travels back and the next round starts at once;
+  * miss: the draft stops pre-speculating after its current step and a backup
+    builds the speculation on the critical path, ``backup=jit`` (the neural
+    draft, K steps over B rows) or ``backup=fast`` (a near-free proposer,
+    ``fast_backup_s`` on the draft device, per-token acceptance ``fast_alpha``).
+
+With times in units of the verify time T_v (the verify Forward plus the two
+rendezvous messages), T_p the pre-speculation plus the speculation's trip back
+and T_b the backup's compute, a round takes max(1, T_p) on a hit and 1 + T_b on a
+miss, which gives the closed form
+S = [p E_hit + (1-p) E_miss] / [p max(1, T_p) + (1-p)(1 + T_b)], p = p_row^B.
+The closed form takes a miss to cut the pre-speculation short at once; here it
+ends after the draft step in flight, so with T_p > 1 a miss costs up to one
+draft step more.
+
+Hit model (per row, before SAGUARO sampling): ``hit_rate``, the rate of
+"cache_hit" events in ``hit_trace``, or the power law miss(F) = F^-r averaged
+over the planning distribution of k (geometric in ``a_p``, truncated at K).
+Geometric fan-out: F_k = F_0 a_p^(k/(1+r)) (k < K), F_K = F_0 a_p^(K/(1+r))
+(1-a_p)^(-1/(1+r)), F_0 set so the F_k sum to ``budget``, rounded to integers
+by largest remainders.
+
+SAGUARO sampling (``c_saguaro`` = C < 1) multiplies the draft's probabilities of
+its top-F tokens (mass ``top_mass``) by C. Modelled with the target agreeing with
+the draft on those tokens: per-token acceptance falls by (1-C) * top_mass
+(Verify.scale = 1 - (1-C) top_mass / a_p), and that mass moves into the residual
+distribution, onto cached tokens, so the hit rate rises to
+(h rho + (1-C) top_mass) / (rho + (1-C) top_mass) with rho = 1 - a_p. The model
+applies this to every round's bonus token, whichever proposer made the round's
+speculation.
+
+Executor conventions: speculation ``CACHE`` (1) is the cached speculation the
+last hit selected, ``BACKUP`` (0) the backup's; a pre-speculation step is one
+Forward over ``batch * sum(F_k)`` rows, sequence-major then outcome (k, f) in
+order of k, ``k`` = sum(F_k); ``fanout_of(params)`` gives the F_k.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field
+
+from policies.base import PolicyContext, PolicyError, PolicyParams, register
+from policies.mirror import ENTRY_BYTES, VERDICT_BYTES, covered_s, intervals, recorded_rate
+from policies.ops import Delay, Forward, Join, Outcome, Spawn, Transfer, Verify
+
+BACKUP, CACHE = 0, 1
+VERIFY, PRESPEC, BACKUP_LABEL = "verify", "pre-speculation", "backup"
+TO_DRAFT, TO_TARGET = "verdict to draft", "speculation to target"
+
+
+class SSDParams(PolicyParams):
+    k: int = Field(5, ge=1, le=32, description="speculation length K: draft tokens per round")
+    fanout: int = Field(3, ge=1, le=64, description=(
+        "bonus-token guesses cached per outcome k (uniform shape); with "
+        "shape=geometric the budget defaults to (k+1)*fanout"))
+    shape: Literal["uniform", "geometric"] = Field("uniform", description="fan-out over k")
+    budget: int | None = Field(None, ge=1, description="cap on sum(F_k), speculations per row")
+    a_p: float = Field(0.8, gt=0, lt=1, description=(
+        "primary speculator's per-token acceptance the fan-out is planned for"))
+    r: float | None = Field(None, gt=0, description="miss-rate exponent: miss = F^-r")
+    hit_rate: float | None = Field(None, ge=0, le=1, description="fixed per-row hit rate")
+    hit_trace: str | None = Field(None, description=(
+        "acceptance.jsonl of a measured run: the hit rate of its 'cache_hit' events"))
+    backup: Literal["jit", "fast"] = Field("jit", description="speculator after a miss")
+    fast_alpha: float = Field(0.0, ge=0, le=1, description=(
+        "per-token acceptance of the fast backup's tokens (0: random tokens)"))
+    fast_backup_s: float = Field(0.0, ge=0, description="fast backup latency on the draft")
+    c_saguaro: float = Field(1.0, ge=0, le=1, description=(
+        "SAGUARO sampling constant C (1: plain sampling)"))
+    top_mass: float = Field(0.5, ge=0, le=1, description=(
+        "draft probability mass on its cached top-F tokens (SAGUARO model)"))
+    draft_collectives: int | None = Field(None, ge=0, description=(
+        "all-reduces per draft step when the draft runs on a group (none: two per layer)"))
+
+
+def planning_weights(a_p: float, k_max: int) -> list[float]:
+    """P(k accepted) for k = 0..K under i.i.d. acceptance a_p."""
+    return [a_p ** k * (1 - a_p) for k in range(k_max)] + [a_p ** k_max]
+
+
+def _largest_remainder(real: list[float], total: int) -> tuple[int, ...]:
+    floors = [int(x) for x in real]
+    order = sorted(range(len(real)), key=lambda i: floors[i] - real[i])
+    for i in order[:total - sum(floors)]:
+        floors[i] += 1
+    return tuple(floors)
+
+
+def fanout_of(params: SSDParams) -> tuple[int, ...]:
+    """F_0..F_K, the bonus-token guesses cached for each accepted count."""
+    k = params.k
+    if params.shape == "uniform":
+        f = (params.fanout,) * (k + 1)
+        if params.budget is not None and sum(f) > params.budget:
+            raise PolicyError(f"fanout {params.fanout} x (k+1) = {sum(f)} speculations "
+                              f"exceed budget {params.budget}; lower fanout or raise budget")
+        return f
+    if params.r is None:
+        raise PolicyError("shape=geometric needs the miss-rate exponent; set r=EXPONENT")
+    budget = params.budget if params.budget is not None else (k + 1) * params.fanout
+    a, e = params.a_p, 1 / (1 + params.r)
+    shape = [a ** (i * e) for i in range(k)] + [a ** (k * e) * (1 - a) ** -e]
+    return _largest_remainder([budget * w / sum(shape) for w in shape], budget)
+
+
+def base_hit_rate(params: SSDParams, fanout: tuple[int, ...]) -> float:
+    """Per-row hit rate under plain sampling."""
+    if params.hit_trace is not None:
+        return recorded_rate(params.hit_trace, "cache_hit", "hit_trace")
+    if params.hit_rate is not None:
+        return params.hit_rate
+    if params.r is None:
+        raise PolicyError("policy 'ssd' needs a hit model: set hit_rate=P, r=EXPONENT "
+                          "(miss = F^-r) or hit_trace=PATH")
+    weights = planning_weights(params.a_p, params.k)
+    return sum(w * (1 - f ** -params.r) for w, f in zip(weights, fanout) if f > 0)
+
+
+def saguaro(params: SSDParams, hit: float) -> tuple[float, float]:
+    """(hit rate, acceptance scale) under SAGUARO sampling with constant C."""
+    if params.top_mass > params.a_p:
+        raise PolicyError(f"top_mass ({params.top_mass}) cannot exceed a_p ({params.a_p}): "
+                          "the cached tokens' agreed mass is part of the acceptance")
+    moved = (1 - params.c_saguaro) * params.top_mass
+    rho = 1 - params.a_p
+    return (hit * rho + moved) / (rho + moved), 1 - moved / params.a_p
+
+
+@dataclass(frozen=True)
+class SSDPlan:
+    k: int
+    fanout: tuple[int, ...]
+    hit_row: float
+    scale: float
+    backup: str
+    fast_expected: float
+    fast_backup_s: float
+    n_layers: int
+    draft_layers: int
+    collectives: int | None
+
+    @property
+    def branches(self) -> int:
+        return sum(self.fanout)
+
+
+def plan(ctx: PolicyContext, params: SSDParams) -> SSDPlan:
+    draft = ctx.need_draft("ssd")
+    fanout = fanout_of(params)
+    hit_row, scale = saguaro(params, base_hit_rate(params, fanout))
+    fast_expected = sum(params.fast_alpha ** j for j in range(1, params.k + 1))
+    return SSDPlan(params.k, fanout, hit_row, scale, params.backup, fast_expected,
+                   params.fast_backup_s, ctx.target.n_layers, draft.n_layers,
+                   params.draft_collectives)
+
+
+def _draft_steps(p: SSDPlan, context: int, rows: int, branch: int, k: int, label: str,
+                 flag: dict | None = None):
+    """K draft steps over ``rows`` rows; stops early once ``flag['abort']`` is set."""
+    handle = None
+    for j in range(p.k):
+        if flag is not None and flag["abort"]:
+            break
+        handle = yield Forward("draft", "draft", (0, p.draft_layers), 1, rows, context + j,
+                               head="lm", emit="sample", k=k, branch=branch, inputs=handle,
+                               collectives=p.collectives, label=label)
+    return handle
+
+
+def _backup(ctx: PolicyContext, p: SSDPlan, context: int, jit: bool):
+    """The backup's speculation; returns (handle, Verify fields for it)."""
+    if jit:
+        handle = yield from _draft_steps(p, context, ctx.batch, BACKUP, 1, BACKUP_LABEL)
+        return handle, {"scale": p.scale}
+    yield Delay(p.fast_backup_s, device="draft", label=BACKUP_LABEL)
+    return None, {"expected": p.fast_expected}
+
+
+def _round(ctx: PolicyContext, p: SSDPlan, context: int, branch: int, fields: dict):
+    """Verify this round's speculation while the draft pre-speculates the next."""
+    b = ctx.batch
+    flag = {"abort": False}
+    task = yield Spawn(_draft_steps(p, context + p.k, b * p.branches, CACHE, p.branches,
+                                    PRESPEC, flag))
+    logits = yield Forward("target", "target", (0, p.n_layers), p.k + 1, b, context,
+                           head="lm", label=VERIFY)
+    verdict = yield Verify(p.k, b, target=logits, branch=branch, label=VERIFY, **fields)
+    hit = yield Outcome("cache_hit", p.hit_row, batch=b, label="cache hit")
+    yield Transfer("target", "draft", b * VERDICT_BYTES, payload=verdict, label=TO_DRAFT)
+    flag["abort"] = not hit
+    (handle,) = yield Join((task,))
+    if hit:
+        branch, fields = CACHE, {"scale": p.scale}
+    else:
+        handle, fields = yield from _backup(ctx, p, context, p.backup == "jit")
+        branch = BACKUP
+    yield Transfer("draft", "target", b * p.k * ENTRY_BYTES, payload=handle,
+                   label=TO_TARGET)
+    return verdict, hit, branch, fields
+
+
+def _schedule(ctx: PolicyContext, p: SSDPlan):
+    done, rounds, hits = 0.0, 0, 0
+    handle, fields = yield from _backup(ctx, p, ctx.context(0), True)  # first speculation
+    yield Transfer("draft", "target", ctx.batch * p.k * ENTRY_BYTES, payload=handle,
+                   label=TO_TARGET)
+    branch = BACKUP
+    while done < ctx.budget:
+        verdict, hit, branch, fields = yield from _round(
+            ctx, p, ctx.context(done / ctx.batch), branch, fields)
+        done += verdict.tokens
+        rounds += 1
+        hits += int(hit)
+    return {"steps": rounds, "tokens": done, "cache_hits": hits, "fanout": list(p.fanout),
+            "speculations_per_row": p.branches, "hit_rate_per_row": p.hit_row,
+            "all_hit_probability": p.hit_row ** ctx.batch, "acceptance_scale": p.scale,
+            "backup": p.backup}
+
+
+def ssd_timeline(spans) -> dict:
+    """Mean time per round on the target's critical path, split into verify,
+    waiting for the draft (rendezvous messages, unfinished pre-speculation) and
+    fallback (the backup's compute after a miss)."""
+    starts = sorted(s.start_s for s in spans if s.name == VERIFY)
+    if not starts:
+        return {}
+    rounds = len(starts)
+    total = max(s.end_s for s in spans) - starts[0]
+    verify = covered_s(intervals(spans, (VERIFY,))) / rounds
+    fallback = covered_s([iv for iv in intervals(spans, (BACKUP_LABEL,))
+                          if iv[0] >= starts[0]]) / rounds
+    return {"round_time_s": total / rounds, "verify_time_s": verify,
+            "wait_for_draft_time_s": total / rounds - verify - fallback,
+            "fallback_time_s": fallback}
+
+
+@register("ssd", SSDParams, needs_draft=True, timeline=ssd_timeline)
+def ssd(ctx: PolicyContext, params: SSDParams):
+    """SSD/SAGUARO: the draft pre-speculates next-round outcomes during the verify."""
+    return _schedule(ctx, plan(ctx, params))
