@@ -1,0 +1,46 @@
+"""hetspec replay: re-simulate a measured run with its own acceptance trace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "replay", help="re-simulate a measured run and compare the two",
+        description="Simulate the configuration of a measured run on a profile (default: "
+                    "the run's own platform) with the accepted lengths and events it "
+                    "recorded, print predicted beside measured metrics, and write both "
+                    "timelines side by side in one Chrome trace (open in Perfetto).",
+        epilog="example: hetspec replay runs/sd-1/record.json --profile calibrated.yaml "
+               "--json")
+    p.add_argument("run", metavar="RUN_RECORD", help="record.json of a measured run "
+                   "(or its directory)")
+    p.add_argument("--profile", help="platform name or YAML (e.g. calibrated.yaml)")
+    p.add_argument("--trace", metavar="PATH", help="side-by-side Chrome trace (default: "
+                   "replay-trace.json beside the record)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_replay)
+
+
+def _replay(args) -> int:
+    from analyses.cli import emit_json
+    from analyses.replay import load_run, replay, side_by_side_trace
+    from simcore.records import atomic_write_text
+
+    run = load_run(args.run)
+    rep = replay(run, args.profile)
+    trace = Path(args.trace) if args.trace else run.path.parent / "replay-trace.json"
+    atomic_write_text(trace, json.dumps(side_by_side_trace(rep, run)))
+    out = {"run": str(run.path), "profile": rep.config.platform, "trace": str(trace),
+           "predicted": rep.predicted, "measured": rep.measured, "error": rep.errors()}
+    if args.json:
+        emit_json(out)
+        return 0
+    print(f"{rep.label} on {rep.config.platform}:")
+    for key, err in rep.errors().items():
+        print(f"  {key:18s} measured {rep.measured[key]:.5g}  simulated "
+              f"{rep.predicted[key]:.5g}  ({err:+.1%})")
+    print(f"  timelines side by side: {trace}")
+    return 0

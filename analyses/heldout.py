@@ -1,0 +1,147 @@
+"""A calibration session: split runs, fit, judge on held-out runs, write the profile.
+
+Runs of the fitting policies (AR and SD by default) are fitted; when a fitting
+policy has several runs, every other one (in name order) is held out too. Every
+run of another schedule is held out: it is replayed on the calibrated profile
+with its own acceptance trace and compared end to end, and its spans are
+compared per operation kind.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from analyses.calibrate import Terms, apply, current_value, fit, op_kind_errors
+from analyses.replay import MeasuredRun, check_run_fits, find_runs, load_run, replay
+from hwprofiles import Platform, load_platform
+from simcore.records import atomic_write_text
+
+
+def split_runs(runs: list[MeasuredRun], fit_policies: list[str]):
+    """(fitting runs, held-out runs)."""
+    fitting, held = [], []
+    seen: dict[str, int] = {}
+    for run in sorted(runs, key=lambda r: r.name):
+        if run.policy not in fit_policies:
+            held.append(run)
+            continue
+        n = seen[run.policy] = seen.get(run.policy, 0) + 1
+        many = sum(r.policy == run.policy for r in runs) > 1
+        (held if many and n % 2 == 0 else fitting).append(run)
+    if not fitting:
+        raise ValueError(f"no run of the fitting policies ({', '.join(fit_policies)}) "
+                         "was found; record AR and SD runs or pass --fit-policies")
+    return fitting, held
+
+
+def check_same_models(runs: list[MeasuredRun]) -> None:
+    """All runs share one target (and one draft among those that have one)."""
+    first = runs[0]
+    for run in runs[1:]:
+        for role in ("target", "draft"):
+            a, b = first.inputs.get(role), run.inputs.get(role)
+            if a and b and a != b:
+                raise ValueError(f"run {run.name} measured {role} '{b}' but run "
+                                 f"{first.name} measured '{a}'; calibrate one "
+                                 "target/draft pair at a time (move the other runs out)")
+
+
+def _evaluate(profile_path: Path, platform: Platform, held: list[MeasuredRun]) -> dict:
+    terms = Terms(platform)
+    out = {"runs": [], "op_kinds": {}, "schedules": {}}
+    all_terms = [t for run in held for t in terms.of_run(run)]
+    if all_terms:
+        values = {p: current_value(platform, p) for t in all_terms
+                  for p in _params(t)}
+        out["op_kinds"] = op_kind_errors(all_terms, values)
+    for run in held:
+        errors = replay(run, str(profile_path)).errors()
+        out["runs"].append({"run": run.name, "policy": run.policy, **{
+            f"{k}_error": v for k, v in errors.items()}})
+    for policy in sorted({r["policy"] for r in out["runs"]}):
+        rows = [r for r in out["runs"] if r["policy"] == policy]
+        out["schedules"][policy] = {
+            "runs": len(rows),
+            "tokens_per_s_error": _median([r.get("tokens_per_s_error") for r in rows]),
+            "median_step_latency_error": _median([r.get("step_latency_s_error")
+                                                  for r in rows])}
+    return out
+
+
+def _params(term):
+    from analyses.calibrate import params_of
+
+    return params_of([term])
+
+
+def _median(values) -> float | None:
+    vals = [v for v in values if v is not None]
+    return float(np.median(vals)) if vals else None
+
+
+def _header(fitting, held, result, evaluation, date: str) -> str:
+    lines = ["Calibrated by 'hetspec calibrate' on " + date,
+             "fitted on runs: " + ", ".join(f"{r.name} ({r.policy})" for r in fitting),
+             f"spans fitted: {len(result.terms)}; median |residual| "
+             f"{result.median_abs_error:.1%}; converged: {result.success}"]
+    for p in result.values:
+        mark = " (not constrained by the runs: kept)" if p in result.unconstrained else ""
+        lines.append(f"  {p.label}: {result.initial[p]:.4g} -> {result.values[p]:.4g}{mark}")
+    lines.append("held-out runs: " + (", ".join(f"{r.name} ({r.policy})" for r in held)
+                                      or "none"))
+    for policy, s in evaluation["schedules"].items():
+        lines.append(f"  {policy}: tokens/s error {s['tokens_per_s_error']:+.1%}, median "
+                     f"step-latency error {s['median_step_latency_error']:+.1%} "
+                     f"({s['runs']} runs)")
+    for kind, s in evaluation["op_kinds"].items():
+        lines.append(f"  span {kind}: median |error| {s['median_abs_error']:.1%} "
+                     f"(bias {s['median_error']:+.1%}, {s['spans']} spans)")
+    return "".join(f"# {line}\n" for line in lines)
+
+
+def profile_text(platform: Platform, header: str) -> str:
+    data = platform.model_dump(mode="json", exclude_unset=True)
+    text = header + yaml.safe_dump(data, sort_keys=False, width=100, allow_unicode=True)
+    Platform.model_validate(yaml.safe_load(text))  # the file must load as written
+    return text
+
+
+def calibrate(runs_dir, profile: str, output, *,
+              fit_policies: tuple[str, ...] = ("ar", "sd")) -> dict:
+    """Fit ``profile`` to the runs under ``runs_dir`` and write ``output``."""
+    runs = [load_run(p) for p in find_runs(runs_dir)]
+    platform = load_platform(profile)
+    for run in runs:
+        check_run_fits(run, platform.name)
+    check_same_models(runs)
+    fitting, held = split_runs(runs, list(fit_policies))
+    terms = Terms(platform)
+    result = fit(platform, [t for run in fitting for t in terms.of_run(run)])
+    date = _dt.date.today().isoformat()
+    source = (f"calibrated: hetspec calibrate on runs {', '.join(r.name for r in fitting)}"
+              f" ({date}), median |residual| {result.median_abs_error:.1%} over "
+              f"{len(result.terms)} spans")
+    changed = {p: v for p, v in result.values.items() if p not in result.unconstrained}
+    fitted = apply(platform, changed, source)
+    fitted = fitted.model_copy(update={"description": (
+        f"{platform.description.strip()} Calibrated by hetspec calibrate on {date} "
+        f"from measured runs {', '.join(r.name for r in fitting)}.").strip()})
+    with tempfile.TemporaryDirectory() as tmp:
+        draft_path = Path(tmp) / "calibrated.yaml"
+        draft_path.write_text(profile_text(fitted, ""))
+        evaluation = _evaluate(draft_path, fitted, held)
+    text = profile_text(fitted, _header(fitting, held, result, evaluation, date))
+    atomic_write_text(output, text)
+    return {"profile": str(output), "fitted_runs": [r.name for r in fitting],
+            "held_out_runs": [r.name for r in held], "spans": len(result.terms),
+            "median_abs_residual": result.median_abs_error, "converged": result.success,
+            "parameters": {p.label: {"before": result.initial[p], "after": result.values[p],
+                                     "constrained": p not in result.unconstrained}
+                           for p in result.values},
+            "fit_op_kinds": op_kind_errors(result.terms, result.values), **{
+                "held_out": evaluation}}
