@@ -65,6 +65,7 @@ class _Pipeline:
         n = ctx.target.n_layers
         self.ctx = ctx
         self.bounds = [(a, min(a + exit_layer, n)) for a in range(0, n, exit_layer)]
+        self.roles = [f"stage{k}" for k in range(len(self.bounds))]
         self.act_bytes = ctx.target.hidden * ctx.target.dtype_bytes * ctx.batch
         self.epoch = 0  # bumped by every flush; tokens of an older epoch stop
         self.credit = 0.0  # error diffusion of match probabilities
@@ -75,17 +76,17 @@ class _Pipeline:
 
     def journey(self, hidden, context: int, epoch: int):
         """One token's way through stages 1..S-1; None when flushed on the way."""
-        b, last = self.ctx.batch, self.stages - 1
-        for k in range(1, self.stages):
+        b, roles, bounds, nbytes = self.ctx.batch, self.roles, self.bounds, self.act_bytes
+        last = len(roles) - 1
+        for k in range(1, last + 1):
             if self.epoch != epoch:
                 return None
-            yield Transfer(f"stage{k - 1}", f"stage{k}", self.act_bytes, payload=hidden,
-                           label="activations")
+            yield Transfer(roles[k - 1], roles[k], nbytes, hidden, "activations")
             if self.epoch != epoch:
                 return None
-            hidden = yield Forward("target", f"stage{k}", self.bounds[k], 1, b, context,
-                                   head="lm" if k == last else None, inputs=hidden,
-                                   label=f"stage{k}")
+            hidden = yield Forward("target", roles[k], bounds[k], 1, b, context,
+                                   "lm" if k == last else None, inputs=hidden,
+                                   label=roles[k])
         return hidden
 
     def matched(self, verdict) -> bool:

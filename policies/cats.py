@@ -1,0 +1,317 @@
+"""Memory-limited self-speculation with weights streamed from flash: CATS,
+Kangaroo, and autoregressive decoding under the same DRAM budget.
+
+The DRAM budget (``dram_budget_gb``) is what the schedule may spend on decoder
+layers: a streaming buffer of ``buffer_chunks`` chunks of ``chunk_layers``
+layers, and resident layers 1..P with P as large as the rest allows (embedding,
+LM head, adapters and KV cache are outside the budget). Layers P+1..N stream
+from the device's storage tier into the buffer chunk by chunk, in layer order,
+one chunk after another (never two at once), every cycle. A chunk starts
+streaming as soon as a buffer slot is free, so the next cycle's first chunks
+load while this cycle finishes and while the next one drafts: flash transfers
+overlap compute wherever the buffer allows. Every policy here pins as many
+layers as fit, so CATS and its AR baseline stream the same layers; CATS needs
+P >= L_SV, Kangaroo P >= L_DM.
+
+CATS cycle: gamma draft passes through layers 1..L_DM (+ draft adapter), one
+shallow-verifier pass over the gamma positions through L_DM+1..L_SV (+ SV
+adapter), the last draft token and ``corrections`` correction tokens
+re-forwarded through 1..L_SV under tree masking (resident layers: no flash
+traffic), one tree-masked target pass through L_SV+1..N over the main branch
+and the correction branches; the longest accepted prefix plus one token is
+committed. Kangaroo: gamma draft passes through 1..L_DM, then one verification
+pass over all N layers (the last draft token's first L_DM layers included).
+
+``mean_accepted`` (tokens committed per cycle, bonus included, the papers'
+beta+1) becomes ``Verify(expected=mean_accepted - 1)``: the simulator then draws
+accepted lengths whose mean is that (exactly that in deterministic mode); a
+real executor ignores it and reports the models' own acceptance. Without it the
+run's acceptance model (e.g. ``alpha``) decides.
+
+Metrics: ``bytes_per_token_gb`` is the papers' figure, decoder-layer weight
+bytes of the gamma draft passes, the shallow-verifier pass and the target pass
+(Kangaroo: the full verification pass) per committed token;
+``flash_bytes_per_token_gb`` counts the bytes that really crossed flash -> DRAM;
+``layer_bytes_read_per_token_gb`` counts every decoder-layer read, re-forwards
+included.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field
+
+from policies.base import PolicyContext, PolicyError, PolicyParams, register
+from policies.ops import Forward, Join, Spawn, StreamWeights, Verify
+
+ADAPTER_HEADS = {"norm": "exit", "transformer": "exit_layer"}
+
+
+class StreamParams(PolicyParams):
+    dram_budget_gb: float = Field(gt=0, description="DRAM for decoder layers: resident "
+                                                    "layers plus the streaming buffer")
+    chunk_layers: int = Field(1, ge=1, description="layers per streamed chunk")
+    buffer_chunks: int = Field(2, ge=1, description="chunks the streaming buffer holds "
+                                                    "(2: double buffering)")
+
+
+class KangarooParams(StreamParams):
+    gamma: int = Field(5, ge=1, le=64, description="draft tokens per cycle")
+    l_dm: int = Field(3, ge=1, description="layers of the draft (1..L_DM)")
+    mean_accepted: float | None = Field(
+        None, ge=1, description="tokens committed per cycle, bonus included (beta+1); "
+                                "default: from the acceptance model")
+    adapter: Literal["norm", "transformer"] = Field(
+        "transformer", description="adapter heads: norm + projection, or one decoder "
+                                   "layer before them")
+
+
+class CATSParams(KangarooParams):
+    l_sv: int | None = Field(None, ge=2, description="last layer of the shallow verifier "
+                                                     "(default: the deepest that fits)")
+    corrections: int = Field(1, ge=0, description="correction tokens re-forwarded and "
+                                                  "verified as tree branches per cycle")
+
+
+def _stream_baseline(p: StreamParams) -> tuple[str, dict]:
+    return "ar_stream", {"dram_budget_gb": p.dram_budget_gb, "chunk_layers": p.chunk_layers,
+                         "buffer_chunks": p.buffer_chunks}
+
+
+def _self_baseline(p: StreamParams) -> tuple[str, dict]:
+    return "ar_stream", p.model_dump(exclude_unset=True)
+
+
+# memory plan -------------------------------------------------------------------
+@dataclass(frozen=True)
+class Plan:
+    """Which decoder layers are resident and which stream, chunk by chunk."""
+
+    n_layers: int
+    layer_bytes: float
+    resident: int
+    buffer_layers: int
+    chunks: tuple[tuple[int, int], ...]
+
+
+def plan_memory(ctx: PolicyContext, p: StreamParams, policy: str, pinned: int = 0,
+                pin_name: str = "") -> Plan:
+    """Resident layers and streamed chunks for the budget; a clear error when the
+    budget cannot hold the buffer or the ``pinned`` layers the policy needs."""
+    spec = ctx.target
+    n, layer_bytes = spec.n_layers, spec.layer_bytes
+    fit = int(p.dram_budget_gb * 1e9 // layer_bytes)
+    buffer_layers = p.chunk_layers * p.buffer_chunks
+    resident = n if fit >= n else max(0, fit - buffer_layers)
+    if fit < n and fit < buffer_layers:
+        raise PolicyError(
+            f"{policy}: dram_budget_gb={p.dram_budget_gb:g} cannot hold the streaming "
+            f"buffer of {buffer_layers} layers of {spec.name} "
+            f"({buffer_layers * layer_bytes / 1e9:.2f} GB); raise dram_budget_gb or lower "
+            "buffer_chunks / chunk_layers")
+    if resident < pinned:
+        need_gb = (pinned + buffer_layers) * layer_bytes / 1e9
+        raise PolicyError(
+            f"{policy}: dram_budget_gb={p.dram_budget_gb:g} holds {resident} resident layers "
+            f"of {spec.name} ({layer_bytes / 1e9:.4f} GB each) beside a {buffer_layers}-layer "
+            f"streaming buffer, but {pin_name}={pinned} pins {pinned}; the largest "
+            f"{pin_name} that fits is {resident}, or raise dram_budget_gb to at least "
+            f"{need_gb:.2f}")
+    chunks = tuple((a, min(a + p.chunk_layers, n)) for a in range(resident, n, p.chunk_layers))
+    return Plan(n, layer_bytes, resident, buffer_layers, chunks)
+
+
+# flash streaming ----------------------------------------------------------------
+class FlashStreamer:
+    """Streams the plan's chunks in order, cycle after cycle, into a ring of
+    buffer slots: chunk j+slots starts once chunk j has been computed, and each
+    stream waits for the one before it (flash reads run one at a time)."""
+
+    def __init__(self, plan: Plan, slots: int, device: str = "target"):
+        self.plan, self.slots, self.device = plan, slots, device
+        self.pending: deque = deque()  # (chunk, task), oldest first
+        self.next = 0
+        self.last_task = None
+        self.stopped = False
+        self.flash_bytes = 0.0
+
+    def _load(self, previous, chunk):
+        if previous is not None:
+            yield Join((previous,))
+        if self.stopped:
+            return
+        nbytes = (chunk[1] - chunk[0]) * self.plan.layer_bytes
+        self.flash_bytes += nbytes
+        yield StreamWeights(self.device, "target", chunk, nbytes,
+                            label=f"stream layers {chunk[0]}-{chunk[1] - 1}")
+
+    def fill(self):
+        """Start streams into every free buffer slot."""
+        chunks = self.plan.chunks
+        while chunks and len(self.pending) < self.slots:
+            chunk = chunks[self.next % len(chunks)]
+            self.next += 1
+            self.last_task = yield Spawn(self._load(self.last_task, chunk))
+            self.pending.append((chunk, self.last_task))
+
+    def take(self):
+        """Wait until the oldest chunk is in DRAM; returns its layer range."""
+        chunk, task = self.pending[0]
+        yield Join((task,))
+        return chunk
+
+    def release(self):
+        """The oldest chunk has been computed: its slot takes the next chunk."""
+        self.pending.popleft()
+        yield from self.fill()
+
+
+def target_pass(streamer: FlashStreamer, first: int, n_tokens: int, batch: int,
+                context: int, label: str = "target"):
+    """Layers first..N over n_tokens positions: resident ones, then each streamed
+    chunk once it has arrived. Returns the last Forward's handle (LM logits)."""
+    plan = streamer.plan
+    n, handle = plan.n_layers, None
+    if first < plan.resident:
+        handle = yield Forward("target", "target", (first, plan.resident), n_tokens, batch,
+                               context, head="lm" if plan.resident == n else None,
+                               label=label)
+    for _ in plan.chunks:
+        chunk = yield from streamer.take()
+        handle = yield Forward("target", "target", chunk, n_tokens, batch, context,
+                               head="lm" if chunk[1] == n else None, inputs=handle,
+                               label=f"{label} (streamed)")
+        yield from streamer.release()
+    return handle
+
+
+class _Ledger:
+    """Decoder-layer bytes per committed token: papers' count and every read."""
+
+    def __init__(self, plan: Plan, streamer: FlashStreamer):
+        self.plan, self.streamer = plan, streamer
+        self.paper_layers = 0
+        self.read_layers = 0
+
+    def metrics(self, tokens: float, steps: int) -> dict:
+        per_token_gb = self.plan.layer_bytes / 1e9 / tokens
+        return {"steps": steps, "tokens": tokens,
+                "bytes_per_token_gb": self.paper_layers * per_token_gb,
+                "layer_bytes_read_per_token_gb": self.read_layers * per_token_gb,
+                "flash_bytes_per_token_gb": self.streamer.flash_bytes / 1e9 / tokens,
+                "resident_layers": self.plan.resident,
+                "streamed_layers": self.plan.n_layers - self.plan.resident}
+
+
+# schedules ---------------------------------------------------------------------------
+@register("ar_stream", StreamParams, streams_weights=True, baseline=_self_baseline)
+def ar_stream(ctx: PolicyContext, params: StreamParams):
+    """Autoregressive decoding under a DRAM budget, streaming what does not fit."""
+    plan = plan_memory(ctx, params, "ar_stream")
+    return _ar_stream(ctx, plan, FlashStreamer(plan, params.buffer_chunks))
+
+
+def _ar_stream(ctx: PolicyContext, plan: Plan, streamer: FlashStreamer):
+    ledger, b = _Ledger(plan, streamer), ctx.batch
+    yield from streamer.fill()
+    done, steps = 0.0, 0
+    while done < ctx.budget:
+        logits = yield from target_pass(streamer, 0, 1, b, ctx.context(done / b))
+        verdict = yield Verify(0, b, target=logits, label="sample")
+        done += verdict.tokens
+        steps += 1
+        ledger.paper_layers += plan.n_layers
+        ledger.read_layers += plan.n_layers
+    streamer.stopped = True
+    return ledger.metrics(done, steps)
+
+
+def _expected(params: KangarooParams, policy: str) -> float | None:
+    m = params.mean_accepted
+    if m is not None and m > params.gamma + 1:
+        raise PolicyError(f"{policy}: mean_accepted={m:g} exceeds gamma + 1 = "
+                          f"{params.gamma + 1} tokens a cycle can commit; lower it or "
+                          "raise gamma")
+    return None if m is None else m - 1
+
+
+def _drafts(params: KangarooParams, batch: int, context: int):
+    head = ADAPTER_HEADS[params.adapter]
+    for i in range(params.gamma):
+        yield Forward("target", "target", (0, params.l_dm), 1, batch, context + i,
+                      head=head, emit="sample", label="draft")
+
+
+@register("kangaroo", KangarooParams, streams_weights=True, baseline=_stream_baseline)
+def kangaroo(ctx: PolicyContext, params: KangarooParams):
+    """Kangaroo: draft with layers 1..L_DM + adapter, verify with the whole model."""
+    if params.l_dm >= ctx.target.n_layers:
+        raise PolicyError(f"kangaroo: l_dm={params.l_dm} must be below the target's "
+                          f"{ctx.target.n_layers} layers; choose e.g. l_dm=3")
+    expected = _expected(params, "kangaroo")
+    plan = plan_memory(ctx, params, "kangaroo", params.l_dm, "l_dm")
+    return _kangaroo(ctx, params, plan, expected)
+
+
+def _kangaroo(ctx, params: KangarooParams, plan: Plan, expected):
+    streamer = FlashStreamer(plan, params.buffer_chunks)
+    ledger, b, gamma, l_dm = _Ledger(plan, streamer), ctx.batch, params.gamma, params.l_dm
+    yield from streamer.fill()
+    done, steps = 0.0, 0
+    while done < ctx.budget:
+        context = ctx.context(done / b)
+        yield from _drafts(params, b, context)
+        yield Forward("target", "target", (0, l_dm), 1, b, context + gamma,
+                      label="verify (last draft, draft layers)")
+        logits = yield from target_pass(streamer, l_dm, gamma + 1, b, context, "verify")
+        verdict = yield Verify(gamma, b, target=logits, expected=expected, label="verify")
+        done += verdict.tokens
+        steps += 1
+        ledger.paper_layers += gamma * l_dm + plan.n_layers
+        ledger.read_layers += gamma * l_dm + plan.n_layers
+    streamer.stopped = True
+    return ledger.metrics(done, steps)
+
+
+@register("cats", CATSParams, streams_weights=True, baseline=_stream_baseline)
+def cats(ctx: PolicyContext, params: CATSParams):
+    """CATS: draft, shallow verifier and flash-streamed tree-masked target pass."""
+    n = ctx.target.n_layers
+    expected = _expected(params, "cats")
+    l_sv = params.l_sv
+    if l_sv is None:
+        l_sv = min(plan_memory(ctx, params, "cats").resident, n - 1)
+    if not params.l_dm < l_sv < n:
+        raise PolicyError(f"cats: need l_dm < l_sv < {n} (the target's layers), got "
+                          f"l_dm={params.l_dm}, l_sv={l_sv}; choose e.g. l_dm=3, l_sv=15"
+                          + ("" if params.l_sv else "; the budget fits no deeper l_sv, so "
+                             "raise dram_budget_gb"))
+    plan = plan_memory(ctx, params, "cats", l_sv, "l_sv")
+    return _cats(ctx, params, plan, l_sv, expected)
+
+
+def _cats(ctx, params: CATSParams, plan: Plan, l_sv: int, expected):
+    streamer = FlashStreamer(plan, params.buffer_chunks)
+    ledger, b = _Ledger(plan, streamer), ctx.batch
+    gamma, l_dm, extra = params.gamma, params.l_dm, params.corrections
+    head = ADAPTER_HEADS[params.adapter]
+    yield from streamer.fill()
+    done, steps = 0.0, 0
+    while done < ctx.budget:
+        context = ctx.context(done / b)
+        yield from _drafts(params, b, context)
+        yield Forward("target", "target", (l_dm, l_sv), gamma, b, context, head=head,
+                      emit="topk", k=extra + 1, label="shallow verify")
+        yield Forward("target", "target", (0, l_sv), 1 + extra, b, context + gamma,
+                      label="correction re-forward")
+        logits = yield from target_pass(streamer, l_sv, gamma + 1 + extra, b, context)
+        verdict = yield Verify(gamma, b, target=logits, expected=expected, label="verify")
+        done += verdict.tokens
+        steps += 1
+        ledger.paper_layers += gamma * l_dm + plan.n_layers - l_dm
+        ledger.read_layers += gamma * l_dm + plan.n_layers - l_dm + l_sv
+    streamer.stopped = True
+    return ledger.metrics(done, steps) | {"l_sv": l_sv}

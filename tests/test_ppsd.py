@@ -1,0 +1,154 @@
+"""PPSD and EESD: eq. 6 and eq. 4 in deterministic mode, the limits in alpha,
+and the real A100 node's costs pulling PPSD below eq. 6."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from analyses.api import law, simulate
+from analyses.cli import main
+from analyses.config import SimConfig
+from analyses.laws import ppsd as ppsd_law
+from hwprofiles import Platform, load_model
+from policies import PolicyContext, acceptance, build
+from simcore import Outcomes, Simulator
+
+N_STAGES = 8
+
+
+def _ideal_platform() -> Platform:
+    """Eight devices, no launch overhead, links that cost nothing: the law's world."""
+    tiers = [{"name": f"hbm{i}", "kind": "hbm", "capacity_bytes": 80e9,
+              "bandwidth_gb_s": 2000.0,
+              "sources": {"capacity_bytes": "test", "bandwidth_gb_s": "test"}}
+             for i in range(N_STAGES)]
+    devices = [{"name": f"gpu{i}", "kind": "gpu", "memory": f"hbm{i}",
+                "peak_flops": {"fp16": 312e12}, "sources": {"peak_flops": "test"}}
+               for i in range(N_STAGES)]
+    links = [{"name": f"link-{a}-{b}", "endpoints": [f"gpu{a}", f"gpu{b}"], "latency_s": 0.0,
+              "bandwidth_gb_s": 1e12, "sources": {"latency_s": "test", "bandwidth_gb_s": "test"}}
+             for a, b in itertools.combinations(range(N_STAGES), 2)]
+    placement = {"target": "gpu0", **{f"stage{i}": f"gpu{i}" for i in range(N_STAGES)}}
+    return Platform(name="ideal-8", memory_tiers=tiers, devices=devices, links=links,
+                    placement=placement)
+
+
+IDEAL = _ideal_platform()
+# Vicuna-7B's layers with an 8-word vocabulary: heads cost ~1e-4 of a layer, so the
+# stages are balanced as eq. 6 and eq. 4 assume (they count layers only).
+LAYERS_ONLY = load_model("vicuna-7b").model_copy(update={"vocab": 8})
+
+
+def _tokens_per_s(policy: str, params: dict, alpha: float, tokens: int = 1000,
+                  deterministic: bool = True) -> tuple[float, dict]:
+    ctx = PolicyContext(target=LAYERS_ONLY, tokens=tokens, fixed_context=True)
+    outcomes = Outcomes(acceptance.build("iid", alpha=alpha), seed=1,
+                        deterministic=deterministic)
+    sim = Simulator(IDEAL, {"target": LAYERS_ONLY}, outcomes, record_spans=False)
+    result = sim.run(build(policy, ctx, params))
+    return result.tokens / result.time_s, result.stats
+
+
+def _speedup(policy: str, params: dict, alpha: float) -> float:
+    return _tokens_per_s(policy, params, alpha)[0] / _tokens_per_s("ar", {}, alpha)[0]
+
+
+def test_law_example_vicuna_7b():
+    assert round(law("ppsd", n_layers=32, exit_layer=8, alpha=0.3226)["speedup"], 2) == 1.32
+
+
+@pytest.mark.parametrize("exit_layer,alpha", [(8, 0.3226), (8, 0.6738), (4, 0.5),
+                                              (16, 0.8)])
+def test_ppsd_equals_eq6_with_balanced_stages_and_free_links(exit_layer, alpha):
+    simulated = _speedup("ppsd", {"exit_layer": exit_layer}, alpha)
+    assert simulated == pytest.approx(ppsd_law(32, exit_layer, alpha)["speedup"], rel=0.01)
+
+
+@pytest.mark.parametrize("gamma,alpha", [(5, 0.3226), (5, 0.6738), (3, 0.9)])
+def test_eesd_equals_eq4(gamma, alpha):
+    simulated = _speedup("eesd", {"exit_layer": 8, "gamma": gamma}, alpha)
+    expected = ppsd_law(32, 8, alpha, gamma)["eesd_speedup"]
+    assert simulated == pytest.approx(expected, rel=0.01)
+
+
+def test_ppsd_alpha_zero_is_no_slower_than_ar():
+    # every token waits for the whole pipeline; what remains is the 8-word exit
+    # head on stage 0, about 1e-5 of a token's time
+    assert _speedup("ppsd", {"exit_layer": 8}, 0.0) >= 1 - 1e-4
+
+
+def test_ppsd_alpha_one_approaches_n_over_e():
+    # one token per stage time, after the pipeline fills once
+    speedup = _speedup("ppsd", {"exit_layer": 8}, 1.0)
+    assert 0.99 * 4 < speedup <= 4
+
+
+def test_deterministic_match_rate_is_alpha_and_flushes_follow():
+    _, stats = _tokens_per_s("ppsd", {"exit_layer": 8}, 0.25, tokens=1000)
+    assert stats["match_rate"] == pytest.approx(0.25, abs=1e-3)
+    assert stats["steps"] == pytest.approx(750, abs=2)  # one run per mismatch
+    assert stats["tokens"] == 1000
+
+
+def _a100(alpha: float, head: str, deterministic: bool = True, **kw) -> dict:
+    config = SimConfig(platform="a100-sxm-8x", target="vicuna-7b", policy="ppsd",
+                       params={"exit_layer": 8, "exit_head": head},
+                       acceptance={"kind": "iid", "alpha": alpha}, tokens=500,
+                       deterministic=deterministic, fixed_context=deterministic, **kw)
+    return simulate(config).metrics
+
+
+@pytest.mark.parametrize("alpha", [0.3226, 0.6738])
+def test_real_links_and_exit_heads_fall_below_eq6(alpha):
+    eq6 = ppsd_law(32, 8, alpha)["speedup"]
+    norm, transformer = _a100(alpha, "norm"), _a100(alpha, "transformer")
+    assert transformer["speedup_vs_ar"] < norm["speedup_vs_ar"] < eq6
+    assert norm["speedup_vs_ar"] > 0.9 * eq6  # the heads and links cost a few percent
+
+
+def test_random_mode_is_seeded_and_tracks_alpha():
+    first, second = _a100(0.6738, "norm", False, seed=3), _a100(0.6738, "norm", False, seed=3)
+    assert first == second
+    assert first["match_rate"] == pytest.approx(0.6738, abs=0.05)
+    assert _a100(0.6738, "norm", False, seed=4)["tokens_per_s"] != first["tokens_per_s"]
+
+
+def test_pipeline_spans_cover_every_stage_and_link():
+    config = SimConfig(platform="a100-sxm-8x", target="vicuna-7b", policy="ppsd",
+                       params={"exit_layer": 8}, tokens=50, seed=1)
+    spans = simulate(config, baseline=False).result.spans
+    compute = {s.device for s in spans if s.kind == "compute"}
+    assert compute == {"gpu0", "gpu1", "gpu2", "gpu3"}
+    links = {s.device for s in spans if s.kind == "transfer"}
+    assert {"link:nvlink-0-1", "link:nvlink-1-2", "link:nvlink-2-3"} <= links
+
+
+@pytest.mark.parametrize("argv", [
+    ["simulate", "--platform", "a100-sxm-8x", "--target", "vicuna-7b", "--policy", "ppsd",
+     "--set", "exit_layer=8", "--set", "alpha=0.6738", "--set", "exit_head=transformer",
+     "--tokens", "2000", "--seed", "1", "--json"],
+    ["simulate", "--platform", "a100-sxm-8x", "--target", "vicuna-7b", "--policy", "eesd",
+     "--set", "exit_layer=8", "--set", "gamma=5", "--set", "alpha=0.6738", "--tokens",
+     "2000", "--seed", "1", "--json"],
+])
+def test_issue_command_lines(argv, capsys):
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["tokens"] >= 2000 and data["speedup_vs_ar"] > 1
+
+
+def test_law_command_line(capsys):
+    assert main(["law", "ppsd", "--set", "n_layers=32", "--set", "exit_layer=8", "--set",
+                 "alpha=0.3226", "--json"]) == 0
+    assert round(json.loads(capsys.readouterr().out)["speedup"], 2) == 1.32
+
+
+def test_exit_layer_past_the_model_is_one_clear_sentence(capsys):
+    argv = ["simulate", "--platform", "a100-sxm-8x", "--target", "vicuna-7b", "--policy",
+            "ppsd", "--set", "exit_layer=32", "--tokens", "10"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "exit_layer" in err and "Traceback" not in err and len(err.splitlines()) == 1
