@@ -51,8 +51,8 @@ ADAPTER_HEADS = {"norm": "exit", "transformer": "exit_layer"}
 
 
 class StreamParams(PolicyParams):
-    dram_budget_gb: float = Field(gt=0, description="DRAM for decoder layers: resident "
-                                                    "layers plus the streaming buffer")
+    dram_budget_gb: float | None = Field(None, gt=0, description="DRAM for decoder layers: "
+                                         "resident layers plus the streaming buffer")
     chunk_layers: int = Field(1, ge=1, description="layers per streamed chunk")
     buffer_chunks: int = Field(2, ge=1, description="chunks the streaming buffer holds "
                                                     "(2: double buffering)")
@@ -98,11 +98,16 @@ class Plan:
 
 
 def plan_memory(ctx: PolicyContext, p: StreamParams, policy: str, pinned: int = 0,
-                pin_name: str = "") -> Plan:
+                pin_name: str = "", smallest: int = 1) -> Plan:
     """Resident layers and streamed chunks for the budget; a clear error when the
-    budget cannot hold the buffer or the ``pinned`` layers the policy needs."""
+    budget cannot hold the buffer or the first ``pinned`` layers the policy needs
+    (``pin_name`` names the parameter that sets them, ``smallest`` its least
+    valid value)."""
     spec = ctx.target
     n, layer_bytes = spec.n_layers, spec.layer_bytes
+    if p.dram_budget_gb is None:
+        raise PolicyError(f"{policy} needs dram_budget_gb, the DRAM its decoder layers may "
+                          "use; pass e.g. --set dram_budget_gb=8")
     fit = int(p.dram_budget_gb * 1e9 // layer_bytes)
     buffer_layers = p.chunk_layers * p.buffer_chunks
     resident = n if fit >= n else max(0, fit - buffer_layers)
@@ -113,13 +118,16 @@ def plan_memory(ctx: PolicyContext, p: StreamParams, policy: str, pinned: int = 
             f"({buffer_layers * layer_bytes / 1e9:.2f} GB); raise dram_budget_gb or lower "
             "buffer_chunks / chunk_layers")
     if resident < pinned:
-        need_gb = (pinned + buffer_layers) * layer_bytes / 1e9
+        def need_gb(layers: int) -> float:
+            return (layers + buffer_layers) * layer_bytes / 1e9 + 0.005
+        fix = (f"choose {pin_name} <= {resident} or raise dram_budget_gb to at least "
+               f"{need_gb(pinned):.2f}" if resident >= smallest else
+               f"even the smallest {pin_name}={smallest} needs dram_budget_gb >= "
+               f"{need_gb(smallest):.2f}")
         raise PolicyError(
             f"{policy}: dram_budget_gb={p.dram_budget_gb:g} holds {resident} resident layers "
             f"of {spec.name} ({layer_bytes / 1e9:.4f} GB each) beside a {buffer_layers}-layer "
-            f"streaming buffer, but {pin_name}={pinned} pins {pinned}; the largest "
-            f"{pin_name} that fits is {resident}, or raise dram_budget_gb to at least "
-            f"{need_gb:.2f}")
+            f"streaming buffer, but {pin_name}={pinned} pins {pinned}; {fix}")
     chunks = tuple((a, min(a + p.chunk_layers, n)) for a in range(resident, n, p.chunk_layers))
     return Plan(n, layer_bytes, resident, buffer_layers, chunks)
 
@@ -281,15 +289,16 @@ def cats(ctx: PolicyContext, params: CATSParams):
     """CATS: draft, shallow verifier and flash-streamed tree-masked target pass."""
     n = ctx.target.n_layers
     expected = _expected(params, "cats")
+    if params.l_dm >= n - 1:
+        raise PolicyError(f"cats: l_dm={params.l_dm} leaves no layers for the shallow "
+                          f"verifier and the target pass of {n}; choose e.g. l_dm=3")
     l_sv = params.l_sv
-    if l_sv is None:
-        l_sv = min(plan_memory(ctx, params, "cats").resident, n - 1)
+    if l_sv is None:  # the deepest verifier the budget holds, at least l_dm + 1
+        l_sv = max(min(plan_memory(ctx, params, "cats").resident, n - 1), params.l_dm + 1)
     if not params.l_dm < l_sv < n:
-        raise PolicyError(f"cats: need l_dm < l_sv < {n} (the target's layers), got "
-                          f"l_dm={params.l_dm}, l_sv={l_sv}; choose e.g. l_dm=3, l_sv=15"
-                          + ("" if params.l_sv else "; the budget fits no deeper l_sv, so "
-                             "raise dram_budget_gb"))
-    plan = plan_memory(ctx, params, "cats", l_sv, "l_sv")
+        raise PolicyError(f"cats: l_sv={l_sv} must lie between l_dm={params.l_dm} and the "
+                          f"target's {n} layers; choose e.g. l_sv={min(n - 1, 15)}")
+    plan = plan_memory(ctx, params, "cats", l_sv, "l_sv", params.l_dm + 1)
     return _cats(ctx, params, plan, l_sv, expected)
 
 
