@@ -1,0 +1,65 @@
+"""What a schedule will touch, learnt by dry-running it before the real run.
+
+The executor must know which models run on which placement roles, and how deep,
+to start the right devices with the right weights and to fill their KV caches
+with the prompt before the clock starts (the simulator assumes the prompt is
+already cached). A policy is a plain generator, so a dry run costs nothing:
+drive a fresh schedule with stand-in results for its first steps and note
+every Forward's (device role, model, deepest layer).
+"""
+
+from __future__ import annotations
+
+from policies.ops import Join, Outcome, Parallel, Spawn, Verdict, Verify, Forward
+
+DRY_STEPS = 3
+DRY_OPS = 5000
+
+
+class _Stop(Exception):
+    pass
+
+
+def footprint(schedule) -> dict[tuple[str, str], int]:
+    """{(device role, model role): deepest layer stop} of a schedule's Forwards."""
+    seen: dict[tuple[str, str], int] = {}
+    budget = {"ops": DRY_OPS, "verifies": DRY_STEPS}
+    try:
+        _drive(schedule, seen, budget)
+    except _Stop:
+        pass
+    return seen
+
+
+def _drive(gen, seen, budget):
+    value = None
+    while True:
+        try:
+            op = gen.send(value)
+        except StopIteration as stop:
+            return stop.value
+        budget["ops"] -= 1
+        if budget["ops"] <= 0:
+            raise _Stop
+        value = _stand_in(op, seen, budget)
+
+
+def _stand_in(op, seen, budget):
+    if isinstance(op, Forward):
+        key = (op.device, op.model)
+        seen[key] = max(seen.get(key, 0), op.layers[1])
+        return object()
+    if isinstance(op, Verify):
+        budget["verifies"] -= 1
+        if budget["verifies"] < 0:
+            raise _Stop
+        return Verdict((0,) * op.batch)
+    if isinstance(op, Outcome):
+        return False
+    if isinstance(op, Spawn):
+        return _drive(op.branch, seen, budget)
+    if isinstance(op, Join):
+        return tuple(op.tasks)
+    if isinstance(op, Parallel):
+        return tuple(_drive(b, seen, budget) for b in op.branches)
+    return getattr(op, "payload", None)

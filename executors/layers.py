@@ -1,0 +1,172 @@
+"""Layer-range execution of a decoder-only HF model with a preallocated KV cache.
+
+``Stack`` wraps a loaded Llama/Mistral/Qwen2/Qwen3 model and runs any range of
+its decoder layers over new positions of each row: row ``b`` feeds
+``n_fed[b]`` tokens at positions ``start[b]...``, its keys and values are
+written into ``KVCache`` there, and it attends to everything before them
+(plus an optional tree mask among the new positions). Rows may be ragged:
+shorter rows are padded, and the padding's cache entries lie past the row's
+valid length, where nothing reads them.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+class KVCache:
+    """Keys and values per layer: ``[batch, kv_heads, capacity, head_dim]``.
+
+    The cache stores; it does not know which positions are valid. The caller
+    (the executor's bookkeeping) passes each row's start position, so a rollback
+    costs nothing: later writes overwrite the rejected positions.
+    """
+
+    def __init__(self, batch: int, n_kv_heads: int, head_dim: int,
+                 dtype=torch.float32, device="cpu", capacity: int = 256):
+        self.shape = (batch, n_kv_heads, capacity, head_dim)
+        self.dtype, self.device = dtype, device
+        self.k: dict[int, torch.Tensor] = {}
+        self.v: dict[int, torch.Tensor] = {}
+
+    def buffers(self, layer: int, need: int) -> tuple[torch.Tensor, torch.Tensor]:
+        k = self.k.get(layer)
+        if k is None or k.shape[2] < need:
+            cap = max(self.shape[2], need)
+            while k is not None and cap < need:
+                cap *= 2
+            if k is not None and cap <= k.shape[2]:
+                cap = 2 * k.shape[2]
+            new_k = torch.zeros(*self.shape[:2], cap, self.shape[3], dtype=self.dtype,
+                                device=self.device)
+            new_v = torch.zeros_like(new_k)
+            if k is not None:
+                new_k[:, :, :k.shape[2]] = k
+                new_v[:, :, :k.shape[2]] = self.v[layer]
+            self.k[layer], self.v[layer] = new_k, new_v
+        return self.k[layer], self.v[layer]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for d in (self.k, self.v) for t in d.values())
+
+
+class Positions:
+    """Where each row's new tokens go, and the attention mask that follows."""
+
+    def __init__(self, start: list[int], n_fed: list[int], tree: torch.Tensor | None = None,
+                 device="cpu"):
+        self.start, self.n_fed = list(start), list(n_fed)
+        self.n = max(n_fed)
+        self.uniform = len(set(self.start)) == 1 and tree is None
+        self.end = max(s + self.n for s in self.start)
+        offs = torch.arange(self.n, device=device)
+        self.pos = torch.tensor(self.start, device=device)[:, None] + offs  # [B, n]
+        self.mask = self._mask(tree, device)
+
+    def _mask(self, tree, device):
+        if self.uniform and self.n == 1:
+            return None
+        keys = torch.arange(self.end, device=device)
+        mask = keys[None, None, :] <= self.pos[:, :, None]  # causal on absolute positions
+        if tree is not None:  # tree[b, i, j]: new token i may see new token j
+            for b, s in enumerate(self.start):
+                mask[b, :, s:s + self.n] &= tree[b, :self.n, :self.n]
+        return mask[:, None]  # [B, 1, n, S]
+
+
+class Stack:
+    """Runs layer ranges, the final norm and the LM head of one HF causal LM."""
+
+    def __init__(self, hf_model):
+        self.hf = hf_model
+        inner = hf_model.model
+        cfg = hf_model.config
+        self.embed, self.layers, self.norm = inner.embed_tokens, inner.layers, inner.norm
+        self.lm_head = hf_model.lm_head
+        self.rotary = inner.rotary_emb
+        self.n_layers = len(self.layers)
+        self.n_heads = cfg.num_attention_heads
+        self.n_kv_heads = cfg.num_key_value_heads or self.n_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads
+        self.hidden = cfg.hidden_size
+        self.vocab = cfg.vocab_size
+        self._cos = self._sin = None
+
+    def new_cache(self, batch: int, capacity: int = 256) -> KVCache:
+        return KVCache(batch, self.n_kv_heads, self.head_dim, self.embed.weight.dtype,
+                       self.embed.weight.device, capacity)
+
+    def _rope(self, pos: torch.Tensor, end: int):
+        if self._cos is None or self._cos.shape[0] < end:
+            size = max(1024, 1 << (end - 1).bit_length())
+            ids = torch.arange(size, device=self.embed.weight.device)[None]
+            cos, sin = self.rotary(self.embed.weight[:1], ids)
+            self._cos, self._sin = cos[0], sin[0]
+        return self._cos[pos][:, None], self._sin[pos][:, None]  # [B, 1, n, D]
+
+    @torch.inference_mode()
+    def run(self, cache: KVCache, layers: tuple[int, int], at: Positions,
+            tokens: torch.Tensor | None = None, hidden: torch.Tensor | None = None):
+        """Hidden states after layers [a, b) for the new positions ``at``."""
+        h = self.embed(tokens) if hidden is None else hidden
+        cos, sin = self._rope(at.pos, at.end)
+        for i in range(*layers):
+            h = self._layer(i, h, cache, at, cos, sin)
+        return h
+
+    @torch.inference_mode()
+    def head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Final norm and LM head (fp32 logits)."""
+        return self.lm_head(self.norm(hidden)).float()
+
+    def _layer(self, i, h, cache, at, cos, sin):
+        layer = self.layers[i]
+        attn = layer.self_attn
+        x = layer.input_layernorm(h)
+        bsz, n, _ = x.shape
+        q = attn.q_proj(x).view(bsz, n, self.n_heads, self.head_dim)
+        k = attn.k_proj(x).view(bsz, n, self.n_kv_heads, self.head_dim)
+        v = attn.v_proj(x).view(bsz, n, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        if hasattr(attn, "q_norm"):
+            q, k = attn.q_norm(q), attn.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        keys, values = self._store(cache, i, k, v, at)
+        out = self._attend(q, keys, values, at.mask)
+        h = h + attn.o_proj(out)
+        return h + layer.mlp(layer.post_attention_layernorm(h))
+
+    @staticmethod
+    def _store(cache: KVCache, i: int, k, v, at: Positions):
+        kbuf, vbuf = cache.buffers(i, at.end)
+        if at.uniform:
+            s = at.start[0]
+            kbuf[:, :, s:s + at.n] = k
+            vbuf[:, :, s:s + at.n] = v
+        else:
+            for b, s in enumerate(at.start):
+                kbuf[b, :, s:s + at.n] = k[b]
+                vbuf[b, :, s:s + at.n] = v[b]
+        return kbuf[:, :, :at.end], vbuf[:, :, :at.end]
+
+    def _attend(self, q, keys, values, mask):
+        """Grouped-query attention: each kv head serves its group of query heads,
+        folded into the query length so keys and values are never repeated."""
+        bsz, _, n, d = q.shape
+        group = self.n_heads // self.n_kv_heads
+        q = q.reshape(bsz, self.n_kv_heads, group * n, d)
+        if mask is not None:
+            mask = mask.expand(bsz, 1, n, mask.shape[-1])
+            mask = mask[:, :, None].expand(bsz, 1, group, n, mask.shape[-1])
+            mask = mask.reshape(bsz, 1, group * n, mask.shape[-1])
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+        out = out.view(bsz, self.n_heads, n, d).transpose(1, 2)
+        return out.reshape(bsz, n, self.n_heads * d)
+
+
+def _rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)

