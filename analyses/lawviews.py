@@ -103,27 +103,48 @@ def ssd_figure(c: Costs, alpha: float, points: list[tuple[float, float]]) -> go.
     return fig
 
 
+def _cats_defaults() -> dict:
+    """The registered cats schedule's defaults (stage split, buffer), if any."""
+    from policies import entry
+
+    out = {"gamma": 5, "l_dm": 3, "chunk_layers": 1, "buffer_chunks": 2}
+    try:
+        fields = entry("cats").params.model_fields
+    except ValueError:
+        return out
+    return {k: (fields[k].default if k in fields and fields[k].default is not None else v)
+            for k, v in out.items()}
+
+
 def cats_figure(c: Costs, alpha: float) -> go.Figure:
-    """Bytes read per committed token against the DRAM budget for weights."""
-    n = c.target.n_layers
+    """Bytes per committed token against the DRAM budget for decoder layers.
+
+    The law's bytes read per token (all weight traffic) does not depend on the
+    budget; what the budget changes is how much of it streams from flash: layers
+    1..P stay resident, P+1..N stream once per cycle (once per token for AR)."""
+    d = _cats_defaults()
+    n, gamma, l_dm = c.target.n_layers, d["gamma"], min(d["l_dm"], c.target.n_layers - 2)
     layer_gb = c.target.layer_bytes / 1e9
-    mean = _expected_tokens(alpha, c.gamma)
-    budgets, cats_bpt, kangaroo_bpt = [], [], []
-    for l_sv in range(2, n):
-        l_dm = max(1, l_sv // 2)
-        budgets.append(l_sv * layer_gb)
-        cats_bpt.append(laws.cats(layer_gb, n, c.gamma, l_dm, mean, l_sv)
-                        ["bytes_per_token_gb"])
-        kangaroo_bpt.append(laws.kangaroo(layer_gb, n, c.gamma, l_dm, mean)
-                            ["bytes_per_token_gb"])
+    mean = _expected_tokens(alpha, gamma)
+    l_sv = min(n - 1, 2 * l_dm)
+    buffer_layers = d["chunk_layers"] * d["buffer_chunks"]
+    budgets = np.linspace(buffer_layers * layer_gb, (n + buffer_layers) * layer_gb, 60)
+    resident = [min(n, max(0, int(b // layer_gb) - buffer_layers)) for b in budgets]
     fig = go.Figure()
-    fig.add_scatter(x=budgets, y=cats_bpt, mode="lines", name="CATS (3 stages)")
-    fig.add_scatter(x=budgets, y=kangaroo_bpt, mode="lines", name="Kangaroo (2 stages)")
-    fig.add_hline(y=n * layer_gb, line_dash="dot", annotation_text="AR: every layer per token")
-    fig.update_layout(title=f"CATS law: bytes per token vs DRAM budget (α={alpha}, "
-                            f"γ={c.gamma}; L_SV layers fit the budget, L_DM = L_SV/2)",
-                      xaxis_title="DRAM budget for draft + shallow-verifier layers [GB]",
-                      yaxis_title="decoder bytes read per token [GB]", **LAYOUT)
+    fig.add_scatter(x=budgets, y=[(n - p) * layer_gb for p in resident], mode="lines",
+                    name="AR: streamed per token")
+    fig.add_scatter(x=budgets, y=[(n - p) * layer_gb / mean for p in resident], mode="lines",
+                    name="CATS / Kangaroo: streamed per token")
+    fig.add_hline(y=laws.cats(layer_gb, n, gamma, l_dm, mean, l_sv)["bytes_per_token_gb"],
+                  line_dash="dash", annotation_text="CATS law: all weight bytes read per token")
+    fig.add_hline(y=laws.kangaroo(layer_gb, n, gamma, l_dm, mean)["bytes_per_token_gb"],
+                  line_dash="dot", annotation_text="Kangaroo law",
+                  annotation_position="bottom right")
+    fig.update_layout(title=f"CATS law: bytes per token vs DRAM budget (α={alpha}, γ̄={gamma}, "
+                            f"L_DM={l_dm}, {buffer_layers}-layer stream buffer; the law's total "
+                            "does not depend on L_SV)",
+                      xaxis_title="DRAM budget for decoder layers [GB]",
+                      yaxis_title="bytes per committed token [GB]", **LAYOUT)
     return fig
 
 

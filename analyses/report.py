@@ -274,7 +274,7 @@ def build_sections(results: list[PointResult], base: dict, sweep_keys: list[str]
     return sections
 
 
-def scenario_intro(results: list[PointResult], base: dict) -> str:
+def scenario_intro(results: list[PointResult], base: dict, sets: dict | None = None) -> str:
     best = best_per_policy(results)
     rows = [[p, r.point.label, r.metrics["tokens_per_s"], r.metrics["speedup_vs_ar"],
              r.metrics["mean_tokens_per_step"], r.metrics["step_latency_s"] * 1e3]
@@ -285,6 +285,9 @@ def scenario_intro(results: list[PointResult], base: dict) -> str:
             f"<b>{html.escape(str(base.get('draft')))}</b>, acceptance {html.escape(acc)}, "
             f"{base.get('tokens')} tokens per run, batch {base.get('batch', 1)}, seed "
             f"{base.get('seed', 0)}; {len(results)} simulated points.</p>")
+    if sets:
+        head += ("<p>Settings for every policy that takes them: " + html.escape(", ".join(
+            f"{k}={v}" for k, v in sets.items())) + ".</p>")
     return head + _table(rows, ["policy", "fastest setting", "tokens/s", "speedup vs AR",
                                 "tokens/step", "step latency [ms]"])
 

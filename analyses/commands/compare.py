@@ -72,7 +72,34 @@ def scenario(args) -> tuple[list[str], list, dict, dict]:
                 placement=parse_placement(args.placement))
     if "alpha" not in sets and not any(k == "alpha" for k, _ in sweeps):
         base["acceptance"] = {"kind": "iid", "alpha": 0.8}
+    sets = {**required_defaults(policies, set(sets) | {k for k, _ in sweeps}, base),
+            **sets}
     return policies, sweeps, sets, base
+
+
+SSD_HIT_RATE = 0.7  # assumed per-row hit rate of the speculation cache
+
+
+def required_defaults(policies: list[str], given: set[str], base: dict) -> dict:
+    """Values for settings some schedules require and the user did not give: the
+    SSD hit rate (an assumption the report states) and the DRAM budget of the
+    weight-streaming schedules (half the target's decoder weights, the regime
+    they are made for)."""
+    from hwprofiles import load_model
+    from policies import entry
+
+    out = {}
+    fields = {p: entry(p).params.model_fields for p in policies}
+    if any("hit_rate" in f for f in fields.values()) and not given & {"hit_rate", "r",
+                                                                      "hit_trace"}:
+        out["hit_rate"] = SSD_HIT_RATE
+    needs_budget = any("dram_budget_gb" in f and (f["dram_budget_gb"].is_required()
+                                                  or f["dram_budget_gb"].default is None)
+                       for f in fields.values())
+    if needs_budget and "dram_budget_gb" not in given:
+        spec = load_model(base["target"])
+        out["dram_budget_gb"] = round(0.5 * spec.n_layers * spec.layer_bytes / 1e9, 2)
+    return out
 
 
 def _check_scenario(base: dict) -> None:
@@ -97,7 +124,7 @@ def _compare(args) -> int:
     sections = report.build_sections(results, base, [k for k, _ in sweeps], replays)
     title = (f"hetspec: {base['target']} + {base['draft']} on {base['platform']}"
              if base["draft"] else f"hetspec: {base['target']} on {base['platform']}")
-    text = report.render_html(title, report.scenario_intro(results, base), sections)
+    text = report.render_html(title, report.scenario_intro(results, base, sets), sections)
     path = report.write_report(args.output, text)
     summary = _summary(results, path)
     if args.json:
