@@ -13,9 +13,12 @@ a branch-complete window, kappa roots x gamma depths, in J speculative-streaming
 steps of eta tokens each, over B*kappa rows at once, while the target runs its
 suffix. At the rendezvous the target verifies, the draft's window travels to the
 target and the verdict to the draft. When the corrected prefix lies on a
-precomputed path (event "reuse", probability Omega_kappa per row) that branch is
-the next window; otherwise the draft rolls out a fresh window on the critical
-path (fallback). With reuse, eq. 10 of the paper:
+precomputed path (probability Omega_kappa per row) that branch is the next
+window; otherwise the draft rolls out a fresh window on the critical path
+(fallback). Rows advance in lock-step, so a step reuses (event "reuse") only when
+every row does, with probability Omega^B; ``fallback_step_rate`` counts the
+steps that fell back and ``fallback_rate`` the rows (on each such step, the
+expected number of failing rows given at least one). With reuse, eq. 10:
 
   T = T_t[1:l_e] + T_rv_ee + max(T_t[l_e+1:N], T_draft_gen) + T_rv_fv
 
@@ -207,8 +210,15 @@ def _step(ctx: PolicyContext, p: MirrorPlan, context: int, branch: int):
     return verdict, reuse
 
 
+def failing_rows(omega: float, batch: int) -> float:
+    """Expected rows without a precomputed path in a step where at least one
+    row has none: batch (1 - omega) / (1 - omega^batch)."""
+    miss_any = 1 - omega ** batch
+    return batch * (1 - omega) / miss_any if miss_any > 0 else 0.0
+
+
 def _schedule(ctx: PolicyContext, p: MirrorPlan):
-    done, steps, fallbacks = 0.0, 0, 0
+    done, steps, fallbacks, rows_failed = 0.0, 0, 0, 0.0
     yield from _fresh(ctx, p, ctx.context(0))  # the first window
     branch = FRESH
     while done < ctx.budget:
@@ -218,10 +228,12 @@ def _schedule(ctx: PolicyContext, p: MirrorPlan):
         branch = WINDOW if reuse else FRESH
         if not reuse:
             fallbacks += 1
+            rows_failed += failing_rows(p.omega, ctx.batch)
             if done < ctx.budget:
                 yield from _fresh(ctx, p, ctx.context(done / ctx.batch))
-    return {"steps": steps, "tokens": done, "fallbacks": fallbacks,
-            "fallback_rate": fallbacks / steps if steps else 0.0,
+    return {"steps": steps, "tokens": done, "fallback_steps": fallbacks,
+            "fallback_step_rate": fallbacks / steps if steps else 0.0,
+            "fallback_rate": rows_failed / (steps * ctx.batch) if steps else 0.0,
             "kappa": p.kappa, "eta": p.eta, "exit_layer": p.exit_layer,
             "draft_steps_per_window": p.draft_steps, "omega": p.omega}
 
