@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from analyses.api import simulate
+from analyses.api import run_schedule, simulate
 from analyses.config import SimConfig
 from analyses.laws import ppsd as ppsd_law
 
@@ -44,14 +44,20 @@ COMMANDS = {
 }
 
 
-def speed(config: SimConfig, repeat: int) -> tuple[float, dict]:
+def speed(config: SimConfig, repeat: int) -> tuple[float, float, dict]:
+    """Best tokens per wall-second of the whole simulate call and of the schedule
+    alone (without its baseline run)."""
     simulate(config)  # warm-up: profile loads, imports, cost-model caches
-    best = float("inf")
+    whole = alone = float("inf")
     for _ in range(repeat):
         start = time.perf_counter()
         out = simulate(config)
-        best = min(best, time.perf_counter() - start)
-    return out.metrics["tokens"] / best, out.metrics
+        whole = min(whole, time.perf_counter() - start)
+        start = time.perf_counter()
+        run_schedule(config)
+        alone = min(alone, time.perf_counter() - start)
+    tokens = out.metrics["tokens"]
+    return tokens / whole, tokens / alone, out.metrics
 
 
 def eq6_gap() -> None:
@@ -72,11 +78,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    print(f"{'command':>10} {'tokens/wall-s':>14} {'goal':>7}  speedup_vs_ar")
+    print(f"{'command':>10} {'simulate':>10} {'schedule':>10} {'goal':>7}  speedup_vs_ar")
     for name, (config, goal) in COMMANDS.items():
-        rate, metrics = speed(config, args.repeat)
-        flag = "ok" if rate >= goal else "BELOW GOAL"
-        print(f"{name:>10} {rate:14,.0f} {goal:7,d}  {metrics['speedup_vs_ar']:.3f}  {flag}")
+        whole, alone, metrics = speed(config, args.repeat)
+        flag = "ok" if whole >= goal else "BELOW GOAL"
+        print(f"{name:>10} {whole:10,.0f} {alone:10,.0f} {goal:7,d}  "
+              f"{metrics['speedup_vs_ar']:.3f}  {flag}")
+    print("(simulated tokens per wall-second: the whole simulate call, baseline run "
+          "included, and the schedule alone)")
     eq6_gap()
 
 
