@@ -1,0 +1,307 @@
+"""Mirror-SD in the simulator against eq. 10 and appendix C of its paper."""
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from analyses.api import SimConfig, simulate
+from analyses.laws import mirror as mirror_law
+from hwprofiles import load_model, load_platform
+from policies import PolicyContext, PolicyError, build
+from policies.mirror import (DRAFT, ENTRY_BYTES, FRESH, PREFIX, VERDICT_BYTES, WINDOW,
+                             default_kappa, failing_rows)
+from policies.ops import Forward, Outcome, Parallel, Transfer, Verdict, Verify
+from simcore import RooflineCost
+
+CONTEXT = 128
+M2 = ("m2-ultra-8x", "qwen3-32b", "qwen3-0.6b")
+H100 = ("h100-sxm-5x", "llama-3.1-70b", "llama-3.2-1b")
+PHONE = ("snapdragon-8-gen3", "vicuna-7b", "qwen3-0.6b")
+
+
+def _route_s(cost, platform, src, dst, nbytes):
+    return sum(cost.hop_s(link, nbytes) for link in platform.route(src, dst))
+
+
+def terms(setup, gamma, kappa, exit_layer, eta, batch=1):
+    """Eq. 10's terms from the cost model: prefix, suffix, draft window, the two
+    rendezvous, and the fallback rollout with its trip to the target."""
+    name, target_name, draft_name = setup
+    platform = load_platform(name)
+    cost = RooflineCost(platform)
+    target, draft = load_model(target_name), load_model(draft_name)
+    tg, dg = platform.placement["target"], platform.placement["draft"]
+    t0, d0 = platform.members(tg)[0], platform.members(dg)[0]
+    chunks = [min(eta, gamma - j * eta) for j in range(math.ceil(gamma / eta))]
+
+    def rollout(rows):
+        return sum(cost.forward(draft, dg, (0, draft.n_layers), n, rows, CONTEXT + j * eta,
+                                "lm", 2).total_s for j, n in enumerate(chunks))
+
+    return {
+        "prefix": cost.forward(target, tg, (0, exit_layer), gamma + 1, batch, CONTEXT,
+                               "exit", None).total_s,
+        "suffix": cost.forward(target, tg, (exit_layer, target.n_layers), gamma + 1, batch,
+                               CONTEXT, "lm", None).total_s,
+        "draft": rollout(batch * kappa),
+        "rv_ee": _route_s(cost, platform, t0, d0, batch * kappa * ENTRY_BYTES),
+        "rv_fv": max(_route_s(cost, platform, d0, t0, batch * kappa * gamma * ENTRY_BYTES),
+                     _route_s(cost, platform, t0, d0, batch * VERDICT_BYTES)),
+        "fallback": rollout(batch) + _route_s(cost, platform, d0, t0,
+                                              batch * gamma * ENTRY_BYTES),
+    }
+
+
+def law_of(t):
+    return mirror_law(t["prefix"], t["suffix"], t["draft"], t_rv_ee_s=t["rv_ee"],
+                      t_rv_fv_s=t["rv_fv"])
+
+
+def run(setup, tokens=400, batch=1, contention=False, seed=0, deterministic=True, **params):
+    name, target, draft = setup
+    cfg = SimConfig(platform=name, target=target, draft=draft, policy="mirror",
+                    params=params, acceptance={"kind": "iid", "alpha": 0.8},
+                    tokens=tokens, batch=batch, seed=seed, deterministic=deterministic,
+                    fixed_context=deterministic, prompt_tokens=CONTEXT,
+                    contention=contention)
+    return simulate(cfg, baseline=False)
+
+
+def steady_steps(sim):
+    starts = [s.start_s for s in sim.result.spans if s.name == PREFIX]
+    return [b - a for a, b in zip(starts, starts[1:])]
+
+
+# (setup, gamma, kappa, exit layer, eta): both sides of the knee T_draft_gen = Delta
+CASES = [(M2, 7, 8, 32, 2), (M2, 15, 8, 60, 2), (M2, 12, 8, 62, 1), (M2, 3, 1, 8, 1),
+         (H100, 7, 8, 40, 2), (H100, 15, 8, 76, 1), (PHONE, 7, 8, 16, 2),
+         (PHONE, 7, 8, 28, 2)]
+
+
+@pytest.mark.parametrize("setup,gamma,kappa,exit_layer,eta", CASES)
+def test_step_latency_is_eq10(setup, gamma, kappa, exit_layer, eta):
+    t = terms(setup, gamma, kappa, exit_layer, eta)
+    law = law_of(t)
+    sim = run(setup, tokens=2000, gamma=gamma, kappa=kappa, exit_layer=exit_layer, eta=eta,
+              omega=1.0)
+    m = sim.metrics
+    # every steady step is exactly eq. 10; the mean carries the start-up rollout
+    for step_s in steady_steps(sim):
+        assert step_s == pytest.approx(law["step_latency_s"], rel=1e-9)
+    assert m["step_latency_s"] == pytest.approx(law["step_latency_s"], rel=5e-3)
+    assert m["fallback_rate"] == 0 and m["reuse_rate"] == 1
+    hidden = min(1.0, t["suffix"] / t["draft"])
+    assert m["hidden_draft_fraction"] == pytest.approx(hidden, rel=1e-9)
+    # appendix C: against SD with the same draft generation, T_SD = T_target + T_draft
+    sd_s = t["prefix"] + t["suffix"] + t["draft"]
+    assert law["speedup_vs_sd"] == pytest.approx(sd_s / steady_steps(sim)[-1], rel=1e-9)
+
+
+def test_cases_cover_both_sides_of_the_knee():
+    hidden = [law_of(terms(*case))["draft_hidden"] for case in CASES]
+    assert any(hidden) and not all(hidden)
+
+
+def test_step_latency_flat_in_gamma_until_the_knee_then_rising():
+    """Before the knee a longer window only costs the verify's extra positions;
+    past it every extra token adds one draft step (eta=1)."""
+    exit_layer, kappa, sweep = 56, 8, range(1, 13)
+    parts = [terms(H100, g, kappa, exit_layer, 1) for g in sweep]
+    laws = [law_of(t) for t in parts]
+    step_s = [steady_steps(run(H100, tokens=120, gamma=g, kappa=kappa, eta=1,
+                               exit_layer=exit_layer, omega=1.0))[-1] for g in sweep]
+    for sim_s, law in zip(step_s, laws):
+        assert sim_s == pytest.approx(law["step_latency_s"], rel=1e-9)
+    draft_step_s = terms(H100, 1, kappa, exit_layer, 1)["draft"]
+    flat = past = 0
+    for i in range(1, len(step_s)):
+        rise = step_s[i] - step_s[i - 1]
+        target_rise = (parts[i]["prefix"] + parts[i]["suffix"] + parts[i]["rv_fv"]
+                       - parts[i - 1]["prefix"] - parts[i - 1]["suffix"]
+                       - parts[i - 1]["rv_fv"])
+        if laws[i]["draft_hidden"]:
+            flat += 1
+            assert rise == pytest.approx(target_rise, rel=1e-6)
+            assert rise < 0.05 * draft_step_s
+        elif not laws[i - 1]["draft_hidden"]:
+            past += 1
+            assert rise == pytest.approx(target_rise - parts[i]["suffix"]
+                                         + parts[i - 1]["suffix"] + parts[i]["draft"]
+                                         - parts[i - 1]["draft"], rel=1e-6)
+            assert rise > 0.9 * draft_step_s
+    assert flat >= 3 and past >= 3
+
+
+def test_fallback_puts_a_fresh_rollout_on_the_critical_path():
+    t = terms(M2, 7, 8, 32, 2)
+    sim = run(M2, tokens=1600, gamma=7, kappa=8, exit_layer=32, eta=2, omega=0.75)
+    m = sim.metrics
+    assert m["fallback_step_rate"] == pytest.approx(0.25, abs=2e-3)
+    expected_s = law_of(t)["step_latency_s"] + 0.25 * t["fallback"]
+    assert m["step_latency_s"] == pytest.approx(expected_s, rel=5e-3)
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_fallback_frequency_stays_within_one_minus_omega(batch):
+    omega = 0.85
+    det = run(M2, tokens=800, batch=batch, gamma=7, omega=omega).metrics
+    # error diffusion reuses on floor(n p) of n steps: at most one step over 1 - p
+    assert det["fallback_rate"] <= 1 - omega + 1 / det["steps"]
+    assert det["fallback_rate"] == pytest.approx(1 - omega, abs=0.02)
+    assert det["fallback_step_rate"] == pytest.approx(1 - omega ** batch, abs=0.02)
+    rnd = run(M2, tokens=6000, batch=batch, gamma=7, omega=omega, seed=5,
+              deterministic=False).metrics
+    p_step = 1 - omega ** batch
+    sigma = math.sqrt(p_step * (1 - p_step) / rnd["steps"])
+    assert abs(rnd["fallback_step_rate"] - p_step) < 4 * sigma
+    assert rnd["reuse_rate"] == pytest.approx(1 - rnd["fallback_step_rate"])
+
+
+def test_failing_rows_given_a_fallback():
+    assert failing_rows(0.9, 1) == pytest.approx(1.0)
+    assert failing_rows(0.0, 8) == pytest.approx(8.0)
+    assert failing_rows(1.0, 8) == 0.0
+    # E[failing rows] over all steps is batch * (1 - omega)
+    assert failing_rows(0.8, 5) * (1 - 0.8 ** 5) == pytest.approx(5 * 0.2)
+
+
+def test_kappa_follows_the_batch_schedule():
+    assert [default_kappa(b) for b in (1, 8, 9, 16, 32, 33, 64, 256)] == \
+        [8, 8, 4, 4, 2, 1, 1, 1]
+    for batch, kappa in ((1, 8), (16, 4), (32, 2), (64, 1)):
+        assert run(M2, tokens=40, batch=batch).metrics["kappa"] == kappa
+    assert run(M2, tokens=40, batch=64, kappa=3).metrics["kappa"] == 3
+    # an Omega per kappa: the schedule picks Omega_kappa
+    m = run(M2, tokens=40, batch=16, omega=(0.5, 0.6, 0.7, 0.8, 0.9)).metrics
+    assert m["omega"] == 0.8
+
+
+def test_omega_from_a_recorded_trace(tmp_path):
+    trace = tmp_path / "acceptance.jsonl"
+    lines = [{"accepted": [3]}] + [{"event": "reuse", "held": i % 4 != 0} for i in range(8)]
+    trace.write_text("\n".join(json.dumps(d) for d in lines))
+    assert run(M2, tokens=40, omega_trace=str(trace)).metrics["omega"] == 0.75
+
+
+PLATFORMS = [(H100, {}), (M2, {}), (("a100-sxm-8x", "qwen3-32b", "qwen3-0.6b"), {}),
+             (PHONE, {}), (("jetson-agx-orin-64gb", "qwen3-14b", "qwen3-0.6b"),
+                           {"draft": "dla0"})]
+
+
+def _tokens_per_s(setup, placement, policy, params, batch):
+    name, target, draft = setup
+    cfg = SimConfig(platform=name, target=target, draft=draft, policy=policy, params=params,
+                    acceptance={"kind": "iid", "alpha": 0.8}, tokens=160, batch=batch,
+                    deterministic=True, fixed_context=True, placement=placement)
+    return simulate(cfg, baseline=False).metrics["tokens_per_s"]
+
+
+@pytest.mark.parametrize("setup,placement", PLATFORMS)
+def test_mirror_beats_sd_and_its_lead_shrinks_with_batch(setup, placement):
+    """SD drafts on the same device with the same SPD-style sharding, serially."""
+    leads = []
+    for batch in (1, 8, 16, 32, 64):
+        mirror = _tokens_per_s(setup, placement, "mirror", {"gamma": 7}, batch)
+        sd = _tokens_per_s(setup, placement, "sd", {"gamma": 7, "draft_collectives": 2},
+                           batch)
+        leads.append(mirror / sd)
+    assert all(a > b for a, b in zip(leads, leads[1:])), leads
+    assert min(leads[:3]) > 1.0, leads
+
+
+def test_shared_dram_contention_bends_the_max_law():
+    bends = {}
+    for setup, exit_layer in ((M2, 32), (PHONE, 16)):
+        law = law_of(terms(setup, 7, 8, exit_layer, 2))["step_latency_s"]
+        off = steady_steps(run(setup, tokens=120, exit_layer=exit_layer, omega=1.0))
+        on = steady_steps(run(setup, tokens=120, exit_layer=exit_layer, omega=1.0,
+                              contention=True))
+        assert off[-1] == pytest.approx(law, rel=1e-9)
+        bends[setup[0]] = on[-1] / law - 1
+    # the draft's DRAM reads slow the target suffix that hides them
+    assert bends["m2-ultra-8x"] > 0.01
+    assert bends["snapdragon-8-gen3"] > 0.1
+
+
+class _Driver:
+    """Runs a schedule without a simulator, keeping every operation."""
+
+    def __init__(self, reuse_pattern):
+        self.ops, self.reuse = [], list(reuse_pattern)
+
+    def drive(self, gen):
+        value = None
+        while True:
+            try:
+                op = gen.send(value)
+            except StopIteration as stop:
+                return stop.value
+            self.ops.append(op)
+            if isinstance(op, Parallel):
+                value = tuple(self.drive(b) for b in op.branches)
+            elif isinstance(op, Transfer):
+                value = op.payload
+            elif isinstance(op, Verify):
+                value = Verdict((2,) * op.batch)
+            elif isinstance(op, Outcome):
+                value = self.reuse.pop(0) if self.reuse else True
+            else:
+                value = op
+
+
+def test_operations_carry_what_an_executor_needs():
+    ctx = PolicyContext(target=load_model("qwen3-32b"), draft=load_model("qwen3-0.6b"),
+                        tokens=12, batch=2)
+    driver = _Driver([False, True])
+    driver.drive(build("mirror", ctx, {"gamma": 4, "eta": 2, "exit_layer": 20}))
+    ops = driver.ops
+    prefix = next(o for o in ops if isinstance(o, Forward) and o.label == PREFIX)
+    assert (prefix.layers, prefix.head, prefix.emit, prefix.k) == ((0, 20), "exit", "topk", 8)
+    topk = next(o for o in ops if isinstance(o, Transfer) and o.payload is prefix)
+    assert topk.nbytes == 2 * 8 * ENTRY_BYTES
+    window = [o for o in ops if isinstance(o, Forward) and o.label == DRAFT]
+    assert window[0].inputs is prefix and window[1].inputs is window[0]
+    assert {(o.batch, o.k, o.branch, o.n_tokens) for o in window} == {(16, 8, WINDOW, 2)}
+    suffix = next(o for o in ops if isinstance(o, Forward) and o.inputs is prefix
+                  and o.model == "target")
+    assert (suffix.layers, suffix.head) == ((20, 64), "lm")
+    verifies = [o for o in ops if isinstance(o, Verify)]
+    assert all(v.target.layers == (20, 64) for v in verifies)
+    # first window is a fresh rollout; after a fallback fresh again, after reuse the window
+    assert [v.branch for v in verifies][:3] == [FRESH, FRESH, WINDOW]
+    assert {o.event for o in ops if isinstance(o, Outcome)} == {"reuse"}
+
+
+def test_bad_parameters_get_one_clear_sentence():
+    ctx = PolicyContext(target=load_model("qwen3-32b"), draft=load_model("qwen3-0.6b"))
+    with pytest.raises(PolicyError, match="exit_layer"):
+        build("mirror", ctx, {"exit_layer": 64})
+    with pytest.raises(PolicyError, match="omega"):
+        build("mirror", ctx, {"omega": 1.5})
+    with pytest.raises(PolicyError, match="omega_trace"):
+        build("mirror", ctx, {"omega_trace": "/nonexistent/acceptance.jsonl"})
+    with pytest.raises(PolicyError, match="--draft"):
+        build("mirror", PolicyContext(target=load_model("qwen3-32b")), {})
+
+
+def test_cli_lines_of_the_issue():
+    sim = subprocess.run(
+        [sys.executable, "-m", "analyses.cli", "simulate", "--platform", "m2-ultra-8x",
+         "--target", "qwen3-32b", "--draft", "qwen3-0.6b", "--policy", "mirror",
+         "--set", "gamma=7", "--set", "kappa=8", "--set", "exit_layer=32",
+         "--set", "alpha=0.8", "--set", "omega=0.9", "--set", "eta=2", "--tokens", "300",
+         "--seed", "1", "--set", "contention=on", "--json"],
+        capture_output=True, text=True, check=True)
+    m = json.loads(sim.stdout)
+    assert m["policy"] == "mirror" and m["speedup_vs_ar"] > 1
+    assert 0 < m["hidden_draft_fraction"] <= 1 and "step_phases_s" in m
+    law = subprocess.run(
+        [sys.executable, "-m", "analyses.cli", "law", "mirror", "--set", "t_prefix_s=0.010",
+         "--set", "t_suffix_s=0.010", "--set", "t_draft_s=0.006", "--set", "t_rv_s=0.0001",
+         "--json"], capture_output=True, text=True, check=True)
+    out = json.loads(law.stdout)
+    assert out["step_latency_s"] == pytest.approx(0.0201)
+    assert out["speedup_vs_sd"] == pytest.approx(0.026 / 0.0201)
