@@ -20,7 +20,12 @@ re-forwarded through 1..L_SV under tree masking (resident layers: no flash
 traffic), one tree-masked target pass through L_SV+1..N over the main branch
 and the correction branches; the longest accepted prefix plus one token is
 committed. Kangaroo: gamma draft passes through 1..L_DM, then one verification
-pass over all N layers (the last draft token's first L_DM layers included).
+pass over all N layers and the gamma + 1 positions.
+
+Handles: a Forward whose ``inputs`` is a tuple takes its positions from those
+Forwards' hidden states in order (the shallow verifier reads the gamma draft
+passes' layer-L_DM states; the target pass reads the verifier's and the
+re-forward's layer-L_SV states).
 
 ``mean_accepted`` (tokens committed per cycle, bonus included, the papers'
 beta+1) becomes ``Verify(expected=mean_accepted - 1)``: the simulator then draws
@@ -178,15 +183,16 @@ class FlashStreamer:
 
 
 def target_pass(streamer: FlashStreamer, first: int, n_tokens: int, batch: int,
-                context: int, label: str = "target"):
+                context: int, label: str = "target", inputs=None):
     """Layers first..N over n_tokens positions: resident ones, then each streamed
-    chunk once it has arrived. Returns the last Forward's handle (LM logits)."""
+    chunk once it has arrived; ``inputs`` feed layer ``first`` (None: the token
+    sequence, with first = 0). Returns the last Forward's handle (LM logits)."""
     plan = streamer.plan
-    n, handle = plan.n_layers, None
+    n, handle = plan.n_layers, inputs
     if first < plan.resident:
         handle = yield Forward("target", "target", (first, plan.resident), n_tokens, batch,
                                context, head="lm" if plan.resident == n else None,
-                               label=label)
+                               inputs=inputs, label=label)
     for _ in plan.chunks:
         chunk = yield from streamer.take()
         handle = yield Forward("target", "target", chunk, n_tokens, batch, context,
@@ -247,10 +253,13 @@ def _expected(params: KangarooParams, policy: str) -> float | None:
 
 
 def _drafts(params: KangarooParams, batch: int, context: int):
-    head = ADAPTER_HEADS[params.adapter]
+    """The gamma draft passes; returns their handles (layer-L_DM hidden states)."""
+    head, handles = ADAPTER_HEADS[params.adapter], []
     for i in range(params.gamma):
-        yield Forward("target", "target", (0, params.l_dm), 1, batch, context + i,
-                      head=head, emit="sample", label="draft")
+        handles.append((yield Forward("target", "target", (0, params.l_dm), 1, batch,
+                                      context + i, head=head, emit="sample",
+                                      label="draft")))
+    return tuple(handles)
 
 
 @register("kangaroo", KangarooParams, streams_weights=True, baseline=_stream_baseline)
@@ -272,9 +281,7 @@ def _kangaroo(ctx, params: KangarooParams, plan: Plan, expected):
     while done < ctx.budget:
         context = ctx.context(done / b)
         yield from _drafts(params, b, context)
-        yield Forward("target", "target", (0, l_dm), 1, b, context + gamma,
-                      label="verify (last draft, draft layers)")
-        logits = yield from target_pass(streamer, l_dm, gamma + 1, b, context, "verify")
+        logits = yield from target_pass(streamer, 0, gamma + 1, b, context, "verify")
         verdict = yield Verify(gamma, b, target=logits, expected=expected, label="verify")
         done += verdict.tokens
         steps += 1
@@ -311,12 +318,13 @@ def _cats(ctx, params: CATSParams, plan: Plan, l_sv: int, expected):
     done, steps = 0.0, 0
     while done < ctx.budget:
         context = ctx.context(done / b)
-        yield from _drafts(params, b, context)
-        yield Forward("target", "target", (l_dm, l_sv), gamma, b, context, head=head,
-                      emit="topk", k=extra + 1, label="shallow verify")
-        yield Forward("target", "target", (0, l_sv), 1 + extra, b, context + gamma,
-                      label="correction re-forward")
-        logits = yield from target_pass(streamer, l_sv, gamma + 1 + extra, b, context)
+        drafts = yield from _drafts(params, b, context)
+        sv = yield Forward("target", "target", (l_dm, l_sv), gamma, b, context, head=head,
+                           emit="topk", k=extra + 1, inputs=drafts, label="shallow verify")
+        tail = yield Forward("target", "target", (0, l_sv), 1 + extra, b, context + gamma,
+                             label="correction re-forward")
+        logits = yield from target_pass(streamer, l_sv, gamma + 1 + extra, b, context,
+                                        inputs=(sv, tail))
         verdict = yield Verify(gamma, b, target=logits, expected=expected, label="verify")
         done += verdict.tokens
         steps += 1

@@ -19,8 +19,13 @@ Draft matches are decided by the acceptance model (a 0/1 verdict per row, or in
 deterministic mode its probability, which the schedule turns into exact
 frequencies by error diffusion, as the simulator does for Outcome events).
 
-EESD drafts gamma tokens with the first E layers, then verifies them with one
-pass of the remaining N-E layers that reuses the draft's KV cache: eq. 4.
+EESD drafts gamma tokens with the first E layers, then verifies the gamma + 1
+positions with one pass: eq. 4, T = gamma E + N layer times. The verify pass is
+written as one Forward over all N layers (as ``sd`` verifies a self-draft), which
+any runtime can execute from the token sequence; its first E layers read their
+weights once whether they process only the last draft token (reusing the KV
+cache the drafts wrote) or all gamma + 1 positions, so in the memory-bound
+regime the cost is the same N layer reads; only the few extra FLOPs differ.
 """
 
 from __future__ import annotations
@@ -150,15 +155,11 @@ def eesd(ctx: PolicyContext, params: EESDParams):
     done, steps = 0.0, 0
     while done < ctx.budget:
         context = ctx.context(done / b)
-        hidden = []
         for i in range(gamma):
-            h = yield Forward("target", "target", (0, e), 1, b, context + i, head=head,
-                              emit="sample", label="draft")
-            hidden.append(h)
-        h = yield Forward("target", "target", (0, e), 1, b, context + gamma,
-                          label="verify (last draft, first layers)")
-        logits = yield Forward("target", "target", (e, n), gamma + 1, b, context,
-                               head="lm", inputs=(*hidden, h), label="verify")
+            yield Forward("target", "target", (0, e), 1, b, context + i, head=head,
+                          emit="sample", label="draft")
+        logits = yield Forward("target", "target", (0, n), gamma + 1, b, context,
+                               head="lm", label="verify")
         verdict = yield Verify(gamma, b, target=logits, label="verify")
         done += verdict.tokens
         steps += 1
