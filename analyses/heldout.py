@@ -68,7 +68,8 @@ def _evaluate(profile_path: Path, platform: Platform, held: list[MeasuredRun]) -
         out["schedules"][policy] = {
             "runs": len(rows),
             "tokens_per_s_error": _median([r.get("tokens_per_s_error") for r in rows]),
-            "median_step_latency_error": _median([r.get("step_latency_s_error")
+            "median_step_latency_error": _median([r.get("median_step_latency_error",
+                                                        r.get("step_latency_s_error"))
                                                   for r in rows])}
     return out
 

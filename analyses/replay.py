@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import math
+
+import numpy as np
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -154,7 +156,20 @@ def replay_config(run: MeasuredRun, profile: str | None = None) -> SimConfig:
         fields["tokens"] = max(1, math.ceil(tokens / fields.get("batch", 1)))
     if run.acceptance_path is not None:
         fields["acceptance"] = {"kind": "trace", "path": str(run.acceptance_path)}
+    starts = _prompt_contexts(run)
+    if starts:  # the contexts the runs' prompts really started decoding at
+        fields["prompt_tokens"] = round(sum(starts) / len(starts))
     return SimConfig(**fields)
+
+
+def _prompt_contexts(run: MeasuredRun) -> list[int]:
+    """The context of the first target Forward of each prompt the run decoded."""
+    first: dict = {}
+    for span in run.spans:
+        op = span["op"]
+        if op["type"] == "Forward" and op.get("model") == "target":
+            first.setdefault(span.get("prompt_batch", 0), op.get("context"))
+    return [c for c in first.values() if isinstance(c, int)]
 
 
 def check_run_fits(run: MeasuredRun, platform_name: str) -> None:
@@ -194,10 +209,13 @@ class Replay:
     predicted_spans: list[tuple]
     config: SimConfig
     sim_spans: list = field(default_factory=list, repr=False)  # the whole simulation
+    median_step_error: float | None = None
 
     def errors(self) -> dict[str, float]:
-        """Relative errors predicted/measured - 1 of the shared timing metrics."""
-        out = {}
+        """Relative errors predicted/measured - 1 of the shared timing metrics, and
+        the median over steps of the per-step latency error when steps line up."""
+        out = {} if self.median_step_error is None else {
+            "median_step_latency": self.median_step_error}
         for key in ("tokens_per_s", "step_latency_s", "simulated_time_s"):
             m, p = self.measured.get(key), self.predicted.get(key)
             if isinstance(m, (int, float)) and isinstance(p, (int, float)) and m > 0:
@@ -209,6 +227,39 @@ def measured_span_tuples(run: MeasuredRun) -> list[tuple]:
     return [(s.get("name") or s["op"].get("label") or s["op"]["type"],
              s.get("kind", "compute"), s.get("device", s["op"].get("device", "?")),
              float(s["start_s"]), float(s["end_s"])) for s in run.spans]
+
+
+def measured_steps(run: MeasuredRun) -> tuple[list[float], set[str]]:
+    """Per-step latencies of a run whose spans include its Verify operations, and
+    the names of the spans that end a step (the Forward each Verify follows)."""
+    out, names = [], set()
+    start, batch, last_forward = None, None, None
+    for span in run.spans:
+        if span.get("prompt_batch", 0) != batch:
+            batch, start = span.get("prompt_batch", 0), float(span["start_s"])
+        if span["op"]["type"] == "Forward":
+            last_forward = span.get("name") or span["op"].get("label")
+        elif span["op"]["type"] == "Verify":
+            out.append(float(span["end_s"]) - start)
+            start = float(span["end_s"])
+            if last_forward:
+                names.add(last_forward)
+    return out, names
+
+
+def simulated_steps(spans, names: set[str]) -> list[float]:
+    """Per-step latencies of a sequential simulation: the step-ending spans' ends."""
+    ends = [s.end_s for s in spans if s.name in names and s.kind == "compute"]
+    return [b - a for a, b in zip([0.0] + ends[:-1], ends)]
+
+
+def step_error(run: MeasuredRun, sim_spans) -> float | None:
+    """Median over steps of simulated/measured - 1, when the steps line up."""
+    measured, names = measured_steps(run)
+    simulated = simulated_steps(sim_spans, names) if names else []
+    if not measured or len(simulated) != len(measured):
+        return None
+    return float(np.median(np.array(simulated) / np.array(measured) - 1.0))
 
 
 def _first_steps(spans: list[tuple], step_s: float, steps: int) -> list[tuple]:
@@ -232,7 +283,7 @@ def replay(run: MeasuredRun, profile: str | None = None, *, steps: int = 4) -> R
                   _first_steps(measured_span_tuples(run), run.metrics.get(
                       "step_latency_s", predicted["step_latency_s"]), steps),
                   _first_steps(spans, predicted["step_latency_s"], steps), config,
-                  result.spans)
+                  result.spans, step_error(run, result.spans))
 
 
 def replay_dir(directory, profile: str | None = None) -> list[Replay]:
