@@ -1,0 +1,266 @@
+"""SSD / SAGUARO in the simulator against the closed-form speedup of its paper."""
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from analyses.api import SimConfig, simulate
+from analyses.laws import ssd as ssd_law
+from analyses.laws import ssd_fanout
+from hwprofiles import load_model, load_platform
+from policies import PolicyContext, PolicyError, build
+from policies.acceptance import IID
+from policies.mirror import ENTRY_BYTES, VERDICT_BYTES
+from policies.ops import Forward, Outcome, Spawn, Verify
+from policies.ssd import (CACHE, PRESPEC, VERIFY, SSDParams, base_hit_rate, fanout_of,
+                          planning_weights, saguaro)
+from simcore import RooflineCost
+from simcore.outcomes import scaled_expected
+
+CONTEXT, ALPHA = 128, 0.8
+H100 = ("h100-sxm-5x", "llama-3.1-70b", "llama-3.2-1b")
+
+
+def _route_s(cost, platform, src, dst, nbytes):
+    return sum(cost.hop_s(link, nbytes) for link in platform.route(src, dst))
+
+
+def times(params, batch, setup=H100):
+    """(T_v seconds, T_p and T_b in verify times, pre-speculation step seconds)."""
+    prm = SSDParams(**params)
+    name, target_name, draft_name = setup
+    platform = load_platform(name)
+    cost = RooflineCost(platform)
+    target, draft = load_model(target_name), load_model(draft_name)
+    tg, dg = platform.placement["target"], platform.placement["draft"]
+    t0, d0 = platform.members(tg)[0], platform.members(dg)[0]
+    k, rows = prm.k, batch * sum(fanout_of(prm))
+    to_draft = _route_s(cost, platform, t0, d0, batch * VERDICT_BYTES)
+    to_target = _route_s(cost, platform, d0, t0, batch * k * ENTRY_BYTES)
+    t_v = cost.forward(target, tg, (0, target.n_layers), k + 1, batch, CONTEXT, "lm",
+                       None).total_s + to_draft + to_target
+
+    def steps(n_rows, context):
+        return [cost.forward(draft, dg, (0, draft.n_layers), 1, n_rows, context + j, "lm",
+                             prm.draft_collectives).total_s for j in range(k)]
+
+    prespec = steps(rows, CONTEXT + k)
+    t_b = sum(steps(batch, CONTEXT)) if prm.backup == "jit" else prm.fast_backup_s
+    return t_v, (sum(prespec) + to_target) / t_v, t_b / t_v, max(prespec)
+
+
+def law_for(params, batch):
+    prm = SSDParams(**params)
+    hit, scale = saguaro(prm, base_hit_rate(prm, fanout_of(prm)))
+    t_v, t_p, t_b, _ = times(params, batch)
+    e_hit = 1 + scaled_expected(IID(alpha=ALPHA), prm.k, 0, scale)
+    e_miss = e_hit if prm.backup == "jit" else \
+        1 + sum(prm.fast_alpha ** j for j in range(1, prm.k + 1))
+    return ssd_law(hit, e_hit, e_miss, t_p, t_b, batch), t_v, t_p
+
+
+def run(params, batch=1, tokens=1200, deterministic=True, seed=0):
+    name, target, draft = H100
+    cfg = SimConfig(platform=name, target=target, draft=draft, policy="ssd", params=params,
+                    acceptance={"kind": "iid", "alpha": ALPHA}, tokens=tokens, batch=batch,
+                    seed=seed, deterministic=deterministic, fixed_context=True,
+                    prompt_tokens=CONTEXT)
+    return simulate(cfg, baseline=False)
+
+
+def speedup(sim, t_v):
+    m = sim.metrics
+    return m["mean_tokens_per_step"] / (m["step_latency_s"] / t_v)
+
+
+def rounds(sim):
+    starts = [s.start_s for s in sim.result.spans if s.name == VERIFY]
+    return [b - a for a, b in zip(starts, starts[1:])]
+
+
+GRID = [
+    ({"k": 7, "fanout": 3, "hit_rate": 0.88}, 1),
+    ({"k": 7, "fanout": 3, "hit_rate": 0.88}, 8),
+    ({"k": 4, "fanout": 2, "hit_rate": 0.6}, 2),
+    ({"k": 5, "fanout": 4, "hit_rate": 0.7, "backup": "fast", "fast_alpha": 0.3,
+      "fast_backup_s": 1e-4}, 4),
+    ({"k": 7, "fanout": 3, "hit_rate": 0.95, "backup": "fast"}, 16),
+    ({"k": 7, "shape": "geometric", "budget": 30, "r": 1.5}, 1),
+    ({"k": 6, "shape": "geometric", "budget": 20, "r": 0.8, "a_p": 0.7}, 2),
+    ({"k": 7, "fanout": 3, "r": 2.0, "c_saguaro": 0.8}, 2),
+    ({"k": 7, "fanout": 6, "hit_rate": 1.0}, 64),  # pre-speculation outlasts the verify
+]
+
+
+@pytest.mark.parametrize("params,batch", GRID)
+def test_deterministic_speedup_is_the_closed_form(params, batch):
+    law, t_v, t_p = law_for(params, batch)
+    sim = run(params, batch, tokens=max(300, 4000 // batch))
+    assert speedup(sim, t_v) == pytest.approx(law["speedup"], rel=1e-2)
+    assert sim.metrics["cache_hit_rate"] == pytest.approx(law["all_hit_rate"], abs=0.01)
+
+
+def test_grid_covers_both_sides_of_the_verify_time():
+    t_ps = [law_for(p, b)[2] for p, b in GRID]
+    assert min(t_ps) < 1 < max(t_ps)
+
+
+@pytest.mark.parametrize("params,batch", [
+    ({"k": 7, "fanout": 3, "hit_rate": 1.0}, 1), ({"k": 7, "fanout": 6, "hit_rate": 1.0}, 64),
+    ({"k": 7, "fanout": 3, "hit_rate": 0.0}, 1),
+    ({"k": 7, "fanout": 3, "hit_rate": 0.0, "backup": "fast", "fast_backup_s": 2e-4}, 1)])
+def test_every_round_is_exactly_the_law_term(params, batch):
+    t_v, t_p, t_b, _ = times(params, batch)
+    expected = max(1.0, t_p) if params["hit_rate"] == 1 else 1 + t_b
+    for round_s in rounds(run(params, batch, tokens=60 * batch)):
+        assert round_s == pytest.approx(expected * t_v, rel=1e-9)
+
+
+def test_a_miss_waits_for_the_draft_step_in_flight_when_prespeculation_is_slower():
+    """The closed form assumes a miss cuts the pre-speculation at once; the draft
+    here finishes its current step first, so the law is a lower bound off by less
+    than one step per miss."""
+    params, batch = {"k": 7, "fanout": 6, "hit_rate": 0.99}, 64
+    law, t_v, t_p = law_for(params, batch)
+    _, _, _, step_s = times(params, batch)
+    assert t_p > 1
+    sim = run(params, batch, tokens=40)
+    miss = 1 - sim.metrics["cache_hit_rate"]
+    simulated = speedup(sim, t_v)
+    assert simulated < law["speedup"]
+    round_law = law["tokens_per_round"] / law["speedup"]
+    round_sim = law["tokens_per_round"] / simulated
+    assert round_sim - round_law < miss * step_s / t_v
+
+
+@pytest.mark.parametrize("params,batch", [
+    ({"k": 7, "fanout": 3, "hit_rate": 0.88}, 8),
+    ({"k": 5, "fanout": 4, "hit_rate": 0.9, "backup": "fast", "fast_alpha": 0.3,
+      "fast_backup_s": 1e-4}, 4)])
+def test_monte_carlo_mean_speedup_matches_the_closed_form(params, batch):
+    law, t_v, _ = law_for(params, batch)
+    sim = run(params, batch, tokens=200_000 // batch, deterministic=False, seed=11)
+    assert speedup(sim, t_v) == pytest.approx(law["speedup"], rel=1e-2)
+    p = law["all_hit_rate"]
+    sigma = math.sqrt(p * (1 - p) / sim.metrics["steps"])
+    assert abs(sim.metrics["cache_hit_rate"] - p) < 4 * sigma
+
+
+def test_geometric_fanout_follows_the_formula_under_the_budget():
+    params = SSDParams(k=7, shape="geometric", budget=30, r=1.5, a_p=0.8)
+    f = fanout_of(params)
+    assert sum(f) == 30 and len(f) == 8
+    real = ssd_fanout(1.0, 0.8, 1.5, 7)
+    real = [30 * x / sum(real) for x in real]
+    assert all(abs(a - b) < 1 for a, b in zip(f, real))
+    assert list(f[:7]) == sorted(f[:7], reverse=True) and f[7] > f[6]
+    # power-law hit rate averaged over the planning distribution of k
+    w = planning_weights(0.8, 7)
+    assert sum(w) == pytest.approx(1.0)
+    assert base_hit_rate(params, f) == pytest.approx(
+        sum(wk * (1 - fk ** -1.5) for wk, fk in zip(w, f)))
+    assert base_hit_rate(SSDParams(fanout=4, r=1.0), (4,) * 6) == pytest.approx(0.75)
+
+
+def test_saguaro_trades_acceptance_for_hit_rate():
+    hits, scales, tokens, rates = [], [], [], []
+    for c in (1.0, 0.8, 0.5):
+        hit, scale = saguaro(SSDParams(hit_rate=0.7, c_saguaro=c, top_mass=0.5), 0.7)
+        hits.append(hit)
+        scales.append(scale)
+        m = run({"k": 7, "fanout": 3, "hit_rate": 0.7, "c_saguaro": c}, tokens=600).metrics
+        tokens.append(m["mean_tokens_per_step"])
+        rates.append(m["cache_hit_rate"])
+    assert hits[0] == 0.7 and scales[0] == 1.0
+    assert hits == sorted(hits) and scales == sorted(scales, reverse=True)
+    assert tokens == sorted(tokens, reverse=True) and rates == sorted(rates)
+    # acceptance falls by (1 - C) * top_mass in absolute terms
+    assert 0.8 * scales[2] == pytest.approx(0.8 - 0.5 * 0.5)
+
+
+def test_round_time_splits_into_verify_wait_and_fallback():
+    all_hit = run({"k": 7, "fanout": 3, "hit_rate": 1.0}).metrics
+    assert all_hit["fallback_time_s"] == 0
+    for m in (all_hit, run({"k": 7, "fanout": 3, "hit_rate": 0.5}).metrics):
+        parts = m["verify_time_s"] + m["wait_for_draft_time_s"] + m["fallback_time_s"]
+        assert parts == pytest.approx(m["round_time_s"], rel=1e-9)
+        assert m["wait_for_draft_time_s"] > 0
+    half = run({"k": 7, "fanout": 3, "hit_rate": 0.5}, tokens=2000).metrics
+    _, _, t_b, _ = times({"k": 7, "fanout": 3, "hit_rate": 0.5}, 1)
+    t_v = times({"k": 7, "fanout": 3, "hit_rate": 0.5}, 1)[0]
+    assert half["fallback_time_s"] == pytest.approx(0.5 * t_b * t_v, rel=0.02)
+
+
+def test_operations_carry_what_an_executor_needs():
+    ctx = PolicyContext(target=load_model("llama-3.1-70b"), draft=load_model("llama-3.2-1b"),
+                        tokens=4, batch=2)
+    ops = []
+
+    def drive(gen):
+        value = None
+        while True:
+            try:
+                op = gen.send(value)
+            except StopIteration as stop:
+                return stop.value
+            ops.append(op)
+            if isinstance(op, Spawn):
+                value = drive(op.branch)
+            elif isinstance(op, Verify):
+                from policies.ops import Verdict
+                value = Verdict((1,) * op.batch)
+            elif isinstance(op, Outcome):
+                value = True
+            elif hasattr(op, "tasks"):
+                value = op.tasks
+            else:
+                value = getattr(op, "payload", op)
+
+    drive(build("ssd", ctx, {"k": 3, "fanout": 2, "hit_rate": 0.9}))
+    prespec = [o for o in ops if isinstance(o, Forward) and o.label == PRESPEC]
+    assert {(o.batch, o.k, o.branch) for o in prespec} == {(2 * 8, 8, CACHE)}
+    assert {o.event for o in ops if isinstance(o, Outcome)} == {"cache_hit"}
+    verify = next(o for o in ops if isinstance(o, Forward) and o.label == VERIFY)
+    assert (verify.n_tokens, verify.head, verify.layers) == (4, "lm", (0, 80))
+
+
+def test_bad_parameters_get_one_clear_sentence():
+    ctx = PolicyContext(target=load_model("llama-3.1-70b"), draft=load_model("llama-3.2-1b"))
+    with pytest.raises(PolicyError, match="hit_rate=P, r=EXPONENT"):
+        build("ssd", ctx, {})
+    with pytest.raises(PolicyError, match="set r="):
+        build("ssd", ctx, {"shape": "geometric", "hit_rate": 0.9})
+    with pytest.raises(PolicyError, match="budget"):
+        build("ssd", ctx, {"k": 7, "fanout": 4, "budget": 20, "hit_rate": 0.9})
+    with pytest.raises(PolicyError, match="top_mass"):
+        build("ssd", ctx, {"hit_rate": 0.9, "top_mass": 0.9, "a_p": 0.8})
+    with pytest.raises(PolicyError, match="backup"):
+        build("ssd", ctx, {"hit_rate": 0.9, "backup": "ngram"})
+
+
+def test_hit_rate_from_a_recorded_trace(tmp_path):
+    trace = tmp_path / "acceptance.jsonl"
+    trace.write_text("\n".join(json.dumps({"event": "cache_hit", "held": i < 9})
+                               for i in range(10)))
+    m = run({"k": 5, "hit_trace": str(trace)}, tokens=200).metrics
+    assert m["hit_rate_per_row"] == pytest.approx(0.9)
+
+
+def test_cli_lines_of_the_issue():
+    sim = subprocess.run(
+        [sys.executable, "-m", "analyses.cli", "simulate", "--platform", "h100-sxm-5x",
+         "--target", "llama-3.1-70b", "--draft", "llama-3.2-1b", "--policy", "ssd",
+         "--set", "k=7", "--set", "fanout=3", "--set", "alpha=0.8", "--set", "hit_rate=0.88",
+         "--set", "backup=jit", "--tokens", "400", "--seed", "1", "--json"],
+        capture_output=True, text=True, check=True)
+    m = json.loads(sim.stdout)
+    assert m["policy"] == "ssd" and m["speedup_vs_ar"] > 1 and 0 < m["cache_hit_rate"] <= 1
+    law = subprocess.run(
+        [sys.executable, "-m", "analyses.cli", "law", "ssd", "--set", "hit_rate=0.88",
+         "--set", "e_hit=5.7", "--set", "e_miss=4.0", "--set", "t_p=0.8", "--set", "t_b=0.8",
+         "--set", "batch=1", "--json"], capture_output=True, text=True, check=True)
+    expected = (0.88 * 5.7 + 0.12 * 4.0) / (0.88 * 1.0 + 0.12 * 1.8)
+    assert json.loads(law.stdout)["speedup"] == pytest.approx(expected)
