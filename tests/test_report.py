@@ -104,9 +104,13 @@ def _chromium(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.skipif(BROWSER is None, reason="chromium is not installed "
                     "(apt-get install chromium)")
 def test_report_renders_in_headless_chromium(tmp_path):
+    from tests.test_calibrate import make_measured_run
+
+    make_measured_run(tmp_path / "runs" / "sd-0", "sd", {"gamma": 3}, seed=1, tokens=20)
     out = tmp_path / "report.html"
     assert main(["compare", "--policies", "ar,sd", "--sweep", "gamma=2..4", "--tokens",
-                 "200", "--jobs", "1", "-o", str(out)]) == 0
+                 "200", "--jobs", "1", "--runs", str(tmp_path / "runs"), "-o",
+                 str(out)]) == 0
     text = out.read_text()
     probe = tmp_path / "probe.html"
     probe.write_text(text.replace("<head>", "<head>" + CAPTURE, 1)
@@ -118,10 +122,25 @@ def test_report_renders_in_headless_chromium(tmp_path):
     uncaught = [ln for ln in dom.stderr.splitlines() if "CONSOLE" in ln and "Uncaught" in ln]
     assert check["errors"] == [] and uncaught == []
     expected = text.count("Plotly.newPlot(")
-    assert len(check["figures"]) == expected >= 9
+    assert len(check["figures"]) == expected >= 11  # the measured views included
     for fig in check["figures"]:
         assert fig["svg"] >= 1 and fig["marks"] > 0 and fig["height"] > 100, fig
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / "report-screenshot.png"
     _chromium("--window-size=1280,7000", f"--screenshot={shot}", out.as_uri())
     assert shot.is_file() and shot.stat().st_size > 50_000
+
+
+def test_report_with_measured_runs_adds_scatter_and_timelines(tmp_path):
+    from tests.test_calibrate import make_measured_run
+
+    runs = tmp_path / "runs"
+    make_measured_run(runs / "ar-0", "ar", {}, seed=0, tokens=20)
+    make_measured_run(runs / "sd-0", "sd", {"gamma": 3}, seed=1, tokens=20)
+    out = tmp_path / "r.html"
+    assert main(["compare", "--platform", "cpu-local", "--target", "smollm2-135m",
+                 "--draft", "smollm2-135m", "--policies", "ar,sd", "--sweep", "gamma=2..3",
+                 "--tokens", "40", "--jobs", "1", "--runs", str(runs), "-o", str(out)]) == 0
+    body = out.read_text()
+    assert "Simulation vs measured runs" in body
+    assert "sim vs real: ar-0 (ar)" in body and "sim vs real: sd-0 (sd)" in body
