@@ -277,16 +277,18 @@ def overlap_s(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> flo
 
 def mirror_timeline(spans) -> dict:
     """Share of window drafting hidden under the target suffix, and the mean time
-    per step of each phase (fallback counts the critical-path rollouts)."""
+    per step of each phase, ``step_<phase>_s`` (fallback: the critical-path
+    rollouts and their trips)."""
     steps = sum(1 for s in spans if s.name == PREFIX)
     if not steps:
         return {}
     draft = intervals(spans, (DRAFT,))
     draft_s = covered_s(draft)
     hidden_s = overlap_s(draft, intervals(spans, (SUFFIX,)))
-    phases = {name: covered_s(intervals(spans, labels)) / steps for name, labels in PHASES}
-    return {"hidden_draft_fraction": hidden_s / draft_s if draft_s else 0.0,
-            "step_phases_s": phases}
+    out = {"hidden_draft_fraction": hidden_s / draft_s if draft_s else 0.0}
+    for name, labels in PHASES:
+        out[f"step_{name}_s"] = covered_s(intervals(spans, labels)) / steps
+    return out
 
 
 @register("mirror", MirrorParams, needs_draft=True, timeline=mirror_timeline)
