@@ -41,7 +41,10 @@ speculation.
 Executor conventions: speculation ``CACHE`` (1) is the cached speculation the
 last hit selected, ``BACKUP`` (0) the backup's; a pre-speculation step is one
 Forward over ``batch * sum(F_k)`` rows, sequence-major then outcome (k, f) in
-order of k, ``k`` = sum(F_k); ``fanout_of(params)`` gives the F_k.
+order of k, ``k`` = sum(F_k); ``fanout_of(params)`` gives the F_k. A miss tells
+the spawned pre-speculation to stop through a flag both generators share, so a
+runtime must drive them in one process (as the simulator and the executor's
+task loop do).
 """
 
 from __future__ import annotations
