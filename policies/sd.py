@@ -18,8 +18,9 @@ class SDParams(PolicyParams):
     draft_layers: int | None = Field(
         None, ge=1, description="self-speculate with the target's first N layers + exit head")
     draft_collectives: int | None = Field(
-        None, ge=0, description="all-reduces per draft step when the draft runs on a group "
-                                "(2: SPD-style, as Mirror-SD's draft; none: two per layer)")
+        2, ge=0, description="all-reduces per draft step when the draft runs on a group "
+                             "(2: SPD-style, as Mirror-SD's draft, so the two compare on "
+                             "equal terms; none: Megatron's two per layer)")
 
 
 def draft_source(ctx: PolicyContext, draft_layers: int | None, policy: str):
