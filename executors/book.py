@@ -1,13 +1,17 @@
 """The coordinator's bookkeeping: committed tokens, proposals, cache contents.
 
-Per row, ``committed`` holds the prompt and every token decided so far. Per
-speculation branch, a proposal list holds draft tokens not yet verified (with
-what the draft knew of them: its distribution at temperature > 0 and its top
-candidates). Per cache (device, model) and layer, ``CacheBook`` records which
-tokens' keys and values it holds, as a prefix of ``committed`` plus a tail of
-proposal tokens. A Forward feeds exactly the positions its layers lack, and a
-Verify keeps the part of every cache that the committed tokens still agree
-with: rollback is bookkeeping, the stale entries are overwritten later.
+Per row, ``committed`` holds the prompt and every token decided so far.
+*Narrow* proposals (one row per sequence) hold draft tokens awaiting a Verify,
+per speculation branch, with what the draft knew of each token (its
+distribution at temperature > 0 and its top candidates). *Wide* speculation
+stores hold trees a draft builds over ``batch * width`` rows (Mirror's window,
+SSD's pre-speculation): row ``j`` extends sequence ``j // width``. Each holds
+its own full token sequence, so it survives the Verify it was built during.
+
+``CacheBook`` records, per cache layer and row, which token sequence its keys
+and values were computed from. A Forward feeds exactly the positions past the
+longest prefix that every layer it runs shares with the sequence now wanted:
+rollback is bookkeeping, and stale entries are overwritten later.
 """
 
 from __future__ import annotations
@@ -16,35 +20,63 @@ from dataclasses import dataclass, field
 
 
 def common_prefix(a, b) -> int:
+    """Length of the longest common prefix of two sequences (C-speed compares)."""
     n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 @dataclass
 class Proposal:
-    """Draft tokens of one branch, per row, with what the draft knew of each."""
+    """Draft tokens per row, with the draft's distribution and top candidates."""
 
     tokens: list[list[int]]
-    probs: list[list[object]]  # per row, per token: draft distribution (T > 0) or None
-    top: list[list[list[int]]]  # per row, per token: the draft's top candidates
+    probs: list[list[object]]
+    top: list[list[list[int]]]
 
     @classmethod
-    def empty(cls, batch: int) -> "Proposal":
-        return cls([[] for _ in range(batch)], [[] for _ in range(batch)],
-                   [[] for _ in range(batch)])
+    def empty(cls, rows: int) -> "Proposal":
+        return cls([[] for _ in range(rows)], [[] for _ in range(rows)],
+                   [[] for _ in range(rows)])
+
+    def append(self, row: int, token: int, prob, top) -> None:
+        self.tokens[row].append(token)
+        self.probs[row].append(prob)
+        self.top[row].append(top)
+
+    def drop_front(self, row: int, n: int) -> None:
+        for lists in (self.tokens, self.probs, self.top):
+            del lists[row][:n]
+
+
+@dataclass
+class Wide:
+    """A speculation tree over ``rows = batch * width`` rows; row j's sequence is
+    ``base[j] + proposal.tokens[j]``."""
+
+    width: int
+    base: list[list[int]]
+    proposal: Proposal
+    client: str  # the device building it
+    ready: bool = False  # its first Forward has answered
+    def seq(self, row: int) -> list[int]:
+        return self.base[row] + self.proposal.tokens[row]
 
 
 @dataclass
 class Sequences:
-    """Committed tokens per row and the open proposals per branch."""
-
     committed: list[list[int]]
     prompt_lens: list[int]
     proposals: dict[int, Proposal] = field(default_factory=dict)
-    version: int = 0  # bumps at every commit
+    wide: dict[int, Wide] = field(default_factory=dict)
 
     @classmethod
     def start(cls, prompts: list[list[int]]) -> "Sequences":
@@ -65,44 +97,31 @@ class Sequences:
     def generated(self, row: int) -> list[int]:
         return self.committed[row][self.prompt_lens[row]:]
 
-    def commit(self, row: int, tokens: list[int]) -> None:
-        self.committed[row].extend(tokens)
-
-    def close_step(self) -> None:
-        self.proposals.clear()
-        self.version += 1
-
 
 class CacheBook:
-    """Which tokens each layer of one cache holds, per row.
+    """Which token sequence each layer's cache entries come from, per row.
 
-    ``n[l][b]`` tokens of ``committed[b]`` and then ``tail[l][b]``, proposal
-    tokens beyond the committed ones.
+    ``held[l][r] = (seq, n)``: layer l holds the first n positions of ``seq`` (a
+    tuple shared by the layers one Forward wrote).
     """
 
-    def __init__(self, n_layers: int, batch: int):
-        self.n = [[0] * batch for _ in range(n_layers)]
-        self.tail = [[()] * batch for _ in range(n_layers)]
+    EMPTY = ((), 0)
 
-    def valid(self, layer: int, row: int, committed: list[int], extra) -> int:
-        n = self.n[layer][row]
-        if n < len(committed):
-            return n
-        return n + common_prefix(self.tail[layer][row], extra)
+    def __init__(self, n_layers: int, rows: int):
+        self.held = [[self.EMPTY] * rows for _ in range(n_layers)]
 
-    def holds(self, layers, row: int, committed: list[int], extra) -> int:
-        """Positions every layer of ``layers`` holds correctly for this row."""
-        return min(self.valid(i, row, committed, extra) for i in range(*layers))
-
-    def wrote(self, layers, row: int, committed_len: int, extra) -> None:
-        """Layers now hold a whole sequence: ``committed_len`` committed tokens + extra."""
+    def holds(self, layers, row: int, seq) -> int:
+        """Positions of ``seq`` that every layer in ``layers`` holds."""
+        best, seen = None, {}
         for i in range(*layers):
-            self.n[i][row] = committed_len
-            self.tail[i][row] = tuple(extra)
+            entry = self.held[i][row]
+            key = (id(entry[0]), entry[1])
+            if key not in seen:
+                held, n = entry
+                seen[key] = common_prefix(held[:n], seq) if n else 0
+            best = seen[key] if best is None else min(best, seen[key])
+        return best if best is not None else len(seq)
 
-    def commit(self, row: int, old_len: int, new_tokens: list[int]) -> None:
-        """Tokens were committed: keep what agrees with them, drop the rest."""
-        for i in range(len(self.n)):
-            if self.n[i][row] >= old_len:
-                self.n[i][row] = old_len + common_prefix(self.tail[i][row], new_tokens)
-            self.tail[i][row] = ()
+    def wrote(self, layers, row: int, seq: tuple, n: int) -> None:
+        for i in range(*layers):
+            self.held[i][row] = (seq, n)

@@ -2,8 +2,18 @@
 
 ``Coordinator`` turns a schedule's operations into device commands. It owns
 the bookkeeping (``executors.book``): which tokens each Forward feeds, what
-the draft proposed, what a Verify commits. Devices only compute. Each reply
-becomes a measured span; each Verify a line of the acceptance trace.
+the draft proposed, what a Verify commits, which speculation a hit selects.
+Devices only compute. Each reply becomes a measured span; each Verify and
+Outcome a line of the acceptance trace.
+
+Conventions beyond the operations' own docstrings:
+  * a ``emit="sample"`` Forward on branch 0 appends to the narrow proposal;
+    on another branch it grows a speculation tree over ``batch`` rows (``batch``
+    = sequences x width): from the top-k roots of its ``inputs`` Forward, or,
+    with no inputs, from the outcome layout ``hints['fanout']`` (SSD's F_k);
+  * an Outcome that selects a precomputed speculation installs it as the
+    narrow proposal of branches 0 and 1, which the next Forwards and Verify use;
+  * a ``emit="sample"`` Forward emits ``n_tokens`` tokens, one pass each.
 """
 
 from __future__ import annotations
@@ -11,8 +21,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from executors.book import CacheBook, Sequences
-from executors.device import FwdCmd, SleepCmd, VerifyCmd
+from executors.book import CacheBook, Proposal, Sequences, Wide
+from executors.device import SleepCmd, VerifyCmd
+from executors.feeds import HandleInfo, hidden_command, hidden_inputs, token_command
 from executors.loop import Loop, Pending
 from policies.ops import (AllReduce, Delay, Forward, Outcome, StreamWeights, Transfer,
                           Verdict, Verify)
@@ -23,19 +34,6 @@ class Handle:
     """What a Forward returns to the schedule: an opaque reference."""
 
     id: int
-
-
-@dataclass
-class HandleInfo:
-    client: str
-    model: str
-    layers: tuple[int, int]
-    start: list[int]
-    n_fed: list[int]
-    extras: list[tuple]  # per row: proposal tokens after the committed ones
-    version: int
-    branch: int
-    at: set  # clients that hold its hidden states
 
 
 @dataclass
@@ -53,20 +51,30 @@ class Placement:
                              f"not map; add --placement {role}=DEVICE") from None
 
 
+@dataclass
+class Wait:
+    """An observer needs the replies ``client`` owes before it can decide."""
+
+    client: str
+
+
 class Coordinator:
     def __init__(self, clients: dict, placement: Placement, seqs: Sequences,
                  n_layers: dict[str, int], *, temperature: float = 0.0, t0: float = 0.0,
-                 observers: dict | None = None):
+                 observers: dict | None = None, hints: dict | None = None):
         self.clients, self.place, self.seqs = clients, placement, seqs
         self.n_layers = n_layers
         self.temperature = temperature
         self.t0 = t0
-        self.books: dict[tuple[str, str], CacheBook] = {}
+        self.hints = hints or {}
+        self.books: dict[tuple[str, str, int], CacheBook] = {}
         self.handles: dict[int, HandleInfo] = {}
         self.spans: list[dict] = []
         self.acceptance: list[dict] = []
         self.observers = observers or {}
         self.steps = 0
+        self.install: list | None = None  # speculation a hit selected, not yet in use
+        self.latest_tree = None
         self._next_handle = 0
         self.handlers = {Forward: self.forward, Verify: self.verify, Delay: self.delay,
                          Transfer: self.transfer, Outcome: self.outcome,
@@ -75,14 +83,18 @@ class Coordinator:
     def run(self, schedule):
         return Loop(self.clients, self.handlers).run(schedule)
 
-    def book(self, client: str, model: str) -> CacheBook:
-        key = (client, model)
+    def book(self, client: str, model: str, width: int = 1) -> CacheBook:
+        key = (client, model, width)
         if key not in self.books:
-            self.books[key] = CacheBook(self.n_layers[model], self.seqs.batch)
+            self.books[key] = CacheBook(self.n_layers[model], self.seqs.batch * width)
         return self.books[key]
 
+    def new_handle(self) -> int:
+        self._next_handle += 1
+        return self._next_handle
+
     # spans ---------------------------------------------------------------------
-    def span(self, op, client: str, reply, kind: str, **extra) -> None:
+    def span(self, op, role: str, client: str, reply, kind: str, **extra) -> None:
         fields = {"type": type(op).__name__}
         for name in op.__slots__:
             value = getattr(op, name)
@@ -91,153 +103,200 @@ class Coordinator:
             elif isinstance(value, tuple) and all(isinstance(v, (int, float)) for v in value):
                 fields[name] = list(value)
         fields.update(extra)
-        role = getattr(op, "device", None) or getattr(op, "src", None) or ""
         self.spans.append({"op": fields, "device": self.place.tracks.get(role, role),
-                           "physical": client, "name": getattr(op, "label", "") or
-                           fields["type"], "kind": kind,
+                           "physical": client, "kind": kind,
+                           "name": getattr(op, "label", "") or fields["type"],
                            "start_s": reply[1] - self.t0, "end_s": reply[2] - self.t0})
 
     # Forward -------------------------------------------------------------------
     def forward(self, op: Forward) -> Pending:
+        if op.head == "exit_layer":
+            raise ValueError("the executor has no trained exit layer; use the norm exit "
+                             "head (exit_head=norm / adapter=norm)")
+        self._materialise()
         client = self.place.client(op.device)
-        handle = self._next_handle
-        self._next_handle += 1
-        cmds, fed = [], None
-        if op.inputs is not None:
-            info = self.handles[op.inputs.id]
-            if client not in info.at:
-                cmds += self.move(info, op.inputs.id, client)
-            fed = (info.start, info.n_fed, info.extras, info.version)
-        cmd, info = self._forward_cmd(op, client, handle, fed)
+        width = self._width(op)
+        handle = self.new_handle()
+        wide = op.emit == "sample" and op.branch != 0
+        infos = hidden_inputs(op, self.handles)
+        extra = {"temperature": self.temperature, "width": width,
+                 "steps": op.n_tokens if op.emit == "sample" else 1,
+                 "top": self.hints.get("top", 8)}
+        book = self.book(client, op.model, width)
+        cmds = []
+        if infos is not None:
+            for info in infos:
+                cmds += self.move(info, client)
+            cmd, fed = hidden_command(op, handle, book, infos, self._lens(width), **extra)
+        else:
+            seqs, extra["pick"] = self._sequences(op, width, wide, client)
+            cmd, fed = token_command(op, handle, book, seqs, self._lens(width, wide), **extra)
+        info = HandleInfo(handle, client, op.device, op.model, width, op.layers,
+                          at={client}, head=op.head, emit=op.emit, branch=op.branch,
+                          wide=wide, **fed)
         self.handles[handle] = info
-        cmds.append((client, cmd))
 
         def finish(replies):
-            result = replies[-1]
-            self.span(op, client, result, "compute", n_fed=max(cmd.n_fed),
-                      context_measured=max(cmd.start))
-            self._emitted(op, result[0])
+            reply = replies[-1]
+            self.span(op, op.device, client, reply, "compute", n_fed=max(cmd.n_fed),
+                      context_measured=max(cmd.start), rows=len(cmd.start))
+            self._emitted(op, info, book, reply[0])
             return Handle(handle)
 
-        return Pending(cmds, finish)
+        return Pending(cmds + [(client, cmd)], finish)
 
-    def _forward_cmd(self, op: Forward, client: str, handle: int, fed):
-        seqs, book = self.seqs, self.book(client, op.model)
-        a, b = op.layers
-        starts, n_fed, extras, tokens = [], [], [], []
-        for r in range(seqs.batch):
-            committed = seqs.committed[r]
-            if fed is None:
-                extra = seqs.proposal(op.branch).tokens[r]
-                seq = committed + extra
-                cap = len(seq) - 1 if op.emit in ("sample", "topk") else len(committed) - 1
-                start = min(book.holds((a, b), r, committed, extra), cap)
-                tokens.append(seq[start:])
-            else:
-                start, extra = fed[0][r], fed[2][r]
-                if fed[3] != seqs.version:
-                    raise RuntimeError("a Forward's inputs come from before the last Verify")
-                if book.holds((a, b), r, committed, extra) < start:
-                    raise RuntimeError(f"layers {a}..{b} of {op.model} lack positions before "
-                                       f"{start}; feed them from layer 0 first")
-            starts.append(start)
-            n_fed.append(fed[1][r] if fed else len(committed) + len(extra) - start)
-            extras.append(tuple(extra))
-            book.wrote((a, b), r, len(committed), extra)
-        width = max(n_fed)
-        padded = [t + [t[-1]] * (width - len(t)) for t in tokens] if fed is None else None
-        if op.emit in ("sample", "topk"):
-            n_logits = tuple(1 for _ in n_fed)
-        else:
-            n_logits = tuple(min(n, len(e) + 1) for n, e in zip(n_fed, extras))
-        cmd = FwdCmd(handle, op.model, (a, b), starts, n_fed, padded,
-                     op.inputs.id if fed else None, op.head, op.emit, op.k, n_logits,
-                     self.temperature)
-        info = HandleInfo(client, op.model, (a, b), starts, n_fed, extras, seqs.version,
-                          op.branch, {client})
-        return cmd, info
+    def _width(self, op: Forward) -> int:
+        if op.batch % self.seqs.batch:
+            raise ValueError(f"Forward '{op.label}' has batch {op.batch}, not a multiple of "
+                             f"the run's {self.seqs.batch} sequences")
+        return op.batch // self.seqs.batch
 
-    def _emitted(self, op: Forward, result: dict) -> None:
+    def _lens(self, width: int, wide: bool = False) -> list[int | None]:
+        if wide or width != 1:
+            return [None] * (self.seqs.batch * width)
+        return [len(c) for c in self.seqs.committed]
+
+    def _sequences(self, op: Forward, width: int, wide: bool, client: str):
+        """(sequence per row, per-row pick of a ranked token or None)."""
+        seqs = self.seqs
+        if not wide:
+            if width != 1:
+                raise ValueError(f"Forward '{op.label}' runs {op.batch} rows but only "
+                                 "speculation branches other than 0 may widen the batch")
+            return [tuple(seqs.seq(r, op.branch)) for r in range(seqs.batch)], None
+        pick = None
+        prior = self.handles.get(op.inputs.id) if op.inputs is not None else None
+        if not (prior and prior.wide and prior.branch == op.branch):
+            from executors.trees import start_tree
+
+            tree, pick = start_tree(self, op, width, prior, client)
+            seqs.wide[op.branch] = tree
+        tree = seqs.wide[op.branch]
+        return [tuple(tree.seq(j)) for j in range(seqs.batch * width)], pick
+
+    def _emitted(self, op: Forward, info: HandleInfo, book: CacheBook, result: dict) -> None:
+        if op.emit == "topk":
+            info.topk = result["topk"]
         if op.emit != "sample":
             return
-        prop = self.seqs.proposal(op.branch)
-        for r, tok in enumerate(result["tokens"]):
-            prop.tokens[r].append(tok)
-            prop.probs[r].append(result["probs"][r])
-            prop.top[r].append(result["top"][r])
+        if info.wide:
+            tree = self.seqs.wide[op.branch]
+            prop, tree.ready = tree.proposal, True
+        else:
+            prop = self.seqs.proposal(op.branch)
+        for r, toks in enumerate(result["tokens"]):
+            for tok, prob, top in zip(toks, result["probs"][r], result["top"][r]):
+                prop.append(r, tok, prob, top)
+            if len(toks) > 1:  # the extra passes fed all but the last emitted token
+                seq = info.seqs[r] + tuple(toks[:-1])
+                book.wrote(op.layers, r, seq, len(seq))
 
-    def move(self, info: HandleInfo, handle: int, dst: str) -> list:
-        """Commands that bring a handle's hidden states to ``dst``."""
+    def move(self, info: HandleInfo, dst: str) -> list:
+        """Commands that bring a handle's hidden states to ``dst`` (real sends)."""
+        if dst in info.at:
+            return []
         src = next(iter(info.at))
         info.at.add(dst)
-        return self.clients[dst].fetch_commands(self.clients[src], src, handle)
+        return self.clients[dst].fetch_commands(self.clients[src], src, info.id)
+
+    def _materialise(self) -> None:
+        """Make the speculation a hit selected the narrow proposal of branches 0, 1."""
+        if self.install is None:
+            return
+        prop = Proposal.empty(self.seqs.batch)
+        for r, (tree, j, offset) in enumerate(self.install):
+            src = tree.proposal
+            prop.tokens[r] = src.tokens[j][offset:]
+            prop.probs[r] = src.probs[j][offset:]
+            prop.top[r] = src.top[j][offset:]
+        self.seqs.proposals[0] = self.seqs.proposals[1] = prop
+        self.install = None
 
     # Verify --------------------------------------------------------------------
     def verify(self, op: Verify) -> Pending:
+        self._materialise()
         info = self.handles[op.target.id]
         prop = self.seqs.proposal(op.branch)
-        gamma = [len(t) for t in prop.tokens]
-        probs = prop.probs if self.temperature > 0 else None
-        cmd = VerifyCmd(op.target.id, [list(t) for t in prop.tokens], probs,
-                        self.temperature)
+        gamma = [len(t) if op.bonus else min(op.gamma, len(t)) for t in prop.tokens]
+        offsets = [len(c) - 1 - s for c, s in zip(self.seqs.committed, info.logit_start)]
+        cmd = VerifyCmd(op.target.id, [t[:g] for t, g in zip(prop.tokens, gamma)],
+                        [p[:g] for p, g in zip(prop.probs, gamma)]
+                        if self.temperature > 0 else None,
+                        self.temperature, offsets, op.bonus)
 
         def finish(replies):
             result, _, _ = reply = replies[0]
-            self.span(op, info.client, reply, "compute")
-            return self._commit(op, result, prop)
+            self.span(op, info.role, info.client, reply, "compute")
+            return self._commit(op, result, prop, gamma)
 
         return Pending([(info.client, cmd)], finish)
 
-    def _commit(self, op: Verify, result: dict, prop) -> Verdict:
-        seqs = self.seqs
-        ranks = []
-        for r, (k, bonus) in enumerate(zip(result["accepted"], result["bonus"])):
-            new = prop.tokens[r][:k] + [bonus]
-            old_len = len(seqs.committed[r])
-            seqs.commit(r, new)
-            for book in self.books.values():
-                book.commit(r, old_len, new)
+    def _commit(self, op: Verify, result: dict, prop: Proposal, gamma: list[int]) -> Verdict:
+        seqs, ranks, committed = self.seqs, [], []
+        for r, (k, tok) in enumerate(zip(result["accepted"], result["bonus"])):
+            new = prop.tokens[r][:k] + ([tok] if tok is not None else [])
+            seqs.committed[r].extend(new)
+            committed.append(len(new))
             top = prop.top[r][k] if k < len(prop.top[r]) else None
-            ranks.append(top.index(bonus) if top and bonus in top else None)
-        seqs.close_step()
+            ranks.append(top.index(tok) if top and tok in top else None)
+        if op.bonus:
+            seqs.proposals = {}
+        else:  # pipelined verification: on a match the tokens behind stay in flight
+            for r, (k, g) in enumerate(zip(result["accepted"], gamma)):
+                prop.drop_front(r, g if k == g else len(prop.tokens[r]))
+            seqs.proposals = {op.branch: prop}
         self.steps += 1
-        line = {"accepted": list(result["accepted"]), "gamma": op.gamma,
-                "proposed": [len(t) for t in prop.tokens], "bonus_rank": ranks,
-                "margin": result["margin"], "branch": op.branch}
-        self.acceptance.append(line)
-        return Verdict(tuple(result["accepted"]), {"bonus": result["bonus"],
-                                                    "bonus_rank": ranks})
+        self.acceptance.append({
+            "accepted": list(result["accepted"]), "gamma": op.gamma, "proposed": gamma,
+            "committed": committed, "bonus_rank": ranks, "margin": result["margin"],
+            "branch": op.branch})
+        return Verdict(tuple(result["accepted"]),
+                       {"bonus": result["bonus"], "bonus_rank": ranks},
+                       None if op.bonus else tuple(committed))
 
     # the rest --------------------------------------------------------------------
     def delay(self, op: Delay) -> Pending:
         if op.device is None:
             start = time.perf_counter()
             time.sleep(op.seconds)
-            return Pending([], lambda _r: self.span(op, "host", (None, start,
-                                                                 time.perf_counter()),
-                                                    "delay"))
+            reply = (None, start, time.perf_counter())
+            return Pending([], lambda _r: self.span(op, "host", "host", reply, "delay"))
         client = self.place.client(op.device)
         return Pending([(client, SleepCmd(op.seconds))],
-                       lambda r: self.span(op, client, r[0], "delay"))
+                       lambda r: self.span(op, op.device, client, r[0], "delay"))
 
     def outcome(self, op: Outcome) -> Pending:
         observe = self.observers.get(op.event)
         if observe is None:
-            raise ValueError(f"the executor cannot observe event '{op.event}' yet; it "
+            raise ValueError(f"the executor cannot observe event '{op.event}'; it "
                              f"observes {', '.join(sorted(self.observers)) or 'none'}")
-        held = bool(observe(self, op))
-        self.acceptance.append({"event": op.event, "held": held})
-        return Pending([], lambda _r: held)
+
+        def decide(_replies=None):
+            held = observe(self, op)
+            if isinstance(held, Wait):  # the draft still owes the replies that decide
+                return Pending([(held.client, SleepCmd(0.0))], decide)
+            self.acceptance.append({"event": op.event, "held": bool(held)})
+            return bool(held)
+
+        return Pending([], decide)
 
     def transfer(self, op: Transfer) -> Pending:
         src, dst = self.place.client(op.src), self.place.client(op.dst)
-        if isinstance(op.payload, Handle):
-            info = self.handles[op.payload.id]
-            cmds = [] if dst in info.at else self.move(info, op.payload.id, dst)
+        info = self.handles.get(op.payload.id) if isinstance(op.payload, Handle) else None
+        if info is not None and info.head is None:
+            cmds = self.move(info, dst)  # activations: the hidden states themselves
+        elif src == dst:
+            cmds = []
         else:
             cmds = self.clients[dst].message_commands(self.clients[src], src, op.nbytes)
-        return Pending(cmds, lambda r: (self.span(op, src, _hull(r), "transfer")
-                                        if r else None) or op.payload)
+
+        def finish(replies):
+            if replies:
+                hull = (None, min(r[1] for r in replies), max(r[2] for r in replies))
+                self.span(op, op.src, f"{src}->{dst}", hull, "transfer")
+            return op.payload
+
+        return Pending(cmds, finish)
 
     def allreduce(self, op: AllReduce) -> Pending:
         raise ValueError("the executor does not run tensor-parallel groups yet; place "
@@ -245,7 +304,3 @@ class Coordinator:
 
     def stream(self, op: StreamWeights) -> Pending:
         raise ValueError("the executor does not stream weights from disk yet")
-
-
-def _hull(replies):
-    return (None, min(r[1] for r in replies), max(r[2] for r in replies))

@@ -1,10 +1,10 @@
 """One physical device's side of the executor: weights, KV caches, commands.
 
-A ``LocalDevice`` holds the layer stacks of the models placed on it, one KV
-cache per model, and the results of its Forwards by handle id. It executes
-small picklable commands; the coordinator decides *which* positions to feed
-(see ``executors.book``), the device only computes. The same object serves
-in-process and inside a worker process (``executors.workers``).
+A ``LocalDevice`` holds the layer stacks of the models placed on it, KV caches
+per (model, row width), and the results of its Forwards by handle id. It
+executes small picklable commands; the coordinator decides *which* positions
+to feed (see ``executors.book``), the device only computes. The same object
+serves in-process and inside a worker process (``executors.workers``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 from executors.book import common_prefix
 from executors.layers import Positions, Stack
 
-KEEP_HANDLES = 64
+KEEP_HANDLES = 256
 
 
 @dataclass
@@ -39,16 +39,23 @@ class FwdCmd:
     temperature: float = 0.0
     top: int = 8  # draft candidates reported with each sampled token
     tree: object = None  # [B, n, n] bool: new token i may see new token j
+    steps: int = 1  # emit="sample": tokens to emit, each fed back for the next
+    pick: list[int] | None = None  # per row: emit the draft's rank-i token (-1: sample)
+    width: int = 1  # rows = batch * width (speculation trees)
 
 
 @dataclass
 class VerifyCmd:
-    """Accept the longest agreeing prefix of each row's proposal, plus a bonus."""
+    """Accept the longest agreeing prefix of each row's proposal, plus a bonus
+    token (``bonus``) or, without one, the target's correction where a row
+    rejected. ``offsets[r]``: the row's first logits position to use."""
 
     handle: int
     proposals: list[list[int]]
     probs: list[list[object]] | None = None
     temperature: float = 0.0
+    offsets: list[int] | None = None
+    bonus: bool = True
 
 
 @dataclass
@@ -70,7 +77,7 @@ class LocalDevice:
     def __init__(self, name: str, stacks: dict[str, Stack], seed: int = 0):
         self.name = name
         self.stacks = stacks
-        self.caches: dict[str, object] = {}
+        self.caches: dict[tuple[str, int], object] = {}
         self.store: OrderedDict[int, dict] = OrderedDict()
         self.gen = torch.Generator().manual_seed(seed)
         self.batch = 1
@@ -82,31 +89,35 @@ class LocalDevice:
         result = fn(cmd)
         return result, start, time.perf_counter()
 
+    def cache(self, model: str, width: int):
+        key = (model, width)
+        if key not in self.caches:
+            self.caches[key] = self.stacks[model].new_cache(self.batch * width)
+        return self.caches[key]
+
     # commands -----------------------------------------------------------------
     def _ResetCmd(self, cmd: ResetCmd):
         self.batch = cmd.batch
         self.gen.manual_seed(cmd.seed)
-        self.caches = {m: s.new_cache(cmd.batch) for m, s in self.stacks.items()}
+        self.caches.clear()
         self.store.clear()
 
     def _SleepCmd(self, cmd: SleepCmd):
         time.sleep(cmd.seconds)
 
     def _FwdCmd(self, cmd: FwdCmd):
-        stack = self.stacks[cmd.model]
+        stack, cache = self.stacks[cmd.model], self.cache(cmd.model, cmd.width)
         at = Positions(cmd.start, cmd.n_fed, cmd.tree)
         if cmd.inputs is None:
-            hidden = stack.run(self.caches[cmd.model], cmd.layers, at,
-                               tokens=torch.tensor(cmd.tokens))
+            hidden = stack.run(cache, cmd.layers, at, tokens=torch.tensor(cmd.tokens))
         else:
-            hidden = stack.run(self.caches[cmd.model], cmd.layers, at,
-                               hidden=self.hidden(cmd.inputs))
+            hidden = stack.run(cache, cmd.layers, at, hidden=self.hidden(cmd.inputs))
         entry = {"hidden": hidden}
         out = {}
         if cmd.head is not None:
             entry["logits"] = logits = self._logits(stack, hidden, cmd)
             if cmd.emit == "sample":
-                out = self._sample(logits, cmd)
+                out = self._emit(stack, cache, cmd, logits)
             elif cmd.emit == "topk":
                 out = {"topk": [torch.topk(lg[-1], cmd.k).indices.tolist() for lg in logits]}
         self.keep(cmd.handle, entry)
@@ -114,19 +125,22 @@ class LocalDevice:
 
     def _VerifyCmd(self, cmd: VerifyCmd):
         logits = self.store[cmd.handle]["logits"]
-        accepted, bonus, margin = [], [], []
+        accepted, tokens, margin = [], [], []
         for b, proposal in enumerate(cmd.proposals):
             g = len(proposal)
-            lg = logits[b][-(g + 1):]
-            if lg.shape[0] < g + 1:
-                raise RuntimeError(f"verify needs {g + 1} target positions, has {lg.shape[0]}")
+            need = g + 1 if cmd.bonus else max(g, 1)
+            offset = cmd.offsets[b] if cmd.offsets else logits[b].shape[0] - need
+            lg = logits[b][offset:offset + need]
+            if offset < 0 or lg.shape[0] < need:
+                raise RuntimeError(f"verify needs {need} target positions from {offset}; "
+                                   f"the target pass has {logits[b].shape[0]}")
             probs = cmd.probs[b] if cmd.probs else None
-            k, tok = self._accept(lg, proposal, probs, cmd.temperature)
-            top2 = torch.topk(lg[k], 2).values
+            k, tok = self._accept(lg, proposal, probs, cmd.temperature, cmd.bonus)
+            top2 = torch.topk(lg[min(k, need - 1)], 2).values
             accepted.append(k)
-            bonus.append(tok)
+            tokens.append(tok)
             margin.append(float(top2[0] - top2[1]))
-        return {"accepted": accepted, "bonus": bonus, "margin": margin}
+        return {"accepted": accepted, "bonus": tokens, "margin": margin}
 
     # helpers ------------------------------------------------------------------
     def keep(self, handle: int, entry: dict) -> None:
@@ -134,8 +148,11 @@ class LocalDevice:
         while len(self.store) > KEEP_HANDLES:
             self.store.popitem(last=False)
 
-    def hidden(self, handle: int) -> torch.Tensor:
+    def hidden(self, handle) -> torch.Tensor:
+        """Hidden states of a handle, or of several concatenated along positions."""
         try:
+            if isinstance(handle, (tuple, list)):
+                return torch.cat([self.store[h]["hidden"] for h in handle], dim=1)
             return self.store[handle]["hidden"]
         except KeyError:
             raise RuntimeError(f"device {self.name} holds no hidden states for handle "
@@ -150,27 +167,53 @@ class LocalDevice:
         return [stack.head(hidden[b, n - m:n]) for b, (n, m) in
                 enumerate(zip(cmd.n_fed, want))]
 
-    def _sample(self, logits, cmd: FwdCmd) -> dict:
+    def _emit(self, stack, cache, cmd: FwdCmd, logits) -> dict:
+        """Sample ``steps`` tokens per row, feeding each back through the layers."""
+        out = self._sample(logits, cmd, cmd.pick)
+        ends = [s + n for s, n in zip(cmd.start, cmd.n_fed)]
+        for _ in range(cmd.steps - 1):
+            last = [toks[-1] for toks in out["tokens"]]
+            at = Positions(ends, [1] * len(ends))
+            hidden = stack.run(cache, cmd.layers, at, tokens=torch.tensor(last)[:, None])
+            step = self._sample(list(stack.head(hidden)), cmd, None)
+            for key in out:
+                for r, value in enumerate(step[key]):
+                    out[key][r].extend(value)
+            ends = [e + 1 for e in ends]
+        return out
+
+    def _sample(self, logits, cmd: FwdCmd, pick) -> dict:
+        """One token per row from its last logits: per-row lists of the token, the
+        draft distribution (temperature > 0) and the top candidates."""
         tokens, probs, top = [], [], []
-        for lg in logits:
+        for r, lg in enumerate(logits):
             last = lg[-1]
+            ranked = torch.topk(last, cmd.top).indices.tolist()
+            prob = None
             if cmd.temperature > 0:
                 p = torch.softmax(last / cmd.temperature, -1)
-                tokens.append(int(torch.multinomial(p, 1, generator=self.gen)))
-                probs.append(p.cpu().numpy())  # plain pickle across processes
+                prob = p.cpu().numpy()  # plain pickle across processes
+            if pick is not None and pick[r] >= 0:
+                token = ranked[pick[r]]
+            elif cmd.temperature > 0:
+                token = int(torch.multinomial(p, 1, generator=self.gen))
             else:
-                tokens.append(int(last.argmax()))
-                probs.append(None)
-            top.append(torch.topk(last, cmd.top).indices.tolist())
+                token = ranked[0]
+            tokens.append([token])
+            probs.append([prob])
+            top.append([ranked])
         return {"tokens": tokens, "probs": probs, "top": top}
 
-    def _accept(self, lg, proposal, draft_probs, temperature):
-        """Greedy: longest prefix equal to the target's argmax. Otherwise
-        rejection sampling, which leaves the target's distribution unchanged."""
+    def _accept(self, lg, proposal, draft_probs, temperature, bonus=True):
+        """(accepted, next token or None). Greedy: the longest prefix equal to the
+        target's argmax. Otherwise rejection sampling, which leaves the target's
+        distribution unchanged. Without ``bonus``, a fully accepted proposal
+        commits no token of the target's."""
+        g = len(proposal)
         if temperature <= 0:
             pred = lg.argmax(-1).tolist()
             k = common_prefix(pred, proposal)
-            return k, pred[k]
+            return k, (pred[k] if k < g or bonus or g == 0 else None)
         p = torch.softmax(lg / temperature, -1)
         for i, x in enumerate(proposal):
             q = torch.as_tensor(draft_probs[i], device=p.device)
@@ -181,6 +224,6 @@ class LocalDevice:
             total = float(residual.sum())
             dist = residual / total if total > 0 else p[i]
             return i, int(torch.multinomial(dist, 1, generator=self.gen))
-        g = len(proposal)
+        if g and not bonus:
+            return g, None
         return g, int(torch.multinomial(p[g], 1, generator=self.gen))
-

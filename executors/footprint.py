@@ -20,14 +20,16 @@ class _Stop(Exception):
     pass
 
 
-def footprint(schedule) -> dict[tuple[str, str], int]:
-    """{(device role, model role): deepest layer stop} of a schedule's Forwards."""
-    seen: dict[tuple[str, str], int] = {}
+def footprint(schedule, batch: int) -> dict[tuple[str, str, int], int]:
+    """{(device role, model role, row width): deepest layer stop} of a schedule's
+    Forwards (width: rows per sequence, above 1 for speculation trees)."""
+    seen: dict[tuple[str, str, int], int] = {"batch": batch}
     budget = {"ops": DRY_OPS, "verifies": DRY_STEPS}
     try:
         _drive(schedule, seen, budget)
     except _Stop:
         pass
+    del seen["batch"]
     return seen
 
 
@@ -46,7 +48,7 @@ def _drive(gen, seen, budget):
 
 def _stand_in(op, seen, budget):
     if isinstance(op, Forward):
-        key = (op.device, op.model)
+        key = (op.device, op.model, max(1, op.batch // seen["batch"]))
         seen[key] = max(seen.get(key, 0), op.layers[1])
         return object()
     if isinstance(op, Verify):

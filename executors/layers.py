@@ -79,11 +79,14 @@ class Positions:
 class Stack:
     """Runs layer ranges, the final norm and the LM head of one HF causal LM."""
 
-    def __init__(self, hf_model):
+    def __init__(self, hf_model, n_layers: int | None = None):
+        """``n_layers``: use only the first layers (a self-draft: the target's first
+        layers, then its final norm and LM head)."""
         self.hf = hf_model
         inner = hf_model.model
         cfg = hf_model.config
-        self.embed, self.layers, self.norm = inner.embed_tokens, inner.layers, inner.norm
+        self.embed, self.norm = inner.embed_tokens, inner.norm
+        self.layers = inner.layers[:n_layers] if n_layers else inner.layers
         self.lm_head = hf_model.lm_head
         self.rotary = inner.rotary_emb
         self.n_layers = len(self.layers)

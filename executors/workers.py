@@ -29,6 +29,7 @@ class LoadCmd:
 
     sources: dict[str, str]
     seed: int
+    target: str = ""  # the target's source, for self:N drafts
 
 
 @dataclass
@@ -235,10 +236,21 @@ def _load(device, cmd: LoadCmd):
     from executors.layers import Stack
 
     start = time.perf_counter()
+    loaded = device.__dict__.setdefault("loaded", {})  # source -> HF model
+
+    def model(source: str, seed: int):
+        if source not in loaded:
+            loaded[source] = models.load(source, seed=seed).model
+        return loaded[source]
+
     for role, source in sorted(cmd.sources.items()):
-        if role not in device.stacks:
-            seed = cmd.seed + (1 if role == "draft" else 0)  # as the coordinator's copy
-            device.stacks[role] = Stack(models.load(source, seed=seed).model)
+        if role in device.stacks:
+            continue
+        n = models.self_layers(source)
+        if n:
+            device.stacks[role] = Stack(model(cmd.target, cmd.seed), n)
+        else:  # seeds as the coordinator's copy: target seed, draft seed + 1
+            device.stacks[role] = Stack(model(source, cmd.seed + (role == "draft")))
     return None, start, time.perf_counter()
 
 

@@ -1,0 +1,93 @@
+"""Speculation trees: Mirror's branch-complete window and SSD's pre-speculation.
+
+A tree is started by the first ``emit="sample"`` Forward of a branch other than
+0 and grows by one token per row with every later one (see ``Wide``). Its rows
+come from one of two layouts:
+
+* roots (Mirror): the ``inputs`` Forward emitted the top-k tokens after the
+  proposal being verified; row ``r * width + i`` continues
+  ``committed + proposal + [root i]``, i.e. it guesses the whole proposal is
+  accepted and the bonus token is root i;
+* outcomes (SSD): ``hints['fanout']`` = F_0..F_K; for each accepted count k, row
+  (k, f) continues ``committed + proposal[:k] + [guess f]``. For k below the
+  proposal length the guesses are the draft's own top candidates at position k
+  other than the token it proposed there; for k = K the draft emits its rank-f
+  token as the guess in the tree's first pass.
+
+A hit (``observe_on_path``) is a committed sequence that lies on a row of the
+tree with tokens beyond it; those tokens become the next proposal.
+"""
+
+from __future__ import annotations
+
+from executors.book import Proposal, Wide
+
+
+def start_tree(coord, op, width: int, prior, client: str):
+    """A new speculation tree for ``op``; returns (tree, per-row pick or None)."""
+    seqs, rows = coord.seqs, coord.seqs.batch * width
+    if prior is not None and prior.topk is not None:
+        bases, pick = _roots(prior, width, seqs.batch), None
+    else:
+        fanout = coord.hints.get("fanout")
+        if fanout is None or sum(fanout) != width:
+            raise ValueError(f"Forward '{op.label}' widens the batch {width}x with no roots "
+                             "to grow from and no outcome layout (fanout) that sums to it")
+        bases, pick = _outcomes(seqs, fanout)
+    tree = Wide(width, bases, Proposal.empty(rows), client)
+    coord.latest_tree = tree
+    return tree, pick
+
+
+def _roots(prior, width: int, batch: int) -> list[list[int]]:
+    bases = []
+    for r in range(batch):
+        roots = prior.topk[r]
+        if len(roots) < width:
+            raise ValueError(f"a window of {width} branches needs {width} early-exit "
+                             f"candidates; the exit Forward emitted {len(roots)}")
+        bases += [list(prior.seqs[r]) + [roots[i]] for i in range(width)]
+    return bases
+
+
+def _outcomes(seqs, fanout) -> tuple[list[list[int]], list[int]]:
+    prop = seqs.proposal(0)
+    bases, pick = [], []
+    for r in range(seqs.batch):
+        c, p = seqs.committed[r], prop.tokens[r]
+        for k, n_guesses in enumerate(fanout):
+            k = min(k, len(p))
+            cands = [t for t in prop.top[r][k] if t != p[k]] if k < len(p) else []
+            for f in range(n_guesses):
+                if f < len(cands):
+                    bases.append(c + p[:k] + [cands[f]])
+                    pick.append(-1)
+                else:  # the draft names its guess in the tree's first pass
+                    bases.append(c + p[:k])
+                    pick.append(f + (1 if k < len(p) else 0))
+    return bases, pick
+
+
+def observe_on_path(coord, op):
+    """Whether every row's committed sequence lies on the latest tree with tokens
+    beyond it; on a hit those tokens become the next proposal."""
+    from executors.coordinator import Wait
+
+    tree = getattr(coord, "latest_tree", None)
+    if tree is None:
+        return False
+    if not tree.ready:
+        return Wait(tree.client)
+    install = []
+    for r, c in enumerate(coord.seqs.committed):
+        best = None
+        for j in range(r * tree.width, (r + 1) * tree.width):
+            s, offset = tree.seq(j), len(c) - len(tree.base[j])
+            if offset >= 0 and len(s) > len(c) and s[:len(c)] == c:
+                if best is None or len(s) > best[0]:
+                    best = (len(s), j, offset)
+        if best is None:
+            return False
+        install.append((tree, best[1], best[2]))
+    coord.install = install
+    return True
