@@ -99,6 +99,20 @@ def _collective(platform: Platform, group: str, nbytes: float, count: float,
     term.inverse.append((Param("group", group, "bandwidth_gb_s"), count * beta_coef))
 
 
+def op_kind(op: dict, placement: dict) -> str:
+    """'Forward target[0:30]+lm x5 on cpu0 (verify)': what the error tables group by."""
+    kind, label = op["type"], op.get("label") or ""
+    if kind == "Forward":
+        lo, hi = op["layers"]
+        head = f"+{op['head']}" if op.get("head") else ""
+        where = placement.get(op["device"], op["device"])
+        n_tokens = op.get("n_fed") or op.get("n_tokens", 1)
+        text = f"Forward {op['model']}[{lo}:{hi}]{head} x{n_tokens} on {where}"
+    else:
+        text = kind
+    return text + (f" ({label})" if label else "")
+
+
 class Terms:
     """Builds a Term for each measured span of runs on one platform."""
 
@@ -124,10 +138,8 @@ class Terms:
         return out
 
     def _term(self, op: dict, placement: dict, run: MeasuredRun, measured: float):
+        term = Term(measured, op_kind(op, placement), run.name)
         kind = op["type"]
-        label = op.get("label") or ""
-        op_kind = f"{kind} {op.get('model', '')}".strip() + (f" ({label})" if label else "")
-        term = Term(measured, op_kind, run.name)
         if kind == "Forward":
             self._forward(op, placement, run, term)
         elif kind == "Transfer":
@@ -144,7 +156,10 @@ class Terms:
     def _forward(self, op: dict, placement: dict, run: MeasuredRun, term: Term) -> None:
         spec = self._spec(run, op["model"])
         where = placement.get(op["device"], op["device"])
-        c = self.unit.forward(spec, where, tuple(op["layers"]), op.get("n_tokens", 1),
+        # n_fed: the positions the executor really fed (a draft catching up on the
+        # bonus token feeds two where the schedule asked for one).
+        n_tokens = op.get("n_fed") or op.get("n_tokens", 1)
+        c = self.unit.forward(spec, where, tuple(op["layers"]), n_tokens,
                               op.get("batch", 1), op.get("context", 0), op.get("head"),
                               op.get("collectives"))
         members = self.platform.members(where)

@@ -62,7 +62,7 @@ def _evaluate(profile_path: Path, platform: Platform, held: list[MeasuredRun]) -
     for run in held:
         errors = replay(run, str(profile_path)).errors()
         out["runs"].append({"run": run.name, "policy": run.policy, **{
-            f"{k}_error": v for k, v in errors.items()}})
+            f"{k}_error": v for k, v in errors.items()}, **unmodelled_shares(run)})
     for policy in sorted({r["policy"] for r in out["runs"]}):
         rows = [r for r in out["runs"] if r["policy"] == policy]
         out["schedules"][policy] = {
@@ -72,6 +72,23 @@ def _evaluate(profile_path: Path, platform: Platform, held: list[MeasuredRun]) -
                                                         r.get("step_latency_s_error"))
                                                   for r in rows])}
     return out
+
+
+def unmodelled_shares(run: MeasuredRun) -> dict[str, float]:
+    """Shares of a run's measured decoding time that the cost model has no term
+    for: Verify (sampling, acceptance) spans, which the simulator takes as
+    instant, and host time between operations, when no device is busy."""
+    wall_s = float(run.metrics.get("simulated_time_s") or 0.0)
+    if wall_s <= 0 or not run.spans:
+        return {}
+    verify_s = sum(s["end_s"] - s["start_s"] for s in run.spans if s["op"]["type"] == "Verify")
+    busy_s, reach = 0.0, 0.0
+    for s in sorted(run.spans, key=lambda s: s["start_s"]):  # union of busy intervals
+        start, end = max(s["start_s"], reach), s["end_s"]
+        if end > start:
+            busy_s += end - start
+            reach = end
+    return {"verify_share": verify_s / wall_s, "idle_share": max(0.0, 1 - busy_s / wall_s)}
 
 
 def _params(term):
@@ -99,6 +116,11 @@ def _header(fitting, held, result, evaluation, date: str) -> str:
         lines.append(f"  {policy}: tokens/s error {s['tokens_per_s_error']:+.1%}, median "
                      f"step-latency error {s['median_step_latency_error']:+.1%} "
                      f"({s['runs']} runs)")
+    for r in evaluation["runs"]:
+        if "verify_share" in r:
+            lines.append(f"  run {r['run']}: time the cost model has no term for: Verify "
+                         f"spans {r['verify_share']:.1%}, host time between operations "
+                         f"{r['idle_share']:.1%}")
     for kind, s in evaluation["op_kinds"].items():
         lines.append(f"  span {kind}: median |error| {s['median_abs_error']:.1%} "
                      f"(bias {s['median_error']:+.1%}, {s['spans']} spans)")
