@@ -12,13 +12,47 @@ B*kappa entries) over the token channel. From those kappa roots the draft builds
 a branch-complete window, kappa roots x gamma depths, in J speculative-streaming
 steps of eta tokens each, over B*kappa rows at once, while the target runs its
 suffix. At the rendezvous the target verifies, the draft's window travels to the
-target and the verdict to the draft. When the corrected prefix lies on a
-precomputed path (probability Omega_kappa per row) that branch is the next
-window; otherwise the draft rolls out a fresh window on the critical path
-(fallback). Rows advance in lock-step, so a step reuses (event "reuse") only when
-every row does, with probability Omega^B; ``fallback_step_rate`` counts the
-steps that fell back and ``fallback_rate`` the rows (on each such step, the
-expected number of failing rows given at least one). With reuse, eq. 10:
+target and the verdict to the draft. A row whose corrected prefix lies on a
+precomputed path (event "reuse", probability Omega_kappa per row, independently)
+takes that branch as its next window; a row that missed has none. What the
+schedule does about it is ``batch_fallback``:
+
+  * "stall": the draft rolls out a fresh window on the critical path before the
+    next step (the paper's fallback). Rows advance in lock-step: one Outcome
+    asks whether every row reused (probability Omega^B) and a miss re-rolls
+    all B rows.
+  * "skip": nothing waits. A row without a window verifies with no proposal in
+    the next step (``Verify.row_gamma`` 0: it commits the target's one token,
+    an AR step for that row) while that step's early-exit top-kappa seeds its
+    next window as usual. The Outcome answers per row. The target still scores
+    gamma+1 positions for every row. The start-up window, which every row
+    lacks, is still rolled out (the B = 1 case below, for the whole batch).
+  * "auto" (default): the algebra below with the mean accepted length the
+    schedule has observed (the executor observes it too) and the one number it
+    cannot observe, ``rollout_ratio``; stall when that is not given.
+
+With E the expected accepted tokens of a window, T the step (eq. 10), T_f the
+fresh rollout with its trip and q = 1 - Omega^B the chance that some row
+misses, a row gains per step E + 1 tokens in T + q*T_f when stalling and
+1 + Omega*E tokens (a window with chance Omega) in T when skipping. Skipping
+is faster iff
+
+    T_f / T > (1 - Omega) E / (q (1 + Omega E))       (``skip_bound``)
+
+At B = 1 (q = 1 - Omega) the bound is E / (1 + Omega E), about 0.8 at alpha
+0.8, gamma 7, Omega 0.9: a single-row rollout would have to cost most of a
+step, so auto stalls at B = 1. As B grows q tends to 1 and the bound falls to
+(1 - Omega) E / (1 + Omega E), about 0.08 (0.14 at B = 8): skipping gives up a
+fixed share of the tokens, (1 - Omega) E / (1 + E) (7.6% here), while a stall
+costs q T_f / T. Which is larger depends on the platform (T_f / T is 0.2 on
+h100-sxm-5x but 0.02 on m2-ultra-8x at B = 32, whose ANE draft is cheap), and
+the policy has no clock: hence ``rollout_ratio``.
+
+``fallback_rate`` counts rows: the share of (step, row) pairs whose corrected
+prefix missed (directly counted with per-row outcomes; with stall at B > 1 the
+expected number of failing rows on a step that fell back, given at least one,
+since a lock-step Outcome answers for the batch); ``fallback_step_rate`` the
+share of steps in which some row missed. With reuse, eq. 10:
 
   T = T_t[1:l_e] + T_rv_ee + max(T_t[l_e+1:N], T_draft_gen) + T_rv_fv
 
@@ -36,7 +70,13 @@ Executor conventions (the operations carry everything needed):
     its ``inputs`` is the previous step's handle, for the first step the top-k
     message's payload (the early-exit Forward).
   * the early-exit Forward is ``head="exit", emit="topk", k=kappa``; the suffix
-    Forward takes it as ``inputs`` and ends in ``head="lm"``.
+    Forward takes it as ``inputs`` and ends in ``head="lm"``. A row's top-kappa
+    are the candidates after its proposal (after its committed tokens when it
+    has none).
+  * skip: ``Outcome("reuse", per_row=True)`` answers, row by row, whether that
+    row's corrected prefix lies on its branch of the window; the next Verify
+    (branch ``WINDOW``) has ``row_gamma`` gamma for those rows, whose proposal
+    is that branch's continuation, and 0 for the others.
 
 Draft sharding is SPD-style by default: ``draft_collectives=2`` all-reduces per
 draft step on a draft group (None: Megatron's two per layer). The target pays
@@ -51,6 +91,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 
@@ -80,7 +121,8 @@ def default_kappa(batch: int) -> int:
 
 
 def recorded_rate(path: str | Path, event: str, field: str) -> float:
-    """Share of a measured run's ``event`` lines (acceptance.jsonl) that held."""
+    """Share of a measured run's ``event`` lines (acceptance.jsonl) that held; a
+    per-row line (``held`` a list) counts each row."""
     p = Path(path)
     if not p.is_file():
         raise PolicyError(f"{field}: {path} does not exist; pass the acceptance.jsonl "
@@ -90,7 +132,8 @@ def recorded_rate(path: str | Path, event: str, field: str) -> float:
     except json.JSONDecodeError:
         raise PolicyError(f"{field}: {path} is not JSON lines; pass the acceptance.jsonl "
                           "of a measured run") from None
-    held = [bool(d.get("held")) for d in lines if d.get("event") == event]
+    held = [bool(h) for d in lines if d.get("event") == event
+            for h in (d.get("held") if isinstance(d.get("held"), list) else [d.get("held")])]
     if not held:
         raise PolicyError(f"{field}: {path} records no '{event}' events; record a run "
                           "of the same schedule with the real executor")
@@ -114,6 +157,13 @@ class MirrorParams(PolicyParams):
     draft_collectives: int | None = Field(2, ge=0, description=(
         "all-reduces per draft step when the draft runs on a group (2: SPD-style; "
         "none: two per layer)"))
+    batch_fallback: Literal["auto", "stall", "skip"] = Field("auto", description=(
+        "a row whose prefix left the window: 'stall' re-rolls on the critical path, "
+        "'skip' verifies it with no proposal for one step; auto: stall at batch 1, "
+        "skip above when rollout_ratio says skipping pays"))
+    rollout_ratio: float | None = Field(None, ge=0, description=(
+        "T_f / T: a fresh rollout with its trip over one step (eq. 10), from the cost "
+        "model or a stall run; auto skips at batch > 1 when it exceeds skip_bound"))
 
     @field_validator("omega")
     @classmethod
@@ -137,6 +187,8 @@ class MirrorPlan:
     omega: float
     collectives: int | None
     chunks: tuple[int, ...]  # tokens each draft step emits; len = J
+    fallback: str = "auto"  # "auto", "stall" or "skip"
+    rollout_ratio: float | None = None
 
     @property
     def draft_steps(self) -> int:
@@ -162,7 +214,8 @@ def plan(ctx: PolicyContext, params: MirrorParams) -> MirrorPlan:
     chunks = tuple(min(eta, params.gamma - j * eta)
                    for j in range(math.ceil(params.gamma / eta)))
     return MirrorPlan(params.gamma, kappa, eta, exit_layer, n, draft.n_layers, omega,
-                      params.draft_collectives, chunks)
+                      params.draft_collectives, chunks, params.batch_fallback,
+                      params.rollout_ratio)
 
 
 def _one(op):
@@ -188,8 +241,9 @@ def _fresh(ctx: PolicyContext, p: MirrorPlan, context: int):
                    label=FALLBACK_SEND)
 
 
-def _step(ctx: PolicyContext, p: MirrorPlan, context: int, branch: int):
-    """One Mirror-SD step up to the rendezvous; returns (verdict, reuse)."""
+def _step(ctx: PolicyContext, p: MirrorPlan, context: int, branch: int,
+          row_gamma: tuple[int, ...] | None):
+    """One Mirror-SD step up to its Verify; returns (verdict, window handle)."""
     b, n = ctx.batch, p.n_layers
     prefix = yield Forward("target", "target", (0, p.exit_layer), p.gamma + 1, b, context,
                            head="exit", emit="topk", k=p.kappa, label=PREFIX)
@@ -200,14 +254,18 @@ def _step(ctx: PolicyContext, p: MirrorPlan, context: int, branch: int):
     suffix, window = yield Parallel((
         _one(suffix_op),
         _rollout(ctx, p, context, b * p.kappa, WINDOW, p.kappa, roots, DRAFT)))
-    verdict = yield Verify(p.gamma, b, target=suffix, branch=branch, label="verify")
-    reuse = yield Outcome("reuse", p.omega, batch=b, label="reuse")
+    verdict = yield Verify(p.gamma, b, target=suffix, branch=branch, row_gamma=row_gamma,
+                           label="verify")
+    return verdict, window
+
+
+def _rendezvous(ctx: PolicyContext, p: MirrorPlan, window, verdict):
+    b = ctx.batch
     yield Parallel((
         _one(Transfer("draft", "target", b * p.kappa * p.gamma * ENTRY_BYTES,
                       payload=window, label=RV_WINDOW)),
         _one(Transfer("target", "draft", b * VERDICT_BYTES, payload=verdict,
                       label=RV_VERDICT))))
-    return verdict, reuse
 
 
 def failing_rows(omega: float, batch: int) -> float:
@@ -217,23 +275,82 @@ def failing_rows(omega: float, batch: int) -> float:
     return batch * (1 - omega) / miss_any if miss_any > 0 else 0.0
 
 
+def skip_bound(omega: float, batch: int, expected_accepted: float) -> float:
+    """The ratio T_f / T of a fresh rollout (with its trip) to a step above
+    which skipping beats stalling: (1 - Omega) E / ((1 - Omega^B)(1 + Omega E))."""
+    miss_any = 1 - omega ** batch
+    if miss_any <= 0:
+        return math.inf
+    return (1 - omega) * expected_accepted / (miss_any * (1 + omega * expected_accepted))
+
+
+def skips(p: MirrorPlan, batch: int, accepted_mean: float) -> bool:
+    """Whether the rows that miss this step skip (True) or stall the batch."""
+    if p.fallback != "auto":
+        return p.fallback == "skip"
+    return batch > 1 and p.rollout_ratio is not None and \
+        p.rollout_ratio > skip_bound(p.omega, batch, accepted_mean)
+
+
+def _per_row(reuse, batch: int) -> tuple[bool, ...]:
+    """An Outcome's answer as one bool per row (a runtime may answer for the batch)."""
+    if isinstance(reuse, tuple):
+        return reuse
+    return (bool(reuse),) * batch
+
+
+class _Tally:
+    """What the schedule counts: steps, tokens, misses, accepted window tokens."""
+
+    def __init__(self):
+        self.steps = self.fallbacks = self.skipped = 0
+        self.tokens = self.rows_failed = self.accepted = self.windows = 0.0
+
+    def verdict(self, verdict, gamma: int, row_gamma) -> float:
+        """Counts a verdict; returns the mean accepted length of a window so far."""
+        self.steps += 1
+        self.tokens += verdict.tokens
+        rows = range(len(verdict.accepted)) if row_gamma is None else \
+            [r for r, g in enumerate(row_gamma) if g == gamma]
+        self.accepted += sum(verdict.accepted[r] for r in rows)
+        self.windows += len(rows)
+        return self.accepted / self.windows if self.windows else 0.0
+
+
 def _schedule(ctx: PolicyContext, p: MirrorPlan):
-    done, steps, fallbacks, rows_failed = 0.0, 0, 0, 0.0
-    yield from _fresh(ctx, p, ctx.context(0))  # the first window
-    branch = FRESH
-    while done < ctx.budget:
-        verdict, reuse = yield from _step(ctx, p, ctx.context(done / ctx.batch), branch)
-        done += verdict.tokens
-        steps += 1
-        branch = WINDOW if reuse else FRESH
+    b, t = ctx.batch, _Tally()
+    yield from _fresh(ctx, p, ctx.context(0))  # the first window, every row
+    branch, row_gamma = FRESH, None  # None: every row verifies its window
+    while t.tokens < ctx.budget:
+        verdict, window = yield from _step(ctx, p, ctx.context(t.tokens / b), branch,
+                                           row_gamma)
+        skip = skips(p, b, t.verdict(verdict, p.gamma, row_gamma))
+        reuse = yield Outcome("reuse", p.omega, batch=b, per_row=skip, label="reuse")
+        yield from _rendezvous(ctx, p, window, verdict)
+        if skip:
+            held = _per_row(reuse, b)
+            missed = b - sum(held)
+            t.skipped += 1
+            t.fallbacks += missed > 0
+            t.rows_failed += missed
+            branch = WINDOW
+            row_gamma = None if not missed else tuple(p.gamma if h else 0 for h in held)
+            continue
+        branch, row_gamma = (WINDOW if reuse else FRESH), None
         if not reuse:
-            fallbacks += 1
-            rows_failed += failing_rows(p.omega, ctx.batch)
-            if done < ctx.budget:
-                yield from _fresh(ctx, p, ctx.context(done / ctx.batch))
-    return {"steps": steps, "tokens": done, "fallback_steps": fallbacks,
-            "fallback_step_rate": fallbacks / steps if steps else 0.0,
-            "fallback_rate": rows_failed / (steps * ctx.batch) if steps else 0.0,
+            t.fallbacks += 1
+            t.rows_failed += failing_rows(p.omega, b)
+            if t.tokens < ctx.budget:
+                yield from _fresh(ctx, p, ctx.context(t.tokens / b))
+    return _stats(ctx, p, t)
+
+
+def _stats(ctx: PolicyContext, p: MirrorPlan, t: _Tally) -> dict:
+    steps = t.steps or 1
+    return {"steps": t.steps, "tokens": t.tokens, "fallback_steps": t.fallbacks,
+            "fallback_step_rate": t.fallbacks / steps,
+            "fallback_rate": t.rows_failed / (steps * ctx.batch),
+            "skip_step_share": t.skipped / steps,
             "kappa": p.kappa, "eta": p.eta, "exit_layer": p.exit_layer,
             "draft_steps_per_window": p.draft_steps, "omega": p.omega}
 

@@ -11,7 +11,8 @@ through the platform's ``placement`` (and any user override).
 Results:
   * ``Forward``     -> an opaque handle (hidden states / logits in the executor).
   * ``Verify``      -> ``Verdict``.
-  * ``Outcome``     -> ``bool`` (or the probability itself in deterministic mode).
+  * ``Outcome``     -> ``bool`` (or the probability itself in deterministic mode);
+                       with ``per_row`` a tuple of ``bool``, one per row.
   * ``Spawn``       -> an opaque task handle; ``Join`` -> tuple of branch results.
   * ``Parallel``    -> tuple of branch results (spawn all, join all).
   * others          -> ``None``.
@@ -105,6 +106,12 @@ class Verify:
     ``scale`` in [0, 1] multiplies every modelled per-token acceptance (a
     proposal sampled from a distorted draft distribution); the executor
     ignores it too.
+    ``row_gamma`` (one int per row, each in [0, gamma]) gives rows proposals of
+    different lengths: row r verifies the first ``row_gamma[r]`` tokens of its
+    proposal in speculation ``branch``, and a row with 0 has no proposal and
+    commits exactly the target's token at its first position (an AR step for
+    that row). The target Forward still scored gamma+1 positions for every row
+    (padding); None: every row proposes ``gamma``.
     """
 
     gamma: int
@@ -116,6 +123,7 @@ class Verify:
     expected: float | None = None
     bonus: bool = True
     scale: float = 1.0
+    row_gamma: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,13 +147,19 @@ class Outcome:
     """A yes/no event of the schedule (cache hit, branch reuse, top-k hit).
 
     ``probability`` is the modelled chance the simulator draws from; the
-    executor ignores it and observes the event in the real models.
+    executor ignores it and observes the event in the real models. By default
+    the answer is one ``bool``: the event held for every one of ``batch`` rows
+    (modelled chance ``probability ** batch``). ``per_row=True`` asks each row
+    separately: the answer is a tuple of ``batch`` bools, row r's True with
+    chance ``probability`` independently of the others (in deterministic
+    simulation each row keeps its own error-diffusion credit).
     """
 
     event: str
     probability: float
     batch: int = 1
     label: str = ""
+    per_row: bool = False
 
 
 @dataclass(frozen=True, slots=True)

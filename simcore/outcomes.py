@@ -4,10 +4,16 @@ Random mode draws from the acceptance model with a seeded generator. In
 deterministic mode a Verify returns each row's *expected* accepted length (a
 float), and an Outcome follows error diffusion: the event holds on exactly
 floor(n * p) of the first n asks, so its frequency is p with no randomness.
+A per-row Outcome keeps one credit per row (each row's frequency is exactly p)
+and counts each row as one ask in ``rate``. A Verify with ``row_gamma`` gives
+each row the verdict of its own proposal length: in deterministic mode each
+row's expected length for its gamma; in random mode one draw at the full gamma
+clipped to the row's (accepting the first g of gamma tokens is the same event).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
@@ -27,6 +33,8 @@ class Outcomes:
         self._expected: dict[tuple[int, int], float] = {}
 
     def verify(self, op: Verify) -> Verdict:
+        if op.row_gamma is not None:
+            return self._verify_rows(op)
         if op.expected is not None or not op.bonus or op.scale != 1.0:
             return self._verify_modelled(op)
         if self.deterministic:
@@ -65,16 +73,56 @@ class Outcomes:
         committed = tuple(min(a, op.gamma - 1) + 1 for a in accepted) if no_bonus else None
         return Verdict(accepted, committed=committed)
 
-    def outcome(self, op: Outcome) -> bool:
+    def _verify_rows(self, op: Verify) -> Verdict:
+        """Each row verifies its own ``row_gamma`` tokens (0: an AR step)."""
+        gammas = op.row_gamma
+        if len(gammas) != op.batch or any(not 0 <= g <= op.gamma for g in gammas):
+            raise ValueError(f"Verify.row_gamma must hold {op.batch} values in "
+                             f"[0, {op.gamma}], one per row; got {gammas}")
+        if op.expected is not None:
+            raise ValueError("Verify.row_gamma cannot be combined with expected (a mean "
+                             "for gamma proposals); leave one of them unset")
+        if self.deterministic:
+            per = {g: self.verify(replace(op, gamma=g, batch=1, row_gamma=None))
+                   for g in set(gammas)}
+            accepted = tuple(per[g].accepted[0] for g in gammas)
+            if all(v.committed is None for v in per.values()):
+                return Verdict(accepted)
+            return Verdict(accepted, committed=tuple(per[g].tokens for g in gammas))
+        full = self.verify(replace(op, row_gamma=None))
+        accepted = tuple(min(a, g) for a, g in zip(full.accepted, gammas))
+        if full.committed is None:
+            return Verdict(accepted)
+        return Verdict(accepted, committed=tuple(min(a, g - 1) + 1 if g > 0 else 1
+                                                 for a, g in zip(accepted, gammas)))
+
+    def _diffuse(self, key, p: float) -> bool:
+        credit = self._credit.get(key, 0.0) + p
+        held = credit >= 1.0 - 1e-12
+        self._credit[key] = credit - 1.0 if held else credit
+        return held
+
+    def outcome(self, op: Outcome) -> bool | tuple[bool, ...]:
+        if op.per_row:
+            return self._outcome_rows(op)
         p = op.probability ** op.batch  # the event must hold for every row
         if self.deterministic:
-            credit = self._credit.get(op.event, 0.0) + p
-            held = credit >= 1.0 - 1e-12
-            self._credit[op.event] = credit - 1.0 if held else credit
+            held = self._diffuse(op.event, p)
         else:
             held = bool(self.rng.random() < p)
         self.asked[op.event] = self.asked.get(op.event, 0) + 1
         self.held[op.event] = self.held.get(op.event, 0) + int(held)
+        return held
+
+    def _outcome_rows(self, op: Outcome) -> tuple[bool, ...]:
+        """One answer per row; each row is one ask of the event's rate."""
+        p = op.probability
+        if self.deterministic:
+            held = tuple(self._diffuse((op.event, r), p) for r in range(op.batch))
+        else:
+            held = tuple(bool(x) for x in self.rng.random(op.batch) < p)
+        self.asked[op.event] = self.asked.get(op.event, 0) + op.batch
+        self.held[op.event] = self.held.get(op.event, 0) + sum(held)
         return held
 
     def rate(self, event: str) -> float | None:
