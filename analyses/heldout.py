@@ -88,7 +88,10 @@ def unmodelled_shares(run: MeasuredRun) -> dict[str, float]:
         if end > start:
             busy_s += end - start
             reach = end
-    return {"verify_share": verify_s / wall_s, "idle_share": max(0.0, 1 - busy_s / wall_s)}
+    refed_s = sum(s["end_s"] - s["start_s"] for s in run.spans if s["op"]["type"] == "Forward"
+                  and (s["op"].get("n_fed") or 0) > s["op"].get("n_tokens", 1))
+    return {"verify_share": verify_s / wall_s, "idle_share": max(0.0, 1 - busy_s / wall_s),
+            "refed_share": refed_s / wall_s}
 
 
 def _params(term):
@@ -120,7 +123,9 @@ def _header(fitting, held, result, evaluation, date: str) -> str:
         if "verify_share" in r:
             lines.append(f"  run {r['run']}: time the cost model has no term for: Verify "
                          f"spans {r['verify_share']:.1%}, host time between operations "
-                         f"{r['idle_share']:.1%}")
+                         f"{r['idle_share']:.1%}; time in passes that fed more positions "
+                         f"than the schedule asked (a draft catching up on the bonus "
+                         f"token) {r['refed_share']:.1%}")
     for kind, s in evaluation["op_kinds"].items():
         lines.append(f"  span {kind}: median |error| {s['median_abs_error']:.1%} "
                      f"(bias {s['median_error']:+.1%}, {s['spans']} spans)")

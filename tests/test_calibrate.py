@@ -75,9 +75,12 @@ def make_measured_run(out: Path, policy: str, params: dict, *, seed: int, tokens
             op = schedule.send(value)
         except StopIteration:
             break
-        if isinstance(op, Verify):
+        if isinstance(op, Verify):  # sampling: 50 us the cost model has no term for
             value = Verdict(acc.sample(op.gamma, op.batch, rng))
             lines.append({"accepted": list(value.accepted), "gamma": op.gamma})
+            spans.append({"op": _op_fields(op), "device": "", "start_s": now,
+                          "end_s": now + 50e-6, "name": op.label, "kind": "compute"})
+            now += 50e-6
             continue
         where = plat.placement[op.device]
         c = cost.forward(models[op.model], where, op.layers, op.n_tokens, op.batch,
@@ -209,17 +212,34 @@ def test_calibrate_cli_writes_valid_profile_and_meets_held_out_target(runs_dir, 
         assert abs(s["median_step_latency_error"]) < 0.05
 
 
-def test_replay_json_puts_predicted_beside_measured(runs_dir, tmp_path, capsys):
-    record = runs_dir / "sd-1" / "record.json"
+def true_profile_yaml(path: Path) -> Path:
+    """The true platform as a profile file (each changed number sourced)."""
+    data = true_platform().model_dump(mode="json", exclude_unset=True)
+    for obj in data["devices"] + data["memory_tiers"] + data["links"]:
+        for key in ("compute_efficiency", "launch_overhead_s", "memory_efficiency",
+                    "latency_s"):
+            if key in obj:
+                obj["sources"][key] = "synthetic truth of tests/test_calibrate.py"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_replay_json_puts_predicted_beside_measured(tmp_path, capsys):
+    record = make_measured_run(tmp_path / "sd-0", "sd", {"gamma": 3}, seed=4, noise=0.0,
+                               outliers=0.0, prompt_tokens=300)
     trace = tmp_path / "side.json"
-    assert main(["replay", str(record), "--profile", "cpu-local", "--trace", str(trace),
-                 "--json"]) == 0
+    assert main(["replay", str(record), "--profile", str(true_profile_yaml(
+        tmp_path / "true.yaml")), "--trace", str(trace), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     measured = json.loads(record.read_text())["metrics"]
     assert out["measured"]["tokens_per_s"] == measured["tokens_per_s"]
     assert out["predicted"]["steps"] == measured["steps"]  # its own acceptance trace
     assert out["predicted"]["tokens"] == measured["tokens"]
-    assert set(out["error"]) >= {"tokens_per_s", "step_latency_s"}
+    # On the true profile only the fake executor's 50 us of sampling per step is
+    # missing from the simulation.
+    step_s = measured["step_latency_s"]
+    assert out["error"]["median_step_latency"] == pytest.approx(-50e-6 / step_s, rel=0.2)
+    assert out["error"]["tokens_per_s"] == pytest.approx(50e-6 / step_s, rel=0.2)
     pids = {e["pid"] for e in json.loads(trace.read_text())["traceEvents"]}
     assert pids == {1, 2}
 
