@@ -14,7 +14,11 @@ Goal: at least 10,000. A Forward's per-layer all-reduces are charged as one
 aggregated span after its compute (the engine's rule), so a 32-layer target
 prefix is two timeouts, not 64 collectives.
 
-    python benchmarks/bench_mirror_ssd.py [--repeat 5] [--contention]
+--batch B also times the Mirror command at batch B with each fallback
+(``batch_fallback=stall``, and ``skip`` whose Outcomes and Verifies answer per
+row).
+
+    python benchmarks/bench_mirror_ssd.py [--repeat 5] [--contention] [--batch 64]
 """
 
 from __future__ import annotations
@@ -49,12 +53,18 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="best of N runs")
     parser.add_argument("--contention", action="store_true",
                         help="also time the Mirror command with contention=on")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="also time the Mirror command at this batch, per fallback")
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     configs = [("mirror (m2-ultra-8x)", MIRROR), ("ssd (h100-sxm-5x)", SSD)]
     if args.contention:
         configs.append(("mirror contention=on", MIRROR.model_copy(update={"contention": True})))
+    for mode in ("stall", "skip") if args.batch else ():
+        params = {**MIRROR.params, "batch_fallback": mode}
+        configs.append((f"mirror B={args.batch} {mode}",
+                        MIRROR.model_copy(update={"batch": args.batch, "params": params})))
     for name, cfg in configs:
         run_schedule(cfg)  # warm profile loading and imports
         alone = best_rate(lambda: run_schedule(cfg).tokens, args.repeat)
