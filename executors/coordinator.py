@@ -239,11 +239,12 @@ class Coordinator:
             committed.append(len(new))
             top = prop.top[r][k] if k < len(prop.top[r]) else None
             ranks.append(top.index(tok) if top and tok in top else None)
-        if op.bonus:
+        matched = all(k == g for k, g in zip(result["accepted"], gamma))
+        if op.bonus or not matched:
             seqs.proposals = {}
-        else:  # pipelined verification: on a match the tokens behind stay in flight
-            for r, (k, g) in enumerate(zip(result["accepted"], gamma)):
-                prop.drop_front(r, g if k == g else len(prop.tokens[r]))
+        else:  # pipelined verification: every row matched, the tokens behind fly on
+            for r, g in enumerate(gamma):
+                prop.drop_front(r, g)
             seqs.proposals = {op.branch: prop}
         self.steps += 1
         self.acceptance.append({

@@ -13,6 +13,7 @@ import json
 import time
 from pathlib import Path
 
+from executors.models import default_draft
 from executors.prompts import BUILTIN, encode
 from executors.session import BatchResult, Options, Session
 from policies import entry, parse_params
@@ -59,8 +60,12 @@ def summarise(config, results: list[BatchResult], max_new: int) -> dict:
     return out
 
 
-def outputs_of(results: list[BatchResult], max_new: int) -> list[list[int]]:
-    return [g[:max_new] for r in results for g in r.generated]
+def outputs_of(results: list[BatchResult], max_new: int, eos: int | None = None):
+    """Generated tokens per prompt: the first ``max_new``, cut after an end token."""
+    out = [g[:max_new] for r in results for g in r.generated]
+    if eos is not None:
+        out = [o[:o.index(eos) + 1] if eos in o else o for o in out]
+    return out
 
 
 def measure(config, options: Options, messages: list[list[dict]] | None = None, *,
@@ -68,16 +73,22 @@ def measure(config, options: Options, messages: list[list[dict]] | None = None, 
     """Run ``config`` (a SimConfig) for real; returns the metrics (with ``outputs``
     and ``run_record``)."""
     messages = list(messages or BUILTIN)
+    if entry(config.policy).needs_draft and config.draft is None:
+        config = config.model_copy(update={"draft": default_draft(config.target)})
     with Session(config.platform, config.target, config.draft,
                  placement=config.placement, options=options, seed=config.seed) as session:
         vocab = session.specs["target"].vocab
         prompts = [encode(m, session.tokenizer, vocab) for m in messages]
+        config = config.model_copy(update={  # the mean prompt really in the caches
+            "prompt_tokens": sum(map(len, prompts)) // len(prompts),
+            "tokens": options.max_new_tokens})
         base = _baseline(config) if baseline else None
         bar = _progress(progress, len(prompts), config.batch, 2 if base else 1)
         results = decode_all(session, config.policy, config.params, prompts,
                              config.batch, bar)
         metrics = summarise(config, results, options.max_new_tokens)
-        outputs = outputs_of(results, options.max_new_tokens)
+        eos = getattr(session.tokenizer, "eos_token_id", None)
+        outputs = outputs_of(results, options.max_new_tokens, eos)
         if base is None:
             metrics["speedup_vs_ar"] = 1.0 if config.policy == "ar" else None
         else:
@@ -85,7 +96,8 @@ def measure(config, options: Options, messages: list[list[dict]] | None = None, 
             ar_metrics = summarise(config, ar, options.max_new_tokens)
             metrics["ar_tokens_per_s"] = ar_metrics["tokens_per_s"]
             metrics["speedup_vs_ar"] = metrics["tokens_per_s"] / ar_metrics["tokens_per_s"]
-            metrics["matches_ar"] = outputs == outputs_of(ar, options.max_new_tokens)
+            metrics["matches_ar"] = (outputs_of(results, options.max_new_tokens)
+                                     == outputs_of(ar, options.max_new_tokens))
         if bar is not None:
             bar.close()
         texts = ([session.tokenizer.decode(o, skip_special_tokens=True) for o in outputs]

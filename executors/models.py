@@ -116,6 +116,11 @@ def self_draft(target: Loaded, name: str) -> Loaded:
     return Loaded(target.model, target.tokenizer, spec, name)
 
 
+def default_draft(target: str) -> str:
+    """The draft of a run that names none: the target's first half and its head."""
+    return f"{SELF_PREFIX}{max(1, spec_of(target).n_layers // 2)}"
+
+
 def spec_of(name: str) -> ModelSpec:
     """The shape spec behind a model name, random:NAME or checkpoint directory."""
     if name.startswith(RANDOM_PREFIX):
@@ -141,6 +146,9 @@ def spec_from_config(cfg: dict, name: str) -> ModelSpec:
 def load(name: str, *, seed: int = 0) -> Loaded:
     """Load a model by executor name (see the module docstring), fp32 on CPU."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
     if name.startswith(RANDOM_PREFIX):
         spec = spec_of(name)

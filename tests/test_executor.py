@@ -1,0 +1,236 @@
+"""The torch executor on tiny random models: layer-range execution against the
+Hugging Face forward, lossless schedules, SD's output distribution at
+temperature 1, records, and the command line. Fast: no real weights."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from executors import models
+from executors.layers import Positions, Stack
+from executors.measure import measure
+from executors.session import Options, Session
+from analyses.config import SimConfig
+
+PROMPTS = [[5, 9, 14, 3, 7, 22, 1], [8, 2, 2, 30, 11], [40, 41, 3, 3, 3, 17, 6, 9, 12]]
+
+
+def tiny_spec(tmp_path: Path, name="tiny", arch="LlamaForCausalLM", layers=6, vocab=48,
+              hidden=64, heads=4, kv_heads=2) -> str:
+    """A tiny model spec YAML (every number sourced, as profiles require)."""
+    fields = {"n_layers": layers, "hidden": hidden, "ffn": 2 * hidden, "n_heads": heads,
+              "n_kv_heads": kv_heads, "head_dim": hidden // heads, "vocab": vocab}
+    lines = [f"name: {name}", *(f"{k}: {v}" for k, v in fields.items()), "dtype: fp32",
+             f"hf_architecture: {arch}", "sources:"]
+    lines += [f"  {k}: test fixture" for k in fields]
+    path = tmp_path / f"{name}.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return tiny_spec(tmp_path_factory.mktemp("spec"))
+
+
+def session(target, draft=None, *, mode="inline", max_new=12, temperature=0.0,
+            placement=None, seed=0):
+    return Session("cpu-local", f"random:{target}", draft, placement=placement, seed=seed,
+                   options=Options(max_new_tokens=max_new, mode=mode,
+                                   temperature=temperature))
+
+
+# layer-range execution -----------------------------------------------------------
+@pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Qwen3ForCausalLM"])
+def test_layer_ranges_with_cache_match_the_hf_forward(tmp_path, arch):
+    spec = models.spec_of(f"random:{tiny_spec(tmp_path, arch=arch)}")
+    hf = models.build_random(spec, seed=3)
+    stack = Stack(hf)
+    ids = torch.tensor([PROMPTS[2]])
+    with torch.no_grad():
+        ref = hf(ids).logits
+    cache = stack.new_cache(1)
+    stack.run(cache, (0, 6), Positions([0], [5]), tokens=ids[:, :5])
+    low = stack.run(cache, (0, 2), Positions([5], [4]), tokens=ids[:, 5:])
+    out = stack.head(stack.run(cache, (2, 6), Positions([5], [4]), hidden=low))
+    assert torch.allclose(out, ref[:, 5:], atol=1e-5)
+
+
+def test_ragged_rows_and_rollback_match_the_hf_forward(tiny):
+    hf = models.build_random(models.spec_of(f"random:{tiny}"), seed=4)
+    stack = Stack(hf)
+    a, b = PROMPTS[0], PROMPTS[2]
+    with torch.no_grad():
+        ref_a, ref_b = hf(torch.tensor([a])).logits[0], hf(torch.tensor([b])).logits[0]
+    cache = stack.new_cache(2)
+    wrong = [a[:4] + [0, 0], b[:6]]  # row 0 holds two wrong tokens: rolled back below
+    stack.run(cache, (0, 6), Positions([0, 0], [6, 6]), tokens=torch.tensor(wrong))
+    feed = torch.tensor([a[4:7], b[6:8] + [0]])  # row 1 feeds 2 tokens, padded
+    logits = stack.head(stack.run(cache, (0, 6), Positions([4, 6], [3, 2]), tokens=feed))
+    assert torch.allclose(logits[0], ref_a[4:7], atol=1e-5)
+    assert torch.allclose(logits[1, :2], ref_b[6:8], atol=1e-5)
+
+
+# lossless schedules ----------------------------------------------------------------
+CASES = [("sd", {"gamma": 3}), ("sd", {"gamma": 4, "draft_layers": 4}),
+         ("mirror", {"gamma": 3, "kappa": 4, "exit_layer": 3}),
+         ("ssd", {"k": 3, "fanout": 2, "hit_rate": 0.5}),
+         ("eesd", {"gamma": 3, "exit_layer": 4}), ("ppsd", {"exit_layer": 2})]
+STAGES = {"stage0": "cpu0", "stage1": "cpu1", "stage2": "cpu0"}
+
+
+@pytest.fixture(scope="module")
+def inline_session(tiny):
+    with session(tiny, "self:5", placement=STAGES) as s:
+        s.reference = [s.decode("ar", {}, [p]).generated[0][:12] for p in PROMPTS]
+        yield s
+
+
+@pytest.mark.parametrize("policy,params", CASES, ids=[f"{p}-{i}" for i, (p, _) in
+                                                       enumerate(CASES)])
+def test_greedy_schedules_equal_ar_token_for_token(inline_session, policy, params):
+    s = inline_session
+    one = [s.decode(policy, params, [p]) for p in PROMPTS]
+    assert [r.generated[0][:12] for r in one] == s.reference
+    both = s.decode(policy, params, PROMPTS)  # ragged rows decoded together
+    assert [g[:12] for g in both.generated] == s.reference
+    verifies = [a for r in one for a in r.acceptance if "accepted" in a]
+    assert verifies and all(a["accepted"][0] <= max(a["proposed"][0], 1) for a in verifies)
+
+
+def test_a_close_draft_is_accepted_and_events_are_observed(inline_session):
+    """self:5 of 6 layers agrees often, so acceptance, reuse and cache hits occur."""
+    s = inline_session
+    sd = s.decode("sd", {"gamma": 3}, PROMPTS)
+    assert sum(sum(a["accepted"]) for a in sd.acceptance) > 0
+    ssd = s.decode("ssd", {"k": 3, "fanout": 3, "hit_rate": 0.5}, PROMPTS[:1])
+    events = [a["held"] for a in ssd.acceptance if a.get("event") == "cache_hit"]
+    assert events and any(events) and ssd.generated[0][:12] == s.reference[0]
+
+
+def test_worker_processes_run_the_draft_on_its_own_core(tiny):
+    with session(tiny, "self:5", mode="processes", placement=STAGES) as s:
+        ref = s.decode("ar", {}, PROMPTS[:1]).generated[0][:12]
+        sd = s.decode("sd", {"gamma": 3}, PROMPTS[:1])
+        pp = s.decode("ppsd", {"exit_layer": 2}, PROMPTS[:1])
+    assert sd.generated[0][:12] == ref and pp.generated[0][:12] == ref
+    where = {(x["op"].get("label"), x["physical"]) for x in sd.spans}
+    assert ("draft", "cpu:1") in where and ("verify", "cpu:0") in where
+    moved = [x for x in pp.spans if x["kind"] == "transfer"]
+    assert moved and {x["physical"] for x in moved} >= {"cpu:0->cpu:1", "cpu:1->cpu:0"}
+
+
+# distribution at temperature 1 ---------------------------------------------------
+def _peaky(s: Session, role: str, scale: float) -> None:
+    with torch.no_grad():
+        s.loaded[role].model.lm_head.weight.mul_(scale)
+
+
+def _joint(stack: Stack, prompt, vocab) -> np.ndarray:
+    """Exact P(t1, t2 | prompt) of a layer stack at temperature 1."""
+    def last(seqs):
+        cache = stack.new_cache(len(seqs))
+        at = Positions([0] * len(seqs), [len(seqs[0])] * len(seqs))
+        return torch.softmax(stack.head(stack.run(cache, (0, stack.n_layers), at,
+                                                  tokens=torch.tensor(seqs)))[:, -1], -1)
+
+    p1 = last([prompt])[0]
+    p2 = last([prompt + [t] for t in range(vocab)])
+    return (p1[:, None] * p2).double().numpy()
+
+
+def _chi2_p(samples, joint) -> float:
+    counts = np.zeros_like(joint)
+    for t1, t2 in samples:
+        counts[t1, t2] += 1
+    expected = joint / joint.sum() * len(samples)  # renormalised after fp32 softmax
+    big = expected >= 5
+    obs = np.append(counts[big], counts[~big].sum())
+    exp = np.append(expected[big], expected[~big].sum())
+    return stats.chisquare(obs, exp).pvalue
+
+
+def test_sd_at_temperature_one_samples_the_target_distribution(tmp_path):
+    """Rejection sampling keeps the target's distribution: SD's first two tokens
+    over many rows fit the target's exact joint law and reject the draft's."""
+    spec, rows, prompt = tiny_spec(tmp_path, vocab=12, layers=3, hidden=32), 3000, [1, 2, 3, 4]
+    with session(spec, "self:1", temperature=1.0, max_new=2, seed=7) as s:
+        _peaky(s, "target", 8.0)  # spread-out but clearly non-uniform distributions
+        sd = s.decode("sd", {"gamma": 2}, [prompt] * rows)
+        target = _joint(Stack(s.loaded["target"].model), prompt, 12)
+        draft = _joint(Stack(s.loaded["target"].model, 1), prompt, 12)
+    samples = [g[:2] for g in sd.generated]
+    accepted = sum(sum(a["accepted"]) for a in sd.acceptance)
+    assert accepted > rows // 4  # the draft's tokens make up much of the output
+    assert _chi2_p(samples, target) > 1e-3
+    assert _chi2_p(samples, draft) < 1e-6  # the test tells the two laws apart
+
+
+# records ---------------------------------------------------------------------------
+def test_measured_run_writes_the_record_contract(tiny, tmp_path):
+    from policies.acceptance import Trace
+
+    config = SimConfig(platform="cpu-local", target=f"random:{tiny}", policy="sd",
+                       params={"gamma": 3, "draft_layers": 4}, seed=1)
+    msgs = [[{"role": "user", "content": "hello there"}]]
+    out = measure(config, Options(max_new_tokens=8, mode="inline"), msgs,
+                  out_dir=tmp_path / "run")
+    record = json.loads((tmp_path / "run" / "record.json").read_text())
+    assert record["kind"] == "measured" and record["outputs"] == out["outputs"]
+    assert record["inputs"]["max_new_tokens"] == 8 and out["matches_ar"] is True
+    for key in ("tokens", "simulated_time_s", "tokens_per_s", "mean_tokens_per_step",
+                "step_latency_s", "steps", "seed", "speedup_vs_ar"):
+        assert key in record["metrics"]
+    spans = [json.loads(x) for x in (tmp_path / "run" / record["spans"]).read_text().split(
+        "\n") if x]
+    forward = next(x for x in spans if x["op"]["type"] == "Forward")
+    assert forward["op"]["layers"] in ([0, 4], [0, 6]) and forward["end_s"] > forward["start_s"]
+    assert {x["kind"] for x in spans} == {"compute"}
+    trace = json.loads((tmp_path / "run" / record["trace"]).read_text())
+    assert sum(e["ph"] == "X" for e in trace["traceEvents"]) == len(spans)
+    replay = Trace(path=tmp_path / "run" / record["acceptance_trace"])
+    assert replay.sample(3, 1, np.random.default_rng(0))[0] <= 3
+
+
+def test_cli_run_random_model_json(tiny, tmp_path):
+    from analyses.cli import main
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('[{"role": "user", "content": "hi"}]\n')
+    code = main(["run", "--platform", "cpu-local", "--target", f"random:{tiny}", "--policy",
+                 "mirror", "--set", "gamma=3", "--set", "kappa=2", "--set", "exit_layer=3",
+                 "--max-new-tokens", "6", "--prompts", str(prompts), "--inline", "--json",
+                 "--out", str(tmp_path / "m")])
+    assert code == 0
+    record = json.loads((tmp_path / "m" / "record.json").read_text())
+    assert record["inputs"]["draft"] == "self:3" and record["metrics"]["matches_ar"]
+    assert "reuse_rate" in record["metrics"]
+
+
+def test_cli_errors_are_one_sentence(tiny, capsys):
+    from analyses.cli import main
+
+    code = main(["run", "--platform", "cpu-local", "--target", "qwen3-0.6b", "--policy", "ar",
+                 "--inline"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "random:qwen3-0.6b" in err and len(err.strip().splitlines()) == 1
+    code = main(["run", "--platform", "cpu-local", "--target", f"random:{tiny}", "--policy",
+                 "ar", "--placement", "target=cpu:7", "--inline"])
+    assert code == 2 and "cpu:7" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_device_runs_lossless(tiny):
+    with session(tiny, "self:5", mode="processes",
+                 placement=None) as s:
+        s.placement.clients["target"] = "cuda:0"
+        ref = s.decode("ar", {}, PROMPTS[:1]).generated[0][:12]
+        sd = s.decode("sd", {"gamma": 3}, PROMPTS[:1]).generated[0][:12]
+    assert sd == ref
