@@ -27,9 +27,9 @@ schedule does about it is ``batch_fallback``:
     next window as usual. The Outcome answers per row. The target still scores
     gamma+1 positions for every row. The start-up window, which every row
     lacks, is still rolled out (the B = 1 case below, for the whole batch).
-  * "auto" (default): the algebra below with the mean accepted length the
-    schedule has observed (the executor observes it too) and the one number it
-    cannot observe, ``rollout_ratio``; stall when that is not given.
+  * "auto" (default): the algebra below, each step, with the mean accepted
+    length observed so far and the one number a schedule cannot observe,
+    ``rollout_ratio``; stall when that is not given.
 
 With E the expected accepted tokens of a window, T the step (eq. 10), T_f the
 fresh rollout with its trip and q = 1 - Omega^B the chance that some row
@@ -41,18 +41,17 @@ is faster iff
 
 At B = 1 (q = 1 - Omega) the bound is E / (1 + Omega E), about 0.8 at alpha
 0.8, gamma 7, Omega 0.9: a single-row rollout would have to cost most of a
-step, so auto stalls at B = 1. As B grows q tends to 1 and the bound falls to
-(1 - Omega) E / (1 + Omega E), about 0.08 (0.14 at B = 8): skipping gives up a
-fixed share of the tokens, (1 - Omega) E / (1 + E) (7.6% here), while a stall
-costs q T_f / T. Which is larger depends on the platform (T_f / T is 0.2 on
+step (0.36 at most on the shipped platforms), so auto stalls at B = 1. As B
+grows q tends to 1 and the bound falls to (1 - Omega) E / (1 + Omega E),
+about 0.08 (0.14 at B = 8): skipping gives up a fixed share of the tokens,
+(1 - Omega) E / (1 + E) (7.6% here), while a stall costs q T_f / T. Which is larger depends on the platform (T_f / T is 0.2 on
 h100-sxm-5x but 0.02 on m2-ultra-8x at B = 32, whose ANE draft is cheap), and
 the policy has no clock: hence ``rollout_ratio``.
 
-``fallback_rate`` counts rows: the share of (step, row) pairs whose corrected
-prefix missed (directly counted with per-row outcomes; with stall at B > 1 the
-expected number of failing rows on a step that fell back, given at least one,
-since a lock-step Outcome answers for the batch); ``fallback_step_rate`` the
-share of steps in which some row missed. With reuse, eq. 10:
+``fallback_rate`` is the share of (step, row) pairs that missed, counted row by
+row when skipping (stalling at B > 1 counts ``failing_rows`` per fallback: a
+lock-step Outcome answers for the batch); ``fallback_step_rate`` the share of
+steps in which some row missed. With reuse, eq. 10:
 
   T = T_t[1:l_e] + T_rv_ee + max(T_t[l_e+1:N], T_draft_gen) + T_rv_fv
 
@@ -132,8 +131,10 @@ def recorded_rate(path: str | Path, event: str, field: str) -> float:
     except json.JSONDecodeError:
         raise PolicyError(f"{field}: {path} is not JSON lines; pass the acceptance.jsonl "
                           "of a measured run") from None
-    held = [bool(h) for d in lines if d.get("event") == event
-            for h in (d.get("held") if isinstance(d.get("held"), list) else [d.get("held")])]
+    held = []
+    for d in (d for d in lines if d.get("event") == event):
+        h = d.get("held")
+        held += [bool(x) for x in h] if isinstance(h, list) else [bool(h)]
     if not held:
         raise PolicyError(f"{field}: {path} records no '{event}' events; record a run "
                           "of the same schedule with the real executor")
@@ -159,11 +160,11 @@ class MirrorParams(PolicyParams):
         "none: two per layer)"))
     batch_fallback: Literal["auto", "stall", "skip"] = Field("auto", description=(
         "a row whose prefix left the window: 'stall' re-rolls on the critical path, "
-        "'skip' verifies it with no proposal for one step; auto: stall at batch 1, "
-        "skip above when rollout_ratio says skipping pays"))
+        "'skip' verifies it with no proposal for one step; auto: skip when "
+        "rollout_ratio exceeds skip_bound, else stall"))
     rollout_ratio: float | None = Field(None, ge=0, description=(
         "T_f / T: a fresh rollout with its trip over one step (eq. 10), from the cost "
-        "model or a stall run; auto skips at batch > 1 when it exceeds skip_bound"))
+        "model or a stall run; auto skips when it exceeds skip_bound"))
 
     @field_validator("omega")
     @classmethod
@@ -261,11 +262,10 @@ def _step(ctx: PolicyContext, p: MirrorPlan, context: int, branch: int,
 
 def _rendezvous(ctx: PolicyContext, p: MirrorPlan, window, verdict):
     b = ctx.batch
-    yield Parallel((
-        _one(Transfer("draft", "target", b * p.kappa * p.gamma * ENTRY_BYTES,
-                      payload=window, label=RV_WINDOW)),
-        _one(Transfer("target", "draft", b * VERDICT_BYTES, payload=verdict,
-                      label=RV_VERDICT))))
+    yield Parallel((_one(Transfer("draft", "target", b * p.kappa * p.gamma * ENTRY_BYTES,
+                                  payload=window, label=RV_WINDOW)),
+                    _one(Transfer("target", "draft", b * VERDICT_BYTES, payload=verdict,
+                                  label=RV_VERDICT))))
 
 
 def failing_rows(omega: float, batch: int) -> float:
@@ -288,7 +288,7 @@ def skips(p: MirrorPlan, batch: int, accepted_mean: float) -> bool:
     """Whether the rows that miss this step skip (True) or stall the batch."""
     if p.fallback != "auto":
         return p.fallback == "skip"
-    return batch > 1 and p.rollout_ratio is not None and \
+    return p.rollout_ratio is not None and \
         p.rollout_ratio > skip_bound(p.omega, batch, accepted_mean)
 
 
@@ -327,15 +327,15 @@ def _schedule(ctx: PolicyContext, p: MirrorPlan):
         skip = skips(p, b, t.verdict(verdict, p.gamma, row_gamma))
         reuse = yield Outcome("reuse", p.omega, batch=b, per_row=skip, label="reuse")
         yield from _rendezvous(ctx, p, window, verdict)
+        held = _per_row(reuse, b)
         if skip:
-            held = _per_row(reuse, b)
             missed = b - sum(held)
-            t.skipped += 1
-            t.fallbacks += missed > 0
+            t.skipped, t.fallbacks = t.skipped + 1, t.fallbacks + (missed > 0)
             t.rows_failed += missed
             branch = WINDOW
             row_gamma = None if not missed else tuple(p.gamma if h else 0 for h in held)
             continue
+        reuse = all(held)
         branch, row_gamma = (WINDOW if reuse else FRESH), None
         if not reuse:
             t.fallbacks += 1

@@ -236,6 +236,24 @@ def test_failing_rows_given_a_fallback():
     assert failing_rows(0.8, 5) * (1 - 0.8 ** 5) == pytest.approx(5 * 0.2)
 
 
+def test_skip_bound_and_the_default_fallback():
+    e = IID(alpha=0.8).expected(7)
+    assert skip_bound(0.9, 1, e) == pytest.approx(e / (1 + 0.9 * e))  # about 0.82
+    assert skip_bound(0.9, 8, e) == pytest.approx(0.1 * e / ((1 - 0.9 ** 8) * (1 + 0.9 * e)))
+    assert skip_bound(0.9, 10_000, e) == pytest.approx(0.1 * e / (1 + 0.9 * e))  # ~0.08
+    assert skip_bound(1.0, 8, e) == math.inf
+    # without a rollout ratio auto keeps the paper's stall; with one it applies the bound
+    assert run(M2, tokens=40, batch=16).metrics["skip_step_share"] == 0
+    ratio = skip_bound(0.9, 16, e)
+    assert run(M2, tokens=40, batch=16, rollout_ratio=1.01 * ratio).metrics[
+        "skip_step_share"] == 1
+    assert run(M2, tokens=40, batch=16, rollout_ratio=0.99 * ratio).metrics[
+        "skip_step_share"] == 0
+    # at B = 1 a rollout would have to cost most of a step
+    assert run(M2, tokens=40, batch=1, rollout_ratio=0.8).metrics["skip_step_share"] == 0
+    assert run(M2, tokens=40, batch=1, rollout_ratio=0.85).metrics["skip_step_share"] == 1
+
+
 def test_kappa_follows_the_batch_schedule():
     assert [default_kappa(b) for b in (1, 8, 9, 16, 32, 33, 64, 256)] == \
         [8, 8, 4, 4, 2, 1, 1, 1]
@@ -307,7 +325,7 @@ def predicted(t, batch, mode):
 
 
 def chosen(t, batch) -> str:
-    return "skip" if batch > 1 and t["ratio"] > skip_bound(OMEGA, batch, E7) else "stall"
+    return "skip" if t["ratio"] > skip_bound(OMEGA, batch, E7) else "stall"
 
 
 def test_skip_bound_picks_the_faster_fallback():
@@ -318,8 +336,10 @@ def test_skip_bound_picks_the_faster_fallback():
         law = (1 + OMEGA * E7) / (1 + E7) * (1 + (1 - OMEGA ** batch) * t["ratio"])
         assert sim["skip"] / sim["stall"] == pytest.approx(law, rel=1e-3), (name, batch)
         assert sim["auto"] == sim[chosen(t, batch)] == max(sim["stall"], sim["skip"])
-        picks.add(chosen(t, batch))
-    assert picks == {"stall", "skip"}
+        picks.add((batch == 1, chosen(t, batch)))
+        if batch == 1:  # a single-row rollout is far below E / (1 + Omega E)
+            assert t["ratio"] < 0.5 * skip_bound(OMEGA, 1, E7)
+    assert picks == {(True, "stall"), (False, "stall"), (False, "skip")}
 
 
 def premise_failures(t, batch, mode) -> tuple[str, ...]:
