@@ -2,7 +2,9 @@
 
 Each step the draft proposes gamma tokens one at a time, the target scores all
 gamma+1 positions in one pass, and rejection sampling keeps the longest accepted
-prefix plus one token from the target: T = T_draft(gamma) + T_target(gamma+1).
+prefix plus one token from the target: T = T_draft(gamma) + T_target(gamma+1),
+plus, when draft and target sit on different devices, the proposal's trip to
+the target and the verdict's trip back (zero on one device).
 The draft is a separate model, or (``draft_layers``) the target's own first
 layers followed by an early-exit head.
 """
@@ -10,7 +12,10 @@ layers followed by an early-exit head.
 from pydantic import Field
 
 from policies.base import PolicyContext, PolicyError, PolicyParams, register
-from policies.ops import Forward, Verify
+from policies.ops import Forward, Transfer, Verify
+
+TOKEN_BYTES = 4    # an int32 token id
+VERDICT_BYTES = 8  # accepted count + the target's token, per row
 
 
 class SDParams(PolicyParams):
@@ -45,9 +50,11 @@ def sd(ctx: PolicyContext, params: SDParams):
         for i in range(gamma):
             yield Forward(model, "draft", layers, 1, ctx.batch, context + i, head=head,
                           emit="sample", collectives=params.draft_collectives, label="draft")
+        yield Transfer("draft", "target", ctx.batch * gamma * TOKEN_BYTES, label="proposal")
         logits = yield Forward("target", "target", (0, n), gamma + 1, ctx.batch, context,
                                head="lm", label="verify")
         verdict = yield Verify(gamma, ctx.batch, target=logits, label="verify")
+        yield Transfer("target", "draft", ctx.batch * VERDICT_BYTES, label="verdict")
         done += verdict.tokens
         steps += 1
     return {"steps": steps, "tokens": done}

@@ -82,10 +82,15 @@ def make_measured_run(out: Path, policy: str, params: dict, *, seed: int, tokens
                           "end_s": now + 50e-6, "name": op.label, "kind": "compute"})
             now += 50e-6
             continue
-        where = plat.placement[op.device]
-        c = cost.forward(models[op.model], where, op.layers, op.n_tokens, op.batch,
-                         op.context, op.head, op.collectives)
-        steps = [(op, where, c.total_s)]
+        if isinstance(op, Transfer):  # a message along the route between placements
+            src, dst = (plat.members(plat.placement[r])[0] for r in (op.src, op.dst))
+            steps = [(op, "link:" + link.name, RooflineCost.hop_s(link, op.nbytes))
+                     for link in plat.route(src, dst)]
+        else:
+            where = plat.placement[op.device]
+            c = cost.forward(models[op.model], where, op.layers, op.n_tokens, op.batch,
+                             op.context, op.head, op.collectives)
+            steps = [(op, where, c.total_s)]
         if transfers and op.label == "draft":
             hop = plat.links[0]
             steps.append((Transfer("draft", "target", 4.0, label="token"), "link:" + hop.name,

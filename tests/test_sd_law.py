@@ -21,7 +21,10 @@ def _costs(draft_name, gamma):
                                 "lm", None).total_s for i in range(gamma))
     t_ar = cost.forward(target, "target_tp", (0, 80), 1, 1, CONTEXT, "lm", None)
     t_verify = cost.forward(target, "target_tp", (0, 80), gamma + 1, 1, CONTEXT, "lm", None)
-    return t_drafts / gamma, t_ar.total_s, t_verify.total_s
+    # the proposal (gamma int32 ids) goes gpu4 -> gpu0, the verdict (8 bytes) back
+    (link,) = platform.route("gpu4", "gpu0")
+    t_trips = cost.hop_s(link, 4 * gamma) + cost.hop_s(link, 8)
+    return t_drafts / gamma, t_ar.total_s, t_verify.total_s, t_trips
 
 
 def _sim(draft, alpha, gamma):
@@ -36,16 +39,20 @@ def _sim(draft, alpha, gamma):
 @pytest.mark.parametrize("alpha", [0.5, 0.7, 0.8, 0.9, 0.95])
 @pytest.mark.parametrize("gamma", [1, 3, 5, 8])
 def test_deterministic_sd_speedup_equals_leviathan(draft, _dev, alpha, gamma):
-    t_draft, t_ar, t_verify = _costs(draft, gamma)
+    t_draft, t_ar, t_verify, t_trips = _costs(draft, gamma)
     m = _sim(draft, alpha, gamma)
-    law = leviathan(alpha, gamma, c=t_draft / t_ar)
+    # c: one draft step, its share of the proposal/verdict messages included, over
+    # one target step
+    law = leviathan(alpha, gamma, c=(t_draft + t_trips / gamma) / t_ar)
     # the law assumes T_target(gamma+1) = T_target(1); the roofline keeps that within 0.5%
     assert m["speedup_vs_ar"] == pytest.approx(law["speedup"], rel=5e-3)
-    # the step composition itself is exact: gamma draft steps then one verify
-    assert m["step_latency_s"] == pytest.approx(gamma * t_draft + t_verify, rel=1e-9)
+    # the step composition itself is exact: gamma draft steps, the proposal's trip, one
+    # verify, the verdict's trip
+    assert m["step_latency_s"] == pytest.approx(gamma * t_draft + t_trips + t_verify,
+                                                rel=1e-9)
     assert m["mean_tokens_per_step"] == pytest.approx(law["expected_tokens_per_step"],
                                                       rel=1e-9)
-    exact = law["expected_tokens_per_step"] * t_ar / (gamma * t_draft + t_verify)
+    exact = law["expected_tokens_per_step"] * t_ar / (gamma * t_draft + t_trips + t_verify)
     assert m["speedup_vs_ar"] == pytest.approx(exact, rel=1e-9)
 
 
