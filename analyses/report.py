@@ -9,7 +9,6 @@ runs are given, predicted-vs-measured and sim-vs-real timelines.
 from __future__ import annotations
 
 import html
-import os
 from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
@@ -201,11 +200,7 @@ def render_html(title: str, intro: str, sections: list[Section]) -> str:
 
 def write_report(path, text: str):
     """Write the HTML atomically: a reader never sees half a report."""
-    path = atomic_write_text(path, text)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)  # a shareable file, not the temp file's 0600
-    return path
+    return atomic_write_text(path, text)
 
 
 def _speed_section(results: list[PointResult]) -> Section:
