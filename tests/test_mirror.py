@@ -13,6 +13,7 @@ from analyses.laws import mirror as mirror_law
 from hwprofiles import load_model, load_platform
 from policies import PolicyContext, PolicyError, build
 from policies.acceptance import IID
+from policies import sd as sd_policy
 from policies.mirror import (DRAFT, ENTRY_BYTES, FALLBACK, FRESH, PREFIX, VERDICT_BYTES,
                              WINDOW, default_kappa, failing_rows, skip_bound)
 from policies.ops import Forward, Outcome, Parallel, Transfer, Verdict, Verify
@@ -31,7 +32,8 @@ def _route_s(cost, platform, src, dst, nbytes):
 def terms(setup, gamma, kappa, exit_layer, eta, batch=1, placement=None):
     """Eq. 10's terms from the cost model: prefix, suffix, draft window, the two
     rendezvous, and the fallback rollout with its trip to the target; and SD's:
-    the whole target pass and the serial draft (SPD-style, two all-reduces)."""
+    the whole target pass and the serial draft (SPD-style, two all-reduces) with
+    the proposal's trip to the target and the verdict's back."""
     name, target_name, draft_name = setup
     platform = load_platform(name)
     cost = RooflineCost(platform)
@@ -60,7 +62,9 @@ def terms(setup, gamma, kappa, exit_layer, eta, batch=1, placement=None):
                                               batch * gamma * ENTRY_BYTES),
         "full": target_s((0, target.n_layers), "lm"),
         "sd_draft": sum(cost.forward(draft, dg, (0, draft.n_layers), 1, batch, CONTEXT + i,
-                                     "lm", 2).total_s for i in range(gamma)),
+                                     "lm", 2).total_s for i in range(gamma))
+        + _route_s(cost, platform, d0, t0, batch * gamma * sd_policy.TOKEN_BYTES)
+        + _route_s(cost, platform, t0, d0, batch * sd_policy.VERDICT_BYTES),
     }
 
 
@@ -345,7 +349,8 @@ def test_skip_bound_picks_the_faster_fallback():
 def premise_failures(t, batch, mode) -> tuple[str, ...]:
     """Which of the paper's premises fail: the window hides under the suffix,
     and the early exit (head), the rendezvous and the fallback cost less than
-    the serial draft SD pays (they are free in eq. 10 and appendix C)."""
+    the serial draft SD pays, with its trips (they are free in eq. 10 and
+    appendix C)."""
     time_s, _ = predicted(t, batch, mode)
     head_s = t["prefix"] + t["suffix"] - t["full"]
     overhead_s = time_s - t["full"] - max(0.0, t["draft"] - t["suffix"])
