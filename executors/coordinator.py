@@ -19,12 +19,13 @@ Conventions beyond the operations' own docstrings:
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from executors.book import CacheBook, Proposal, Sequences, Wide
 from executors.device import SleepCmd, VerifyCmd
 from executors.feeds import HandleInfo, hidden_command, hidden_inputs, token_command
 from executors.loop import Loop, Pending
+from executors.streaming import StreamCmd
 from policies.ops import (AllReduce, Delay, Forward, Outcome, StreamWeights, Transfer,
                           Verdict, Verify)
 
@@ -42,6 +43,7 @@ class Placement:
 
     clients: dict[str, str]
     tracks: dict[str, str]
+    storage: dict[str, str] = field(default_factory=dict)  # role -> its storage tier
 
     def client(self, role: str) -> str:
         try:
@@ -81,7 +83,12 @@ class Coordinator:
                          AllReduce: self.allreduce, StreamWeights: self.stream}
 
     def run(self, schedule):
-        return Loop(self.clients, self.handlers).run(schedule)
+        self.loop = Loop(self.clients, self.handlers)
+        return self.loop.run(schedule)
+
+    def drain(self) -> None:
+        """Let work the schedule never joined finish (after the clock stopped)."""
+        self.loop.drain()
 
     def book(self, client: str, model: str, width: int = 1) -> CacheBook:
         key = (client, model, width)
@@ -304,4 +311,13 @@ class Coordinator:
                          f"'{op.group}' on a single device with --placement")
 
     def stream(self, op: StreamWeights) -> Pending:
-        raise ValueError("the executor does not stream weights from disk yet")
+        client = self.place.client(op.device)
+
+        def finish(replies):
+            track = self.place.storage.get(op.device, "storage")
+            self.span(op, op.device, client, replies[0], "stream",
+                      bytes_read=replies[0][0]["bytes"])
+            self.spans[-1]["device"] = track
+            return None
+
+        return Pending([(client, StreamCmd(op.model, op.layers))], finish)

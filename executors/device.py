@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from executors import streaming
 from executors.book import common_prefix
 from executors.layers import Positions, Stack
 
@@ -105,7 +106,14 @@ class LocalDevice:
     def _SleepCmd(self, cmd: SleepCmd):
         time.sleep(cmd.seconds)
 
+    def _StreamSetupCmd(self, cmd):
+        streaming.setup(self, cmd)
+
+    def _StreamCmd(self, cmd):
+        return streaming.stream(self, cmd)
+
     def _FwdCmd(self, cmd: FwdCmd):
+        streaming.check(self, cmd.model, cmd.layers)
         stack, cache = self.stacks[cmd.model], self.cache(cmd.model, cmd.width)
         at = Positions(cmd.start, cmd.n_fed, cmd.tree)
         if cmd.inputs is None:

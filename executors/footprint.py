@@ -10,7 +10,8 @@ every Forward's (device role, model, deepest layer).
 
 from __future__ import annotations
 
-from policies.ops import Join, Outcome, Parallel, Spawn, Verdict, Verify, Forward
+from policies.ops import (Forward, Join, Outcome, Parallel, Spawn, StreamWeights, Verdict,
+                          Verify)
 
 DRY_STEPS = 3
 DRY_OPS = 5000
@@ -22,7 +23,8 @@ class _Stop(Exception):
 
 def footprint(schedule, batch: int) -> dict[tuple[str, str, int], int]:
     """{(device role, model role, row width): deepest layer stop} of a schedule's
-    Forwards (width: rows per sequence, above 1 for speculation trees)."""
+    Forwards (width: rows per sequence, above 1 for speculation trees), and
+    {("stream", device role, model role): layers it streams from storage}."""
     seen: dict[tuple[str, str, int], int] = {"batch": batch}
     budget = {"ops": DRY_OPS, "verifies": DRY_STEPS}
     try:
@@ -51,6 +53,10 @@ def _stand_in(op, seen, budget):
         key = (op.device, op.model, max(1, op.batch // seen["batch"]))
         seen[key] = max(seen.get(key, 0), op.layers[1])
         return object()
+    if isinstance(op, StreamWeights):
+        key = ("stream", op.device, op.model)
+        seen[key] = seen.get(key, frozenset()) | frozenset(range(*op.layers))
+        return None
     if isinstance(op, Verify):
         budget["verifies"] -= 1
         if budget["verifies"] < 0:

@@ -10,12 +10,16 @@ Spawn, Join and Parallel are handled here; everything else by ``handlers``:
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 
 from policies.ops import Join, Parallel, Spawn
+
+
+_TICKETS = itertools.count()
 
 
 @dataclass
@@ -46,7 +50,6 @@ class Loop:
         self.clients = clients
         self.handlers = handlers
         self._tickets: dict[int, tuple[Task, int]] = {}
-        self._next_ticket = 0
         self._ready: deque[Task] = deque()
         self._joining: list[Task] = []
 
@@ -113,8 +116,7 @@ class Loop:
             self._finish(task)
             return
         for i, (client, cmd) in enumerate(pending.commands):
-            ticket = self._next_ticket
-            self._next_ticket += 1
+            ticket = next(_TICKETS)  # unique across loops: late replies are recognised
             self._tickets[ticket] = (task, i)
             self.clients[client].submit(ticket, cmd)
 
@@ -126,6 +128,12 @@ class Loop:
             return
         task.value = value
         self._ready.append(task)
+
+    def drain(self) -> None:
+        """Wait for replies still owed (work the schedule started but never joined,
+        such as a prefetch for a cycle that never came)."""
+        while self._tickets:
+            self._collect()
 
     def _collect(self) -> None:
         clients = list(self.clients.values())
@@ -156,4 +164,7 @@ def call(clients: dict, commands: list) -> list:
         return (yield _Batch(commands))
 
     handlers = {_Batch: lambda op: Pending(op.commands, lambda replies: replies)}
-    return Loop(clients, handlers).run(one())
+    loop = Loop(clients, handlers)
+    out = loop.run(one())
+    loop.drain()
+    return out

@@ -21,6 +21,7 @@ from executors.device import FwdCmd, LocalDevice, ResetCmd
 from executors.footprint import footprint
 from executors.layers import Stack
 from executors.loop import call
+from executors.streaming import StreamSetupCmd
 from executors.observers import OBSERVERS, hints_for
 from hwprofiles import load_platform
 from policies import PolicyContext, build, parse_params
@@ -48,7 +49,8 @@ class BatchResult:
 
 
 def physical_map(platform, placement: dict[str, str], physical: dict[str, str]):
-    """(role -> physical device name, role -> platform device name)."""
+    """(role -> physical device name, role -> platform device name, role -> the
+    storage tier its weights stream from)."""
     import torch
 
     n_cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -59,11 +61,12 @@ def physical_map(platform, placement: dict[str, str], physical: dict[str, str]):
             phys[d.name], gpu_i = f"cuda:{gpu_i}", gpu_i + 1
         else:
             phys[d.name], cpu_i = f"cpu:{cpu_i % n_cores}", cpu_i + 1
-    clients, tracks = {}, {}
+    clients, tracks, storage = {}, {}, {}
     for role, where in placement.items():
         members = platform.members(where)
         tracks[role] = where
         clients[role] = phys[members[0]]
+        storage[role] = platform.device(members[0]).storage or "storage"
     for role, name in physical.items():
         check_physical(name, n_cuda, n_cores)
         clients[role] = name
@@ -71,7 +74,7 @@ def physical_map(platform, placement: dict[str, str], physical: dict[str, str]):
     for d in platform.devices:  # a schedule may name platform devices directly
         clients.setdefault(d.name, phys[d.name])
         tracks.setdefault(d.name, d.name)
-    return clients, tracks
+    return clients, tracks, storage
 
 
 def check_physical(name: str, n_cuda: int, n_cores: int) -> None:
@@ -126,22 +129,29 @@ class Session:
             raise ValueError("every prompt needs at least 2 tokens; write a longer prompt")
         ctx = self.context(prompts)
         parsed = parse_params(policy, params)
-        uses = footprint(build(policy, ctx, parsed), len(prompts))
+        found = footprint(build(policy, ctx, parsed), len(prompts))
+        streams = {k[1:]: v for k, v in found.items() if k[0] == "stream"}
+        uses = {k: v for k, v in found.items() if k[0] != "stream"}
         clients = self._devices(uses, len(prompts))
         seqs = Sequences.start(prompts)
         coord = Coordinator(clients, self.placement, seqs, self.n_layers,
                             temperature=self.opts.temperature, observers=OBSERVERS,
                             hints=hints_for(policy, parsed))
+        hints = coord.hints
+        self._streams(streams, hints.get("buffer_layers", 1), restore=True)
         self._prefill(coord, uses)
+        self._streams(streams, hints.get("buffer_layers", 1), restore=False)
         coord.t0 = time.perf_counter()
         stats = coord.run(build(policy, ctx, parsed))
         short = self.opts.max_new_tokens - min(len(seqs.generated(r)) for r in range(seqs.batch))
         while short > 0:  # the budget is over all rows: run on until every row is done
             more = replace(ctx, tokens=short, prompt_tokens=ctx.prompt_tokens + short)
+            coord.drain()
             coord.run(build(policy, more, parsed))
             short = self.opts.max_new_tokens - min(len(g) for g in
                                                    map(seqs.generated, range(seqs.batch)))
         wall_s = time.perf_counter() - coord.t0
+        coord.drain()
         generated = [seqs.generated(r) for r in range(seqs.batch)]
         return BatchResult(generated, wall_s, coord.steps, coord.spans, coord.acceptance,
                            stats if isinstance(stats, dict) else {})
@@ -178,6 +188,16 @@ class Session:
         call(self.clients, [(name, LoadCmd({r: self.sources[r] for r in roles}, self.seed,
                                            self.sources["target"]))
                             for name, roles in needed.items()])
+
+    def _streams(self, streams: dict, capacity: int, *, restore: bool) -> None:
+        """Streamed layers: back in memory for the prefill, then out to disk."""
+        cmds = []
+        for (role, model), layers in sorted(streams.items()):
+            client = self.placement.client(role)
+            key = f"{self.sources[model]}-seed{self.seed + (model == 'draft')}"
+            cmds.append((client, StreamSetupCmd(model, tuple(sorted(layers)), capacity, key,
+                                                restore)))
+        call(self.clients, cmds)
 
     def _prefill(self, coord: Coordinator, uses) -> None:
         """Fill every cache the schedule will use with the prompt but its last token."""

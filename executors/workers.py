@@ -10,6 +10,7 @@ messages between devices are real ``send``/``recv`` calls between workers.
 from __future__ import annotations
 
 import os
+import queue
 import socket
 import subprocess
 import sys
@@ -19,6 +20,8 @@ import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Client, Listener
 from pathlib import Path
+
+from executors.streaming import StreamCmd
 
 STARTUP_TIMEOUT_S = 600
 
@@ -188,21 +191,52 @@ def _main(conn, name: str, rank: int, world: int, port: int, threads: int) -> No
         return
     conn.send(("ready", None))
     pending_sends: list = []
-    while True:
-        msg = conn.recv()
-        if msg is None:
-            break
-        ticket, cmd = msg
+    lock = threading.Lock()
+    io = _IOThread(device, conn, lock)
+
+    def answer(ticket, cmd):
         try:
             reply = _execute(device, cmd, pending_sends)
         except Exception:
             reply = traceback.format_exc()
-        conn.send((ticket, reply))
+        with lock:
+            conn.send((ticket, reply))
+
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            break
+        if isinstance(msg[1], StreamCmd):  # storage reads overlap compute
+            io.queue.put(msg)
+        else:
+            answer(*msg)
+    io.queue.put(None)
+    io.join()
     for work, _buf in pending_sends:
         work.wait()
     import torch.distributed as dist
 
     dist.destroy_process_group()
+
+
+class _IOThread(threading.Thread):
+    """Runs the worker's weight streams one after another, beside its compute."""
+
+    def __init__(self, device, conn, lock):
+        super().__init__(daemon=True)
+        self.device, self.conn, self.lock = device, conn, lock
+        self.queue: queue.Queue = queue.Queue()
+        self.start()
+
+    def run(self) -> None:
+        while (msg := self.queue.get()) is not None:
+            ticket, cmd = msg
+            try:
+                reply = self.device.execute(cmd)
+            except Exception:
+                reply = traceback.format_exc()
+            with self.lock:
+                self.conn.send((ticket, reply))
 
 
 def _setup(name, rank, world, port, threads):
