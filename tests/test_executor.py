@@ -126,6 +126,37 @@ def test_worker_processes_run_the_draft_on_its_own_core(tiny):
     assert moved and {x["physical"] for x in moved} >= {"cpu:0->cpu:1", "cpu:1->cpu:0"}
 
 
+STREAMED = [("ar_stream", {"dram_budget_gb": 0.0006}),
+            ("kangaroo", {"dram_budget_gb": 0.0006, "l_dm": 1, "gamma": 3, "adapter": "norm"}),
+            ("cats", {"dram_budget_gb": 0.0006, "l_dm": 1, "l_sv": 2, "gamma": 3,
+                      "adapter": "norm", "corrections": 0})]
+
+
+@pytest.mark.parametrize("policy,params", STREAMED, ids=[p for p, _ in STREAMED])
+def test_streamed_layers_come_from_disk_within_the_budget(tiny, tmp_path, monkeypatch,
+                                                          policy, params):
+    """6 layers of ~148 kB, budget 600 kB: 2 resident, 4 streamed through 2 slots."""
+    monkeypatch.setenv("HETSPEC_CACHE", str(tmp_path))
+    with session(tiny) as s:
+        ref = s.decode("ar", {}, PROMPTS[:2])
+        out = s.decode(policy, params, PROMPTS[:2])
+        store = s.clients["cpu:0"].device.layer_stores["target"]
+        in_memory = [i for i, layer in enumerate(s.loaded["target"].model.model.layers)
+                     if next(layer.parameters()).numel()]
+    assert [g[:12] for g in out.generated] == [g[:12] for g in ref.generated]
+    streams = [x for x in out.spans if x["kind"] == "stream"]
+    assert {tuple(x["op"]["layers"]) for x in streams} == {(2, 3), (3, 4), (4, 5), (5, 6)}
+    assert all(x["op"]["bytes_read"] >= x["op"]["nbytes"] for x in streams)
+    assert store.streamed == {2, 3, 4, 5} and len(store.loaded) <= 2
+    assert set(in_memory) - {0, 1} <= set(store.loaded)  # resident: layers 0, 1 only
+
+
+def test_cats_with_correction_branches_is_refused_clearly(inline_session):
+    with pytest.raises(ValueError, match="corrections=0"):
+        inline_session.decode("cats", {"dram_budget_gb": 0.0006, "l_dm": 1, "l_sv": 2,
+                                       "adapter": "norm"}, PROMPTS[:1])
+
+
 # distribution at temperature 1 ---------------------------------------------------
 def _peaky(s: Session, role: str, scale: float) -> None:
     with torch.no_grad():
