@@ -80,8 +80,9 @@ class LocalDevice:
         self.stacks = stacks
         self.caches: dict[tuple[str, int], object] = {}
         self.store: OrderedDict[int, dict] = OrderedDict()
-        self.gen = torch.Generator().manual_seed(seed)
+        self.gen = torch.Generator().manual_seed(seed)  # sampling runs on the CPU
         self.batch = 1
+        self.where = name if name.startswith("cuda:") else "cpu"
 
     def execute(self, cmd):
         """Run one command; returns (result, start perf_counter, end perf_counter)."""
@@ -115,9 +116,10 @@ class LocalDevice:
     def _FwdCmd(self, cmd: FwdCmd):
         streaming.check(self, cmd.model, cmd.layers)
         stack, cache = self.stacks[cmd.model], self.cache(cmd.model, cmd.width)
-        at = Positions(cmd.start, cmd.n_fed, cmd.tree)
+        at = Positions(cmd.start, cmd.n_fed, cmd.tree, self.where)
         if cmd.inputs is None:
-            hidden = stack.run(cache, cmd.layers, at, tokens=torch.tensor(cmd.tokens))
+            hidden = stack.run(cache, cmd.layers, at,
+                               tokens=torch.tensor(cmd.tokens, device=self.where))
         else:
             hidden = stack.run(cache, cmd.layers, at, hidden=self.hidden(cmd.inputs))
         entry = {"hidden": hidden}
@@ -171,8 +173,8 @@ class LocalDevice:
         want = cmd.n_logits or tuple(1 for _ in cmd.n_fed)
         if len(set(want)) == 1 and len(set(cmd.n_fed)) == 1:
             n, m = cmd.n_fed[0], want[0]
-            return list(stack.head(hidden[:, n - m:n]))
-        return [stack.head(hidden[b, n - m:n]) for b, (n, m) in
+            return list(stack.head(hidden[:, n - m:n]).cpu())  # decisions run on the CPU
+        return [stack.head(hidden[b, n - m:n]).cpu() for b, (n, m) in
                 enumerate(zip(cmd.n_fed, want))]
 
     def _emit(self, stack, cache, cmd: FwdCmd, logits) -> dict:
@@ -181,9 +183,10 @@ class LocalDevice:
         ends = [s + n for s, n in zip(cmd.start, cmd.n_fed)]
         for _ in range(cmd.steps - 1):
             last = [toks[-1] for toks in out["tokens"]]
-            at = Positions(ends, [1] * len(ends))
-            hidden = stack.run(cache, cmd.layers, at, tokens=torch.tensor(last)[:, None])
-            step = self._sample(list(stack.head(hidden)), cmd, None)
+            at = Positions(ends, [1] * len(ends), None, self.where)
+            tokens = torch.tensor(last, device=self.where)[:, None]
+            hidden = stack.run(cache, cmd.layers, at, tokens=tokens)
+            step = self._sample(list(stack.head(hidden).cpu()), cmd, None)
             for key in out:
                 for r, value in enumerate(step[key]):
                     out[key][r].extend(value)

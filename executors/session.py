@@ -173,6 +173,8 @@ class Session:
 
     def _start(self, needed: dict[str, set]) -> None:
         if self.opts.mode == "inline":
+            if any(name.startswith("cuda:") for name in needed):
+                raise ValueError("CUDA devices run in worker processes; drop --inline")
             if self._stacks is None:
                 self._stacks = {r: Stack(ld.model, ld.spec.n_layers)
                                 for r, ld in self.loaded.items()}

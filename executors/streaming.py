@@ -127,7 +127,7 @@ class LayerStore:
         tensors = load_bytes(data)
         params = dict(self.stack.layers[i].named_parameters())
         for name, value in tensors.items():
-            params[name].data = value
+            params[name].data = value.to(params[name].device)
 
 
 def _free(layer) -> None:

@@ -248,6 +248,8 @@ def _setup(name, rank, world, port, threads):
     import torch.distributed as dist
 
     torch.set_num_threads(threads)
+    if name.startswith("cuda:"):
+        torch.cuda.set_device(int(name.split(":")[1]))
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world)
     from executors.device import LocalDevice
@@ -274,7 +276,7 @@ def _load(device, cmd: LoadCmd):
 
     def model(source: str, seed: int):
         if source not in loaded:
-            loaded[source] = models.load(source, seed=seed).model
+            loaded[source] = models.load(source, seed=seed).model.to(device.where)
         return loaded[source]
 
     for role, source in sorted(cmd.sources.items()):
@@ -296,7 +298,7 @@ def _send(device, cmd: SendCmd, pending_sends):
     if cmd.handle is None:
         data = torch.zeros(max(1, int(cmd.nbytes)), dtype=torch.uint8)
     else:
-        data = device.hidden(cmd.handle).contiguous()
+        data = device.hidden(cmd.handle).contiguous().cpu()  # gloo moves host memory
         header = torch.tensor([data.dim(), *data.shape, 0, 0, 0][:4], dtype=torch.int64)
         pending_sends.append((dist.isend(header, cmd.peer, tag=cmd.tag), header))
     pending_sends.append((dist.isend(data, cmd.peer, tag=cmd.tag + 1), data))
@@ -315,7 +317,7 @@ def _recv(device, cmd: RecvCmd, pending_sends):
     shape = header[1:1 + int(header[0])].tolist()
     buf = torch.empty(shape, dtype=torch.float32)
     dist.recv(buf, cmd.peer, tag=cmd.tag + 1)
-    device.keep(cmd.handle, {"hidden": buf})
+    device.keep(cmd.handle, {"hidden": buf.to(device.where)})
     return None
 
 

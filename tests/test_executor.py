@@ -222,7 +222,9 @@ def test_measured_run_writes_the_record_contract(tiny, tmp_path):
         "\n") if x]
     forward = next(x for x in spans if x["op"]["type"] == "Forward")
     assert forward["op"]["layers"] in ([0, 4], [0, 6]) and forward["end_s"] > forward["start_s"]
-    assert {x["kind"] for x in spans} == {"compute"}
+    assert {x["kind"] for x in spans} == {"compute", "transfer"}  # proposal and verdict
+    assert {x["physical"] for x in spans if x["kind"] == "transfer"} == {"cpu:1->cpu:0",
+                                                                         "cpu:0->cpu:1"}
     trace = json.loads((tmp_path / "run" / record["trace"]).read_text())
     assert sum(e["ph"] == "X" for e in trace["traceEvents"]) == len(spans)
     replay = Trace(path=tmp_path / "run" / record["acceptance_trace"])
@@ -258,10 +260,11 @@ def test_cli_errors_are_one_sentence(tiny, capsys):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_cuda_device_runs_lossless(tiny):
-    with session(tiny, "self:5", mode="processes",
-                 placement=None) as s:
-        s.placement.clients["target"] = "cuda:0"
+def test_cuda_target_with_cpu_draft_is_lossless(tiny):
+    opts = Options(max_new_tokens=12, mode="processes", physical={"target": "cuda:0"})
+    with Session("cpu-local", f"random:{tiny}", "self:5", options=opts) as s:
         ref = s.decode("ar", {}, PROMPTS[:1]).generated[0][:12]
-        sd = s.decode("sd", {"gamma": 3}, PROMPTS[:1]).generated[0][:12]
-    assert sd == ref
+        sd = s.decode("sd", {"gamma": 3}, PROMPTS[:1])
+        mirror = s.decode("mirror", {"gamma": 3, "kappa": 2, "exit_layer": 3}, PROMPTS[:1])
+    assert sd.generated[0][:12] == ref and mirror.generated[0][:12] == ref
+    assert {x["physical"] for x in sd.spans} >= {"cuda:0", "cpu:1"}
