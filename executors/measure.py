@@ -122,7 +122,8 @@ def _progress(enabled: bool, n_prompts: int, batch: int, passes: int):
         return None
     from tqdm import tqdm
 
-    return tqdm(total=passes * -(-n_prompts // batch), desc="decoding", unit="batch")
+    return tqdm(total=passes * -(-n_prompts // batch), desc="decoding", unit="batch",
+                delay=2.0)  # quick failures print their error alone
 
 
 def write_run(run_dir: Path, inputs: dict, metrics: dict, results, outputs, texts) -> Path:
