@@ -77,6 +77,7 @@ class Coordinator:
         self.steps = 0
         self.install: list | None = None  # speculation a hit selected, not yet in use
         self.latest_tree = None
+        self.last_topk: HandleInfo | None = None  # early-exit candidates since the Verify
         self._next_handle = 0
         self.handlers = {Forward: self.forward, Verify: self.verify, Delay: self.delay,
                          Transfer: self.transfer, Outcome: self.outcome,
@@ -184,6 +185,8 @@ class Coordinator:
     def _emitted(self, op: Forward, info: HandleInfo, book: CacheBook, result: dict) -> None:
         if op.emit == "topk":
             info.topk = result["topk"]
+            if not info.wide and info.width == 1:
+                self.last_topk = info
         if op.emit != "sample":
             return
         if info.wide:
@@ -254,10 +257,14 @@ class Coordinator:
                 prop.drop_front(r, g)
             seqs.proposals = {op.branch: prop}
         self.steps += 1
-        self.acceptance.append({
-            "accepted": list(result["accepted"]), "gamma": op.gamma, "proposed": gamma,
-            "committed": committed, "bonus_rank": ranks, "margin": result["margin"],
-            "branch": op.branch})
+        line = {"accepted": list(result["accepted"]), "gamma": op.gamma, "proposed": gamma,
+                "committed": committed, "bonus_rank": ranks, "margin": result["margin"],
+                "branch": op.branch}
+        if self.last_topk is not None:  # this step's early exit named candidates
+            line["topk_hit"] = [k == g and tok in top for k, g, tok, top in zip(
+                result["accepted"], gamma, result["bonus"], self.last_topk.topk)]
+            self.last_topk = None
+        self.acceptance.append(line)
         return Verdict(tuple(result["accepted"]),
                        {"bonus": result["bonus"], "bonus_rank": ranks},
                        None if op.bonus else tuple(committed))

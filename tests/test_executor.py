@@ -244,6 +244,11 @@ def test_cli_run_random_model_json(tiny, tmp_path):
     record = json.loads((tmp_path / "m" / "record.json").read_text())
     assert record["inputs"]["draft"] == "self:3" and record["metrics"]["matches_ar"]
     assert "reuse_rate" in record["metrics"]
+    lines = [json.loads(x) for x in (tmp_path / "m" / "acceptance.jsonl").read_text()
+             .splitlines()]
+    steps = [x for x in lines if "accepted" in x]
+    assert steps and all(len(x["topk_hit"]) == 1 for x in steps)
+    assert {x["event"] for x in lines if "event" in x} == {"reuse"}
 
 
 def test_cli_errors_are_one_sentence(tiny, capsys):
