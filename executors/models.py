@@ -143,16 +143,17 @@ def spec_from_config(cfg: dict, name: str) -> ModelSpec:
                      hf_architecture=archs[0])
 
 
-def load(name: str, *, seed: int = 0) -> Loaded:
-    """Load a model by executor name (see the module docstring), fp32 on CPU."""
+def load(name: str, *, seed: int = 0, weights: bool = True) -> Loaded:
+    """Load a model by executor name (see the module docstring), fp32 on CPU.
+    ``weights=False``: only its spec and tokenizer (``model`` is None)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-
     if name.startswith(RANDOM_PREFIX):
         spec = spec_of(name)
-        return Loaded(build_random(spec, seed=seed), _tokenizer_for(spec), spec, name)
+        model = build_random(spec, seed=seed) if weights else None
+        return Loaded(model, _tokenizer_for(spec), spec, name)
     path = Path(name)
     if name == REAL_NAME:
         path = smollm2_dir()
@@ -160,9 +161,10 @@ def load(name: str, *, seed: int = 0) -> Loaded:
         raise ValueError(f"model '{name}' has no local weights; use {REAL_NAME}, "
                          f"random:{name} for random weights of its shape, or a local "
                          "checkpoint directory")
-    model = AutoModelForCausalLM.from_pretrained(path, dtype="float32",
-                                                 local_files_only=True)
-    model.eval()
+    model = None
+    if weights:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype="float32",
+                                                     local_files_only=True).eval()
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     spec = load_model(REAL_NAME) if name == REAL_NAME else spec_of(str(path))
     return Loaded(model, tokenizer, spec, str(path))

@@ -96,11 +96,12 @@ class Session:
         self.platform = load_platform(platform)
         self.seed = seed
         self.sources = {"target": target, **({"draft": draft} if draft else {})}
-        self.loaded = {"target": models.load(target, seed=seed)}
+        weights = self.opts.mode == "inline"  # workers load their own copies
+        self.loaded = {"target": models.load(target, seed=seed, weights=weights)}
         if models.self_layers(draft):
             self.loaded["draft"] = models.self_draft(self.loaded["target"], draft)
         elif draft:
-            self.loaded["draft"] = models.load(draft, seed=seed + 1)
+            self.loaded["draft"] = models.load(draft, seed=seed + 1, weights=weights)
         self.specs = {role: ld.spec for role, ld in self.loaded.items()}
         self.n_layers = {role: ld.spec.n_layers for role, ld in self.loaded.items()}
         roles = {**self.platform.placement, **(placement or {})}
