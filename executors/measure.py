@@ -13,6 +13,8 @@ import json
 import time
 from pathlib import Path
 
+import yaml
+
 from executors.models import default_draft
 from executors.prompts import BUILTIN, encode
 from executors.session import BatchResult, Options, Session
@@ -102,12 +104,44 @@ def measure(config, options: Options, messages: list[list[dict]] | None = None, 
             bar.close()
         texts = ([session.tokenizer.decode(o, skip_special_tokens=True) for o in outputs]
                  if session.tokenizer is not None else None)
+        specs = session.specs
     run_dir = Path(out_dir) if out_dir else default_run_dir(config.policy, config.seed)
     inputs = {**config.model_dump(mode="json"), "max_new_tokens": options.max_new_tokens,
               "threads": options.threads, "temperature": options.temperature,
-              "mode": options.mode, "physical": options.physical, "prompts": messages}
+              "mode": options.mode, "physical": options.physical, "prompts": messages,
+              **simulable_models(config, specs, run_dir)}
     record = write_run(run_dir, inputs, metrics, results, outputs, texts)
     return {**metrics, "outputs": outputs, "texts": texts, "run_record": str(record)}
+
+
+def simulable_models(config, specs: dict, run_dir: Path) -> dict:
+    """Model names the simulator resolves: a shipped spec name where there is one
+    (random:NAME runs NAME's shape), else a spec YAML written beside the record;
+    ``weights`` keeps the executor's own names."""
+    from hwprofiles import ProfileError, load_model
+
+    out = {"weights": {"target": config.target, "draft": config.draft}}
+    for role, name in (("target", config.target), ("draft", config.draft)):
+        if name is None:
+            continue
+        plain = name.removeprefix("random:")
+        try:
+            load_model(plain)
+            out[role] = plain
+            continue
+        except ProfileError:
+            pass
+        spec = specs[role]
+        path = (run_dir / "models" / f"{role}.yaml").resolve()
+        data = spec.model_dump(mode="json")
+        numeric = [k for k, v in data.items() if isinstance(v, (int, float))
+                   and not isinstance(v, bool)]
+        data["sources"] = {k: spec.sources.get(k, f"executor model '{name}'")
+                           for k in numeric}
+        data["sources"]["n_layers"] = f"executor model '{name}'"
+        atomic_write_text(path, yaml.safe_dump(data, sort_keys=False))
+        out[role] = str(path)
+    return out
 
 
 def _baseline(config):

@@ -242,7 +242,10 @@ def test_cli_run_random_model_json(tiny, tmp_path):
                  "--out", str(tmp_path / "m")])
     assert code == 0
     record = json.loads((tmp_path / "m" / "record.json").read_text())
-    assert record["inputs"]["draft"] == "self:3" and record["metrics"]["matches_ar"]
+    from hwprofiles import load_model
+
+    assert record["inputs"]["weights"]["draft"] == "self:3" and record["metrics"]["matches_ar"]
+    assert load_model(record["inputs"]["draft"]).n_layers == 3  # the simulator can replay it
     assert "reuse_rate" in record["metrics"]
     lines = [json.loads(x) for x in (tmp_path / "m" / "acceptance.jsonl").read_text()
              .splitlines()]
