@@ -49,6 +49,10 @@ class Placement:
         try:
             return self.clients[role]
         except KeyError:
+            if role in self.tracks:
+                raise ValueError(f"'{role}' is placed on group {self.tracks[role]}, but the "
+                                 "executor does not shard a model over a group; place it "
+                                 f"on one device with --placement {role}=DEVICE") from None
             raise ValueError(f"the schedule uses device '{role}', which the placement does "
                              f"not map; add --placement {role}=DEVICE") from None
 

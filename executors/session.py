@@ -65,6 +65,8 @@ def physical_map(platform, placement: dict[str, str], physical: dict[str, str]):
     for role, where in placement.items():
         members = platform.members(where)
         tracks[role] = where
+        if len(members) > 1:  # a group: Placement.client refuses it when used
+            continue
         clients[role] = phys[members[0]]
         storage[role] = platform.device(members[0]).storage or "storage"
     for role, name in physical.items():
