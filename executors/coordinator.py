@@ -81,6 +81,7 @@ class Coordinator:
         self.steps = 0
         self.install: list | None = None  # speculation a hit selected, not yet in use
         self.latest_tree = None
+        self.candidates: list = []  # per row: the speculation its last Outcome found
         self.last_topk: HandleInfo | None = None  # early-exit candidates since the Verify
         self._next_handle = 0
         self.handlers = {Forward: self.forward, Verify: self.verify, Delay: self.delay,
@@ -218,7 +219,10 @@ class Coordinator:
         if self.install is None:
             return
         prop = Proposal.empty(self.seqs.batch)
-        for r, (tree, j, offset) in enumerate(self.install):
+        for r, found in enumerate(self.install):
+            if found is None:  # this row has no proposal: an AR step for it
+                continue
+            tree, j, offset = found
             src = tree.proposal
             prop.tokens[r] = src.tokens[j][offset:]
             prop.probs[r] = src.probs[j][offset:]
@@ -232,6 +236,8 @@ class Coordinator:
         info = self.handles[op.target.id]
         prop = self.seqs.proposal(op.branch)
         gamma = [len(t) if op.bonus else min(op.gamma, len(t)) for t in prop.tokens]
+        if op.row_gamma is not None:  # rows verify proposals of their own lengths
+            gamma = [min(g, rg) for g, rg in zip(gamma, op.row_gamma)]
         offsets = [len(c) - 1 - s for c, s in zip(self.seqs.committed, info.logit_start)]
         cmd = VerifyCmd(op.target.id, [t[:g] for t, g in zip(prop.tokens, gamma)],
                         [p[:g] for p, g in zip(prop.probs, gamma)]
@@ -291,11 +297,15 @@ class Coordinator:
                              f"observes {', '.join(sorted(self.observers)) or 'none'}")
 
         def decide(_replies=None):
-            held = observe(self, op)
-            if isinstance(held, Wait):  # the draft still owes the replies that decide
-                return Pending([(held.client, SleepCmd(0.0))], decide)
-            self.acceptance.append({"event": op.event, "held": bool(held)})
-            return bool(held)
+            rows = observe(self, op)
+            if isinstance(rows, Wait):  # the draft still owes the replies that decide
+                return Pending([(rows.client, SleepCmd(0.0))], decide)
+            rows = tuple(bool(h) for h in rows)
+            self.acceptance.append({"event": op.event, "held": list(rows)})
+            taken = rows if op.per_row else (all(rows),) * len(rows)
+            if any(taken):  # the rows that take their hit get its speculation next
+                self.install = [c if t else None for c, t in zip(self.candidates, taken)]
+            return rows if op.per_row else all(rows)
 
         return Pending([], decide)
 

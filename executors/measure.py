@@ -56,8 +56,9 @@ def summarise(config, results: list[BatchResult], max_new: int) -> dict:
            if verifies else 0.0,
            "acceptance_rate": accepted / proposed if proposed else None}
     events = [a for r in results for a in r.acceptance if "event" in a]
-    for name in sorted({e["event"] for e in events}):
-        held = [e["held"] for e in events if e["event"] == name]
+    for name in sorted({e["event"] for e in events}):  # per row, as recorded
+        held = [h for e in events if e["event"] == name for h in
+                (e["held"] if isinstance(e["held"], list) else [e["held"]])]
         out[f"{name}_rate"] = sum(held) / len(held)
     return out
 

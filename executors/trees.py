@@ -14,8 +14,8 @@ come from one of two layouts:
   other than the token it proposed there; for k = K the draft emits its rank-f
   token as the guess in the tree's first pass.
 
-A hit (``observe_on_path``) is a committed sequence that lies on a row of the
-tree with tokens beyond it; those tokens become the next proposal.
+A row hits (``observe_on_path``) when its committed sequence lies on one of its
+tree rows with tokens beyond it; those tokens become its next proposal.
 """
 
 from __future__ import annotations
@@ -69,16 +69,18 @@ def _outcomes(seqs, fanout) -> tuple[list[list[int]], list[int]]:
 
 
 def observe_on_path(coord, op):
-    """Whether every row's committed sequence lies on the latest tree with tokens
-    beyond it; on a hit those tokens become the next proposal."""
+    """Per row, whether its committed sequence lies on the latest tree with tokens
+    beyond it; those tokens are that row's candidate next proposal (the
+    coordinator installs them where the schedule takes the hit)."""
     from executors.coordinator import Wait
 
     tree = getattr(coord, "latest_tree", None)
     if tree is None:
-        return False
+        coord.candidates = [None] * coord.seqs.batch
+        return (False,) * coord.seqs.batch
     if not tree.ready:
         return Wait(tree.client)
-    install = []
+    found = []
     for r, c in enumerate(coord.seqs.committed):
         best = None
         for j in range(r * tree.width, (r + 1) * tree.width):
@@ -86,8 +88,6 @@ def observe_on_path(coord, op):
             if offset >= 0 and len(s) > len(c) and s[:len(c)] == c:
                 if best is None or len(s) > best[0]:
                     best = (len(s), j, offset)
-        if best is None:
-            return False
-        install.append((tree, best[1], best[2]))
-    coord.install = install
-    return True
+        found.append(None if best is None else (tree, best[1], best[2]))
+    coord.candidates = found
+    return tuple(f is not None for f in found)

@@ -80,6 +80,7 @@ def test_ragged_rows_and_rollback_match_the_hf_forward(tiny):
 # lossless schedules ----------------------------------------------------------------
 CASES = [("sd", {"gamma": 3}), ("sd", {"gamma": 4, "draft_layers": 4}),
          ("mirror", {"gamma": 3, "kappa": 4, "exit_layer": 3}),
+         ("mirror", {"gamma": 3, "kappa": 2, "exit_layer": 4, "batch_fallback": "skip"}),
          ("ssd", {"k": 3, "fanout": 2, "hit_rate": 0.5}),
          ("eesd", {"gamma": 3, "exit_layer": 4}), ("ppsd", {"exit_layer": 2})]
 STAGES = {"stage0": "cpu0", "stage1": "cpu1", "stage2": "cpu0"}
@@ -110,8 +111,13 @@ def test_a_close_draft_is_accepted_and_events_are_observed(inline_session):
     sd = s.decode("sd", {"gamma": 3}, PROMPTS)
     assert sum(sum(a["accepted"]) for a in sd.acceptance) > 0
     ssd = s.decode("ssd", {"k": 3, "fanout": 3, "hit_rate": 0.5}, PROMPTS[:1])
-    events = [a["held"] for a in ssd.acceptance if a.get("event") == "cache_hit"]
+    events = [h for a in ssd.acceptance if a.get("event") == "cache_hit" for h in a["held"]]
     assert events and any(events) and ssd.generated[0][:12] == s.reference[0]
+    mirror = s.decode("mirror", {"gamma": 3, "kappa": 4, "exit_layer": 5,
+                                 "batch_fallback": "skip"}, PROMPTS)
+    rows = [a["held"] for a in mirror.acceptance if a.get("event") == "reuse"]
+    assert any(any(r) for r in rows) and not all(all(r) for r in rows)  # mixed per row
+    assert [g[:12] for g in mirror.generated] == s.reference
 
 
 def test_worker_processes_run_the_draft_on_its_own_core(tiny):
