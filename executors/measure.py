@@ -63,6 +63,22 @@ def summarise(config, results: list[BatchResult], max_new: int) -> dict:
     return out
 
 
+def as_spans(results: list[BatchResult]) -> list[Span]:
+    """Measured spans of all batches on one timeline, as simulator spans."""
+    out, offset_s = [], 0.0
+    for r in results:
+        out += [Span(s["name"], s["kind"], f"{s['device']} ({s['physical']})",
+                     s["start_s"] + offset_s, s["end_s"] + offset_s) for s in r.spans]
+        offset_s += r.wall_s
+    return out
+
+
+def timeline_metrics(policy: str, results: list[BatchResult]) -> dict:
+    """The policy's own time-derived metrics (overlap, phase shares), measured."""
+    timeline = entry(policy).timeline
+    return timeline(as_spans(results)) if timeline else {}
+
+
 def outputs_of(results: list[BatchResult], max_new: int, eos: int | None = None):
     """Generated tokens per prompt: the first ``max_new``, cut after an end token."""
     out = [g[:max_new] for r in results for g in r.generated]
@@ -90,6 +106,7 @@ def measure(config, options: Options, messages: list[list[dict]] | None = None, 
         results = decode_all(session, config.policy, config.params, prompts,
                              config.batch, bar)
         metrics = summarise(config, results, options.max_new_tokens)
+        metrics.update(timeline_metrics(config.policy, results))
         eos = getattr(session.tokenizer, "eos_token_id", None)
         outputs = outputs_of(results, options.max_new_tokens, eos)
         if base is None:
@@ -173,10 +190,8 @@ def write_run(run_dir: Path, inputs: dict, metrics: dict, results, outputs, text
     atomic_write_text(run_dir / "spans.jsonl", "".join(json.dumps(s) + "\n" for s in spans))
     atomic_write_text(run_dir / "acceptance.jsonl",
                       "".join(json.dumps(a) + "\n" for a in acceptance))
-    write_chrome_trace(run_dir / "trace.json", [
-        Span(s["name"], s["kind"], f"{s['device']} ({s['physical']})", s["start_s"],
-             s["end_s"]) for s in spans], process=f"measured {inputs['policy']}",
-        metadata=inputs)
+    write_chrome_trace(run_dir / "trace.json", as_spans(results),
+                       process=f"measured {inputs['policy']}", metadata=inputs)
     return write_record(run_dir / "record.json", kind="measured", inputs=inputs,
                         metrics=metrics, spans="spans.jsonl", trace="trace.json",
                         acceptance_trace="acceptance.jsonl", outputs=outputs, texts=texts)

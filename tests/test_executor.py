@@ -253,6 +253,7 @@ def test_cli_run_random_model_json(tiny, tmp_path):
     assert record["inputs"]["weights"]["draft"] == "self:3" and record["metrics"]["matches_ar"]
     assert load_model(record["inputs"]["draft"]).n_layers == 3  # the simulator can replay it
     assert "reuse_rate" in record["metrics"]
+    assert 0 <= record["metrics"]["hidden_draft_fraction"] <= 1  # the policy's timeline
     lines = [json.loads(x) for x in (tmp_path / "m" / "acceptance.jsonl").read_text()
              .splitlines()]
     steps = [x for x in lines if "accepted" in x]
