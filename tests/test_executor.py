@@ -163,6 +163,32 @@ def test_cats_with_correction_branches_is_refused_clearly(inline_session):
                                        "adapter": "norm"}, PROMPTS[:1])
 
 
+def test_parallel_branches_overlap_in_worker_processes(tiny):
+    """Fork/join branches on two devices run at once: two 0.4 s device delays in a
+    Parallel take about 0.4 s, not 0.8 s, and their spans overlap."""
+    import time
+
+    from executors.book import Sequences
+    from executors.coordinator import Coordinator
+    from policies.ops import Delay, Parallel
+
+    def one(op):
+        return (yield op)
+
+    def schedule():
+        yield Parallel((one(Delay(0.4, "target", "a")), one(Delay(0.4, "draft", "b"))))
+
+    with session(tiny, mode="processes") as s:
+        clients = s._devices({("target", "target", 1): 1, ("draft", "target", 1): 1}, 1)
+        coord = Coordinator(clients, s.placement, Sequences.start([[1, 2]]), s.n_layers)
+        coord.t0 = start = time.perf_counter()
+        coord.run(schedule())
+        elapsed_s = time.perf_counter() - start
+    a, b = sorted(coord.spans, key=lambda x: x["name"])
+    assert elapsed_s < 0.7 and a["physical"] != b["physical"]
+    assert min(a["end_s"], b["end_s"]) - max(a["start_s"], b["start_s"]) > 0.2
+
+
 # distribution at temperature 1 ---------------------------------------------------
 def _peaky(s: Session, role: str, scale: float) -> None:
     with torch.no_grad():
