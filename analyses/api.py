@@ -42,15 +42,19 @@ def check_fit(platform: Platform, models: dict[str, ModelSpec],
         for m in members:
             tier = platform.device(m).memory
             need[tier] = need.get(tier, 0.0) + spec.weight_bytes / len(members)
+    streams = any(d.storage for d in platform.devices)
     for tier_name, nbytes in need.items():
         tier = platform.tier(tier_name)
         if nbytes > tier.capacity_bytes:
             roles = ", ".join(f"{r}={models[r].name}" for r in models)
+            fix = ("use a schedule that streams layers from flash (--policy cats, kangaroo "
+                   "or ar_stream with --set dram_budget_gb=...)" if streams else
+                   "place the model on a larger group with --placement or choose a "
+                   "larger platform")
             raise ValueError(
                 f"the weights of {roles} need {nbytes / 1e9:.1f} GB in memory tier "
                 f"{tier_name} of {platform.name}, which holds "
-                f"{tier.capacity_bytes / 1e9:.1f} GB; place the model on a larger group "
-                "with --placement or choose a larger platform")
+                f"{tier.capacity_bytes / 1e9:.1f} GB; {fix}")
 
 
 def _models(config: SimConfig) -> dict[str, ModelSpec]:
