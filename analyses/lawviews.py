@@ -1,178 +1,437 @@
-"""The latency-law view of a scenario: closed forms fed with the scenario's costs.
+"""The latency-law view of a scenario: closed forms fed with a run's own costs.
 
-Each figure evaluates one law of ``analyses.laws`` over a range, with the
-per-operation times the roofline cost model predicts for the scenario's
-platform and models (so the Mirror knee sits at this platform's Delta), and
-overlays simulated points where the grid ran the matching policy.
+Each figure draws one law of ``analyses.laws`` with the terms the roofline cost
+model predicts for a simulated run of the grid (its platform, models, batch,
+parameters and contexts: the prompt plus half the tokens, or SSD's round times
+averaged over the run) and plots that run's metrics in the law's units, so in
+deterministic mode each simulated point lies on its curve. A curve's trace has
+``meta={"curve": key}``, a simulated point's ``{"on_curve": key}``. The curves
+of each policy's fastest run are shown, the grid's other settings are in the
+legend (hidden until clicked); where the grid ran no such policy the curve uses
+the policy's defaults and no point is plotted. PPSD's eq. 6 counts layer times
+only, so simulated PPSD runs (which pay heads and links) are not plotted on it.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import plotly.graph_objects as go
 
 from analyses import laws
+from analyses.sweep import Point, point_config
 from hwprofiles import load_model, load_platform
+from policies import PolicyContext, PolicyError, acceptance, parse_params
+from policies import cats as cats_policy
+from policies import mirror as mirror_policy
+from policies import ssd as ssd_policy
+from policies.mirror import ENTRY_BYTES, VERDICT_BYTES
 from simcore import RooflineCost
+from simcore.outcomes import scaled_expected
 
-LAYOUT = dict(template="plotly_white", height=420, margin=dict(l=60, r=20, t=60, b=50))
+LAYOUT = dict(template="plotly_white", height=460, margin=dict(l=60, r=20, t=90, b=50))
 
 
-class Costs:
-    """Predicted times of the scenario's target and draft passes (seconds)."""
+class Scenario:
+    """The cost model's times (seconds) for one run's configuration."""
 
-    def __init__(self, base: dict, gamma: int):
-        self.platform = load_platform(base["platform"])
-        self.placement = {**self.platform.placement, **base.get("placement", {})}
-        self.target = load_model(base["target"])
-        self.draft = load_model(base["draft"]) if base.get("draft") else None
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.platform = load_platform(cfg.platform)
+        self.placement = {**self.platform.placement, **cfg.placement}
+        self.target = load_model(cfg.target)
+        self.draft = load_model(cfg.draft) if cfg.draft else None
         self.cost = RooflineCost(self.platform)
-        self.batch = base.get("batch", 1)
-        self.context = base.get("prompt_tokens", 128)
-        self.gamma = gamma
+        self.batch = cfg.batch
+        self.context = self.contexts(1)[0]
+        self.acceptance = acceptance.build(**cfg.acceptance)
 
-    def target_s(self, layers: tuple[int, int], n_tokens: int, head=None) -> float:
-        where = self.placement.get("target", "target")
-        return self.cost.forward(self.target, where, layers, n_tokens, self.batch,
-                                 self.context, head, None).total_s
+    def contexts(self, n: int) -> list[int]:
+        """KV positions at the middle of n equal parts of the run (one if fixed)."""
+        c = self.cfg
+        if c.fixed_context:
+            return [c.prompt_tokens]
+        return [c.prompt_tokens + int((i + 0.5) * c.tokens / n) for i in range(n)]
 
-    def draft_step_s(self) -> float:
+    def policy_context(self) -> PolicyContext:
+        c = self.cfg
+        return PolicyContext(self.target, self.draft, c.tokens, c.batch, c.prompt_tokens,
+                             c.fixed_context)
+
+    def target_s(self, layers, n_tokens: int, head, context: int | None = None) -> float:
+        return self.cost.forward(self.target, self.placement.get("target", "target"), layers,
+                                 n_tokens, self.batch, context or self.context, head,
+                                 None).total_s
+
+    def draft_s(self, n_tokens: int, rows: int, context: int, collectives) -> float:
         where = self.placement.get("draft", "draft")
-        return self.cost.forward(self.draft, where, (0, self.draft.n_layers), 1,
-                                 self.batch, self.context, "lm", None).total_s
+        return self.cost.forward(self.draft, where, (0, self.draft.n_layers), n_tokens,
+                                 rows, context, "lm", collectives).total_s
 
-    def hop_s(self) -> float:
-        """One small message from the target's first device to the draft's."""
-        src = self.platform.members(self.placement.get("target", "target"))[0]
-        dst = self.platform.members(self.placement.get("draft", "draft"))[0]
-        nbytes = 64.0 * self.batch
-        return sum(RooflineCost.hop_s(link, nbytes) for link in self.platform.route(src, dst))
-
-
-def _expected_tokens(alpha: float, gamma: int) -> float:
-    return laws.leviathan(alpha, gamma)["expected_tokens_per_step"]
+    def trip_s(self, src: str, dst: str, nbytes: float) -> float:
+        """A message from the first device of role src to the first of role dst."""
+        a = self.platform.members(self.placement.get(src, src))[0]
+        b = self.platform.members(self.placement.get(dst, dst))[0]
+        return sum(RooflineCost.hop_s(link, nbytes) for link in self.platform.route(a, b))
 
 
-def mirror_figure(c: Costs) -> go.Figure:
-    """Step latency against draft time, SD and Mirror; the knee at Delta."""
-    n = c.target.n_layers
-    exit_layer = n // 2
-    t_prefix = c.target_s((0, exit_layer), c.gamma + 1, "exit")
-    t_suffix = c.target_s((exit_layer, n), c.gamma + 1, "lm")
-    t_rv = 2 * c.hop_s()
-    draft_s = np.linspace(0.0, 3.0 * t_suffix, 61)
-    rows = [laws.mirror(t_prefix, t_suffix, float(d), t_rv_s=t_rv) for d in draft_s]
-    ms = draft_s * 1e3
-    fig = go.Figure()
-    fig.add_scatter(x=ms, y=[r["sd_step_latency_s"] * 1e3 for r in rows], name="vanilla SD",
-                    mode="lines")
-    fig.add_scatter(x=ms, y=[r["step_latency_s"] * 1e3 for r in rows], name="Mirror-SD",
-                    mode="lines")
-    fig.add_vline(x=t_suffix * 1e3, line_dash="dash",
-                  annotation_text=f"knee: Δ = {t_suffix * 1e3:.2f} ms")
-    fig.add_scatter(x=[c.gamma * c.draft_step_s() * 1e3], y=[
-        laws.mirror(t_prefix, t_suffix, c.gamma * c.draft_step_s(), t_rv_s=t_rv)
-        ["step_latency_s"] * 1e3], mode="markers", marker=dict(size=11, symbol="diamond"),
-        name=f"this draft, γ={c.gamma}")
-    fig.update_layout(title=f"Mirror-SD law: step latency vs draft time (exit at layer "
-                            f"{exit_layer} of {n}, T_rv = {t_rv * 1e6:.0f} µs)",
-                      xaxis_title="draft generation time T_draft(γ) [ms]",
-                      yaxis_title="step latency [ms]", **LAYOUT)
+def _grid(lo: float, hi: float, extra=(), n: int = 61) -> np.ndarray:
+    """Evenly spaced samples plus the exact x of every point and kink."""
+    return np.unique(np.concatenate([np.linspace(lo, hi, n), np.asarray(extra, float)]))
+
+
+def _curve(fig, x, y, name: str, key: str, visible: bool, **style) -> None:
+    fig.add_scatter(x=list(x), y=list(y), mode="lines", name=name, meta={"curve": key},
+                    legendgroup=key, visible=True if visible else "legendonly", **style)
+
+
+def _points(fig, pts, name: str, key: str, visible: bool, labels, **marker) -> None:
+    if pts:
+        fig.add_scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="markers",
+                        name=name, meta={"on_curve": key}, legendgroup=key, text=labels,
+                        visible=True if visible else "legendonly", showlegend=visible,
+                        marker=dict(size=11, **marker))
+
+
+@dataclass
+class Setup:
+    """One curve's settings: the runs that share them (none: the defaults), the
+    law's terms for them, and whether the figure shows it before a click."""
+
+    name: str
+    runs: list
+    terms: object
+    shown: bool
+
+    @property
+    def about(self) -> str:
+        """Which run(s) a title says the curve belongs to."""
+        labels = [r.point.label for r in self.runs]
+        if not labels:
+            return f"{self.name} (no such run in this grid)"
+        return labels[0] + (f" and {len(labels) - 1} more" if len(labels) > 1 else "")
+
+
+def setups(runs, drop: set[str], fallbacks: list[Point], base: dict, terms_of) -> list:
+    """Runs grouped by their settings apart from ``drop``, the group of each
+    policy's fastest run shown; with no runs, one setup per fallback point."""
+    if not runs:
+        return [Setup(f"{f.policy} defaults", [], terms_of(point_config(f, base)), True)
+                for f in fallbacks]
+    groups: dict[tuple, list] = {}
+    for r in runs:
+        key = (r.point.policy,) + tuple((k, v) for k, v in r.point.sets if k not in drop)
+        groups.setdefault(key, []).append(r)
+    best: dict[str, tuple] = {}
+    for key, group in groups.items():
+        speed = max(r.metrics["tokens_per_s"] for r in group)
+        if key[0] not in best or speed > best[key[0]][0]:
+            best[key[0]] = (speed, key)
+    shown = {key for _, key in best.values()}
+    return [Setup(Point(k[0], k[1:]).label, g, terms_of(point_config(g[0].point, base)),
+                  k in shown) for k, g in groups.items()]
+
+
+# SSD -----------------------------------------------------------------------------
+SSD_CONTEXTS = 32  # parts of a run whose round times are averaged (context grows)
+
+
+@dataclass(frozen=True)
+class SSDTerms:
+    """The closed form's terms for one run; times in verify times T_v. Each round
+    time is averaged over the run's contexts: a term that crosses another as the
+    context grows (the pre-speculation outlasting the verify) bends the mean."""
+
+    t_v_s: float
+    t_p: float
+    t_b: dict  # backup -> T_b as scheduled: after the draft step in flight at a miss
+    t_b_at_once: dict  # backup -> T_b if a miss stopped pre-speculation at once
+    e_miss: dict  # backup -> E_miss
+    e_hit: float
+    backup: str
+    k: int
+    fanout: tuple
+
+    def speedup(self, p_all: float, backup: str | None = None, at_once: bool = False):
+        b = backup or self.backup
+        t_b = (self.t_b_at_once if at_once else self.t_b)[b]
+        return laws.ssd(p_all, self.e_hit, self.e_miss[b], self.t_p, t_b)["speedup"]
+
+
+def _ssd_rounds_s(s: Scenario, p, c: int) -> np.ndarray:
+    """Seconds at context c: T_v, a hit round, and miss rounds (jit, fast) as
+    scheduled and as if the miss stopped pre-speculation at once."""
+    b = s.batch
+    to_draft = s.trip_s("target", "draft", b * VERDICT_BYTES)
+    to_target = s.trip_s("draft", "target", b * p.k * ENTRY_BYTES)
+    arrival = s.target_s((0, p.n_layers), p.k + 1, "lm", c) + to_draft
+    ends = np.cumsum([s.draft_s(1, b * p.branches, c + p.k + j, p.collectives)
+                      for j in range(p.k)])
+    stop = next((float(e) for e in ends if e >= arrival), arrival)  # step in flight ends
+    jit = sum(s.draft_s(1, b, c + j, p.collectives) for j in range(p.k))
+    return np.array([arrival, max(arrival, ends[-1]), stop + jit, stop + p.fast_backup_s,
+                     arrival + jit, arrival + p.fast_backup_s]) + to_target
+
+
+def ssd_terms(cfg) -> SSDTerms:
+    """E_hit, E_miss, T_p, T_b of a run, derived from the costs as the schedule
+    spends them: T_v is the verify plus both rendezvous messages."""
+    s = Scenario(cfg)
+    p = ssd_policy.plan(s.policy_context(), parse_params("ssd", cfg.params))
+    t_v, hit, jit, fast, jit_now, fast_now = np.mean(
+        [_ssd_rounds_s(s, p, c) for c in s.contexts(SSD_CONTEXTS)], axis=0)
+    e_hit = 1 + scaled_expected(s.acceptance, p.k, 0, p.scale)
+    return SSDTerms(t_v, hit / t_v, {"jit": jit / t_v - 1, "fast": fast / t_v - 1},
+                    {"jit": jit_now / t_v - 1, "fast": fast_now / t_v - 1},
+                    {"jit": e_hit, "fast": 1 + p.fast_expected}, e_hit, p.backup, p.k,
+                    p.fanout)
+
+
+def ssd_figure(runs, fallback: Point, base: dict) -> go.Figure:
+    """SSD speedup against the cache hit rate, each curve at one run's terms."""
+    fig, title = go.Figure(), ""
+    for s in setups(runs, {"hit_rate", "hit_trace"}, [fallback], base, ssd_terms):
+        t = s.terms  # a run: (rounds that hit, tokens per T_v, start-up speculation aside)
+        pts = [(r.metrics["cache_hit_rate"], r.metrics["mean_tokens_per_step"] * t.t_v_s /
+                r.metrics["round_time_s"]) for r in s.runs]
+        x = _grid(0.0, 1.0, [p[0] for p in pts], 51)
+        _curve(fig, x, [t.speedup(float(p)) for p in x], f"law, {s.name} ({t.backup} "
+               "backup)", s.name, s.shown)
+        _points(fig, pts, f"simulated {s.name}", s.name, s.shown,
+                [r.point.label for r in s.runs])
+        if s.shown and not title:
+            title = _ssd_title(s.about, t)
+            _ssd_references(fig, x, t, s.name)
+    fig.update_layout(title=title, xaxis_title="p: share of rounds whose whole batch hit "
+                      "the speculation cache", yaxis_title="speedup S (tokens per verify "
+                      "time T_v)", **LAYOUT)
     return fig
 
 
-def ssd_figure(c: Costs, alpha: float, points: list[tuple[float, float]]) -> go.Figure:
-    """SSD speedup against cache hit rate, neural and fast backup."""
-    t_v = c.target_s((0, c.target.n_layers), c.gamma + 1, "lm")
-    t_p = c.gamma * c.draft_step_s() / t_v
-    e_hit = _expected_tokens(alpha, c.gamma)
-    hit = np.linspace(0.0, 1.0, 51)
-    fig = go.Figure()
-    for name, t_b, e_miss in (("neural backup", t_p, e_hit), ("fast backup", 0.0, 1.0)):
-        fig.add_scatter(x=hit, y=[laws.ssd(float(p), e_hit, e_miss, t_p, t_b)["speedup"]
-                                  for p in hit], mode="lines", name=name)
-    if points:
-        fig.add_scatter(x=[p for p, _ in points], y=[s for _, s in points], mode="markers",
-                        name="simulated ssd", marker=dict(size=9))
-    fig.update_layout(title=f"SSD law: speedup vs hit rate (α={alpha}, γ={c.gamma}, "
-                            f"T_p = {t_p:.2f}·T_v)",
-                      xaxis_title="speculation cache hit rate p",
-                      yaxis_title="speedup (tokens per verify time)", **LAYOUT)
+def _ssd_references(fig, x, t: SSDTerms, name: str) -> None:
+    other = "fast" if t.backup == "jit" else "jit"
+    if t.t_b[t.backup] > t.t_b_at_once[t.backup]:
+        _curve(fig, x, [t.speedup(float(p), at_once=True) for p in x],
+               "closed form, a miss stops pre-speculation at once", name + " at once", True,
+               line_dash="dot")
+    _curve(fig, x, [t.speedup(float(p), other) for p in x], f"same run, {other} backup",
+           name + " " + other, True, line_dash="dash")
+
+
+def _ssd_title(name: str, t: SSDTerms) -> str:
+    b = t.backup
+    return (f"SSD law: speedup vs hit rate, curve at the terms of {name}<br><sup>K={t.k}, "
+            f"F={list(t.fanout)}, T_v={t.t_v_s * 1e3:.2f} ms, T_p={t.t_p:.2f}·T_v, {b} "
+            f"backup T_b={t.t_b_at_once[b]:.2f}·T_v (+{t.t_b[b] - t.t_b_at_once[b]:.2f} "
+            f"waiting for the draft step in flight), E_hit={t.e_hit:.2f}, "
+            f"E_miss={t.e_miss[b]:.2f}</sup>")
+
+
+# Mirror-SD ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MirrorTerms:
+    """Eq. 10's terms for one run (seconds) and its expected stall per step."""
+
+    prefix_s: float
+    suffix_s: float
+    draft_s: float
+    rv_ee_s: float
+    rv_fv_s: float
+    fresh_s: float
+    stall_share: float  # steps that wait for a fresh rollout (1 - Omega^B when stalling)
+    plan: mirror_policy.MirrorPlan
+
+    def eq10(self, draft_s: float) -> dict:
+        return laws.mirror(self.prefix_s, self.suffix_s, draft_s, t_rv_ee_s=self.rv_ee_s,
+                           t_rv_fv_s=self.rv_fv_s)
+
+    def step_s(self, draft_s: float) -> float:
+        return self.eq10(draft_s)["step_latency_s"] + self.stall_share * self.fresh_s
+
+
+def mirror_terms(cfg) -> MirrorTerms:
+    s = Scenario(cfg)
+    p = mirror_policy.plan(s.policy_context(), parse_params("mirror", cfg.params))
+    b, g = s.batch, p.gamma
+
+    def rollout(rows: int) -> float:
+        return sum(s.draft_s(n, rows, s.context + j * p.eta, p.collectives)
+                   for j, n in enumerate(p.chunks))
+
+    rv_fv = max(s.trip_s("draft", "target", b * p.kappa * g * ENTRY_BYTES),
+                s.trip_s("target", "draft", b * VERDICT_BYTES))
+    stall = not mirror_policy.skips(p, b, s.acceptance.expected(g))
+    return MirrorTerms(s.target_s((0, p.exit_layer), g + 1, "exit"),
+                       s.target_s((p.exit_layer, p.n_layers), g + 1, "lm"),
+                       rollout(b * p.kappa), s.trip_s("target", "draft",
+                                                      b * p.kappa * ENTRY_BYTES),
+                       rv_fv, rollout(b) + s.trip_s("draft", "target", b * g * ENTRY_BYTES),
+                       (1 - p.omega ** b) if stall else 0.0, p)
+
+
+def mirror_figure(runs, fallback: Point, base: dict) -> go.Figure:
+    """Mean step latency against draft time: SD, eq. 10 and each run on its line
+    (eq. 10 plus its expected stalls); the knee at Delta."""
+    fig, title = go.Figure(), ""
+    found = setups(runs, set(), [fallback], base, mirror_terms)
+    pts = [[(r.metrics["step_draft_gen_s"], r.metrics["step_latency_s"]) for r in s.runs]
+           for s in found]
+    hi = max(max(3 * s.terms.suffix_s, 1.15 * max([s.terms.draft_s] + [x for x, _ in p]))
+             for s, p in zip(found, pts))
+    for s, p in zip(found, pts):
+        t = s.terms
+        x = _grid(0.0, hi, [t.suffix_s] + [a for a, _ in p])
+        if s.shown and not title:
+            title = _mirror_title(s.about, t)
+            _mirror_references(fig, x, t, s.name)
+        stall = f" + {t.stall_share:.2f}·T_f" if t.stall_share else ""
+        _curve(fig, x * 1e3, [t.step_s(float(d)) * 1e3 for d in x],
+               f"Mirror-SD law{stall}, {s.name}", s.name, s.shown)
+        _points(fig, [(a * 1e3, b * 1e3) for a, b in p], f"simulated {s.name}", s.name,
+                s.shown, [r.point.label for r in s.runs], symbol="diamond")
+    fig.update_layout(title=title, xaxis_title="draft generation time T_draft_gen [ms]",
+                      yaxis_title="mean step latency [ms]", **LAYOUT)
     return fig
 
 
-def _cats_defaults() -> dict:
-    """The registered cats schedule's defaults (stage split, buffer), if any."""
-    from policies import entry
-
-    out = {"gamma": 5, "l_dm": 3, "chunk_layers": 1, "buffer_chunks": 2}
-    try:
-        fields = entry("cats").params.model_fields
-    except ValueError:
-        return out
-    return {k: (fields[k].default if k in fields and fields[k].default is not None else v)
-            for k, v in out.items()}
+def _mirror_references(fig, x, t: MirrorTerms, name: str) -> None:
+    rows = [t.eq10(float(d)) for d in x]
+    _curve(fig, x * 1e3, [r["sd_step_latency_s"] * 1e3 for r in rows],
+           "vanilla SD: T_target + T_draft_gen", name + " sd", True, line_dash="dash")
+    if t.stall_share:
+        _curve(fig, x * 1e3, [r["step_latency_s"] * 1e3 for r in rows],
+               "eq. 10, every window reused (Ω=1)", name + " eq10", True, line_dash="dot")
+    fig.add_vline(x=t.suffix_s * 1e3, line_dash="dash",
+                  annotation_text=f"knee: Δ = {t.suffix_s * 1e3:.2f} ms")
 
 
-def cats_figure(c: Costs, alpha: float) -> go.Figure:
-    """Bytes per committed token against the DRAM budget for decoder layers.
+def _mirror_title(name: str, t: MirrorTerms) -> str:
+    p = t.plan
+    return (f"Mirror-SD law: step latency vs draft time, curves at the terms of {name}"
+            f"<br><sup>γ={p.gamma}, κ={p.kappa}, η={p.eta}, exit at layer {p.exit_layer} of "
+            f"{p.n_layers}, T_rv = {(t.rv_ee_s + t.rv_fv_s) * 1e6:.0f} µs, Ω={p.omega:g}, "
+            f"fresh rollout T_f = {t.fresh_s * 1e3:.2f} ms on {t.stall_share:.2f} of steps"
+            "</sup>")
 
-    The law's bytes read per token (all weight traffic) does not depend on the
-    budget; what the budget changes is how much of it streams from flash: layers
-    1..P stay resident, P+1..N stream once per cycle (once per token for AR)."""
-    d = _cats_defaults()
-    n, gamma, l_dm = c.target.n_layers, d["gamma"], min(d["l_dm"], c.target.n_layers - 2)
-    layer_gb = c.target.layer_bytes / 1e9
-    mean = _expected_tokens(alpha, gamma)
-    l_sv = min(n - 1, 2 * l_dm)
-    buffer_layers = d["chunk_layers"] * d["buffer_chunks"]
-    budgets = np.linspace(buffer_layers * layer_gb, (n + buffer_layers) * layer_gb, 60)
-    resident = [min(n, max(0, int(b // layer_gb) - buffer_layers)) for b in budgets]
-    fig = go.Figure()
-    fig.add_scatter(x=budgets, y=[(n - p) * layer_gb for p in resident], mode="lines",
-                    name="AR: streamed per token")
-    fig.add_scatter(x=budgets, y=[(n - p) * layer_gb / mean for p in resident], mode="lines",
-                    name="CATS / Kangaroo: streamed per token")
-    fig.add_hline(y=laws.cats(layer_gb, n, gamma, l_dm, mean, l_sv)["bytes_per_token_gb"],
-                  line_dash="dash", annotation_text="CATS law: all weight bytes read per token")
-    fig.add_hline(y=laws.kangaroo(layer_gb, n, gamma, l_dm, mean)["bytes_per_token_gb"],
-                  line_dash="dot", annotation_text="Kangaroo law",
-                  annotation_position="bottom right")
-    fig.update_layout(title=f"CATS law: bytes per token vs DRAM budget (α={alpha}, γ̄={gamma}, "
-                            f"L_DM={l_dm}, {buffer_layers}-layer stream buffer; the law's total "
-                            "does not depend on L_SV)",
-                      xaxis_title="DRAM budget for decoder layers [GB]",
-                      yaxis_title="bytes per committed token [GB]", **LAYOUT)
+
+# CATS / Kangaroo / AR under a DRAM budget ------------------------------------------
+STREAMING = ("cats", "kangaroo", "ar_stream")
+
+
+@dataclass(frozen=True)
+class StreamTerms:
+    """Bytes per committed token of one streaming run's settings over budgets."""
+
+    policy: str
+    params: object
+    ctx: PolicyContext
+    layer_gb: float
+    mean: float  # tokens committed per cycle (1 for AR)
+    law_gb: float  # the law's decoder-weight bytes read per token
+
+    def streamed_gb(self, budget_gb: float) -> float | None:
+        """Flash bytes per token: the layers the policy's memory plan streams."""
+        try:
+            p = cats_policy.plan_memory(self.ctx, self.params.model_copy(
+                update={"dram_budget_gb": budget_gb}), self.policy).resident
+        except PolicyError:  # the budget cannot hold the stream buffer
+            return None
+        return (self.ctx.target.n_layers - p) * self.layer_gb / self.mean
+
+
+def stream_terms(cfg) -> StreamTerms:
+    s = Scenario(cfg)
+    prm = parse_params(cfg.policy, cfg.params)
+    n, layer_gb, ctx = s.target.n_layers, s.target.layer_bytes / 1e9, s.policy_context()
+    if cfg.policy == "ar_stream":
+        return StreamTerms(cfg.policy, prm, ctx, layer_gb, 1.0, n * layer_gb)
+    mean = prm.mean_accepted or 1 + s.acceptance.expected(prm.gamma)
+    if cfg.policy == "kangaroo":
+        law = laws.kangaroo(layer_gb, n, prm.gamma, prm.l_dm, mean)
+    else:  # the total does not depend on L_SV (any valid one gives it)
+        law = laws.cats(layer_gb, n, prm.gamma, prm.l_dm, mean, prm.l_sv or prm.l_dm + 1)
+    return StreamTerms(cfg.policy, prm, ctx, layer_gb, mean, law["bytes_per_token_gb"])
+
+
+def cats_figure(runs, fallbacks: list[Point], base: dict) -> go.Figure:
+    """Bytes per committed token against the DRAM budget for decoder layers:
+    streamed from flash (steps as layers become resident) and, flat, the law's
+    decoder-weight bytes read per token."""
+    found = setups(runs, {"dram_budget_gb"}, fallbacks, base, stream_terms)
+    layer_gb = found[0].terms.layer_gb
+    budgets = [dict(r.point.sets)["dram_budget_gb"] for r in runs]
+    hi = max([(found[0].terms.ctx.target.n_layers + 3) * layer_gb] + [1.05 * b for b in
+                                                                        budgets])
+    edges = [k * layer_gb * (1 + 1e-12) for k in range(1, int(hi / layer_gb) + 2)]
+    fig, title = go.Figure(), ""
+    for s in found:
+        t, labels = s.terms, [r.point.label for r in s.runs]
+        x = sorted(b for b in set(edges + budgets) if t.streamed_gb(b) is not None)
+        _curve(fig, x, [t.streamed_gb(b) for b in x], f"streamed from flash, {s.name}",
+               s.name, s.shown, line_shape="hv")
+        _curve(fig, [x[0], x[-1]], [t.law_gb] * 2, f"law: bytes read per token, {s.name}",
+               s.name + " law", s.shown, line_dash="dot")
+        mine = [(dict(r.point.sets)["dram_budget_gb"], r.metrics) for r in s.runs]
+        _points(fig, [(b, m["flash_bytes_per_token_gb"]) for b, m in mine],
+                f"simulated {s.name}: streamed", s.name, s.shown, labels)
+        _points(fig, [(b, m["bytes_per_token_gb"]) for b, m in mine],
+                f"simulated {s.name}: read", s.name + " law", s.shown, labels,
+                symbol="square")
+        if s.shown and (not title or t.policy == "cats"):
+            title = _cats_title(s.about, t)
+    fig.update_layout(title=title, xaxis_title="DRAM budget for decoder layers [GB]",
+                      yaxis_title="decoder-weight bytes per committed token [GB]", **LAYOUT)
     return fig
 
 
-def ppsd_figure(c: Costs) -> go.Figure:
+def _cats_title(name: str, t: StreamTerms) -> str:
+    p = t.params
+    stages = (f"γ̄={p.gamma}, L_DM={p.l_dm}, β̄+1={t.mean:.2f}, " if t.policy != "ar_stream"
+              else "")
+    return (f"CATS law: bytes per token vs DRAM budget, curves at the settings of {name}"
+            f"<br><sup>{stages}N={t.ctx.target.n_layers} layers of {t.layer_gb:.3f} GB, "
+            f"{p.chunk_layers * p.buffer_chunks}-layer stream buffer; the law's total does "
+            "not depend on L_SV</sup>")
+
+
+# PPSD --------------------------------------------------------------------------------
+def ppsd_figure(n: int) -> go.Figure:
     """PPSD speedup rho* against the exit head's acceptance, one line per E."""
-    n = c.target.n_layers
     exits = sorted({e for e in (1, 2, 4, 8, 16, n // 4, n // 2) if 1 <= e <= n})
     alpha = np.linspace(0.0, 1.0, 51)
     fig = go.Figure()
     for e in exits:
-        fig.add_scatter(x=alpha, y=[laws.ppsd(n, e, float(a))["speedup"] for a in alpha],
-                        mode="lines", name=f"E={e} ({math.ceil(n / e)} stages)")
-    fig.update_layout(title=f"PPSD law: speedup vs exit acceptance α and exit layer E "
-                            f"(N={n})", xaxis_title="α of the early-exit head",
-                      yaxis_title="speedup ρ*", **LAYOUT)
+        _curve(fig, alpha, [laws.ppsd(n, e, float(a))["speedup"] for a in alpha],
+               f"E={e} ({math.ceil(n / e)} stages)", f"ppsd E={e}", True)
+    fig.update_layout(title=f"PPSD law (eq. 6): speedup vs exit acceptance α and exit "
+                            f"layer E<br><sup>N={n} layers of the target; counts layer times "
+                            "only (free links, no exit-head cost)</sup>",
+                      xaxis_title="α of the early-exit head", yaxis_title="speedup ρ*",
+                      **LAYOUT)
     return fig
 
 
-def law_figures(base: dict, gamma: int, alpha: float,
-                ssd_points: list[tuple[float, float]]) -> tuple[list, list[str]]:
-    """(titled figures, notes) of the latency-law view for a scenario."""
-    c = Costs(base, gamma)
+def law_figures(results, base: dict, gamma: int, alpha: float) -> tuple[list, list[str]]:
+    """(titled figures, notes) of the latency-law view of a grid's results."""
+    runs = {p: [r for r in results if r.metrics is not None and r.point.policy == p]
+            for p in ("ssd", "mirror", *STREAMING, "ppsd")}
+    rate = () if "acceptance" in base else (("alpha", alpha),)
     figures, notes = [], []
-    if c.draft is not None:
-        figures.append(("Mirror-SD: the knee at Δ", mirror_figure(c)))
-        figures.append(("SSD: speedup vs hit rate", ssd_figure(c, alpha, ssd_points)))
+    if base.get("draft"):
+        figures.append(("Mirror-SD: the knee at Δ", mirror_figure(
+            runs["mirror"], Point("mirror", (("gamma", gamma),) + rate), base)))
+        figures.append(("SSD: speedup vs hit rate", ssd_figure(
+            runs["ssd"], Point("ssd", (("hit_rate", 0.5),) + rate), base)))
     else:
         notes.append("Mirror-SD and SSD law views need a draft model (--draft).")
-    figures.append(("CATS: bytes per token vs DRAM budget", cats_figure(c, alpha)))
-    figures.append(("PPSD: speedup vs α and E", ppsd_figure(c)))
+    streaming = [r for p in STREAMING for r in runs[p]]
+    figures.append(("CATS: bytes per token vs DRAM budget", cats_figure(
+        streaming, [Point("cats", rate), Point("ar_stream", ())], base)))
+    figures.append(("PPSD: speedup vs α and E", ppsd_figure(load_model(base["target"])
+                                                             .n_layers)))
+    if runs["ppsd"]:
+        notes.append("PPSD's simulated runs are not plotted on eq. 6, which counts layer "
+                     "times only; they also pay the exit head and the links between stages.")
     return figures, notes

@@ -213,19 +213,12 @@ def _speed_section(results: list[PointResult]) -> Section:
     return sec
 
 
-def _law_inputs(results: list[PointResult], base: dict) -> tuple[int, float, list]:
-    best = best_per_policy(results)
-    sd = best.get("sd")
+def _law_inputs(results: list[PointResult], base: dict) -> tuple[int, float]:
+    """The gamma and alpha the law views use where the grid ran no such policy."""
+    sd = best_per_policy(results).get("sd")
     gamma = int(dict(sd.point.sets).get("gamma", 4)) if sd else 4
     alpha = float(base.get("acceptance", {}).get("alpha", 0.8))
-    ssd_points = []
-    for r in results:
-        if r.point.policy == "ssd" and r.metrics:
-            rates = [v for k, v in r.metrics.items() if k.endswith("_rate") and "hit" in k
-                     and isinstance(v, float)]
-            if rates:
-                ssd_points.append((rates[0], r.metrics["speedup_vs_ar"]))
-    return gamma, alpha, ssd_points
+    return gamma, alpha
 
 
 def _measured_section(replays, steps: int) -> Section:
@@ -254,8 +247,8 @@ def build_sections(results: list[PointResult], base: dict, sweep_keys: list[str]
     else:
         sweep.notes.append("No --sweep was given: one point per policy.")
     sections.append(sweep)
-    gamma, alpha, ssd_points = _law_inputs(results, base)
-    figures, notes = law_figures(base, gamma, alpha, ssd_points)
+    gamma, alpha = _law_inputs(results, base)
+    figures, notes = law_figures(results, base, gamma, alpha)
     sections.append(Section("Latency laws on this platform", figures, notes))
     sections.append(Section("Per-device timelines", [
         (f"timeline: {r.point.label}",
