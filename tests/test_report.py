@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from analyses import report
+from analyses.lawviews import law_figures, mirror_terms, ssd_terms
 from analyses.cli import main
-from analyses.sweep import expand_grid, parse_sweep, run_grid
+from analyses.sweep import expand_grid, parse_sweep, point_config, run_grid
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "build" / "test-artifacts"
@@ -144,3 +147,99 @@ def test_report_with_measured_runs_adds_scatter_and_timelines(tmp_path):
     body = out.read_text()
     assert "Simulation vs measured runs" in body
     assert "sim vs real: ar-0 (ar)" in body and "sim vs real: sd-0 (sd)" in body
+
+
+# Deterministic grids: every simulated point of the law views must lie on its curve.
+M2_DET = {**BASE, "tokens": 400, "deterministic": True}
+H100_DET = dict(platform="h100-sxm-5x", target="llama-3.1-70b", draft="llama-3.2-1b",
+                tokens=300, deterministic=True, acceptance={"kind": "iid", "alpha": 0.8})
+JETSON_DET = dict(platform="jetson-agx-orin-64gb", target="vicuna-7b", draft=None,
+                  tokens=200, deterministic=True, acceptance={"kind": "iid", "alpha": 0.8})
+LAW_GRIDS = {  # name: (base, policies, sweeps, fixed sets)
+    "m2 default models": (M2_DET, "ssd,mirror", ["gamma=2,8"], {"hit_rate": 0.7}),
+    "m2 batch 8, skip and stall": (
+        {**M2_DET, "batch": 8}, "mirror,ssd", ["batch_fallback=stall,skip", "backup=jit,fast"],
+        {"omega": 0.8, "hit_rate": 0.9, "k": 4, "fanout": 4}),
+    "h100 batch 1": (H100_DET, "mirror,ssd", [], {"gamma": 7, "exit_layer": 40, "k": 7,
+                                                  "fanout": 3, "hit_rate": 0.88}),
+    "h100, past the knee, pre-speculation outlasting the verify": (
+        {**H100_DET, "batch": 16}, "mirror,ssd", ["hit_rate=0.95,0.99"],
+        {"gamma": 15, "exit_layer": 76, "eta": 1, "k": 7, "fanout": 6}),
+    "jetson streaming": (JETSON_DET, "cats,kangaroo,ar_stream", ["dram_budget_gb=4,8,14"],
+                         {}),
+}
+POINTS_PER_RUN = {"ssd": 1, "mirror": 1, "cats": 2, "kangaroo": 2, "ar_stream": 2}
+
+
+@functools.lru_cache(maxsize=None)
+def _law_grid(name):
+    base, policies, sweeps, sets = LAW_GRIDS[name]
+    points = expand_grid(policies.split(","), [parse_sweep(s) for s in sweeps], sets)
+    results = run_grid(points, base, jobs=1, quiet=True)
+    assert all(r.metrics is not None for r in results), [r.error for r in results]
+    return base, results
+
+
+def _y_at(trace, x: float) -> float:
+    """The curve's value at x as drawn: linear between samples, or steps (hv)."""
+    xs, ys = np.asarray(trace.x, float), np.asarray(trace.y, float)
+    assert xs[0] <= x <= xs[-1], f"point at {x} outside the drawn range {xs[0]}..{xs[-1]}"
+    if trace.line.shape == "hv":
+        return float(ys[np.searchsorted(xs, x, side="right") - 1])
+    return float(np.interp(x, xs, ys))
+
+
+def _points_on_curves(figures) -> list[tuple[str, str, float, float]]:
+    """(figure, run, simulated y, curve y) for every simulated point."""
+    out = []
+    for caption, fig in figures:
+        curves = {t.meta["curve"]: t for t in fig.data if t.meta and "curve" in t.meta}
+        for trace in fig.data:
+            if trace.meta and "on_curve" in trace.meta:
+                curve = curves[trace.meta["on_curve"]]
+                out += [(caption, label, y, _y_at(curve, x))
+                        for x, y, label in zip(trace.x, trace.y, trace.text)]
+    return out
+
+
+@pytest.mark.parametrize("name", list(LAW_GRIDS))
+def test_every_simulated_point_lies_on_its_law_curve(name):
+    base, results = _law_grid(name)
+    figures, _ = law_figures(results, base, 4, 0.8)
+    found = _points_on_curves(figures)
+    assert len(found) == sum(POINTS_PER_RUN[r.point.policy] for r in results)
+    for caption, label, simulated, law in found:
+        assert simulated == pytest.approx(law, rel=0.01, abs=1e-9), (caption, label)
+
+
+def test_law_view_titles_name_the_run_and_its_terms():
+    base, results = _law_grid("m2 default models")
+    titles = {caption: fig.layout.title.text for caption, fig in
+              law_figures(results, base, 4, 0.8)[0]}
+    ssd, mirror = titles["SSD: speedup vs hit rate"], titles["Mirror-SD: the knee at Δ"]
+    assert "ssd(hit_rate=0.7)" in ssd and "K=5" in ssd and "T_p=" in ssd
+    fastest = report.best_per_policy(results)["mirror"].point.label
+    assert fastest == "mirror(gamma=8)" and fastest in mirror
+    assert "γ=8, κ=8, η=2, exit at layer 32 of 64" in mirror and "Ω=0.9" in mirror
+    assert "no such run" in titles["CATS: bytes per token vs DRAM budget"]
+    assert "N=64" in titles["PPSD: speedup vs α and E"]
+
+
+def test_law_grids_cover_both_sides_of_each_kink():
+    """SSD with the pre-speculation shorter and longer than the verify (a miss
+    then waits for the draft step in flight); Mirror before and past the knee,
+    with and without stalls."""
+    t_p, hidden, stalls = set(), set(), set()
+    for name in LAW_GRIDS:
+        base, results = _law_grid(name)
+        for r in results:
+            cfg = point_config(r.point, base)
+            if r.point.policy == "ssd":
+                t = ssd_terms(cfg)
+                t_p.add(t.t_p > 1)
+                assert (t.t_b[t.backup] > t.t_b_at_once[t.backup]) == (t.t_p > 1)
+            elif r.point.policy == "mirror":
+                t = mirror_terms(cfg)
+                hidden.add(t.draft_s <= t.suffix_s)
+                stalls.add(t.stall_share > 0)
+    assert t_p == hidden == stalls == {True, False}
