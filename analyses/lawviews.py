@@ -15,7 +15,7 @@ only, so simulated PPSD runs (which pay heads and links) are not plotted on it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import plotly.graph_objects as go
@@ -31,7 +31,7 @@ from policies.mirror import ENTRY_BYTES, VERDICT_BYTES
 from simcore import RooflineCost
 from simcore.outcomes import scaled_expected
 
-LAYOUT = dict(template="plotly_white", height=460, margin=dict(l=60, r=20, t=90, b=50))
+LAYOUT = dict(template="plotly_white", height=480, margin=dict(l=60, r=20, t=120, b=50))
 
 
 class Scenario:
@@ -69,6 +69,12 @@ class Scenario:
         where = self.placement.get("draft", "draft")
         return self.cost.forward(self.draft, where, (0, self.draft.n_layers), n_tokens,
                                  rows, context, "lm", collectives).total_s
+
+    def shared(self) -> bool:
+        """Whether the target and the draft share a device (its stream is FIFO)."""
+        members = [set(self.platform.members(self.placement.get(r, r)))
+                   for r in ("target", "draft")]
+        return bool(members[0] & members[1])
 
     def trip_s(self, src: str, dst: str, nbytes: float) -> float:
         """A message from the first device of role src to the first of role dst."""
@@ -111,7 +117,9 @@ class Setup:
         labels = [r.point.label for r in self.runs]
         if not labels:
             return f"{self.name} (no such run in this grid)"
-        return labels[0] + (f" and {len(labels) - 1} more" if len(labels) > 1 else "")
+        if len(labels) == 1:
+            return labels[0]
+        return f"{self.name} ({len(labels)} runs: {labels[0]} … {labels[-1]})"
 
 
 def setups(runs, drop: set[str], fallbacks: list[Point], base: dict, terms_of) -> list:
@@ -153,6 +161,7 @@ class SSDTerms:
     backup: str
     k: int
     fanout: tuple
+    shared: bool  # one device: no pre-speculation during the verify, no law to match
 
     def speedup(self, p_all: float, backup: str | None = None, at_once: bool = False):
         b = backup or self.backup
@@ -186,7 +195,7 @@ def ssd_terms(cfg) -> SSDTerms:
     return SSDTerms(t_v, hit / t_v, {"jit": jit / t_v - 1, "fast": fast / t_v - 1},
                     {"jit": jit_now / t_v - 1, "fast": fast_now / t_v - 1},
                     {"jit": e_hit, "fast": 1 + p.fast_expected}, e_hit, p.backup, p.k,
-                    p.fanout)
+                    p.fanout, s.shared())
 
 
 def ssd_figure(runs, fallback: Point, base: dict) -> go.Figure:
@@ -195,7 +204,7 @@ def ssd_figure(runs, fallback: Point, base: dict) -> go.Figure:
     for s in setups(runs, {"hit_rate", "hit_trace"}, [fallback], base, ssd_terms):
         t = s.terms  # a run: (rounds that hit, tokens per T_v, start-up speculation aside)
         pts = [(r.metrics["cache_hit_rate"], r.metrics["mean_tokens_per_step"] * t.t_v_s /
-                r.metrics["round_time_s"]) for r in s.runs]
+                r.metrics["round_time_s"]) for r in s.runs if not t.shared]
         x = _grid(0.0, 1.0, [p[0] for p in pts], 51)
         _curve(fig, x, [t.speedup(float(p)) for p in x], f"law, {s.name} ({t.backup} "
                "backup)", s.name, s.shown)
@@ -222,11 +231,13 @@ def _ssd_references(fig, x, t: SSDTerms, name: str) -> None:
 
 def _ssd_title(name: str, t: SSDTerms) -> str:
     b = t.backup
+    shared = ("<br>target and draft share a device here, so nothing overlaps the verify "
+              "as the law assumes: runs not drawn") if t.shared else ""
     return (f"SSD law: speedup vs hit rate, curve at the terms of {name}<br><sup>K={t.k}, "
-            f"F={list(t.fanout)}, T_v={t.t_v_s * 1e3:.2f} ms, T_p={t.t_p:.2f}·T_v, {b} "
-            f"backup T_b={t.t_b_at_once[b]:.2f}·T_v (+{t.t_b[b] - t.t_b_at_once[b]:.2f} "
-            f"waiting for the draft step in flight), E_hit={t.e_hit:.2f}, "
-            f"E_miss={t.e_miss[b]:.2f}</sup>")
+            f"F={list(t.fanout)}, T_v={t.t_v_s * 1e3:.2f} ms, T_p={t.t_p:.2f}·T_v, "
+            f"E_hit={t.e_hit:.2f}, E_miss={t.e_miss[b]:.2f}<br>{b} backup "
+            f"T_b={t.t_b_at_once[b]:.2f}·T_v, +{t.t_b[b] - t.t_b_at_once[b]:.2f} waiting for "
+            f"the draft step in flight at a miss{shared}</sup>")
 
 
 # Mirror-SD ------------------------------------------------------------------------
@@ -242,13 +253,20 @@ class MirrorTerms:
     fresh_s: float
     stall_share: float  # steps that wait for a fresh rollout (1 - Omega^B when stalling)
     plan: mirror_policy.MirrorPlan
+    shared: bool  # one device runs suffix and draft in turn: no overlap budget
+    startup_share: float = 0.0  # the start-up rollout spread over a run's steps
+
+    @property
+    def delta_s(self) -> float:
+        return 0.0 if self.shared else self.suffix_s
 
     def eq10(self, draft_s: float) -> dict:
-        return laws.mirror(self.prefix_s, self.suffix_s, draft_s, t_rv_ee_s=self.rv_ee_s,
-                           t_rv_fv_s=self.rv_fv_s)
+        return laws.mirror(self.prefix_s + self.suffix_s - self.delta_s, self.delta_s,
+                           draft_s, t_rv_ee_s=self.rv_ee_s, t_rv_fv_s=self.rv_fv_s)
 
     def step_s(self, draft_s: float) -> float:
-        return self.eq10(draft_s)["step_latency_s"] + self.stall_share * self.fresh_s
+        stalls = self.stall_share + self.startup_share
+        return self.eq10(draft_s)["step_latency_s"] + stalls * self.fresh_s
 
 
 def mirror_terms(cfg) -> MirrorTerms:
@@ -268,7 +286,7 @@ def mirror_terms(cfg) -> MirrorTerms:
                        rollout(b * p.kappa), s.trip_s("target", "draft",
                                                       b * p.kappa * ENTRY_BYTES),
                        rv_fv, rollout(b) + s.trip_s("draft", "target", b * g * ENTRY_BYTES),
-                       (1 - p.omega ** b) if stall else 0.0, p)
+                       (1 - p.omega ** b) if stall else 0.0, p, s.shared())
 
 
 def mirror_figure(runs, fallback: Point, base: dict) -> go.Figure:
@@ -281,12 +299,14 @@ def mirror_figure(runs, fallback: Point, base: dict) -> go.Figure:
     hi = max(max(3 * s.terms.suffix_s, 1.15 * max([s.terms.draft_s] + [x for x, _ in p]))
              for s, p in zip(found, pts))
     for s, p in zip(found, pts):
-        t = s.terms
-        x = _grid(0.0, hi, [t.suffix_s] + [a for a, _ in p])
+        t = replace(s.terms, startup_share=1 / s.runs[0].metrics["steps"]) if s.runs \
+            else s.terms  # a setup holds one run: Mirror groups drop no setting
+        x = _grid(0.0, hi, [t.delta_s] + [a for a, _ in p])
         if s.shown and not title:
             title = _mirror_title(s.about, t)
             _mirror_references(fig, x, t, s.name)
-        stall = f" + {t.stall_share:.2f}·T_f" if t.stall_share else ""
+        stall = f" + {t.stall_share + t.startup_share:.3f}·T_f" if t.stall_share or \
+            t.startup_share else ""
         _curve(fig, x * 1e3, [t.step_s(float(d)) * 1e3 for d in x],
                f"Mirror-SD law{stall}, {s.name}", s.name, s.shown)
         _points(fig, [(a * 1e3, b * 1e3) for a, b in p], f"simulated {s.name}", s.name,
@@ -303,8 +323,9 @@ def _mirror_references(fig, x, t: MirrorTerms, name: str) -> None:
     if t.stall_share:
         _curve(fig, x * 1e3, [r["step_latency_s"] * 1e3 for r in rows],
                "eq. 10, every window reused (Ω=1)", name + " eq10", True, line_dash="dot")
-    fig.add_vline(x=t.suffix_s * 1e3, line_dash="dash",
-                  annotation_text=f"knee: Δ = {t.suffix_s * 1e3:.2f} ms")
+    fig.add_vline(x=t.delta_s * 1e3, line_dash="dash", annotation_text=(
+        f"knee: Δ = {t.delta_s * 1e3:.2f} ms" if not t.shared else
+        "target and draft share a device: no overlap, Δ = 0"))
 
 
 def _mirror_title(name: str, t: MirrorTerms) -> str:
@@ -312,8 +333,8 @@ def _mirror_title(name: str, t: MirrorTerms) -> str:
     return (f"Mirror-SD law: step latency vs draft time, curves at the terms of {name}"
             f"<br><sup>γ={p.gamma}, κ={p.kappa}, η={p.eta}, exit at layer {p.exit_layer} of "
             f"{p.n_layers}, T_rv = {(t.rv_ee_s + t.rv_fv_s) * 1e6:.0f} µs, Ω={p.omega:g}, "
-            f"fresh rollout T_f = {t.fresh_s * 1e3:.2f} ms on {t.stall_share:.2f} of steps"
-            "</sup>")
+            f"fresh rollout T_f = {t.fresh_s * 1e3:.2f} ms on {t.stall_share:.2f} of steps "
+            f"and once at start-up ({t.startup_share:.3f} of the run's steps)</sup>")
 
 
 # CATS / Kangaroo / AR under a DRAM budget ------------------------------------------
@@ -434,4 +455,17 @@ def law_figures(results, base: dict, gamma: int, alpha: float) -> tuple[list, li
     if runs["ppsd"]:
         notes.append("PPSD's simulated runs are not plotted on eq. 6, which counts layer "
                      "times only; they also pay the exit head and the links between stages.")
-    return figures, notes
+    return figures, notes + _run_notes([r for rs in runs.values() for r in rs], base)
+
+
+def _run_notes(runs, base: dict) -> list[str]:
+    """Why plotted runs may sit off their curves: sampling noise, contention."""
+    notes = []
+    if any(not r.metrics.get("deterministic", True) for r in runs):
+        notes.append(f"Simulated points use seeded random outcomes (seed "
+                     f"{base.get('seed', 0)}), so they scatter about their curves by "
+                     "sampling noise; with deterministic outcomes they lie on them.")
+    if any(dict(r.point.sets).get("contention", base.get("contention")) for r in runs):
+        notes.append("Runs with contention=on fair-share memory bandwidth, which the laws "
+                     "do not model: their points bend away from the curves.")
+    return notes

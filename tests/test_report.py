@@ -167,6 +167,8 @@ LAW_GRIDS = {  # name: (base, policies, sweeps, fixed sets)
         {"gamma": 15, "exit_layer": 76, "eta": 1, "k": 7, "fanout": 6}),
     "jetson streaming": (JETSON_DET, "cats,kangaroo,ar_stream", ["dram_budget_gb=4,8,14"],
                          {}),
+    "jetson, draft on the target's device": (
+        {**JETSON_DET, "draft": "qwen3-0.6b"}, "mirror", ["gamma=3,15"], {}),
 }
 POINTS_PER_RUN = {"ssd": 1, "mirror": 1, "cats": 2, "kangaroo": 2, "ar_stream": 2}
 
@@ -214,8 +216,9 @@ def test_every_simulated_point_lies_on_its_law_curve(name):
 
 def test_law_view_titles_name_the_run_and_its_terms():
     base, results = _law_grid("m2 default models")
-    titles = {caption: fig.layout.title.text for caption, fig in
-              law_figures(results, base, 4, 0.8)[0]}
+    figures, notes = law_figures(results, base, 4, 0.8)
+    assert notes == []  # deterministic outcomes: no sampling-noise caveat
+    titles = {caption: fig.layout.title.text for caption, fig in figures}
     ssd, mirror = titles["SSD: speedup vs hit rate"], titles["Mirror-SD: the knee at Δ"]
     assert "ssd(hit_rate=0.7)" in ssd and "K=5" in ssd and "T_p=" in ssd
     fastest = report.best_per_policy(results)["mirror"].point.label
@@ -228,8 +231,8 @@ def test_law_view_titles_name_the_run_and_its_terms():
 def test_law_grids_cover_both_sides_of_each_kink():
     """SSD with the pre-speculation shorter and longer than the verify (a miss
     then waits for the draft step in flight); Mirror before and past the knee,
-    with and without stalls."""
-    t_p, hidden, stalls = set(), set(), set()
+    with and without stalls, with the draft on its own device and on the target's."""
+    t_p, hidden, stalls, shared = set(), set(), set(), set()
     for name in LAW_GRIDS:
         base, results = _law_grid(name)
         for r in results:
@@ -240,6 +243,17 @@ def test_law_grids_cover_both_sides_of_each_kink():
                 assert (t.t_b[t.backup] > t.t_b_at_once[t.backup]) == (t.t_p > 1)
             elif r.point.policy == "mirror":
                 t = mirror_terms(cfg)
-                hidden.add(t.draft_s <= t.suffix_s)
+                hidden.add(t.draft_s <= t.delta_s)
                 stalls.add(t.stall_share > 0)
-    assert t_p == hidden == stalls == {True, False}
+                shared.add(t.shared)
+    assert t_p == hidden == stalls == shared == {True, False}
+
+
+def test_ssd_runs_with_the_draft_on_the_targets_device_are_not_drawn():
+    """One FIFO device runs the verify and the pre-speculation in turn: nothing
+    overlaps, which the SSD law assumes, so the figure says so and draws no run."""
+    base = {**JETSON_DET, "draft": "qwen3-0.6b"}
+    results = run_grid(expand_grid(["ssd"], [], {"hit_rate": 0.7}), base, jobs=1, quiet=True)
+    fig = dict(law_figures(results, base, 4, 0.8)[0])["SSD: speedup vs hit rate"]
+    assert "share a device" in fig.layout.title.text
+    assert not [t for t in fig.data if t.meta and "on_curve" in t.meta]
