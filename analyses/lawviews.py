@@ -62,7 +62,8 @@ class Scenario:
 
     def target_s(self, layers, n_tokens: int, head, context: int | None = None) -> float:
         return self.cost.forward(self.target, self.placement.get("target", "target"), layers,
-                                 n_tokens, self.batch, context or self.context, head,
+                                 n_tokens, self.batch,
+                                 self.context if context is None else context, head,
                                  None).total_s
 
     def draft_s(self, n_tokens: int, rows: int, context: int, collectives) -> float:
