@@ -41,7 +41,7 @@ is faster iff
 
 At B = 1 (q = 1 - Omega) the bound is E / (1 + Omega E), about 0.8 at alpha
 0.8, gamma 7, Omega 0.9: a single-row rollout would have to cost most of a
-step (0.36 at most on the shipped platforms), so auto stalls at B = 1. As B
+step (0.38 at most on the shipped platforms), so auto stalls at B = 1. As B
 grows q tends to 1 and the bound falls to (1 - Omega) E / (1 + Omega E),
 about 0.08 (0.14 at B = 8): skipping gives up a fixed share of the tokens,
 (1 - Omega) E / (1 + E) (7.6% here), while a stall costs q T_f / T. Which is larger depends on the platform (T_f / T is 0.2 on
@@ -55,8 +55,10 @@ steps in which some row missed. With reuse, eq. 10:
 
   T = T_t[1:l_e] + T_rv_ee + max(T_t[l_e+1:N], T_draft_gen) + T_rv_fv
 
-where T_rv_ee is the top-k message's trip along the platform's route and T_rv_fv
-the longer of the two rendezvous messages (they cross in opposite directions).
+where T_t[1:l_e] includes the exit head over one position per row (what the
+top-kappa message needs), T_rv_ee is the top-k message's trip along the
+platform's route and T_rv_fv the longer of the two rendezvous messages (they
+cross in opposite directions).
 
 Executor conventions (the operations carry everything needed):
   * speculation (branch) numbers: ``FRESH`` (0) is a single rollout from the
@@ -68,10 +70,12 @@ Executor conventions (the operations carry everything needed):
     kappa, ``n_tokens`` the tokens that step emits (eta, fewer in the last);
     its ``inputs`` is the previous step's handle, for the first step the top-k
     message's payload (the early-exit Forward).
-  * the early-exit Forward is ``head="exit", emit="topk", k=kappa``; the suffix
-    Forward takes it as ``inputs`` and ends in ``head="lm"``. A row's top-kappa
-    are the candidates after its proposal (after its committed tokens when it
-    has none).
+  * the early-exit Forward is ``head="exit", emit="topk", k=kappa,
+    head_tokens=1``: the exit head projects one position per row, its last, the
+    one whose top-kappa seed the window (the simulator charges the head's FLOPs
+    over B rows, not B (gamma+1)); the suffix Forward takes it as ``inputs`` and
+    ends in ``head="lm"``. A row's top-kappa are the candidates after its
+    proposal (after its committed tokens when it has none).
   * skip: ``Outcome("reuse", per_row=True)`` answers, row by row, whether that
     row's corrected prefix lies on its branch of the window; the next Verify
     (branch ``WINDOW``) has ``row_gamma`` gamma for those rows, whose proposal
@@ -247,7 +251,7 @@ def _step(ctx: PolicyContext, p: MirrorPlan, context: int, branch: int,
     """One Mirror-SD step up to its Verify; returns (verdict, window handle)."""
     b, n = ctx.batch, p.n_layers
     prefix = yield Forward("target", "target", (0, p.exit_layer), p.gamma + 1, b, context,
-                           head="exit", emit="topk", k=p.kappa, label=PREFIX)
+                           head="exit", emit="topk", k=p.kappa, head_tokens=1, label=PREFIX)
     roots = yield Transfer("target", "draft", b * p.kappa * ENTRY_BYTES, payload=prefix,
                            label=TOPK)
     suffix_op = Forward("target", "target", (p.exit_layer, n), p.gamma + 1, b, context,

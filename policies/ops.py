@@ -38,6 +38,8 @@ class Forward:
     from the head: "sample" appends one token per row to speculation
     ``branch``; "topk" returns the top-``k`` candidates; None returns logits.
     ``inputs`` is the handle of the Forward whose hidden states feed this one.
+    ``head_tokens``: positions per row the head projects (e.g. 1 for a top-k
+    taken at each row's last position); None: all ``n_tokens``.
     """
 
     model: str
@@ -53,6 +55,7 @@ class Forward:
     inputs: Any = None
     collectives: int | None = None
     label: str = ""
+    head_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

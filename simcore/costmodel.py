@@ -55,14 +55,16 @@ class RooflineCost:
 
     def forward(self, spec: ModelSpec, where: str, layers: tuple[int, int],
                 n_tokens: int, batch: int, context: int, head: str | None,
-                collectives: int | None) -> ForwardCost:
+                collectives: int | None, head_tokens: int | None = None) -> ForwardCost:
         """Cost of running layers of spec over n_tokens new positions per row that
-        attend to ``context`` cached ones, on a device or a group."""
-        key = (spec.name, where, layers, n_tokens, batch, head, collectives)
+        attend to ``context`` cached ones, on a device or a group. The head projects
+        ``head_tokens`` positions per row (None: all n_tokens); its weights are read
+        once either way."""
+        key = (spec.name, where, layers, n_tokens, batch, head, collectives, head_tokens)
         shape = self._cache.get(key)
         if shape is None:
             shape = self._cache[key] = self._shape(spec, where, layers, n_tokens, batch,
-                                                   head, collectives)
+                                                   head, collectives, head_tokens)
         (flops0, flops_ctx, bytes0, bytes_ctx, g, flop_rate, byte_rate, launch_s,
          collective_s, tier) = shape
         flops = (flops0 + flops_ctx * context) / g
@@ -71,7 +73,8 @@ class RooflineCost:
                            flops, nbytes, tier)
 
     def _shape(self, spec: ModelSpec, where: str, layers: tuple[int, int], n_tokens: int,
-               batch: int, head: str | None, collectives: int | None) -> tuple:
+               batch: int, head: str | None, collectives: int | None,
+               head_tokens: int | None = None) -> tuple:
         """The context-free part of a Forward's cost; FLOPs and bytes are linear in
         context, so a step only adds context times the per-position terms."""
         p = self.platform
@@ -91,7 +94,7 @@ class RooflineCost:
         bytes_ctx = n_layers * kv * batch
         kernels = n_layers
         if head is not None:
-            flops0 += spec.head_flops(rows)
+            flops0 += spec.head_flops(rows if head_tokens is None else head_tokens * batch)
             bytes0 += spec.head_bytes
             kernels += 1
         if head == "exit_layer":  # an early-exit head with a decoder layer of its own

@@ -143,7 +143,7 @@ class Simulator:
         members = self.members(op.device)
         where = self.track(op.device)
         c = self.cost.forward(spec, where, op.layers, op.n_tokens, op.batch, op.context,
-                              op.head, op.collectives)
+                              op.head, op.collectives, op.head_tokens)
         yield from self._acquire(members)
         env = self.env
         start = env.now
