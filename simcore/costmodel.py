@@ -2,7 +2,9 @@
 
 Efficiency factors and launch overheads live in the platform profile, where
 calibration fits them. A Forward on a collective group is sharded evenly over
-its members (tensor parallel) and pays its all-reduces on top.
+its members (tensor parallel) and pays its all-reduces on top. Optional device
+terms, off by default: a per-call overhead, a roofline overlap below 1 (memory
+and compute partly add) and a memory factor for passes over more than one row.
 """
 
 from __future__ import annotations
@@ -26,11 +28,15 @@ class ForwardCost:
     flops: float
     nbytes: float
     tier: str
+    overlap: float = 1.0  # the device's roofline_overlap
 
     @property
     def busy_s(self) -> float:
-        """Launch plus the roofline term, without collectives."""
-        return self.launch_s + max(self.compute_s, self.memory_s)
+        """Launch plus the roofline term, without collectives: max(compute, memory)
+        plus the share (1 - overlap) of the shorter one that is not hidden."""
+        shorter = 0.0 if self.overlap == 1.0 else \
+            (1.0 - self.overlap) * min(self.compute_s, self.memory_s)
+        return self.launch_s + max(self.compute_s, self.memory_s) + shorter
 
     @property
     def total_s(self) -> float:
@@ -66,11 +72,11 @@ class RooflineCost:
             shape = self._cache[key] = self._shape(spec, where, layers, n_tokens, batch,
                                                    head, collectives, head_tokens)
         (flops0, flops_ctx, bytes0, bytes_ctx, g, flop_rate, byte_rate, launch_s,
-         collective_s, tier) = shape
+         collective_s, tier, overlap) = shape
         flops = (flops0 + flops_ctx * context) / g
         nbytes = (bytes0 + bytes_ctx * context) / g
         return ForwardCost(launch_s, flops / flop_rate, nbytes / byte_rate, collective_s,
-                           flops, nbytes, tier)
+                           flops, nbytes, tier, overlap)
 
     def _shape(self, spec: ModelSpec, where: str, layers: tuple[int, int], n_tokens: int,
                batch: int, head: str | None, collectives: int | None,
@@ -107,10 +113,15 @@ class RooflineCost:
         if g > 1:
             count = 2 * n_layers if collectives is None else collectives
             collective_s = count * p.group(where).allreduce_s(rows * spec.hidden * spec.dtype_bytes)
+        byte_rate = tier.bandwidth_bytes_s * tier.memory_efficiency
+        if rows > 1 and device.multirow_memory_factor != 1.0:
+            byte_rate /= device.multirow_memory_factor
+        launch_s = device.launch_overhead_s * kernels
+        if device.call_overhead_s:
+            launch_s += device.call_overhead_s
         return (flops0, flops_ctx, bytes0, bytes_ctx, g,
                 _peak(device, spec.dtype) * device.compute_efficiency,
-                tier.bandwidth_bytes_s * tier.memory_efficiency,
-                device.launch_overhead_s * kernels, collective_s, tier.name)
+                byte_rate, launch_s, collective_s, tier.name, device.roofline_overlap)
 
     @staticmethod
     def hop_s(link: Link, nbytes: float) -> float:
