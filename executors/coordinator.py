@@ -13,7 +13,9 @@ Conventions beyond the operations' own docstrings:
     with no inputs, from the outcome layout ``hints['fanout']`` (SSD's F_k);
   * an Outcome that selects a precomputed speculation installs it as the
     narrow proposal of branches 0 and 1, which the next Forwards and Verify use;
-  * a ``emit="sample"`` Forward emits ``n_tokens`` tokens, one pass each.
+  * a ``emit="sample"`` Forward emits ``n_tokens`` tokens, one pass each;
+  * with ``hints['corrections']`` (CATS), a verifier's candidates become
+    correction branches verified beside the proposal (``executors.branches``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from executors import branches
 from executors.book import CacheBook, Proposal, Sequences, Wide
 from executors.device import SleepCmd, VerifyCmd
 from executors.feeds import HandleInfo, hidden_command, hidden_inputs, token_command
@@ -83,6 +86,8 @@ class Coordinator:
         self.latest_tree = None
         self.candidates: list = []  # per row: the speculation its last Outcome found
         self.last_topk: HandleInfo | None = None  # early-exit candidates since the Verify
+        self.verifier = None  # (HandleInfo, top-k per position): candidates for corrections
+        self.cycle: branches.Cycle | None = None  # correction branches awaiting the Verify
         self._next_handle = 0
         self.handlers = {Forward: self.forward, Verify: self.verify, Delay: self.delay,
                          Transfer: self.transfer, Outcome: self.outcome,
@@ -143,7 +148,10 @@ class Coordinator:
             cmd, fed = hidden_command(op, handle, book, infos, self._lens(width), **extra)
         else:
             seqs, extra["pick"] = self._sequences(op, width, wide, client)
-            cmd, fed = token_command(op, handle, book, seqs, self._lens(width, wide), **extra)
+            extras = branches.take(self, op, width, wide)
+            cmd, fed = token_command(op, handle, book, seqs, self._lens(width, wide), extras,
+                                     **extra)
+        branches.note_pass(self, client, op.model, width, op.layers, fed)
         info = HandleInfo(handle, client, op.device, op.model, width, op.layers,
                           at={client}, head=op.head, emit=op.emit, branch=op.branch,
                           wide=wide, **fed)
@@ -190,6 +198,7 @@ class Coordinator:
     def _emitted(self, op: Forward, info: HandleInfo, book: CacheBook, result: dict) -> None:
         if op.emit == "topk":
             info.topk = result["topk"]
+            branches.note_verifier(self, op, info, result)
             if not info.wide and info.width == 1:
                 self.last_topk = info
         if op.emit != "sample":
@@ -242,22 +251,27 @@ class Coordinator:
         cmd = VerifyCmd(op.target.id, [t[:g] for t, g in zip(prop.tokens, gamma)],
                         [p[:g] for p, g in zip(prop.probs, gamma)]
                         if self.temperature > 0 else None,
-                        self.temperature, offsets, op.bonus)
+                        self.temperature, offsets, op.bonus, branches.for_verify(self, info))
 
         def finish(replies):
             result, _, _ = reply = replies[0]
             self.span(op, info.role, info.client, reply, "compute")
-            return self._commit(op, result, prop, gamma)
+            verdict = self._commit(op, result, prop, gamma)
+            moves = branches.compaction(self, result.get("via") or [None] * len(gamma))
+            return Pending(moves, lambda _r: verdict) if moves else verdict
 
         return Pending([(info.client, cmd)], finish)
 
     def _commit(self, op: Verify, result: dict, prop: Proposal, gamma: list[int]) -> Verdict:
-        seqs, ranks, committed = self.seqs, [], []
+        seqs, ranks, committed, taken = self.seqs, [], [], []
+        via = result.get("via") or [None] * len(result["accepted"])
         for r, (k, tok) in enumerate(zip(result["accepted"], result["bonus"])):
-            new = prop.tokens[r][:k] + ([tok] if tok is not None else [])
+            branch = [] if via[r] is None else [via[r]]  # a correction the target chose
+            new = prop.tokens[r][:k] + branch + ([tok] if tok is not None else [])
             seqs.committed[r].extend(new)
             committed.append(len(new))
-            top = prop.top[r][k] if k < len(prop.top[r]) else None
+            taken.append(k + len(branch))
+            top = prop.top[r][k] if k < len(prop.top[r]) and not branch else None
             ranks.append(top.index(tok) if top and tok in top else None)
         matched = all(k == g for k, g in zip(result["accepted"], gamma))
         if op.bonus or not matched:
@@ -267,15 +281,17 @@ class Coordinator:
                 prop.drop_front(r, g)
             seqs.proposals = {op.branch: prop}
         self.steps += 1
-        line = {"accepted": list(result["accepted"]), "gamma": op.gamma, "proposed": gamma,
+        line = {"accepted": taken, "gamma": op.gamma, "proposed": gamma,
                 "committed": committed, "bonus_rank": ranks, "margin": result["margin"],
                 "branch": op.branch}
+        if self.cycle is not None:  # correction branches rode along: which rows took one
+            line["correction"] = [v is not None for v in via]
         if self.last_topk is not None:  # this step's early exit named candidates
             line["topk_hit"] = [k == g and tok in top for k, g, tok, top in zip(
                 result["accepted"], gamma, result["bonus"], self.last_topk.topk)]
             self.last_topk = None
         self.acceptance.append(line)
-        return Verdict(tuple(result["accepted"]),
+        return Verdict(tuple(taken),
                        {"bonus": result["bonus"], "bonus_rank": ranks},
                        None if op.bonus else tuple(committed))
 

@@ -43,6 +43,7 @@ class FwdCmd:
     steps: int = 1  # emit="sample": tokens to emit, each fed back for the next
     pick: list[int] | None = None  # per row: emit the draft's rank-i token (-1: sample)
     width: int = 1  # rows = batch * width (speculation trees)
+    branches: list | None = None  # per row: (i, rope, limit) branch tokens (layers.Positions)
 
 
 @dataclass
@@ -57,6 +58,18 @@ class VerifyCmd:
     temperature: float = 0.0
     offsets: list[int] | None = None
     bonus: bool = True
+    branches: list | None = None  # per row: (i, token, logits row) correction siblings
+
+
+@dataclass
+class CompactCmd:
+    """After a commit: copy each accepted branch token's keys and values from its
+    slot to its place on the committed path, in every layer of ``ranges``."""
+
+    model: str
+    width: int
+    ranges: list[tuple[int, int]]
+    moves: list[tuple[int, int, int]]  # (row, from slot, to slot)
 
 
 @dataclass
@@ -116,13 +129,13 @@ class LocalDevice:
     def _FwdCmd(self, cmd: FwdCmd):
         streaming.check(self, cmd.model, cmd.layers)
         stack, cache = self.stacks[cmd.model], self.cache(cmd.model, cmd.width)
-        at = Positions(cmd.start, cmd.n_fed, cmd.tree, self.where)
+        at = Positions(cmd.start, cmd.n_fed, cmd.tree, self.where, cmd.branches)
         if cmd.inputs is None:
             hidden = stack.run(cache, cmd.layers, at,
                                tokens=torch.tensor(cmd.tokens, device=self.where))
         else:
             hidden = stack.run(cache, cmd.layers, at, hidden=self.hidden(cmd.inputs))
-        entry = {"hidden": hidden}
+        entry = {"hidden": hidden, "n_fed": cmd.n_fed}
         out = {}
         if cmd.head is not None:
             entry["logits"] = logits = self._logits(stack, hidden, cmd)
@@ -130,12 +143,14 @@ class LocalDevice:
                 out = self._emit(stack, cache, cmd, logits)
             elif cmd.emit == "topk":
                 out = {"topk": [torch.topk(lg[-1], cmd.k).indices.tolist() for lg in logits]}
+                if any(lg.shape[0] > 1 for lg in logits):  # a verifier over several positions
+                    out["topk_all"] = [torch.topk(lg, cmd.k).indices.tolist() for lg in logits]
         self.keep(cmd.handle, entry)
         return out
 
     def _VerifyCmd(self, cmd: VerifyCmd):
         logits = self.store[cmd.handle]["logits"]
-        accepted, tokens, margin = [], [], []
+        accepted, tokens, margin, via = [], [], [], []
         for b, proposal in enumerate(cmd.proposals):
             g = len(proposal)
             need = g + 1 if cmd.bonus else max(g, 1)
@@ -146,11 +161,28 @@ class LocalDevice:
                                    f"the target pass has {logits[b].shape[0]}")
             probs = cmd.probs[b] if cmd.probs else None
             k, tok = self._accept(lg, proposal, probs, cmd.temperature, cmd.bonus)
+            taken = None
+            for i, branch_tok, row in (cmd.branches[b] if cmd.branches else ()):
+                if i == k < len(proposal) and branch_tok == tok:  # the target's own token
+                    taken, tok = branch_tok, int(logits[b][row].argmax())
+                    break
+            via.append(taken)
             top2 = torch.topk(lg[min(k, need - 1)], 2).values
             accepted.append(k)
             tokens.append(tok)
             margin.append(float(top2[0] - top2[1]))
-        return {"accepted": accepted, "bonus": tokens, "margin": margin}
+        return {"accepted": accepted, "bonus": tokens, "margin": margin, "via": via}
+
+    @torch.inference_mode()
+    def _CompactCmd(self, cmd: CompactCmd):
+        cache = self.cache(cmd.model, cmd.width)
+        for a, b in cmd.ranges:
+            for layer in range(a, b):
+                if layer not in cache.k:
+                    continue
+                for buf in (cache.k[layer], cache.v[layer]):
+                    for row, src, dst in cmd.moves:
+                        buf[row, :, dst] = buf[row, :, src]
 
     # helpers ------------------------------------------------------------------
     def keep(self, handle: int, entry: dict) -> None:
@@ -162,7 +194,7 @@ class LocalDevice:
         """Hidden states of a handle, or of several concatenated along positions."""
         try:
             if isinstance(handle, (tuple, list)):
-                return torch.cat([self.store[h]["hidden"] for h in handle], dim=1)
+                return _concat([self.store[h] for h in handle])
             return self.store[handle]["hidden"]
         except KeyError:
             raise RuntimeError(f"device {self.name} holds no hidden states for handle "
@@ -238,3 +270,15 @@ class LocalDevice:
         if g and not bonus:
             return g, None
         return g, int(torch.multinomial(p[g], 1, generator=self.gen))
+
+
+def _concat(entries: list[dict]) -> torch.Tensor:
+    """Several Forwards' hidden states, each row's valid positions end to end
+    (ragged rows: each input is padded past its own rows' ends)."""
+    fed = [e.get("n_fed") or [e["hidden"].shape[1]] * e["hidden"].shape[0] for e in entries]
+    if all(len(set(n)) == 1 for n in fed):
+        return torch.cat([e["hidden"] for e in entries], dim=1)
+    rows = [torch.cat([e["hidden"][b, :n[b]] for e, n in zip(entries, fed)])
+            for b in range(entries[0]["hidden"].shape[0])]
+    width = max(r.shape[0] for r in rows)
+    return torch.stack([torch.cat([r, r[-1:].expand(width - r.shape[0], -1)]) for r in rows])

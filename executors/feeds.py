@@ -5,7 +5,9 @@ positions of its sequence past what all the Forward's layers already hold.
 Hidden mode (inputs from the same model's layers just before these): the
 positions of the input Forwards, in order, from their hidden states.
 A row's sequence is ``committed + proposal`` (narrow), or a speculation-tree
-row's own sequence (wide, see ``executors.book.Wide``).
+row's own sequence (wide, see ``executors.book.Wide``). Branch tokens (CATS's
+corrections, see ``executors.branches``) are fed after a row's sequence, in
+slots the book does not record; hidden mode carries them through later layers.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class HandleInfo:
     wide: bool
     at: set = field(default_factory=set)
     topk: list | None = None
+    branches: list | None = None  # per row: (i, rope, limit) of its branch tokens
 
     @property
     def logit_start(self) -> list[int]:
@@ -59,50 +62,68 @@ def hidden_inputs(op: Forward, handles: dict) -> list[HandleInfo] | None:
 def _n_logits(op: Forward, seq, committed_len: int | None, n_fed: int) -> int:
     if op.head is None:
         return 0
+    if op.emit == "topk" and op.head_tokens is None and op.n_tokens > 1:
+        return min(n_fed, op.n_tokens)  # a verifier's candidates at each position
     if op.emit in ("sample", "topk") or committed_len is None:
         return 1
     return max(1, min(n_fed, len(seq) - (committed_len - 1)))
 
 
 def token_command(op: Forward, handle: int, book, seqs: list[tuple],
-                  committed_lens: list[int | None], **extra) -> tuple[FwdCmd, dict]:
-    """Feed each row's sequence past what the layers hold."""
-    starts, n_fed, tokens, n_logits = [], [], [], []
+                  committed_lens: list[int | None], extras: list | None = None,
+                  **extra) -> tuple[FwdCmd, dict]:
+    """Feed each row's sequence past what the layers hold; ``extras[r]``: branch
+    tokens ``(token, rope)`` fed after it, each seeing the slots below ``rope``."""
+    starts, n_fed, tokens, n_logits, branches = [], [], [], [], []
     for r, seq in enumerate(seqs):
         start = min(book.holds(op.layers, r, seq), len(seq) - 1)
+        more = extras[r] if extras else []
         starts.append(start)
-        n_fed.append(len(seq) - start)
-        tokens.append(list(seq[start:]))
-        n_logits.append(_n_logits(op, seq, committed_lens[r], n_fed[-1]))
+        n_fed.append(len(seq) - start + len(more))
+        tokens.append(list(seq[start:]) + [t for t, _ in more])
+        branches.append([(len(seq) - start + j, rope, rope) for j, (_, rope) in
+                         enumerate(more)])
+        n_logits.append(_n_logits(op, seq, committed_lens[r], n_fed[-1] - len(more))
+                        + (len(more) if op.head else 0))
         book.wrote(op.layers, r, seq, len(seq))
     width = max(n_fed)
     padded = [t + [t[-1]] * (width - len(t)) for t in tokens]
+    branches = branches if any(branches) else None
     cmd = FwdCmd(handle, op.model, op.layers, starts, n_fed, padded, None, op.head,
-                 op.emit, op.k, tuple(n_logits), **extra)
-    return cmd, {"start": starts, "n_fed": n_fed, "seqs": seqs, "n_logits": tuple(n_logits)}
+                 op.emit, op.k, tuple(n_logits), branches=branches, **extra)
+    return cmd, {"start": starts, "n_fed": n_fed, "seqs": seqs, "n_logits": tuple(n_logits),
+                 "branches": branches}
 
 
 def hidden_command(op: Forward, handle: int, book, infos: list[HandleInfo],
                    committed_lens: list[int | None], **extra) -> tuple[FwdCmd, dict]:
     """Continue the input Forwards' positions through more layers."""
     first, last = infos[0], infos[-1]
-    starts, n_fed, n_logits = list(first.start), [], []
+    starts, n_fed, n_logits, branches = list(first.start), [], [], []
     for r in range(len(first.start)):
-        end = first.start[r]
+        end, row = first.start[r], []
         for info in infos:
-            if info.start[r] != end:
+            if info.start[r] != end or (info.branches and info.branches[r]
+                                        and info is not last):
                 raise RuntimeError(f"the inputs of Forward '{op.label}' are not "
                                    "consecutive positions")
+            if info.branches:  # branch tokens come last, past the main positions
+                row += [(end - starts[r] + i, rope, limit)
+                        for i, rope, limit in info.branches[r]]
             end += info.n_fed[r]
         n_fed.append(end - starts[r])
+        branches.append(row)
         seq = last.seqs[r]
         if op.layers[0] < op.layers[1] and book.holds(op.layers, r, seq) < starts[r]:
             raise RuntimeError(f"layers {op.layers[0]}..{op.layers[1]} of {op.model} lack "
                                f"positions before {starts[r]}; feed them from layer 0 first")
-        book.wrote(op.layers, r, seq, end)
-        n_logits.append(_n_logits(op, seq[:end], committed_lens[r], n_fed[-1]))
+        book.wrote(op.layers, r, seq, end - len(row))
+        n_logits.append(_n_logits(op, seq[:end - len(row)], committed_lens[r],
+                                  n_fed[-1] - len(row)) + (len(row) if op.head else 0))
     ids = tuple(i.id for i in infos) if len(infos) > 1 else first.id
+    branches = branches if any(branches) else None
     cmd = FwdCmd(handle, op.model, op.layers, starts, n_fed, None, ids, op.head, op.emit,
-                 op.k, tuple(n_logits), **extra)
+                 op.k, tuple(n_logits), branches=branches, **extra)
     seqs = [s[:st + n] for s, st, n in zip(last.seqs, starts, n_fed)]
-    return cmd, {"start": starts, "n_fed": n_fed, "seqs": seqs, "n_logits": tuple(n_logits)}
+    return cmd, {"start": starts, "n_fed": n_fed, "seqs": seqs, "n_logits": tuple(n_logits),
+                 "branches": branches}

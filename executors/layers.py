@@ -4,7 +4,9 @@
 its decoder layers over new positions of each row: row ``b`` feeds
 ``n_fed[b]`` tokens at positions ``start[b]...``, its keys and values are
 written into ``KVCache`` there, and it attends to everything before them
-(plus an optional tree mask among the new positions). Rows may be ragged:
+(plus an optional tree mask among the new positions, and branch positions: a
+sibling token whose rotary position and visible prefix differ from its cache
+slot). Rows may be ragged:
 shorter rows are padded, and the padding's cache entries lie past the row's
 valid length, where nothing reads them.
 """
@@ -53,16 +55,29 @@ class KVCache:
 
 
 class Positions:
-    """Where each row's new tokens go, and the attention mask that follows."""
+    """Where each row's new tokens go, and the attention mask that follows.
+
+    ``branches[b]``: ``(i, rope, limit)`` per branch token of row b: new token i
+    takes rotary position ``rope`` and sees only the cache slots below ``limit``
+    and its own slot (a correction branch: a sibling of the main-branch token at
+    position ``rope``, placed in a slot past the main branch).
+    """
 
     def __init__(self, start: list[int], n_fed: list[int], tree: torch.Tensor | None = None,
-                 device="cpu"):
+                 device="cpu", branches: list | None = None):
         self.start, self.n_fed = list(start), list(n_fed)
         self.n = max(n_fed)
-        self.uniform = len(set(self.start)) == 1 and tree is None
+        self.branches = branches if branches and any(branches) else None
+        self.uniform = len(set(self.start)) == 1 and tree is None and self.branches is None
         self.end = max(s + self.n for s in self.start)
         offs = torch.arange(self.n, device=device)
         self.pos = torch.tensor(self.start, device=device)[:, None] + offs  # [B, n]
+        self.rope = self.pos
+        if self.branches is not None:
+            self.rope = self.pos.clone()
+            for b, row in enumerate(self.branches):
+                for i, rope, _ in row:
+                    self.rope[b, i] = rope
         self.mask = self._mask(tree, device)
 
     def _mask(self, tree, device):
@@ -73,6 +88,10 @@ class Positions:
         if tree is not None:  # tree[b, i, j]: new token i may see new token j
             for b, s in enumerate(self.start):
                 mask[b, :, s:s + self.n] &= tree[b, :self.n, :self.n]
+        for b, row in enumerate(self.branches or ()):
+            for i, _, limit in row:
+                mask[b, i] = keys < limit
+                mask[b, i, self.start[b] + i] = True
         return mask[:, None]  # [B, 1, n, S]
 
 
@@ -114,7 +133,7 @@ class Stack:
             tokens: torch.Tensor | None = None, hidden: torch.Tensor | None = None):
         """Hidden states after layers [a, b) for the new positions ``at``."""
         h = self.embed(tokens) if hidden is None else hidden
-        cos, sin = self._rope(at.pos, at.end)
+        cos, sin = self._rope(at.rope, at.end)
         for i in range(*layers):
             h = self._layer(i, h, cache, at, cos, sin)
         return h

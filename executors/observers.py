@@ -17,13 +17,13 @@ OBSERVERS = {
 
 
 def hints_for(policy: str, params) -> dict:
-    """Layout facts a policy documents for executors (SSD's fan-out F_k)."""
-    if getattr(params, "corrections", 0):
-        raise ValueError("the executor runs cats with corrections=0 only (tree-masked "
-                         "correction branches are not implemented); pass --set "
-                         "corrections=0")
+    """Layout facts a policy documents for executors (SSD's fan-out F_k, CATS's
+    correction branches per cycle)."""
     if hasattr(params, "buffer_chunks"):  # schedules streaming weights from storage
-        return {"buffer_layers": params.buffer_chunks * params.chunk_layers}
+        hints = {"buffer_layers": params.buffer_chunks * params.chunk_layers}
+        if getattr(params, "corrections", 0):  # CATS: correction branches per cycle
+            hints["corrections"] = params.corrections
+        return hints
     if policy == "ssd":
         from policies.ssd import fanout_of
 

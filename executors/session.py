@@ -135,6 +135,8 @@ class Session:
         found = footprint(build(policy, ctx, parsed), len(prompts))
         streams = {k[1:]: v for k, v in found.items() if k[0] == "stream"}
         uses = {k: v for k, v in found.items() if k[0] != "stream"}
+        for role, model, _ in uses:  # layers an earlier schedule streamed come back
+            streams.setdefault((role, model), ())
         clients = self._devices(uses, len(prompts))
         seqs = Sequences.start(prompts)
         coord = Coordinator(clients, self.placement, seqs, self.n_layers,

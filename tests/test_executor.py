@@ -135,10 +135,13 @@ def test_worker_processes_run_the_draft_on_its_own_core(tiny):
 STREAMED = [("ar_stream", {"dram_budget_gb": 0.0006}),
             ("kangaroo", {"dram_budget_gb": 0.0006, "l_dm": 1, "gamma": 3, "adapter": "norm"}),
             ("cats", {"dram_budget_gb": 0.0006, "l_dm": 1, "l_sv": 2, "gamma": 3,
-                      "adapter": "norm", "corrections": 0})]
+                      "adapter": "norm", "corrections": 0}),
+            ("cats", {"dram_budget_gb": 0.0006, "l_dm": 1, "l_sv": 2, "gamma": 3,
+                      "adapter": "norm", "corrections": 2})]
 
 
-@pytest.mark.parametrize("policy,params", STREAMED, ids=[p for p, _ in STREAMED])
+@pytest.mark.parametrize("policy,params", STREAMED,
+                         ids=["ar_stream", "kangaroo", "cats-0", "cats-2"])
 def test_streamed_layers_come_from_disk_within_the_budget(tiny, tmp_path, monkeypatch,
                                                           policy, params):
     """6 layers of ~148 kB, budget 600 kB: 2 resident, 4 streamed through 2 slots."""
@@ -157,10 +160,64 @@ def test_streamed_layers_come_from_disk_within_the_budget(tiny, tmp_path, monkey
     assert set(in_memory) - {0, 1} <= set(store.loaded)  # resident: layers 0, 1 only
 
 
-def test_cats_with_correction_branches_is_refused_clearly(inline_session):
-    with pytest.raises(ValueError, match="corrections=0"):
-        inline_session.decode("cats", {"dram_budget_gb": 0.0006, "l_dm": 1, "l_sv": 2,
-                                       "adapter": "norm"}, PROMPTS[:1])
+# CATS correction branches ------------------------------------------------------------
+def test_a_branch_token_sees_only_its_prefix_like_the_hf_forward(tiny):
+    """A sibling in a slot past the main branch, with its rotary position and the
+    prefix it may see, gets the logits of a plain forward over prefix + itself."""
+    hf = models.build_random(models.spec_of(f"random:{tiny}"), seed=5)
+    stack, seq = Stack(hf), PROMPTS[0]  # main branch: seq; correction 33 replaces seq[4]
+    with torch.no_grad():
+        ref_main = hf(torch.tensor([seq])).logits[0]
+        ref_corr = hf(torch.tensor([seq[:4] + [33]])).logits[0, -1]
+    cache = stack.new_cache(1)
+    stack.run(cache, (0, 6), Positions([0], [3]), tokens=torch.tensor([seq[:3]]))
+    feed = torch.tensor([seq[3:] + [33, 34]])  # two siblings of seq[4] after the main branch
+    at = Positions([3], [len(seq) - 3 + 2], branches=[[(4, 4, 4), (5, 4, 4)]])
+    low = stack.run(cache, (0, 2), at, tokens=feed)
+    out = stack.head(stack.run(cache, (2, 6), at, hidden=low))[0]
+    assert torch.allclose(out[:len(seq) - 3], ref_main[3:], atol=1e-5)  # main: unaffected
+    assert torch.allclose(out[-2], ref_corr, atol=1e-5)  # 33 sees neither seq[4:] nor 34
+
+
+def test_verify_continues_along_a_correction_the_target_chose():
+    """Target rejects proposal[1] with token 7, a correction there: the row commits
+    proposal[:1], 7 and the target's token after 7 (from the correction's logits)."""
+    from executors.device import LocalDevice, VerifyCmd
+
+    logits = torch.zeros(5, 10)
+    for row, tok in enumerate([2, 7, 9, 9, 4]):  # rows 0-2: main, 3-4: corrections 5, 7
+        logits[row, tok] = 1.0
+    dev = LocalDevice("cpu", {})
+    dev.keep(1, {"logits": [logits]})
+    cmd = VerifyCmd(1, [[2, 3]], offsets=[0], branches=[[(1, 5, 3), (1, 7, 4)]])
+    assert dev._VerifyCmd(cmd) | {"margin": None} == {
+        "accepted": [1], "bonus": [4], "via": [7], "margin": None}
+    cmd = VerifyCmd(1, [[2, 3]], offsets=[0], branches=[[(1, 5, 3)]])  # 7 not offered
+    assert dev._VerifyCmd(cmd)["via"] == [None] and dev._VerifyCmd(cmd)["bonus"] == [7]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_cats_correction_branches_are_lossless_and_taken(tiny, seed):
+    """A 1-layer draft disagrees often, a 4-layer shallow verifier rarely: the
+    target takes corrections, and outputs still equal AR's token for token."""
+    params = {"dram_budget_gb": 0.0009, "l_dm": 1, "l_sv": 4, "gamma": 3,
+              "adapter": "norm", "corrections": 2}
+    with session(tiny, seed=seed) as s:
+        ref = [g[:12] for g in s.decode("ar", {}, PROMPTS).generated]
+        out = s.decode("cats", params, PROMPTS)
+        one = s.decode("cats", params | {"corrections": 1}, PROMPTS[:1])
+        cache = s.clients["cpu:0"].device.caches[("target", 1)]
+        path = one.generated[0]
+        plain = Stack(s.loaded["target"].model).new_cache(1)
+        seq = PROMPTS[0] + path
+        Stack(s.loaded["target"].model).run(plain, (0, 6), Positions([0], [len(seq) - 1]),
+                                            tokens=torch.tensor([seq[:-1]]))
+    assert [g[:12] for g in out.generated] == ref and one.generated[0][:12] == ref[0]
+    taken = [c for a in out.acceptance + one.acceptance for c in a.get("correction", [])]
+    assert taken and any(taken)
+    for layer in range(6):  # after compaction the caches hold the committed path
+        n = len(seq) - 1
+        assert torch.allclose(cache.k[layer][0, :, :n], plain.k[layer][0, :, :n], atol=1e-4)
 
 
 def test_parallel_branches_overlap_in_worker_processes(tiny):

@@ -16,7 +16,9 @@ STAGES = {"stage0": "cpu0", "stage1": "cpu1", "stage2": "cpu0", "stage3": "cpu1"
 SCHEDULES = [("sd", {"gamma": 4, "draft_layers": 15}), ("sd", {"gamma": 3}),
              ("mirror", {"gamma": 4, "kappa": 4, "exit_layer": 15}),
              ("ssd", {"k": 3, "fanout": 2, "hit_rate": 0.5}),
-             ("eesd", {"gamma": 3, "exit_layer": 15}), ("ppsd", {"exit_layer": 8})]
+             ("eesd", {"gamma": 3, "exit_layer": 15}), ("ppsd", {"exit_layer": 8}),
+             ("cats", {"dram_budget_gb": 0.4, "l_dm": 12, "l_sv": 24, "gamma": 4,
+                       "adapter": "norm", "corrections": 2})]
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +67,9 @@ def test_every_schedule_is_lossless_on_the_builtin_prompts(real, policy, params)
         if tokens[:MAX_NEW] != real.reference[row]:
             assert _near_tie(real, row, tokens[:MAX_NEW]) < 1e-4, (policy, row)
     assert out.steps > 0 and out.wall_s > 0
+    if policy == "cats":  # 26 resident layers, 4 streamed; corrections rode along
+        assert {x["kind"] for x in out.spans} >= {"stream"}
+        assert any(any(a.get("correction", ())) for a in out.acceptance)
 
 
 @pytest.mark.parametrize("args", [
