@@ -18,7 +18,14 @@ prefix is two timeouts, not 64 collectives.
 (``batch_fallback=stall``, and ``skip`` whose Outcomes and Verifies answer per
 row).
 
+--grid prints, instead of timings, Mirror-SD's lead over SD (tokens/s ratio,
+deterministic, context 128, gamma 7, Omega 0.9, alpha 0.8, the paper's kappa
+schedule, exit at half the layers) on every shipped platform at B = 1, 8, 16,
+32, 64, with each fallback; auto takes the larger of the two (tests/test_mirror.py
+checks that it does).
+
     python benchmarks/bench_mirror_ssd.py [--repeat 5] [--contention] [--batch 64]
+    python benchmarks/bench_mirror_ssd.py --grid
 """
 
 from __future__ import annotations
@@ -39,6 +46,36 @@ SSD = SimConfig(platform="h100-sxm-5x", target="llama-3.1-70b", draft="llama-3.2
                 acceptance={"kind": "iid", "alpha": 0.8}, tokens=2000, seed=1)
 
 
+GRID = ((("h100-sxm-5x", "llama-3.1-70b", "llama-3.2-1b"), {}),
+        (("m2-ultra-8x", "qwen3-32b", "qwen3-0.6b"), {}),
+        (("a100-sxm-8x", "qwen3-32b", "qwen3-0.6b"), {}),
+        (("snapdragon-8-gen3", "vicuna-7b", "qwen3-0.6b"), {}),
+        (("jetson-agx-orin-64gb", "qwen3-14b", "qwen3-0.6b"), {"draft": "dla0"}),
+        (("cpu-local", "qwen3-0.6b", "smollm2-135m"), {}))
+GRID_BATCHES = (1, 8, 16, 32, 64)
+
+
+def grid_rate(setup, placement, policy: str, params: dict, batch: int) -> float:
+    name, target, draft = setup
+    cfg = SimConfig(platform=name, target=target, draft=draft, policy=policy,
+                    params={"gamma": 7, **params}, acceptance={"kind": "iid", "alpha": 0.8},
+                    tokens=2000, batch=batch, deterministic=True, fixed_context=True,
+                    prompt_tokens=128, placement=placement)
+    return simulate(cfg, baseline=False).metrics["tokens_per_s"]
+
+
+def print_grid() -> None:
+    print(f"{'platform':22s} {'B':>3s} {'stall':>7s} {'skip':>7s} {'best':>7s}"
+          "   (Mirror-SD tokens/s over SD's)")
+    for setup, placement in GRID:
+        for batch in GRID_BATCHES:
+            sd = grid_rate(setup, placement, "sd", {}, batch)
+            leads = [grid_rate(setup, placement, "mirror", {"batch_fallback": mode}, batch)
+                     / sd for mode in ("stall", "skip")]
+            print(f"{setup[0]:22s} {batch:3d} {leads[0]:7.3f} {leads[1]:7.3f} "
+                  f"{max(leads):7.3f}")
+
+
 def best_rate(fn, repeat: int) -> float:
     rates = []
     for _ in range(repeat):
@@ -55,7 +92,12 @@ def main() -> None:
                         help="also time the Mirror command with contention=on")
     parser.add_argument("--batch", type=int, default=None,
                         help="also time the Mirror command at this batch, per fallback")
+    parser.add_argument("--grid", action="store_true",
+                        help="print Mirror-SD's lead over SD on every shipped platform")
     args = parser.parse_args()
+    if args.grid:
+        print_grid()
+        return
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     configs = [("mirror (m2-ultra-8x)", MIRROR), ("ssd (h100-sxm-5x)", SSD)]
