@@ -60,11 +60,12 @@ class Scenario:
         return PolicyContext(self.target, self.draft, c.tokens, c.batch, c.prompt_tokens,
                              c.fixed_context)
 
-    def target_s(self, layers, n_tokens: int, head, context: int | None = None) -> float:
+    def target_s(self, layers, n_tokens: int, head, context: int | None = None,
+                 head_tokens: int | None = None) -> float:
         return self.cost.forward(self.target, self.placement.get("target", "target"), layers,
                                  n_tokens, self.batch,
                                  self.context if context is None else context, head,
-                                 None).total_s
+                                 None, head_tokens).total_s
 
     def draft_s(self, n_tokens: int, rows: int, context: int, collectives) -> float:
         where = self.placement.get("draft", "draft")
@@ -282,7 +283,8 @@ def mirror_terms(cfg) -> MirrorTerms:
     rv_fv = max(s.trip_s("draft", "target", b * p.kappa * g * ENTRY_BYTES),
                 s.trip_s("target", "draft", b * VERDICT_BYTES))
     stall = not mirror_policy.skips(p, b, s.acceptance.expected(g))
-    return MirrorTerms(s.target_s((0, p.exit_layer), g + 1, "exit"),
+    return MirrorTerms(s.target_s((0, p.exit_layer), g + 1, "exit",
+                                  head_tokens=mirror_policy.TOPK_POSITIONS),
                        s.target_s((p.exit_layer, p.n_layers), g + 1, "lm"),
                        rollout(b * p.kappa), s.trip_s("target", "draft",
                                                       b * p.kappa * ENTRY_BYTES),

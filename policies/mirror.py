@@ -105,6 +105,7 @@ TOKEN_BYTES = 4           # an int32 token id
 ENTRY_BYTES = 8           # a token id with its fp32 log-prob
 VERDICT_BYTES = 8         # accepted count + correction token, per row
 FRESH, WINDOW = 0, 1
+TOPK_POSITIONS = 1        # the exit head projects one position per row: the window's root
 KAPPA_SCHEDULE = ((8, 8), (16, 4), (32, 2))  # (largest batch, kappa); 1 beyond
 
 PREFIX, TOPK, SUFFIX = "target prefix", "top-k to draft", "target suffix"
@@ -251,7 +252,8 @@ def _step(ctx: PolicyContext, p: MirrorPlan, context: int, branch: int,
     """One Mirror-SD step up to its Verify; returns (verdict, window handle)."""
     b, n = ctx.batch, p.n_layers
     prefix = yield Forward("target", "target", (0, p.exit_layer), p.gamma + 1, b, context,
-                           head="exit", emit="topk", k=p.kappa, head_tokens=1, label=PREFIX)
+                           head="exit", emit="topk", k=p.kappa, head_tokens=TOPK_POSITIONS,
+                           label=PREFIX)
     roots = yield Transfer("target", "draft", b * p.kappa * ENTRY_BYTES, payload=prefix,
                            label=TOPK)
     suffix_op = Forward("target", "target", (p.exit_layer, n), p.gamma + 1, b, context,
