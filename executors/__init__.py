@@ -8,6 +8,8 @@ registered policies run unchanged, their operations become real computation.
 * ``layers``      — layer-range execution with a preallocated KV cache.
 * ``book``, ``feeds``, ``trees`` — the coordinator's bookkeeping: which positions
   each Forward feeds, proposals, speculation trees, rollback.
+* ``branches``    — CATS's correction branches: sibling cache slots under a tree
+  mask, verified in the target's one pass, compacted onto the committed path.
 * ``coordinator``, ``loop``, ``observers`` — operations to device commands; the
   task loop that runs fork/join branches concurrently; real Outcome events.
 * ``device``, ``clients``, ``workers`` — a device's weights, caches and commands,
