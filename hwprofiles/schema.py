@@ -72,9 +72,9 @@ class Device(_Sourced):
     # Optional cost-model terms (defaults leave the roofline as it is):
     # host time per Forward call (dispatch, result handling), on top of launches;
     call_overhead_s: float = Field(default=0.0, ge=0)
-    # share of the shorter of memory and compute time hidden under the longer
-    # (1: max(memory, compute), the roofline; 0: they add, as single-thread CPU GEMM);
-    roofline_overlap: float = Field(default=1.0, ge=0, le=1)
+    # how memory and compute time combine: (m^p + c^p)^(1/p); None: max(m, c), the
+    # roofline; 1: they add (single-thread CPU GEMM); between: partly overlapped;
+    roofline_exponent: float | None = Field(default=None, ge=1)
     # weight-streaming time of a pass over more than one row relative to a one-row
     # pass (CPU BLAS: GEMM packs its operand, GEMV streams it once).
     multirow_memory_factor: float = Field(default=1.0, gt=0)

@@ -3,8 +3,9 @@
 Efficiency factors and launch overheads live in the platform profile, where
 calibration fits them. A Forward on a collective group is sharded evenly over
 its members (tensor parallel) and pays its all-reduces on top. Optional device
-terms, off by default: a per-call overhead, a roofline overlap below 1 (memory
-and compute partly add) and a memory factor for passes over more than one row.
+terms, off by default: a per-call overhead, a roofline exponent (memory and
+compute time combine as a p-norm instead of a max: they partly add) and a
+memory factor for passes over more than one row.
 """
 
 from __future__ import annotations
@@ -28,19 +29,26 @@ class ForwardCost:
     flops: float
     nbytes: float
     tier: str
-    overlap: float = 1.0  # the device's roofline_overlap
+    exponent: float | None = None  # the device's roofline_exponent
 
     @property
     def busy_s(self) -> float:
-        """Launch plus the roofline term, without collectives: max(compute, memory)
-        plus the share (1 - overlap) of the shorter one that is not hidden."""
-        shorter = 0.0 if self.overlap == 1.0 else \
-            (1.0 - self.overlap) * min(self.compute_s, self.memory_s)
-        return self.launch_s + max(self.compute_s, self.memory_s) + shorter
+        """Launch plus the roofline term, without collectives: max(compute, memory),
+        or with a roofline exponent p, (compute^p + memory^p)^(1/p)."""
+        return self.launch_s + roofline(self.compute_s, self.memory_s, self.exponent)
 
     @property
     def total_s(self) -> float:
         return self.busy_s + self.collective_s
+
+
+def roofline(compute_s: float, memory_s: float, exponent: float | None) -> float:
+    """max(c, m), or the smooth (c^p + m^p)^(1/p): p = 1 adds them, p -> inf is max."""
+    longer = max(compute_s, memory_s)
+    if exponent is None or longer <= 0:
+        return longer
+    return longer * ((compute_s / longer) ** exponent
+                     + (memory_s / longer) ** exponent) ** (1.0 / exponent)
 
 
 def _peak(device, dtype: str) -> float:
@@ -72,11 +80,11 @@ class RooflineCost:
             shape = self._cache[key] = self._shape(spec, where, layers, n_tokens, batch,
                                                    head, collectives, head_tokens)
         (flops0, flops_ctx, bytes0, bytes_ctx, g, flop_rate, byte_rate, launch_s,
-         collective_s, tier, overlap) = shape
+         collective_s, tier, exponent) = shape
         flops = (flops0 + flops_ctx * context) / g
         nbytes = (bytes0 + bytes_ctx * context) / g
         return ForwardCost(launch_s, flops / flop_rate, nbytes / byte_rate, collective_s,
-                           flops, nbytes, tier, overlap)
+                           flops, nbytes, tier, exponent)
 
     def _shape(self, spec: ModelSpec, where: str, layers: tuple[int, int], n_tokens: int,
                batch: int, head: str | None, collectives: int | None,
@@ -121,7 +129,7 @@ class RooflineCost:
             launch_s += device.call_overhead_s
         return (flops0, flops_ctx, bytes0, bytes_ctx, g,
                 _peak(device, spec.dtype) * device.compute_efficiency,
-                byte_rate, launch_s, collective_s, tier.name, device.roofline_overlap)
+                byte_rate, launch_s, collective_s, tier.name, device.roofline_exponent)
 
     @staticmethod
     def hop_s(link: Link, nbytes: float) -> float:
