@@ -7,11 +7,16 @@ Measures, on one core (BLAS limited to one thread):
 * disk sequential read bandwidth (a temp file written, fsync'ed, dropped from the
   page cache with posix_fadvise(POSIX_FADV_DONTNEED), then read back),
 * inter-process round-trip latency and bandwidth over a multiprocessing Pipe,
+* with ``--allreduce`` (needs torch): a gloo ``all_reduce`` over 127.0.0.1 between
+  two processes pinned to the first two cores, timed at small and large message
+  sizes, and ``alpha_s`` + M / bandwidth fitted to the medians (the platform
+  group's ``alpha_beta`` cost with G = 2: alpha * log2(2) = alpha),
 
 then prints each figure and a YAML snippet for ``hwprofiles/data/platforms``.
 Runs in well under a minute with the defaults. Needs numpy only.
 
-    python benchmarks/measure_cpu.py [--disk-mib 512] [--dir /path/on/disk]
+    python benchmarks/measure_cpu.py [--disk-mib 512] [--dir /path/on/disk] [--allreduce]
+    python benchmarks/measure_cpu.py --allreduce-only
 """
 
 from __future__ import annotations
@@ -147,6 +152,67 @@ def pipe_bandwidth_gb_s(total_mib: int, message_mib: int = 4) -> float:
     return count * len(message) / seconds / 1e9
 
 
+ALLREDUCE_BYTES = (4, 1024, 16384, 262144, 1048576, 4194304)
+
+
+def _allreduce_rank(rank: int, port: int, repeats: int, out) -> None:
+    """Child process: pinned to core ``rank``; medians of timed all-reduces per size."""
+    allowed = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {allowed[rank % len(allowed)]})
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=2)
+    medians = []
+    for nbytes in ALLREDUCE_BYTES:
+        buf = torch.ones(nbytes // 4, dtype=torch.float32)
+        for _ in range(20):  # warm-up
+            dist.all_reduce(buf)
+        times = np.empty(repeats)
+        for i in range(repeats):
+            start = time.perf_counter()
+            dist.all_reduce(buf)
+            times[i] = time.perf_counter() - start
+        medians.append(float(np.median(times)))
+    if rank == 0:
+        out.put(medians)
+    dist.destroy_process_group()
+
+
+def allreduce_fit(repeats: int) -> tuple[float, float, list[float]]:
+    """(alpha_s, bandwidth_gb_s, median seconds per size) of a 2-process gloo
+    all-reduce: least squares of t = alpha + M / bandwidth over ALLREDUCE_BYTES."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_allreduce_rank, args=(r, port, repeats, out))
+             for r in range(2)]
+    for p in procs:
+        p.start()
+    medians = out.get(timeout=600)
+    for p in procs:
+        p.join()
+    slope, alpha = np.polyfit(np.array(ALLREDUCE_BYTES, dtype=float), medians, 1)
+    return float(alpha), 1 / float(slope) / 1e9, medians
+
+
+def print_allreduce(repeats: int) -> None:
+    alpha_s, bw_gb_s, medians = allreduce_fit(repeats)
+    for nbytes, t in zip(ALLREDUCE_BYTES, medians):
+        print(f"gloo all_reduce, 2 cores, {nbytes:>8} B: {t * 1e6:9.1f} us (median of {repeats})")
+    print(f"fitted t = alpha + M/bw:         alpha {alpha_s * 1e6:.1f} us, "
+          f"bandwidth {bw_gb_s:.3g} GB/s")
+    print(f"group: {{algorithm: alpha_beta, alpha_s: {alpha_s:.3g}, "
+          f"bandwidth_gb_s: {bw_gb_s:.3g}}}")
+
+
 def _parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--matmul-n", type=int, default=2048, help="matmul size (default 2048)")
@@ -159,11 +225,20 @@ def _parse_args() -> argparse.Namespace:
     p.add_argument("--round-trips", type=int, default=5000,
                    help="pipe ping-pong round trips (default 5000)")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats per test")
+    p.add_argument("--allreduce", action="store_true",
+                   help="also time a 2-core gloo all-reduce (needs torch)")
+    p.add_argument("--allreduce-only", action="store_true",
+                   help="time only the 2-core gloo all-reduce")
+    p.add_argument("--allreduce-repeats", type=int, default=200,
+                   help="timed all-reduces per message size (default 200)")
     return p.parse_args()
 
 
 def main() -> None:
     args = _parse_args()
+    if args.allreduce_only:
+        print_allreduce(args.allreduce_repeats)
+        return
     limit = threadpool_limits(1) if threadpool_limits else nullcontext()
     with limit:
         flops = matmul_flops(args.matmul_n, args.repeats)
@@ -192,6 +267,9 @@ def main() -> None:
     print(f"dram: {{capacity_bytes: {ram_bytes:.4g}, bandwidth_gb_s: {dram_dot:.3g}}}")
     print(f"disk: {{capacity_bytes: {disk_bytes:.4g}, bandwidth_gb_s: {disk:.3g}}}")
     print(f"link: {{latency_s: {rtt / 2:.3g}, bandwidth_gb_s: {pipe_bw:.3g}}}")
+    if args.allreduce:
+        print()
+        print_allreduce(args.allreduce_repeats)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from executors.device import SleepCmd, VerifyCmd
 from executors.feeds import HandleInfo, hidden_command, hidden_inputs, token_command
 from executors.loop import Loop, Pending
 from executors.streaming import StreamCmd
+from executors.tensor import AllReduceCmd, members_of
 from policies.ops import (AllReduce, Delay, Forward, Outcome, StreamWeights, Transfer,
                           Verdict, Verify)
 
@@ -52,10 +53,6 @@ class Placement:
         try:
             return self.clients[role]
         except KeyError:
-            if role in self.tracks:
-                raise ValueError(f"'{role}' is placed on group {self.tracks[role]}, but the "
-                                 "executor does not shard a model over a group; place it "
-                                 f"on one device with --placement {role}=DEVICE") from None
             raise ValueError(f"the schedule uses device '{role}', which the placement does "
                              f"not map; add --placement {role}=DEVICE") from None
 
@@ -126,6 +123,14 @@ class Coordinator:
                            "name": getattr(op, "label", "") or fields["type"],
                            "start_s": reply[1] - self.t0, "end_s": reply[2] - self.t0})
 
+    def collective_spans(self, role: str, client: str, result, name: str) -> None:
+        """The lead member's timed all-reduces (tensor parallel), one span each."""
+        for start, end, nbytes in (result or {}).get("collectives", ()):
+            self.spans.append({"op": {"type": "AllReduce", "nbytes": nbytes},
+                               "device": self.place.tracks.get(role, role),
+                               "physical": client, "kind": "collective", "name": name,
+                               "start_s": start - self.t0, "end_s": end - self.t0})
+
     # Forward -------------------------------------------------------------------
     def forward(self, op: Forward) -> Pending:
         if op.head == "exit_layer":
@@ -161,6 +166,8 @@ class Coordinator:
             reply = replies[-1]
             self.span(op, op.device, client, reply, "compute", n_fed=max(cmd.n_fed),
                       context_measured=max(cmd.start), rows=len(cmd.start))
+            self.collective_spans(op.device, client, reply[0], f"{op.label or 'forward'} "
+                                  "all-reduce")
             self._emitted(op, info, book, reply[0])
             return Handle(handle)
 
@@ -216,12 +223,16 @@ class Coordinator:
                 book.wrote(op.layers, r, seq, len(seq))
 
     def move(self, info: HandleInfo, dst: str) -> list:
-        """Commands that bring a handle's hidden states to ``dst`` (real sends)."""
+        """Commands that bring a handle's hidden states to ``dst`` (real sends): to
+        each of a group's members that lacks them, from a source group's lead."""
         if dst in info.at:
             return []
         src = next(iter(info.at))
+        held = {m for at in info.at for m in members_of(at)}
         info.at.add(dst)
-        return self.clients[dst].fetch_commands(self.clients[src], src, info.id)
+        lead = members_of(src)[0]
+        return [cmd for m in members_of(dst) if m not in held
+                for cmd in self.clients[m].fetch_commands(self.clients[lead], lead, info.id)]
 
     def _materialise(self) -> None:
         """Make the speculation a hit selected the narrow proposal of branches 0, 1."""
@@ -330,10 +341,12 @@ class Coordinator:
         info = self.handles.get(op.payload.id) if isinstance(op.payload, Handle) else None
         if info is not None and info.head is None:
             cmds = self.move(info, dst)  # activations: the hidden states themselves
-        elif src == dst:
-            cmds = []
+        elif src == dst or set(members_of(src)) & set(members_of(dst)):
+            cmds = []  # a group shares the message with a member it includes
         else:
-            cmds = self.clients[dst].message_commands(self.clients[src], src, op.nbytes)
+            lead_src, lead_dst = members_of(src)[0], members_of(dst)[0]
+            cmds = self.clients[lead_dst].message_commands(self.clients[lead_src], lead_src,
+                                                           op.nbytes)
 
         def finish(replies):
             if replies:
@@ -344,8 +357,16 @@ class Coordinator:
         return Pending(cmds, finish)
 
     def allreduce(self, op: AllReduce) -> Pending:
-        raise ValueError("the executor does not run tensor-parallel groups yet; place "
-                         f"'{op.group}' on a single device with --placement")
+        """``count`` real all-reduces of ``op.nbytes`` in the group's process group."""
+        client = self.place.client(op.group)
+        if len(members_of(client)) < 2:  # a group of one: nothing to exchange
+            return Pending([], lambda _r: None)
+
+        def finish(replies):
+            self.collective_spans(op.group, client, replies[0][0], op.label or "all-reduce")
+            return None
+
+        return Pending([(client, AllReduceCmd(client, op.nbytes, op.count))], finish)
 
     def stream(self, op: StreamWeights) -> Pending:
         client = self.place.client(op.device)

@@ -96,6 +96,7 @@ class LocalDevice:
         self.gen = torch.Generator().manual_seed(seed)  # sampling runs on the CPU
         self.batch = 1
         self.where = name if name.startswith("cuda:") else "cpu"
+        self.collectives = None  # executors.tensor.Collectives in a group's worker
 
     def execute(self, cmd):
         """Run one command; returns (result, start perf_counter, end perf_counter)."""
@@ -146,7 +147,12 @@ class LocalDevice:
                 if any(lg.shape[0] > 1 for lg in logits):  # a verifier over several positions
                     out["topk_all"] = [torch.topk(lg, cmd.k).indices.tolist() for lg in logits]
         self.keep(cmd.handle, entry)
+        if self.collectives is not None and self.collectives.timings:
+            out["collectives"] = self.collectives.take()  # (start, end, bytes) each
         return out
+
+    def _AllReduceCmd(self, cmd):
+        return {"collectives": self.collectives.allreduce(cmd, self.where)}
 
     def _VerifyCmd(self, cmd: VerifyCmd):
         logits = self.store[cmd.handle]["logits"]

@@ -115,6 +115,7 @@ class Stack:
         self.hidden = cfg.hidden_size
         self.vocab = cfg.vocab_size
         self._cos = self._sin = None
+        self.reduce = None  # tensor parallel: sums the members' partial outputs
 
     def new_cache(self, batch: int, capacity: int = 256) -> KVCache:
         return KVCache(batch, self.n_kv_heads, self.head_dim, self.embed.weight.dtype,
@@ -158,8 +159,10 @@ class Stack:
         k = k * cos + _rotate_half(k) * sin
         keys, values = self._store(cache, i, k, v, at)
         out = self._attend(q, keys, values, at.mask)
-        h = h + attn.o_proj(out)
-        return h + layer.mlp(layer.post_attention_layernorm(h))
+        a = attn.o_proj(out)
+        h = h + (a if self.reduce is None else self.reduce(a))
+        m = layer.mlp(layer.post_attention_layernorm(h))
+        return h + (m if self.reduce is None else self.reduce(m))
 
     @staticmethod
     def _store(cache: KVCache, i: int, k, v, at: Positions):

@@ -116,9 +116,13 @@ class Loop:
             self._finish(task)
             return
         for i, (client, cmd) in enumerate(pending.commands):
-            ticket = next(_TICKETS)  # unique across loops: late replies are recognised
-            self._tickets[ticket] = (task, i)
-            self.clients[client].submit(ticket, cmd)
+            route = getattr(self.clients[client], "route", None)  # a group: fan out
+            parts = route(cmd) if route else [(client, cmd)]
+            merge = _Merge(len(parts)) if route else None
+            for name, part in parts:
+                ticket = next(_TICKETS)  # unique across loops: late replies are recognised
+                self._tickets[ticket] = (task, i, merge)
+                self.clients[name].submit(ticket, part)
 
     def _finish(self, task: Task) -> None:
         pending, task.pending = task.pending, None
@@ -143,11 +147,30 @@ class Loop:
             done = [conns[c] for c in wait(list(conns))]
         for client in done:
             for ticket, reply in client.replies():
-                task, i = self._tickets.pop(ticket)
+                task, i, merge = self._tickets.pop(ticket)
+                if merge is not None:
+                    reply = merge.add(ticket, reply)
+                    if reply is None:  # other members still owe theirs
+                        continue
                 task.replies[i] = reply
                 task.outstanding -= 1
                 if task.outstanding == 0:
                     self._finish(task)
+
+
+class _Merge:
+    """A group's replies to one command: the lead member's result (the first
+    submitted) and the hull of all members' times, once all have answered."""
+
+    def __init__(self, n: int):
+        self.n, self.got = n, {}
+
+    def add(self, ticket: int, reply):
+        self.got[ticket] = reply
+        if len(self.got) < self.n:
+            return None
+        replies = [self.got[t] for t in sorted(self.got)]
+        return (replies[0][0], min(r[1] for r in replies), max(r[2] for r in replies))
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from executors.footprint import footprint
 from executors.layers import Stack
 from executors.loop import call
 from executors.streaming import StreamSetupCmd
+from executors.tensor import SEP, GroupClient, members_of
 from executors.observers import OBSERVERS, hints_for
 from hwprofiles import load_platform
 from policies import PolicyContext, build, parse_params
@@ -63,12 +64,9 @@ def physical_map(platform, placement: dict[str, str], physical: dict[str, str]):
             phys[d.name], cpu_i = f"cpu:{cpu_i % n_cores}", cpu_i + 1
     clients, tracks, storage = {}, {}, {}
     for role, where in placement.items():
-        members = platform.members(where)
         tracks[role] = where
-        if len(members) > 1:  # a group: Placement.client refuses it when used
-            continue
-        clients[role] = phys[members[0]]
-        storage[role] = platform.device(members[0]).storage or "storage"
+        clients[role] = group_client(platform, where, phys)
+        storage[role] = platform.device(platform.members(where)[0]).storage or "storage"
     for role, name in physical.items():
         check_physical(name, n_cuda, n_cores)
         clients[role] = name
@@ -76,7 +74,22 @@ def physical_map(platform, placement: dict[str, str], physical: dict[str, str]):
     for d in platform.devices:  # a schedule may name platform devices directly
         clients.setdefault(d.name, phys[d.name])
         tracks.setdefault(d.name, d.name)
+    for g in platform.groups:  # and groups (AllReduce), where this machine has the cores
+        members = [phys[m] for m in g.members]
+        if len(set(members)) == len(members):
+            clients.setdefault(g.name, SEP.join(members))
+            tracks.setdefault(g.name, g.name)
     return clients, tracks, storage
+
+
+def group_client(platform, where: str, phys: dict[str, str]) -> str:
+    """The client name of a device or group: a group's physical members joined."""
+    members = [phys[m] for m in platform.members(where)]
+    if len(set(members)) < len(members):
+        raise ValueError(f"group '{where}' needs {len(members)} distinct devices, but this "
+                         f"machine maps its members to {', '.join(members)}; run on a "
+                         "machine with more cores or place the role on one device")
+    return SEP.join(members)
 
 
 def check_physical(name: str, n_cuda: int, n_cores: int) -> None:
@@ -168,18 +181,45 @@ class Session:
                 raise ValueError(f"the schedule runs model '{model}', but the run loads "
                                  f"only {', '.join(self.loaded)}; pass --draft NAME")
             needed.setdefault(self.placement.client(role), set()).add(model)
+        self._check_groups(needed)
         self._start(needed)
-        used = {name: self.clients[name] for name in needed}
+        used = {m: self.clients[m] for name in needed for m in [name, *members_of(name)]}
         self._batches += 1
-        names = sorted(set(self.placement.clients.values()))
+        names = self._physical_names()
+        physical = sorted({m for name in needed for m in members_of(name)})
         call(used, [(name, ResetCmd(batch, self.seed * 1_000_003 + self._batches * 101
-                                    + names.index(name))) for name in used])
+                                    + names.index(name))) for name in physical])
         return used
+
+    def _physical_names(self) -> list[str]:
+        return sorted({m for c in self.placement.clients.values() for m in members_of(c)})
+
+    def _check_groups(self, needed: dict[str, set]) -> None:
+        """A model sharded over a group runs only there, on no more members than it
+        has key/value heads."""
+        for name, used in needed.items():
+            if SEP not in name:
+                continue
+            members = members_of(name)
+            for model in sorted(used):
+                kv = self.specs[model].n_kv_heads or self.specs[model].n_heads
+                if len(members) > kv:
+                    raise ValueError(f"{model} has {kv} key/value heads, too few to shard "
+                                     f"over {len(members)} devices; place it on a smaller "
+                                     "group or one device with --placement")
+                whole = [m for m in members if model in needed.get(m, ())]
+                if whole:
+                    raise ValueError(f"{model} is sharded over {name} and also runs whole "
+                                     f"on {whole[0]}; place every role that runs {model} "
+                                     "on the same group with --placement")
 
     def _start(self, needed: dict[str, set]) -> None:
         if self.opts.mode == "inline":
             if any(name.startswith("cuda:") for name in needed):
                 raise ValueError("CUDA devices run in worker processes; drop --inline")
+            if any(SEP in name for name in needed):
+                raise ValueError("tensor-parallel groups run in worker processes; drop "
+                                 "--inline or place each role on one device")
             if self._stacks is None:
                 self._stacks = {r: Stack(ld.model, ld.spec.n_layers)
                                 for r, ld in self.loaded.items()}
@@ -190,8 +230,11 @@ class Session:
         from executors.workers import LoadCmd, WorkerClient
 
         if not self.clients:
-            names = sorted(set(self.placement.clients.values()))
-            self.clients = WorkerClient.start_all(names, threads=self.opts.threads)
+            groups = sorted({c for c in self.placement.clients.values() if SEP in c})
+            self.clients = WorkerClient.start_all(self._physical_names(),
+                                                  threads=self.opts.threads,
+                                                  groups=tuple(groups))
+            self.clients.update({g: GroupClient(g) for g in groups})
         call(self.clients, [(name, LoadCmd({r: self.sources[r] for r in roles}, self.seed,
                                            self.sources["target"]))
                             for name, roles in needed.items()])
@@ -201,6 +244,12 @@ class Session:
         cmds = []
         for (role, model), layers in sorted(streams.items()):
             client = self.placement.client(role)
+            if SEP in client:
+                if layers:
+                    raise ValueError(f"'{role}' streams layers of {model}, which the "
+                                     "executor cannot shard over a group; place it on one "
+                                     f"device with --placement {role}=DEVICE")
+                continue
             key = f"{self.sources[model]}-seed{self.seed + (model == 'draft')}"
             cmds.append((client, StreamSetupCmd(model, tuple(sorted(layers)), capacity, key,
                                                 restore)))

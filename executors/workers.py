@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Client, Listener
 from pathlib import Path
 
@@ -33,6 +33,7 @@ class LoadCmd:
     sources: dict[str, str]
     seed: int
     target: str = ""  # the target's source, for self:N drafts
+    shards: dict = field(default_factory=dict)  # role -> tensor.Shard on a group
 
 
 @dataclass
@@ -75,17 +76,20 @@ class WorkerClient:
         self.name, self.rank, self.conn, self.proc = name, rank, conn, proc
 
     @classmethod
-    def start_all(cls, names: list[str], *, threads: int = 1) -> dict[str, "WorkerClient"]:
+    def start_all(cls, names: list[str], *, threads: int = 1,
+                  groups: tuple[str, ...] = ()) -> dict[str, "WorkerClient"]:
         """Start one worker per name (``python -m executors.workers``), connected
         back over an authenticated local socket; independent of the caller's
-        ``__main__``."""
+        ``__main__``. ``groups``: tensor-parallel groups (members joined by
+        ``tensor.SEP``), each given its own process group in every worker."""
         key = os.urandom(16)
         listener = Listener(("127.0.0.1", 0), authkey=key)
-        env = {**os.environ, "HETSPEC_WORKER_KEY": key.hex()}
+        env = {**os.environ, "HETSPEC_WORKER_KEY": key.hex(),
+               "HETSPEC_WORKER_NAMES": ",".join(names)}
         port = _free_port()
         procs = [subprocess.Popen(
             [sys.executable, "-m", "executors.workers", name, str(rank), str(len(names)),
-             str(port), str(threads), str(listener.address[1])], env=env,
+             str(port), str(threads), str(listener.address[1]), ";".join(groups)], env=env,
             cwd=str(Path(__file__).resolve().parents[1]))
             for rank, name in enumerate(names)]
         try:
@@ -182,10 +186,12 @@ def _accept_all(listener, procs) -> list:
     return [conns[r] for r in range(len(procs))]
 
 
-def _main(conn, name: str, rank: int, world: int, port: int, threads: int) -> None:
+def _main(conn, name: str, rank: int, world: int, port: int, threads: int,
+          groups: str = "", names: str = "") -> None:
     conn.send(rank)
     try:
         device = _setup(name, rank, world, port, threads)
+        _join_groups(device, groups, names)
     except BaseException:  # report, then exit: the coordinator raises
         conn.send(("error", traceback.format_exc()))
         return
@@ -257,6 +263,25 @@ def _setup(name, rank, world, port, threads):
     return LocalDevice(name, {}, seed=rank)
 
 
+def _join_groups(device, groups: str, names: str) -> None:
+    """One process group per tensor-parallel group; every worker joins each call
+    (torch.distributed requires it), members keep theirs. NCCL where the
+    members are CUDA devices, gloo otherwise."""
+    import torch.distributed as dist
+
+    from executors.tensor import Collectives, members_of
+
+    device.collectives = Collectives()
+    order = names.split(",")
+    for key in filter(None, groups.split(";")):
+        members = members_of(key)
+        cuda = all(m.startswith("cuda:") for m in members)
+        group = dist.new_group([order.index(m) for m in members],
+                               backend="nccl" if cuda else "gloo")
+        if device.name in members:
+            device.collectives.groups[key] = group
+
+
 def _execute(device, cmd, pending_sends):
     if isinstance(cmd, LoadCmd):
         return _load(device, cmd)
@@ -272,21 +297,26 @@ def _load(device, cmd: LoadCmd):
     from executors.layers import Stack
 
     start = time.perf_counter()
-    loaded = device.__dict__.setdefault("loaded", {})  # source -> HF model
+    loaded = device.__dict__.setdefault("loaded", {})  # (source, shard) -> HF model
 
-    def model(source: str, seed: int):
-        if source not in loaded:
-            loaded[source] = models.load(source, seed=seed).model.to(device.where)
-        return loaded[source]
+    def model(source: str, seed: int, shard):  # a sharded copy is never shared unsharded
+        if (source, shard) not in loaded:
+            loaded[source, shard] = models.load(source, seed=seed).model.to(device.where)
+        return loaded[source, shard]
 
     for role, source in sorted(cmd.sources.items()):
         if role in device.stacks:
             continue
+        shard = cmd.shards.get(role)
         n = models.self_layers(source)
         if n:
-            device.stacks[role] = Stack(model(cmd.target, cmd.seed), n)
+            device.stacks[role] = Stack(model(cmd.target, cmd.seed, shard), n)
         else:  # seeds as the coordinator's copy: target seed, draft seed + 1
-            device.stacks[role] = Stack(model(source, cmd.seed + (role == "draft")))
+            device.stacks[role] = Stack(model(source, cmd.seed + (role == "draft"), shard))
+        if shard is not None:
+            from executors.tensor import shard_stack
+
+            shard_stack(device.stacks[role], shard, device.collectives.reducer(shard.key))
     return None, start, time.perf_counter()
 
 
@@ -324,7 +354,8 @@ def _recv(device, cmd: RecvCmd, pending_sends):
 if __name__ == "__main__":
     from executors import workers  # the importable module, whose classes commands pickle
 
-    _name, _rank, _world, _port, _threads, _back = sys.argv[1:7]
+    _name, _rank, _world, _port, _threads, _back, _groups = sys.argv[1:8]
     _conn = Client(("127.0.0.1", int(_back)),
                    authkey=bytes.fromhex(os.environ["HETSPEC_WORKER_KEY"]))
-    workers._main(_conn, _name, int(_rank), int(_world), int(_port), int(_threads))
+    workers._main(_conn, _name, int(_rank), int(_world), int(_port), int(_threads),
+                  _groups, os.environ["HETSPEC_WORKER_NAMES"])
