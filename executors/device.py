@@ -151,6 +151,12 @@ class LocalDevice:
             out["collectives"] = self.collectives.take()  # (start, end, bytes) each
         return out
 
+    def _WeightsCmd(self, cmd):
+        from executors.tensor import layer_weight_bytes, resident_weight_bytes
+
+        return {role: (layer_weight_bytes(stack), resident_weight_bytes(stack))
+                for role, stack in self.stacks.items()}
+
     def _AllReduceCmd(self, cmd):
         return {"collectives": self.collectives.allreduce(cmd, self.where)}
 

@@ -201,6 +201,8 @@ class Session:
             if SEP not in name:
                 continue
             members = members_of(name)
+            group = next(t for r, t in sorted(self.placement.tracks.items())
+                         if self.placement.clients.get(r) == name)
             for model in sorted(used):
                 kv = self.specs[model].n_kv_heads or self.specs[model].n_heads
                 if len(members) > kv:
@@ -209,7 +211,7 @@ class Session:
                                      "group or one device with --placement")
                 whole = [m for m in members if model in needed.get(m, ())]
                 if whole:
-                    raise ValueError(f"{model} is sharded over {name} and also runs whole "
+                    raise ValueError(f"{model} is sharded over {group} and also runs whole "
                                      f"on {whole[0]}; place every role that runs {model} "
                                      "on the same group with --placement")
 

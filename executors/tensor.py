@@ -65,6 +65,11 @@ class AllReduceCmd:
     count: int = 1
 
 
+@dataclass
+class WeightsCmd:
+    """Report each stack's weight bytes on this device: (layers, whole model)."""
+
+
 def _rows(linear, a: int, b: int) -> None:
     linear.weight = torch.nn.Parameter(linear.weight.data[a:b].clone(), requires_grad=False)
     if linear.bias is not None:

@@ -13,6 +13,11 @@ import torch
 from scipy import stats
 
 from executors import models
+from executors.book import Sequences
+from executors.coordinator import Coordinator
+from executors.loop import call
+from executors.tensor import WeightsCmd
+from policies.ops import AllReduce
 from executors.layers import Positions, Stack
 from executors.measure import measure
 from executors.session import Options, Session
@@ -366,3 +371,83 @@ def test_cuda_target_with_cpu_draft_is_lossless(tiny):
         mirror = s.decode("mirror", {"gamma": 3, "kappa": 2, "exit_layer": 3}, PROMPTS[:1])
     assert sd.generated[0][:12] == ref and mirror.generated[0][:12] == ref
     assert {x["physical"] for x in sd.spans} >= {"cuda:0", "cpu:1"}
+
+
+# tensor parallelism ------------------------------------------------------------------
+def _group_forwards(spans) -> list[tuple[dict, list[dict]]]:
+    """Each Forward span on the group with the collective spans recorded after it."""
+    out = []
+    for x in spans:
+        if x["kind"] == "compute" and x["op"]["type"] == "Forward":
+            out.append((x, []))
+        elif x["kind"] == "collective" and out:
+            out[-1][1].append(x)
+    return [(f, c) for f, c in out if f["device"] == "cpu_tp"]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_target_sharded_over_two_workers_is_lossless(tmp_path, seed):
+    """3 kv-head groups over 2 workers (2 and 1): greedy AR and SD with the target on
+    cpu_tp equal single-device AR token for token; two timed all-reduces per layer
+    per Forward on the group, inside its span; each worker holds about half."""
+    spec = tiny_spec(tmp_path, heads=6, kv_heads=3, hidden=48)
+    with session(spec, seed=seed) as s:
+        ref = [g[:12] for g in s.decode("ar", {}, PROMPTS).generated]
+        layers = s.loaded["target"].model.model.layers
+        full_layers = sum(p.numel() * 4 for p in layers.parameters())
+        norms = sum(p.numel() * 4 for layer in layers for name, p in layer.named_parameters()
+                    if "layernorm" in name)  # replicated on every member
+        full = sum(p.numel() * 4 for p in s.loaded["target"].model.parameters())
+    with session(spec, "self:4", mode="processes", placement={"target": "cpu_tp"},
+                 seed=seed) as s:
+        ar, sd = s.decode("ar", {}, PROMPTS), s.decode("sd", {"gamma": 3}, PROMPTS)
+        weights = call(s.clients, [("cpu:0", WeightsCmd()), ("cpu:1", WeightsCmd())])
+    assert [g[:12] for g in ar.generated] == ref and [g[:12] for g in sd.generated] == ref
+    assert sum(a["accepted"][0] < a["proposed"][0] for a in sd.acceptance) > 0  # rollbacks
+    for run in (ar, sd):
+        forwards = _group_forwards(run.spans)
+        assert forwards and all(len(c) == 2 * 6 for _, c in forwards)
+        assert all(f["start_s"] <= x["start_s"] <= x["end_s"] <= f["end_s"]
+                   for f, c in forwards for x in c)
+    shards = [w[0]["target"] for w in weights]
+    assert sum(layers for layers, _ in shards) == full_layers + norms
+    assert all(0.4 < layers / full_layers < 0.6 and 0.4 < whole / full < 0.65
+               for layers, whole in shards)
+
+
+def test_a_standalone_all_reduce_runs_in_the_group(tiny):
+    with session(tiny, mode="processes") as s:
+        s.decode("ar", {}, PROMPTS[:1])  # starts the workers
+        coord = Coordinator(s.clients, s.placement, Sequences.start(PROMPTS[:1]),
+                            s.n_layers)
+
+        def schedule():
+            yield AllReduce("cpu_tp", 65536, count=3, label="sync")
+
+        coord.run(schedule())
+    spans = [x for x in coord.spans if x["kind"] == "collective"]
+    assert [(x["name"], x["op"]["nbytes"], x["device"]) for x in spans] == [
+        ("sync", 65536, "cpu_tp")] * 3
+
+
+def test_a_group_refuses_inline_mode_and_a_model_both_sharded_and_whole(tiny):
+    with session(tiny, placement={"target": "cpu_tp"}) as s:
+        with pytest.raises(ValueError, match="worker processes"):
+            s.decode("ar", {}, PROMPTS[:1])
+    with session(tiny, "self:5", placement={"target": "cpu_tp", "stage1": "cpu1",
+                                            "stage0": "cpu_tp", "stage2": "cpu_tp"}) as s:
+        with pytest.raises(ValueError, match="sharded over cpu_tp and also runs whole on"):
+            s.decode("ppsd", {"exit_layer": 2}, PROMPTS[:1])
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_a_target_sharded_over_two_cuda_devices_is_lossless(tmp_path):
+    spec = tiny_spec(tmp_path, heads=6, kv_heads=3, hidden=48)
+    with session(spec) as s:
+        ref = [g[:12] for g in s.decode("ar", {}, PROMPTS).generated]
+    opts = Options(max_new_tokens=12, mode="processes")
+    with Session("a100-sxm-8x", f"random:{spec}", "self:4", options=opts,
+                 placement={"target": "gpu0"}) as s:
+        s.placement.clients["target"] = "cuda:0+cuda:1"  # two of the eight
+        out = s.decode("sd", {"gamma": 3}, PROMPTS)
+    assert [g[:12] for g in out.generated] == ref

@@ -129,3 +129,13 @@ def test_unknown_name_lists_the_choices(kind, load):
     assert "no-such-profile" in message
     for name in list_names(kind):
         assert name in message
+
+
+def test_cpu_local_has_a_measured_two_core_group_and_keeps_its_placement():
+    platform = load_platform("cpu-local")
+    group = next(g for g in platform.groups if g.name == "cpu_tp")
+    assert group.members == ("cpu0", "cpu1") and group.algorithm == "alpha_beta"
+    for name in ("alpha_s", "bandwidth_gb_s"):
+        assert "benchmarks/measure_cpu.py --allreduce" in group.sources[name]
+    assert dict(platform.placement) == {"target": "cpu0", "draft": "cpu1"}
+    assert group.allreduce_s(1e6) > group.allreduce_s(4) > 0
