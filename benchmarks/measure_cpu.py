@@ -9,8 +9,9 @@ Measures, on one core (BLAS limited to one thread):
 * inter-process round-trip latency and bandwidth over a multiprocessing Pipe,
 * with ``--allreduce`` (needs torch): a gloo ``all_reduce`` over 127.0.0.1 between
   two processes pinned to the first two cores, timed at small and large message
-  sizes, and ``alpha_s`` + M / bandwidth fitted to the medians (the platform
-  group's ``alpha_beta`` cost with G = 2: alpha * log2(2) = alpha),
+  sizes, and ``alpha_s`` + M / bandwidth fitted to the medians in relative
+  error (the platform group's ``alpha_beta`` cost with G = 2: alpha * log2(2)
+  = alpha),
 
 then prints each figure and a YAML snippet for ``hwprofiles/data/platforms``.
 Runs in well under a minute with the defaults. Needs numpy only.
@@ -184,7 +185,8 @@ def _allreduce_rank(rank: int, port: int, repeats: int, out) -> None:
 
 def allreduce_fit(repeats: int) -> tuple[float, float, list[float]]:
     """(alpha_s, bandwidth_gb_s, median seconds per size) of a 2-process gloo
-    all-reduce: least squares of t = alpha + M / bandwidth over ALLREDUCE_BYTES."""
+    all-reduce: least squares of t = alpha + M / bandwidth over ALLREDUCE_BYTES, in
+    relative error (weights 1/t), so small messages weigh as much as large ones."""
     import socket
 
     with socket.socket() as sock:
@@ -199,7 +201,8 @@ def allreduce_fit(repeats: int) -> tuple[float, float, list[float]]:
     medians = out.get(timeout=600)
     for p in procs:
         p.join()
-    slope, alpha = np.polyfit(np.array(ALLREDUCE_BYTES, dtype=float), medians, 1)
+    times = np.array(medians)  # relative residuals: the 4-byte time pins alpha
+    slope, alpha = np.polyfit(np.array(ALLREDUCE_BYTES, dtype=float), times, 1, w=1 / times)
     return float(alpha), 1 / float(slope) / 1e9, medians
 
 
@@ -207,7 +210,7 @@ def print_allreduce(repeats: int) -> None:
     alpha_s, bw_gb_s, medians = allreduce_fit(repeats)
     for nbytes, t in zip(ALLREDUCE_BYTES, medians):
         print(f"gloo all_reduce, 2 cores, {nbytes:>8} B: {t * 1e6:9.1f} us (median of {repeats})")
-    print(f"fitted t = alpha + M/bw:         alpha {alpha_s * 1e6:.1f} us, "
+    print(f"fitted t = alpha + M/bw (rel.):  alpha {alpha_s * 1e6:.1f} us, "
           f"bandwidth {bw_gb_s:.3g} GB/s")
     print(f"group: {{algorithm: alpha_beta, alpha_s: {alpha_s:.3g}, "
           f"bandwidth_gb_s: {bw_gb_s:.3g}}}")

@@ -14,6 +14,8 @@ registered policies run unchanged, their operations become real computation.
   task loop that runs fork/join branches concurrently; real Outcome events.
 * ``device``, ``clients``, ``workers`` — a device's weights, caches and commands,
   in process or in a worker process pinned to its cores (torch.distributed gloo).
+* ``tensor``      — a model sharded over a platform group (kv-head groups, MLP
+  columns), two all-reduces per layer; the group as one client.
 * ``streaming``   — layers beyond a DRAM budget, read from per-layer files.
 * ``session``, ``measure``, ``prompts``, ``footprint`` — a measured run end to end
   and its record (``hetspec run``).

@@ -123,12 +123,16 @@ class Coordinator:
                            "name": getattr(op, "label", "") or fields["type"],
                            "start_s": reply[1] - self.t0, "end_s": reply[2] - self.t0})
 
-    def collective_spans(self, role: str, client: str, result, name: str) -> None:
-        """The lead member's timed all-reduces (tensor parallel), one span each."""
+    def collective_spans(self, role: str, client: str, result, name: str,
+                         inside: str | None = None) -> None:
+        """The lead member's timed all-reduces, one span each (an AllReduce of count
+        1 in the role's group; ``inside``: the operation whose span contains it)."""
+        group = self.place.tracks.get(role, role)
         for start, end, nbytes in (result or {}).get("collectives", ()):
-            self.spans.append({"op": {"type": "AllReduce", "nbytes": nbytes},
-                               "device": self.place.tracks.get(role, role),
-                               "physical": client, "kind": "collective", "name": name,
+            op = {"type": "AllReduce", "group": group, "nbytes": nbytes, "count": 1,
+                  "label": name, **({"inside": inside} if inside else {})}
+            self.spans.append({"op": op, "device": group, "physical": client,
+                               "kind": "collective", "name": name,
                                "start_s": start - self.t0, "end_s": end - self.t0})
 
     # Forward -------------------------------------------------------------------
@@ -167,7 +171,7 @@ class Coordinator:
             self.span(op, op.device, client, reply, "compute", n_fed=max(cmd.n_fed),
                       context_measured=max(cmd.start), rows=len(cmd.start))
             self.collective_spans(op.device, client, reply[0], f"{op.label or 'forward'} "
-                                  "all-reduce")
+                                  "all-reduce", inside="Forward")
             self._emitted(op, info, book, reply[0])
             return Handle(handle)
 

@@ -8,7 +8,9 @@ written into ``KVCache`` there, and it attends to everything before them
 sibling token whose rotary position and visible prefix differ from its cache
 slot). Rows may be ragged:
 shorter rows are padded, and the padding's cache entries lie past the row's
-valid length, where nothing reads them.
+valid length, where nothing reads them. A tensor-parallel shard
+(``executors.tensor``) holds some heads and MLP columns and sums the members'
+partial outputs with ``Stack.reduce`` after each output and down projection.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 ``Session`` maps the platform's placement roles to physical devices
 (``cuda:N`` where present, otherwise CPU cores), starts one device per
-physical name (in-process, or a worker process pinned to its core), and decodes
+physical name (in-process, or a worker process pinned to its core; a role on a
+group runs sharded on every member, see ``executors.tensor``), and decodes
 prompt batches with any registered policy, unchanged. Before the clock starts
 each batch's prompt is prefilled into every cache the schedule will use.
 """

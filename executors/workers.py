@@ -2,9 +2,11 @@
 
 Each worker owns a ``LocalDevice`` (weights of the models placed on it, their
 KV caches) and answers commands from the coordinator over a pipe. Workers
-form one torch.distributed group (gloo on 127.0.0.1; NCCL is not needed for
-the point-to-point messages here), and hidden states and token-channel
-messages between devices are real ``send``/``recv`` calls between workers.
+form one torch.distributed group (gloo on 127.0.0.1), and hidden states and
+token-channel messages between devices are real ``send``/``recv`` calls
+between workers. Each tensor-parallel group (``executors.tensor``) gets a
+process group of its own (NCCL where its members are CUDA devices), in which a
+sharded model's all-reduces run.
 """
 
 from __future__ import annotations
