@@ -68,8 +68,9 @@ def physical_map(platform, placement: dict[str, str], physical: dict[str, str]):
         tracks[role] = where
         clients[role] = group_client(platform, where, phys)
         storage[role] = platform.device(platform.members(where)[0]).storage or "storage"
-    for role, name in physical.items():
-        check_physical(name, n_cuda, n_cores)
+    for role, name in physical.items():  # cuda:0+cuda:1: a group of physical devices
+        for member in members_of(name):
+            check_physical(member, n_cuda, n_cores)
         clients[role] = name
         tracks.setdefault(role, name)
     for d in platform.devices:  # a schedule may name platform devices directly

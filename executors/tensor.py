@@ -140,6 +140,8 @@ class Collectives:
 
             start = time.perf_counter()
             dist.all_reduce(t, group=self.groups[key])
+            if t.is_cuda:  # NCCL returns once queued: time the reduction itself
+                torch.cuda.synchronize(t.device)
             self.timings.append((start, time.perf_counter(), t.numel() * t.element_size()))
             return t
         return reduce

@@ -445,9 +445,9 @@ def test_a_target_sharded_over_two_cuda_devices_is_lossless(tmp_path):
     spec = tiny_spec(tmp_path, heads=6, kv_heads=3, hidden=48)
     with session(spec) as s:
         ref = [g[:12] for g in s.decode("ar", {}, PROMPTS).generated]
-    opts = Options(max_new_tokens=12, mode="processes")
-    with Session("a100-sxm-8x", f"random:{spec}", "self:4", options=opts,
-                 placement={"target": "gpu0"}) as s:
-        s.placement.clients["target"] = "cuda:0+cuda:1"  # two of the eight
+    opts = Options(max_new_tokens=12, mode="processes",
+                   physical={"target": "cuda:0+cuda:1", "draft": "cpu:1"})
+    with Session("cpu-local", f"random:{spec}", "self:4", options=opts) as s:
         out = s.decode("sd", {"gamma": 3}, PROMPTS)
     assert [g[:12] for g in out.generated] == ref
+    assert any(x["kind"] == "collective" for x in out.spans)
