@@ -65,11 +65,13 @@ def _models(config: SimConfig) -> dict[str, ModelSpec]:
 
 
 def run_schedule(config: SimConfig, *, record_spans: bool = True,
-                 outcomes_factory=Outcomes) -> SimResult:
+                 outcomes_factory=Outcomes, rewrite=None) -> SimResult:
     """Simulate one configuration and return the engine's raw result.
 
     ``outcomes_factory(acceptance_model, seed=, deterministic=)`` builds the
-    outcome source; pass an Outcomes subclass to observe or replay outcomes."""
+    outcome source; pass an Outcomes subclass to observe or replay outcomes.
+    ``rewrite(schedule) -> schedule`` wraps the policy's generator (a replay
+    gives Forwards the work a measured run did for them)."""
     platform = load_platform(config.platform)
     models = _models(config)
     pol = entry(config.policy)
@@ -82,6 +84,8 @@ def run_schedule(config: SimConfig, *, record_spans: bool = True,
                         prompt_tokens=config.prompt_tokens,
                         fixed_context=config.fixed_context)
     schedule = build(config.policy, ctx, params)
+    if rewrite is not None:
+        schedule = rewrite(schedule)
     acc = acceptance.build(**config.acceptance)
     outcomes = outcomes_factory(acc, seed=config.seed,
                                 deterministic=config.deterministic)

@@ -1,7 +1,7 @@
 """A calibration session: split runs, fit, judge on held-out runs, write the profile.
 
-Runs of the fitting policies (AR and SD by default) are fitted; when a fitting
-policy has several runs, every other one (in name order) is held out too. Every
+Runs of the fitting policies (AR and SD by default) are fitted; of several
+repeats of one configuration, every other one (in name order) is held out too. Every
 run of another schedule is held out: it is replayed on the calibrated profile
 with its own acceptance trace and compared end to end, and its spans are
 compared per operation kind.
@@ -10,29 +10,37 @@ compared per operation kind.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import yaml
 
-from analyses.calibrate import Terms, apply, current_value, fit, op_kind_errors
+from analyses.calibrate import Terms, apply, fit, initial_values, op_kind_errors
 from analyses.replay import MeasuredRun, check_run_fits, find_runs, load_run, replay
 from hwprofiles import Platform, load_platform
 from simcore.records import atomic_write_text
 
 
+def _configuration(run: MeasuredRun) -> str:
+    keys = ("policy", "params", "draft", "weights", "placement", "batch")
+    return json.dumps({k: run.inputs.get(k) for k in keys}, sort_keys=True, default=str)
+
+
 def split_runs(runs: list[MeasuredRun], fit_policies: list[str]):
-    """(fitting runs, held-out runs)."""
+    """(fitting runs, held-out runs): runs of the fitting policies are fitted,
+    except that of several repeats of one configuration every other one (in name
+    order) is held out; runs of other policies are held out."""
     fitting, held = [], []
     seen: dict[str, int] = {}
     for run in sorted(runs, key=lambda r: r.name):
         if run.policy not in fit_policies:
             held.append(run)
             continue
-        n = seen[run.policy] = seen.get(run.policy, 0) + 1
-        many = sum(r.policy == run.policy for r in runs) > 1
-        (held if many and n % 2 == 0 else fitting).append(run)
+        key = _configuration(run)
+        n = seen[key] = seen.get(key, 0) + 1
+        (held if n % 2 == 0 else fitting).append(run)
     if not fitting:
         raise ValueError(f"no run of the fitting policies ({', '.join(fit_policies)}) "
                          "was found; record AR and SD runs or pass --fit-policies")
@@ -40,38 +48,59 @@ def split_runs(runs: list[MeasuredRun], fit_policies: list[str]):
 
 
 def check_same_models(runs: list[MeasuredRun]) -> None:
-    """All runs share one target (and one draft among those that have one)."""
+    """All runs share one target (drafts may differ: each is costed by its spec)."""
     first = runs[0]
     for run in runs[1:]:
-        for role in ("target", "draft"):
-            a, b = first.inputs.get(role), run.inputs.get(role)
-            if a and b and a != b:
-                raise ValueError(f"run {run.name} measured {role} '{b}' but run "
-                                 f"{first.name} measured '{a}'; calibrate one "
-                                 "target/draft pair at a time (move the other runs out)")
+        a, b = first.inputs.get("target"), run.inputs.get("target")
+        if a and b and a != b:
+            raise ValueError(f"run {run.name} measured target '{b}' but run "
+                             f"{first.name} measured '{a}'; calibrate runs of one target "
+                             "at a time (move the other runs out)")
 
 
 def _evaluate(profile_path: Path, platform: Platform, held: list[MeasuredRun]) -> dict:
-    terms = Terms(platform)
+    """Held-out runs on the calibrated profile: each replayed end to end (the
+    schedule as written, and with the executor's recorded work), and each of
+    their operations predicted against its measured critical-path time."""
     out = {"runs": [], "op_kinds": {}, "schedules": {}}
-    all_terms = [t for run in held for t in terms.of_run(run)]
-    if all_terms:
-        values = {p: current_value(platform, p) for t in all_terms
-                  for p in _params(t)}
-        out["op_kinds"] = op_kind_errors(all_terms, values)
+    terms = [t for run in held for t in Terms(platform).of_run(run)]
+    out["op_kinds"] = op_kind_errors(terms, initial_values(platform, terms))
     for run in held:
-        errors = replay(run, str(profile_path)).errors()
-        out["runs"].append({"run": run.name, "policy": run.policy, **{
-            f"{k}_error": v for k, v in errors.items()}, **unmodelled_shares(run)})
+        row = {"run": run.name, "policy": run.policy}
+        for work, prefix in (("schedule", ""), ("executor", "executor_")):
+            rep = replay(run, str(profile_path), work=work)
+            errors = rep.errors()
+            row[f"{prefix}tokens_per_s_error"] = errors.get("tokens_per_s")
+            row[f"{prefix}median_step_latency_error"] = errors.get("median_step_latency")
+            row[f"{prefix}steps"] = rep.predicted.get("steps")
+        row["measured_steps"] = run.metrics.get("steps")
+        row["passes"] = pass_counts(run, rep)
+        out["runs"].append({**row, **unmodelled_shares(run)})
     for policy in sorted({r["policy"] for r in out["runs"]}):
         rows = [r for r in out["runs"] if r["policy"] == policy]
-        out["schedules"][policy] = {
-            "runs": len(rows),
-            "tokens_per_s_error": _median([r.get("tokens_per_s_error") for r in rows]),
-            "median_step_latency_error": _median([r.get("median_step_latency_error",
-                                                        r.get("step_latency_s_error"))
-                                                  for r in rows])}
+        out["schedules"][policy] = {"runs": len(rows), **{
+            key: _median([r.get(key) for r in rows]) for key in (
+                "tokens_per_s_error", "median_step_latency_error",
+                "executor_tokens_per_s_error", "executor_median_step_latency_error")}}
     return out
+
+
+def pass_counts(run: MeasuredRun, rep) -> dict[str, list[int]]:
+    """Per Forward label whose counts differ: [device passes the executor ran,
+    passes the executor-work replay simulated] (a sampled Forward of k tokens is
+    k passes). Equal counts mean both did the same work."""
+    measured: dict[str, int] = {}
+    for s in run.spans:
+        op = s["op"]
+        if op["type"] == "Forward":
+            k = op.get("n_tokens", 1) if op.get("emit") == "sample" else 1
+            measured[op.get("label", "")] = measured.get(op.get("label", ""), 0) + k
+    simulated: dict[str, int] = {}
+    for s in rep.sim_spans:
+        if s.kind == "compute":
+            simulated[s.name] = simulated.get(s.name, 0) + 1
+    return {k: [measured.get(k, 0), simulated.get(k, 0)] for k in sorted(
+        set(measured) | set(simulated)) if measured.get(k, 0) != simulated.get(k, 0)}
 
 
 def unmodelled_shares(run: MeasuredRun) -> dict[str, float]:
@@ -94,10 +123,8 @@ def unmodelled_shares(run: MeasuredRun) -> dict[str, float]:
             "refed_share": refed_s / wall_s}
 
 
-def _params(term):
-    from analyses.calibrate import params_of
-
-    return params_of([term])
+def _pct(value) -> str:
+    return "n/a" if value is None else f"{value:+.1%}"
 
 
 def _median(values) -> float | None:
@@ -116,9 +143,10 @@ def _header(fitting, held, result, evaluation, date: str) -> str:
     lines.append("held-out runs: " + (", ".join(f"{r.name} ({r.policy})" for r in held)
                                       or "none"))
     for policy, s in evaluation["schedules"].items():
-        lines.append(f"  {policy}: tokens/s error {s['tokens_per_s_error']:+.1%}, median "
-                     f"step-latency error {s['median_step_latency_error']:+.1%} "
-                     f"({s['runs']} runs)")
+        lines.append(f"  {policy}: tokens/s error {_pct(s['tokens_per_s_error'])}, median "
+                     f"step-latency error {_pct(s['median_step_latency_error'])}; with the "
+                     f"executor's recorded work {_pct(s['executor_tokens_per_s_error'])}, "
+                     f"{_pct(s['executor_median_step_latency_error'])} ({s['runs']} runs)")
     for r in evaluation["runs"]:
         if "verify_share" in r:
             lines.append(f"  run {r['run']}: time the cost model has no term for: Verify "
@@ -127,8 +155,9 @@ def _header(fitting, held, result, evaluation, date: str) -> str:
                          f"than the schedule asked (a draft catching up on the bonus "
                          f"token) {r['refed_share']:.1%}")
     for kind, s in evaluation["op_kinds"].items():
-        lines.append(f"  span {kind}: median |error| {s['median_abs_error']:.1%} "
-                     f"(bias {s['median_error']:+.1%}, {s['spans']} spans)")
+        lines.append(f"  {kind}: median |error| {s['median_abs_error']:.1%} (bias "
+                     f"{s['median_error']:+.1%}, total {s['total_error']:+.1%}, "
+                     f"{s['spans']} spans)")
     return "".join(f"# {line}\n" for line in lines)
 
 

@@ -3,37 +3,50 @@
 A measured run (``hetspec run --json``) is a directory holding ``record.json``,
 ``spans.jsonl`` (one measured operation a line), ``trace.json`` and
 ``acceptance.jsonl``. ``replay`` simulates the same configuration on a profile
-with the run's recorded acceptance lengths and Outcome events, so the two
-timelines differ only where the cost model does.
+with the run's recorded acceptance lengths and Outcome events, one simulation
+per prompt batch the executor decoded (each from its own prompt length, with
+its own lines of the trace), so the two timelines differ only where the cost
+model does, or where the executor did other work than the schedule asked.
+
+``work="executor"`` also gives each simulated Forward the work the executor
+really did for it (``ExecutorWork``): the positions it fed (``n_fed``: a draft
+catching up on the bonus token, a speculation tree's first pass re-feeding its
+rows' prefixes) and, for a sampled Forward of k tokens, k passes (the executor
+has no multi-token heads). Comparing the two modes measures what that extra
+work costs; what remains is the cost model's error.
 """
 
 from __future__ import annotations
 
 import json
 import math
-
-import numpy as np
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from analyses.config import SimConfig
+from analyses.costfit import STEP_END, ExecutorWork
 from hwprofiles import load_model, load_platform
 from simcore import Outcomes
 from simcore.records import read_record
+from simcore.trace import Span
 
 RUN_FIELDS = ("platform", "target", "draft", "policy", "params", "tokens", "batch", "seed",
               "prompt_tokens", "fixed_context", "contention", "placement")
+WORK = ("schedule", "executor")
 
 
 @dataclass
 class MeasuredRun:
-    """One measured run: its record, spans and recorded outcomes."""
+    """One measured run: its record, spans and acceptance-trace lines."""
 
     path: Path
     record: dict
     spans: list[dict]
     acceptance_path: Path | None
-    events: list[dict] = field(default_factory=list)
+    lines: list[dict] = field(default_factory=list)
 
     @property
     def inputs(self) -> dict:
@@ -50,6 +63,15 @@ class MeasuredRun:
     @property
     def policy(self) -> str:
         return self.inputs.get("policy", "?")
+
+    @property
+    def events(self) -> list[dict]:
+        return [d for d in self.lines if "event" in d and "accepted" not in d]
+
+    def batches(self) -> list[int]:
+        """The prompt batches the executor decoded one after another."""
+        return sorted({s.get("prompt_batch", 0) for s in self.spans} |
+                      {d.get("prompt_batch", 0) for d in self.lines})
 
 
 def _jsonl(path: Path, what: str) -> list[dict]:
@@ -102,12 +124,11 @@ def load_run(path) -> MeasuredRun:
     spans_path = path.parent / record["spans"]
     spans = [_check_span(s, spans_path, n)
              for n, s in enumerate(_jsonl(spans_path, "spans"), 1)]
-    acc_path, events = None, []
+    acc_path, lines = None, []
     if record.get("acceptance_trace"):
         acc_path = path.parent / record["acceptance_trace"]
         lines = _jsonl(acc_path, "acceptance")
-        events = [d for d in lines if "event" in d and "accepted" not in d]
-    return MeasuredRun(path, record, spans, acc_path, events)
+    return MeasuredRun(path, record, spans, acc_path, lines)
 
 
 def find_runs(directory) -> list[Path]:
@@ -123,6 +144,16 @@ def find_runs(directory) -> list[Path]:
     return found
 
 
+def model_name(run: MeasuredRun, role: str) -> str | None:
+    """A run's model by shipped name or spec path; a spec YAML the record names is
+    looked for beside the record when the run directory was moved."""
+    name = run.inputs.get(role)
+    if name and str(name).endswith((".yaml", ".yml")) and not Path(name).is_file():
+        moved = run.path.parent / "models" / Path(name).name
+        return str(moved) if moved.is_file() else name
+    return name
+
+
 class ReplayOutcomes(Outcomes):
     """Outcome events come back in the order the run recorded them; accepted
     lengths come from the acceptance model (the run's own trace)."""
@@ -131,7 +162,9 @@ class ReplayOutcomes(Outcomes):
         super().__init__(acc, **kwargs)
         self._queues: dict[str, list[bool]] = {}
         for e in events:
-            self._queues.setdefault(str(e["event"]), []).append(bool(e.get("held")))
+            held = e.get("held")
+            held = all(held) if isinstance(held, list) else bool(held)
+            self._queues.setdefault(str(e["event"]), []).append(held)
 
     def outcome(self, op) -> bool:
         queue = self._queues.get(op.event)
@@ -140,32 +173,46 @@ class ReplayOutcomes(Outcomes):
         held = queue.pop(0)
         self.asked[op.event] = self.asked.get(op.event, 0) + 1
         self.held[op.event] = self.held.get(op.event, 0) + int(held)
-        return held
+        return (held,) * op.batch if op.per_row else held
 
 
-def replay_config(run: MeasuredRun, profile: str | None = None) -> SimConfig:
-    """The SimConfig that re-simulates a run on ``profile`` (default: its own)."""
+def _batch_spans(run: MeasuredRun, batch: int) -> list[dict]:
+    return [s for s in run.spans if s.get("prompt_batch", 0) == batch]
+
+
+def replay_config(run: MeasuredRun, profile: str | None = None, batch: int | None = None,
+                  trace_path: str | None = None) -> SimConfig:
+    """The SimConfig that re-simulates a run (or one prompt batch of it) on
+    ``profile`` (default: its own platform)."""
     fields = {k: run.inputs[k] for k in RUN_FIELDS if k in run.inputs}
+    for role in ("target", "draft"):
+        if fields.get(role):
+            fields[role] = model_name(run, role)
     if profile is not None:
         fields["platform"] = str(profile)
     if "platform" not in fields or "target" not in fields:
         raise ValueError(f"{run.path} does not say its platform and target in 'inputs'; "
                          "the record is corrupt")
+    spans = run.spans if batch is None else _batch_spans(run, batch)
+    budget = run.inputs.get("max_new_tokens") if batch is not None else None
     tokens = run.metrics.get("tokens")
-    if isinstance(tokens, (int, float)) and tokens > 0:  # what was really generated
+    if budget:  # the executor's per-row budget for each prompt batch
+        fields["tokens"] = int(budget)
+    elif isinstance(tokens, (int, float)) and tokens > 0:  # what was really generated
         fields["tokens"] = max(1, math.ceil(tokens / fields.get("batch", 1)))
-    if run.acceptance_path is not None:
-        fields["acceptance"] = {"kind": "trace", "path": str(run.acceptance_path)}
-    starts = _prompt_contexts(run)
-    if starts:  # the contexts the runs' prompts really started decoding at
+    if trace_path or run.acceptance_path is not None:
+        fields["acceptance"] = {"kind": "trace",
+                                "path": str(trace_path or run.acceptance_path)}
+    starts = _prompt_contexts(spans)
+    if starts:  # the contexts the prompts really started decoding at
         fields["prompt_tokens"] = round(sum(starts) / len(starts))
     return SimConfig(**fields)
 
 
-def _prompt_contexts(run: MeasuredRun) -> list[int]:
-    """The context of the first target Forward of each prompt the run decoded."""
+def _prompt_contexts(spans: list[dict]) -> list[int]:
+    """The context of the first target Forward of each prompt batch."""
     first: dict = {}
-    for span in run.spans:
+    for span in spans:
         op = span["op"]
         if op["type"] == "Forward" and op.get("model") == "target":
             first.setdefault(span.get("prompt_batch", 0), op.get("context"))
@@ -180,9 +227,9 @@ def check_run_fits(run: MeasuredRun, platform_name: str) -> None:
         raise ValueError(f"run {run.name} was measured on platform "
                          f"'{load_platform(measured_on).name}', not '{platform_name}'; "
                          f"pass --profile {measured_on} or a profile calibrated from it")
-    models = {"target": load_model(run.inputs["target"])}
+    models = {"target": load_model(model_name(run, "target"))}
     if run.inputs.get("draft"):
-        models["draft"] = load_model(run.inputs["draft"])
+        models["draft"] = load_model(model_name(run, "draft"))
     for span in run.spans:
         op = span["op"]
         if op["type"] not in ("Forward", "StreamWeights"):
@@ -208,8 +255,9 @@ class Replay:
     measured_spans: list[tuple]
     predicted_spans: list[tuple]
     config: SimConfig
-    sim_spans: list = field(default_factory=list, repr=False)  # the whole simulation
+    sim_spans: list = field(default_factory=list, repr=False)  # all batches, in order
     median_step_error: float | None = None
+    work: str = "schedule"
 
     def errors(self) -> dict[str, float]:
         """Relative errors predicted/measured - 1 of the shared timing metrics, and
@@ -229,61 +277,92 @@ def measured_span_tuples(run: MeasuredRun) -> list[tuple]:
              float(s["start_s"]), float(s["end_s"])) for s in run.spans]
 
 
-def measured_steps(run: MeasuredRun) -> tuple[list[float], set[str]]:
-    """Per-step latencies of a run whose spans include its Verify operations, and
-    the names of the spans that end a step (the Forward each Verify follows)."""
-    out, names = [], set()
-    start, batch, last_forward = None, None, None
-    for span in run.spans:
-        if span.get("prompt_batch", 0) != batch:
-            batch, start = span.get("prompt_batch", 0), float(span["start_s"])
-        if span["op"]["type"] == "Forward":
-            last_forward = span.get("name") or span["op"].get("label")
-        elif span["op"]["type"] == "Verify":
-            out.append(float(span["end_s"]) - start)
-            start = float(span["end_s"])
-            if last_forward:
-                names.add(last_forward)
-    return out, names
+def measured_steps(spans: list[dict]) -> list[float]:
+    """Per-step latencies of one prompt batch: from its first span to the end of
+    its first Verify, then from Verify end to Verify end."""
+    if not spans:
+        return []
+    start = min(float(s["start_s"]) for s in spans)
+    ends = sorted(float(s["end_s"]) for s in spans if s["op"]["type"] == "Verify")
+    return [b - a for a, b in zip([start] + ends[:-1], ends)]
 
 
-def simulated_steps(spans, names: set[str]) -> list[float]:
-    """Per-step latencies of a sequential simulation: the step-ending spans' ends."""
-    ends = [s.end_s for s in spans if s.name in names and s.kind == "compute"]
+def simulated_steps(spans) -> list[float]:
+    """Per-step latencies of a simulation: between its step-end markers."""
+    ends = [s.end_s for s in spans if s.name == STEP_END and s.kind == "delay"]
     return [b - a for a, b in zip([0.0] + ends[:-1], ends)]
-
-
-def step_error(run: MeasuredRun, sim_spans) -> float | None:
-    """Median over steps of simulated/measured - 1, when the steps line up."""
-    measured, names = measured_steps(run)
-    simulated = simulated_steps(sim_spans, names) if names else []
-    if not measured or len(simulated) != len(measured):
-        return None
-    return float(np.median(np.array(simulated) / np.array(measured) - 1.0))
 
 
 def _first_steps(spans: list[tuple], step_s: float, steps: int) -> list[tuple]:
     return [s for s in spans if s[3] < steps * step_s]
 
 
-def replay(run: MeasuredRun, profile: str | None = None, *, steps: int = 4) -> Replay:
-    """Re-simulate a measured run with its own acceptance trace and events."""
-    from analyses.api import metrics_of, run_schedule
+def _simulate_batch(run: MeasuredRun, profile, batch: int | None, work: str):
+    """(config, SimResult, measured step latencies, simulated ones) of one batch."""
+    from analyses.api import run_schedule
 
-    config = replay_config(run, profile)
-    check_run_fits(run, load_platform(config.platform).name)
+    spans = run.spans if batch is None else _batch_spans(run, batch)
+    lines = run.lines if batch is None else [
+        d for d in run.lines if d.get("prompt_batch", 0) == batch]
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = None
+        if batch is not None and any("accepted" in d for d in lines):
+            trace = Path(tmp) / "acceptance.jsonl"
+            trace.write_text("".join(json.dumps(d) + "\n" for d in lines))
+        config = replay_config(run, profile, batch, trace and str(trace))
+        events = [d for d in lines if "event" in d and "accepted" not in d]
 
-    def factory(acc, **kwargs):
-        return ReplayOutcomes(acc, events=run.events, **kwargs)
+        def factory(acc, **kwargs):
+            return ReplayOutcomes(acc, events=events, **kwargs)
 
-    result = run_schedule(config, outcomes_factory=factory)
-    predicted = metrics_of(config, result)
-    spans = [tuple(s[:5]) for s in result.spans]
+        rewrite = ExecutorWork(spans, rewrite=work == "executor").wrap
+        result = run_schedule(config, outcomes_factory=factory, rewrite=rewrite)
+    return config, result, measured_steps(spans), simulated_steps(result.spans)
+
+
+def replay(run: MeasuredRun, profile: str | None = None, *, steps: int = 4,
+           work: str = "schedule") -> Replay:
+    """Re-simulate a measured run with its own acceptance trace and events, one
+    simulation per prompt batch (``work``: see the module doc)."""
+    from analyses.api import metrics_of
+
+    if work not in WORK:
+        raise ValueError(f"work must be one of {', '.join(WORK)}, not '{work}'")
+    check_run_fits(run, load_platform(profile or run.inputs.get("platform")).name)
+    batched = any("prompt_batch" in s for s in run.spans)
+    parts = [_simulate_batch(run, profile, b, work)
+             for b in (run.batches() if batched else [None])]
+    sim_spans, offset_s, measured, simulated = [], 0.0, [], []
+    for _, result, steps_m, steps_s in parts:
+        sim_spans += [x._replace(start_s=x.start_s + offset_s, end_s=x.end_s + offset_s)
+                      for x in result.spans if x.name != STEP_END]
+        offset_s += result.time_s
+        measured, simulated = measured + steps_m, simulated + steps_s
+    predicted = _predicted(run, parts, offset_s, metrics_of)
+    step_error = float(np.median(np.array(simulated) / np.array(measured) - 1.0)) \
+        if measured and len(simulated) == len(measured) else None
+    config = parts[0][0]
     return Replay(f"{run.name} ({run.policy})", run.policy, dict(run.metrics), predicted,
                   _first_steps(measured_span_tuples(run), run.metrics.get(
                       "step_latency_s", predicted["step_latency_s"]), steps),
-                  _first_steps(spans, predicted["step_latency_s"], steps), config,
-                  result.spans, step_error(run, result.spans))
+                  _first_steps([tuple(s[:5]) for s in sim_spans],
+                               predicted["step_latency_s"], steps),
+                  config, sim_spans, step_error, work)
+
+
+def _predicted(run: MeasuredRun, parts, time_s: float, metrics_of) -> dict:
+    """The simulation's metrics over all batches. When it ran the measured number
+    of steps (the same work), tokens/s counts the tokens the run kept."""
+    first = metrics_of(parts[0][0], parts[0][1])
+    steps = sum(r.stats.get("steps", r.steps) for _, r, _, _ in parts)
+    tokens = sum(r.tokens for _, r, _, _ in parts)
+    kept = run.metrics.get("tokens")
+    if steps == run.metrics.get("steps") and isinstance(kept, (int, float)):
+        tokens = kept
+    out = {**first, "tokens": tokens, "simulated_time_s": time_s, "steps": steps,
+           "tokens_per_s": tokens / time_s if time_s else 0.0,
+           "step_latency_s": time_s / max(steps, 1)}
+    return out
 
 
 def replay_dir(directory, profile: str | None = None) -> list[Replay]:
@@ -292,7 +371,7 @@ def replay_dir(directory, profile: str | None = None) -> list[Replay]:
 
 def side_by_side_trace(rep: Replay, run: MeasuredRun) -> dict:
     """One Chrome trace: the measured run as process 1, the simulation as 2."""
-    from simcore.trace import Span, chrome_trace
+    from simcore.trace import chrome_trace
 
     measured = chrome_trace([Span(*t) for t in measured_span_tuples(run)],
                             process=f"measured {rep.label}")

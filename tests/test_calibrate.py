@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 import yaml
 
-from analyses.calibrate import Param, Terms, fit
+from analyses.calibrate import Param, Terms, critical_times, executor_passes, fit
 from analyses.cli import main
+from analyses.costfit import STEP_END, ExecutorWork, predict
 from analyses.heldout import calibrate
 from analyses.replay import load_run
 from hwprofiles import load_model, load_platform
@@ -29,20 +30,20 @@ from simcore import RooflineCost
 from simcore.records import write_record
 from simcore.trace import Span, chrome_trace
 
-# cpu0 (target) runs 1-token AR passes, memory-bound, and gamma+1-token verify passes,
-# compute-bound; cpu1 (draft) runs only 1-token passes, so its compute efficiency is
-# not constrained by any span and must be reported as such.
-TRUE = {("cpu0", "compute_efficiency"): 0.2, ("cpu1", "compute_efficiency"): 0.3,
-        ("cpu0", "launch_overhead_s"): 2e-4, ("cpu1", "launch_overhead_s"): 1e-4}
+# The two cores of cpu-local have one spec, so they share their parameters. The
+# fake executor below feeds AR passes of one row, SD drafts of one row (8, 15 or
+# 30 layers) and verify passes of 4 to 9 rows: every parameter is constrained.
+TRUE_DEVICE = {"compute_efficiency": 0.25, "launch_overhead_s": 2e-4,
+               "call_overhead_s": 1e-3, "roofline_exponent": 1.5,
+               "multirow_memory_factor": 1.3}
 TRUE_MEMORY_EFFICIENCY = 0.6
 TRUE_LINK_LATENCY_S = 80e-6
+CORES = "cpu0,cpu1"
 
 
 def true_platform():
     p = load_platform("cpu-local")
-    devices = tuple(d.model_copy(update={
-        "compute_efficiency": TRUE[(d.name, "compute_efficiency")],
-        "launch_overhead_s": TRUE[(d.name, "launch_overhead_s")]}) for d in p.devices)
+    devices = tuple(d.model_copy(update=TRUE_DEVICE) for d in p.devices)
     tiers = tuple(t.model_copy(update={"memory_efficiency": TRUE_MEMORY_EFFICIENCY})
                   for t in p.memory_tiers)
     links = tuple(l.model_copy(update={"latency_s": TRUE_LINK_LATENCY_S}) for l in p.links)
@@ -59,10 +60,11 @@ def _op_fields(op) -> dict:
 
 
 def make_measured_run(out: Path, policy: str, params: dict, *, seed: int, tokens: int = 60,
-                      alpha: float = 0.7, noise: float = 0.03, transfers: bool = False,
+                      alpha: float = 0.7, noise: float = 0.03, verify_s: float = 0.0,
                       target: str = "smollm2-135m", prompt_tokens: int = 40,
                       outliers: float = 0.02) -> Path:
-    """Run a schedule against the true platform's costs and write a measured run."""
+    """Run a schedule against the true platform's costs and write a measured run.
+    Each Verify takes ``verify_s`` (sampling, which the simulator has no term for)."""
     plat, rng = true_platform(), np.random.default_rng(seed)
     cost, models = RooflineCost(plat), {"target": load_model(target),
                                         "draft": load_model("smollm2-135m")}
@@ -75,12 +77,12 @@ def make_measured_run(out: Path, policy: str, params: dict, *, seed: int, tokens
             op = schedule.send(value)
         except StopIteration:
             break
-        if isinstance(op, Verify):  # sampling: 50 us the cost model has no term for
+        if isinstance(op, Verify):
             value = Verdict(acc.sample(op.gamma, op.batch, rng))
             lines.append({"accepted": list(value.accepted), "gamma": op.gamma})
             spans.append({"op": _op_fields(op), "device": "", "start_s": now,
-                          "end_s": now + 50e-6, "name": op.label, "kind": "compute"})
-            now += 50e-6
+                          "end_s": now + verify_s, "name": op.label, "kind": "compute"})
+            now += verify_s
             continue
         if isinstance(op, Transfer):  # a message along the route between placements
             src, dst = (plat.members(plat.placement[r])[0] for r in (op.src, op.dst))
@@ -91,10 +93,6 @@ def make_measured_run(out: Path, policy: str, params: dict, *, seed: int, tokens
             c = cost.forward(models[op.model], where, op.layers, op.n_tokens, op.batch,
                              op.context, op.head, op.collectives)
             steps = [(op, where, c.total_s)]
-        if transfers and op.label == "draft":
-            hop = plat.links[0]
-            steps.append((Transfer("draft", "target", 4.0, label="token"), "link:" + hop.name,
-                          RooflineCost.hop_s(hop, 4.0)))
         for o, track, seconds in steps:
             seconds *= float(np.exp(rng.normal(0, noise)))
             if rng.random() < outliers:
@@ -128,16 +126,19 @@ def _write(out, policy, params, target, sizes, seed, wall_s, spans, lines) -> Pa
                         acceptance_trace="acceptance.jsonl", outputs=[[1, 2, 3]])
 
 
-RUNS = [("ar", {}, 40), ("sd", {"gamma": 4}, 1500), ("ar", {}, 1500),
-        ("sd", {"gamma": 3}, 600), ("sd", {"gamma": 6}, 40)]
+# (policy, params, prompt tokens): AR at two context lengths, SD with an 8- and a
+# 15-layer self-draft and with the separate 30-layer draft, verify widths 4 to 9;
+# the second AR run at 1500 repeats the first's configuration and is held out.
+RUNS = [("ar", {}, 40), ("sd", {"gamma": 4, "draft_layers": 8}, 1500),
+        ("ar", {}, 1500), ("sd", {"gamma": 3}, 600),
+        ("sd", {"gamma": 8, "draft_layers": 15}, 40)]
 
 
-def _make_runs(root: Path, noise: float, outliers: float) -> Path:
-    # Prompts of different lengths: without them every draft pass has one shape and
-    # its launch overhead and roofline term could trade off freely.
+def _make_runs(root: Path, noise: float, outliers: float, verify_s: float = 0.0) -> Path:
     for i, (policy, params, prompt) in enumerate(RUNS):
         make_measured_run(root / f"{policy}-{i}", policy, params, seed=i,
-                          prompt_tokens=prompt, noise=noise, outliers=outliers)
+                          prompt_tokens=prompt, noise=noise, outliers=outliers,
+                          verify_s=verify_s)
     return root
 
 
@@ -155,43 +156,121 @@ def _fit(root: Path):
 
 
 def test_fit_recovers_the_true_parameters(tmp_path):
-    """Spans without noise but with 2% outliers (3x): every constrained parameter
-    comes back, the robust loss ignoring the outliers."""
-    result = _fit(_make_runs(tmp_path, noise=0.0, outliers=0.02))
-    assert result.success
-    # cpu1 runs only memory-bound 1-token draft passes: its compute efficiency is free.
-    assert result.unconstrained == [Param("device", "cpu1", "compute_efficiency")]
-    assert result.values[result.unconstrained[0]] == 1.0  # the profile's value, kept
-    for (device, name), value in TRUE.items():
-        if (device, name) != ("cpu1", "compute_efficiency"):
-            assert result.values[Param("device", device, name)] == pytest.approx(
-                value, rel=0.01)
+    """Spans without noise: every parameter comes back, the new terms (call
+    overhead, roofline exponent, multi-row memory factor) too, the two identical
+    cores fitted as one."""
+    result = _fit(_make_runs(tmp_path, noise=0.0, outliers=0.0))
+    assert result.success and result.unconstrained == []
+    assert {p.name for p in result.values if p.kind == "device"} == {CORES}
+    for name, value in TRUE_DEVICE.items():
+        assert result.values[Param("device", CORES, name)] == pytest.approx(value, rel=1e-3)
     assert result.values[Param("tier", "dram", "memory_efficiency")] == pytest.approx(
-        TRUE_MEMORY_EFFICIENCY, rel=0.01)
-    assert result.median_abs_error < 0.002  # the outliers do not drag the fit
-
-
-def test_fit_under_noise_pins_the_roofline_terms(runs_dir):
-    """3% noise per span: the roofline efficiencies stay within 5%, and the fit's
-    median error is the noise's (the launch overhead, a small constant share of each
-    pass, is only loosely determined then and is not checked)."""
-    result = _fit(runs_dir)
-    assert result.values[Param("device", "cpu0", "compute_efficiency")] == pytest.approx(
-        TRUE[("cpu0", "compute_efficiency")], rel=0.05)
-    assert result.values[Param("tier", "dram", "memory_efficiency")] == pytest.approx(
-        TRUE_MEMORY_EFFICIENCY, rel=0.05)
-    assert 0.01 < result.median_abs_error < 0.03
-
-
-def test_fit_recovers_link_latency(tmp_path):
-    run = load_run(make_measured_run(tmp_path / "sd", "sd", {"gamma": 4}, seed=9,
-                                     transfers=True, noise=0.0))
-    plat = load_platform("cpu-local")
-    result = fit(plat, Terms(plat).of_run(run))
+        TRUE_MEMORY_EFFICIENCY, rel=1e-3)
     assert result.values[Param("link", "ipc-cpu0-cpu1", "latency_s")] == pytest.approx(
-        TRUE_LINK_LATENCY_S, rel=0.02)
-    assert Param("link", "ipc-cpu0-cpu1", "bandwidth_gb_s") in result.unconstrained or \
-        result.values[Param("link", "ipc-cpu0-cpu1", "bandwidth_gb_s")] > 0
+        TRUE_LINK_LATENCY_S, rel=1e-3)
+    assert result.median_abs_error < 1e-6
+
+
+def test_robust_loss_ignores_outliers(tmp_path):
+    """2% of the spans 3x too long (a preempted core): the robust loss keeps the
+    well-determined terms and the predictions of the other spans; the
+    launch/call/memory split, which only context lengths tell apart, may move a
+    little."""
+    result = _fit(_make_runs(tmp_path, noise=0.0, outliers=0.02))
+    assert result.values[Param("device", CORES, "compute_efficiency")] == pytest.approx(
+        TRUE_DEVICE["compute_efficiency"], rel=0.02)
+    assert result.values[Param("link", "ipc-cpu0-cpu1", "latency_s")] == pytest.approx(
+        TRUE_LINK_LATENCY_S, rel=0.01)
+    good = np.abs(result.log_residuals) < 0.5  # the outliers sit at log(1/3)
+    assert good.mean() > 0.95 and np.max(np.abs(result.log_residuals[good])) < 0.005
+
+
+def _truth() -> dict:
+    out = {Param("device", CORES, k): v for k, v in TRUE_DEVICE.items()}
+    out[Param("tier", "dram", "memory_efficiency")] = TRUE_MEMORY_EFFICIENCY
+    out[Param("link", "ipc-cpu0-cpu1", "latency_s")] = TRUE_LINK_LATENCY_S
+    out[Param("link", "ipc-cpu0-cpu1", "bandwidth_gb_s")] = 6.19
+    return out
+
+
+def test_fit_under_noise_predicts_as_the_truth(runs_dir):
+    """3% noise per span: the fit's median error is the noise's, and it predicts
+    every fitted operation within 1.5% of the true model, although the split
+    between per-kernel launch, per-call overhead and memory efficiency (which
+    only the context lengths tell apart) wanders under noise."""
+    result = _fit(runs_dir)
+    assert 0.01 < result.median_abs_error < 0.03
+    ratio = predict(result.terms, result.values) / predict(result.terms, _truth())
+    assert np.max(np.abs(ratio - 1)) < 0.015
+
+
+def test_untied_cores_and_fixed_fields(tmp_path):
+    """Fitted apart (tie=False), each core gets its own parameters and the fit
+    still predicts as the truth; a field named in ``fixed`` keeps the profile's
+    value."""
+    runs = _make_runs(tmp_path, noise=0.0, outliers=0.0)
+    plat = load_platform("cpu-local")
+    terms = [t for p in sorted(runs.glob("*/record.json"))
+             for t in Terms(plat, tie=False).of_run(load_run(p))]
+    result = fit(plat, terms)
+    assert {p.name for p in result.values if p.kind == "device"} == {"cpu0", "cpu1"}
+    assert result.median_abs_error < 1e-4
+    kept = fit(plat, terms, fixed={"multirow_memory_factor"})
+    for core in ("cpu0", "cpu1"):
+        assert kept.values[Param("device", core, "multirow_memory_factor")] == 1.0
+
+
+def test_executor_passes_and_critical_times():
+    """A sampled Forward of k tokens is k passes (the first feeding n_fed rows);
+    a Forward's observed time takes the host gap before it and the Verify that
+    reads it; a Transfer's, minus the time its ends were computing."""
+    plat, spec = load_platform("cpu-local"), load_model("smollm2-135m")
+    op = {"type": "Forward", "model": "draft", "device": "draft", "layers": [0, 30],
+          "n_tokens": 3, "n_fed": 4, "batch": 2, "context": 50, "head": "lm",
+          "emit": "sample"}
+    passes = list(executor_passes(Terms(plat).unit, spec, "cpu1", op))  # 1 s per kernel
+    assert [p.rows for p in passes] == [8, 2, 2] and all(p.kernels == 31 for p in passes)
+    fwd = {"type": "Forward", "model": "target", "device": "target", "layers": [0, 30],
+           "n_tokens": 5, "label": "verify"}
+    spans = [{"op": fwd, "device": "cpu0", "start_s": 0.001, "end_s": 0.010},
+             {"op": {"type": "Verify"}, "device": "cpu0", "start_s": 0.011, "end_s": 0.012},
+             {"op": {"type": "Transfer", "src": "target", "dst": "draft", "nbytes": 8},
+              "device": "cpu0", "start_s": 0.013, "end_s": 0.020},
+             {"op": dict(fwd, device="draft"), "device": "cpu1", "start_s": 0.005,
+              "end_s": 0.018}]
+    run = type("Run", (), {"spans": spans})()
+    times = critical_times(run, plat.placement, plat)
+    assert times[0] == pytest.approx(0.009 + 0.001 + 0.001)  # + gap + Verify
+    assert times[2] == pytest.approx(0.007 + 0.001 - 0.005)  # + gap - ends busy
+
+
+def test_executor_work_rewrites_forwards_and_marks_steps():
+    """The replay's rewrite: a sampled 2-token Forward measured with n_fed=3 runs as
+    a 3-position pass then a 1-position pass; each Verify is followed by a
+    zero-length step-end marker; unmeasured Forwards run as asked."""
+    measured = [{"op": {"type": "Forward", "label": "draft", "n_fed": 3}, "start_s": 0.0,
+                 "end_s": 1.0}]
+
+    def schedule():
+        handle = yield Forward("draft", "draft", (0, 8), 2, 1, 10, head="lm",
+                               emit="sample", label="draft")
+        yield Verify(2, 1, target=handle, label="verify")
+        yield Forward("draft", "draft", (0, 8), 2, 1, 13, head="lm", emit="sample",
+                      label="draft")
+
+    ops, gen, value = [], ExecutorWork(measured).wrap(schedule()), None
+    while True:
+        try:
+            op = gen.send(value)
+        except StopIteration:
+            break
+        ops.append(op)
+        value = Verdict((1,)) if isinstance(op, Verify) else op
+    shapes = [(type(o).__name__, getattr(o, "n_tokens", None), getattr(o, "context", None))
+              for o in ops]
+    assert shapes == [("Forward", 3, 10), ("Forward", 1, 11), ("Verify", None, None),
+                      ("Delay", None, None), ("Forward", 2, 13)]
+    assert ops[0].head_tokens == 1 and ops[3].label == STEP_END and ops[3].seconds == 0.0
 
 
 def test_calibrate_cli_writes_valid_profile_and_meets_held_out_target(runs_dir, tmp_path,
@@ -201,28 +280,30 @@ def test_calibrate_cli_writes_valid_profile_and_meets_held_out_target(runs_dir, 
                  str(out), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     plat = load_platform(out)
-    assert plat.name == "cpu-local" and plat.device("cpu0").compute_efficiency == \
-        pytest.approx(0.2, rel=0.03)
-    assert plat.device("cpu1").compute_efficiency == 1.0  # not constrained: kept
-    assert "calibrated: hetspec calibrate on runs ar-0" in plat.device("cpu0").sources[
-        "compute_efficiency"]
+    for core in ("cpu0", "cpu1"):
+        assert "calibrated: hetspec calibrate on runs ar-0" in plat.device(core).sources[
+            "call_overhead_s"]
+    spec = load_model("smollm2-135m")
+    for rows in (1, 5, 9):  # one-row and verify passes cost as on the true platform
+        fitted, true = (RooflineCost(p).forward(spec, "cpu0", (0, 30), rows, 1, 200, "lm",
+                                                None).busy_s
+                        for p in (plat, true_platform()))
+        assert fitted == pytest.approx(true, rel=0.02)
     text = out.read_text()
     assert text.startswith("# Calibrated by 'hetspec calibrate'") and "held-out" in text
-    # Every other run of a fitting policy is held out, in name order.
-    assert summary["fitted_runs"] == ["ar-0", "sd-1", "sd-4"]
-    assert summary["held_out_runs"] == ["ar-2", "sd-3"]
-    for policy in ("ar", "sd"):  # the issue's target is 10%
-        s = summary["held_out"]["schedules"][policy]
-        assert abs(s["tokens_per_s_error"]) < 0.05
-        assert abs(s["median_step_latency_error"]) < 0.05
+    # A repeat of one configuration is held out (every other one, in name order).
+    assert summary["fitted_runs"] == ["ar-0", "sd-1", "sd-3", "sd-4"]
+    assert summary["held_out_runs"] == ["ar-2"]
+    s = summary["held_out"]["schedules"]["ar"]  # the issue's target is 10%
+    assert abs(s["tokens_per_s_error"]) < 0.05
+    assert abs(s["median_step_latency_error"]) < 0.05
 
 
 def true_profile_yaml(path: Path) -> Path:
     """The true platform as a profile file (each changed number sourced)."""
     data = true_platform().model_dump(mode="json", exclude_unset=True)
     for obj in data["devices"] + data["memory_tiers"] + data["links"]:
-        for key in ("compute_efficiency", "launch_overhead_s", "memory_efficiency",
-                    "latency_s"):
+        for key in (*TRUE_DEVICE, "memory_efficiency", "latency_s"):
             if key in obj:
                 obj["sources"][key] = "synthetic truth of tests/test_calibrate.py"
     path.write_text(yaml.safe_dump(data))
@@ -231,7 +312,7 @@ def true_profile_yaml(path: Path) -> Path:
 
 def test_replay_json_puts_predicted_beside_measured(tmp_path, capsys):
     record = make_measured_run(tmp_path / "sd-0", "sd", {"gamma": 3}, seed=4, noise=0.0,
-                               outliers=0.0, prompt_tokens=300)
+                               outliers=0.0, prompt_tokens=300, verify_s=50e-6)
     trace = tmp_path / "side.json"
     assert main(["replay", str(record), "--profile", str(true_profile_yaml(
         tmp_path / "true.yaml")), "--trace", str(trace), "--json"]) == 0
@@ -261,7 +342,7 @@ def test_bad_runs_get_one_sentence(runs_dir, tmp_path, capsys):
     make_measured_run(corrupt / "ar-0", "ar", {}, seed=1)
     with open(corrupt / "ar-0" / "spans.jsonl", "a") as fh:
         fh.write('{"op": {"type": "Forward"}, "start_s": 1.0, "end_')
-    cases = [(other, "calibrate one target/draft pair at a time"),
+    cases = [(other, "calibrate runs of one target at a time"),
              (corrupt, "is not a JSON object"), (tmp_path / "nothing", "not a directory")]
     for runs, message in cases:
         rc = main(["calibrate", "--runs", str(runs), "--profile", "cpu-local", "-o",
@@ -277,5 +358,24 @@ def test_calibrated_yaml_is_readable(runs_dir, tmp_path):
     out = tmp_path / "c.yaml"
     calibrate(runs_dir, "cpu-local", out)
     data = yaml.safe_load(out.read_text())
-    assert data["devices"][0]["compute_efficiency"] == pytest.approx(0.2, rel=0.05)
+    for field in TRUE_DEVICE:  # every fitted device term is written with its source
+        assert field in data["devices"][0] and field in data["devices"][0]["sources"]
     assert "Calibrated by hetspec calibrate" in data["description"]
+
+
+def test_new_cost_terms_default_to_the_roofline():
+    """The optional device terms at their defaults leave a Forward's cost exactly
+    as the roofline; set, each adds what it says."""
+    plat, spec = load_platform("cpu-local"), load_model("smollm2-135m")
+    base = RooflineCost(plat).forward(spec, "cpu0", (0, 30), 5, 1, 40, "lm", None)
+    assert base.busy_s == base.launch_s + max(base.compute_s, base.memory_s)
+    device = plat.device("cpu0").model_copy(update={
+        "call_overhead_s": 1e-3, "roofline_exponent": 2.0, "multirow_memory_factor": 2.0})
+    other = plat.model_copy(update={"devices": (device, plat.device("cpu1"))})
+    c = RooflineCost(other).forward(spec, "cpu0", (0, 30), 5, 1, 40, "lm", None)
+    assert c.launch_s == pytest.approx(base.launch_s + 1e-3)
+    assert c.memory_s == pytest.approx(2 * base.memory_s)
+    assert c.busy_s == pytest.approx(c.launch_s + (c.compute_s ** 2 + c.memory_s ** 2) ** 0.5)
+    one_row = RooflineCost(other).forward(spec, "cpu0", (0, 30), 1, 1, 40, "lm", None)
+    assert one_row.memory_s == pytest.approx(RooflineCost(plat).forward(
+        spec, "cpu0", (0, 30), 1, 1, 40, "lm", None).memory_s)

@@ -1,0 +1,309 @@
+"""The cost model as a least-squares problem over measured operations.
+
+Each measured operation becomes a ``Term``: its predicted seconds written as a
+function of the profile parameters it depends on. A Forward is a list of
+device passes (the executor runs a sampled Forward of k tokens as k passes),
+each costed on a "unit" platform (efficiency 1, full bandwidth), so that
+
+    pass_s = launch_overhead_s * kernels + (m^p + c^p)^(1/p)
+    m = memory_s / memory_efficiency * (multirow_memory_factor if rows > 1 else 1)
+    c = compute_s / compute_efficiency,  p = roofline_exponent
+
+and the Forward adds ``call_overhead_s`` once. Transfers, all-reduces and weight
+streams are sums of ``value * coef`` and ``coef / value`` terms. The problem is
+evaluated with numpy over all terms at once, and ``fit`` solves it in log space
+with ``scipy.optimize.least_squares`` and a robust (Cauchy) loss, so a few
+disturbed spans (a page fault, a preempted core) do not drag the fit.
+
+``ExecutorWork`` is the same mapping in the other direction: it rewrites a
+schedule's Forwards into the passes the executor ran for them, so a replay can
+simulate the work that was measured.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from policies.ops import Delay, Forward, Parallel, Spawn, Verify
+
+BOUNDS = {"compute_efficiency": (1e-4, 1.0), "memory_efficiency": (1e-4, 1.0),
+          "launch_overhead_s": (1e-9, 0.1), "call_overhead_s": (1e-9, 0.5),
+          "roofline_exponent": (1.0, 64.0), "multirow_memory_factor": (0.1, 10.0),
+          "latency_s": (1e-9, 1.0), "alpha_s": (1e-9, 1.0), "bandwidth_gb_s": (1e-3, 1e5)}
+DEVICE_FIELDS = ("launch_overhead_s", "call_overhead_s", "compute_efficiency",
+                 "roofline_exponent", "multirow_memory_factor")
+LOSS = "cauchy"  # robust: a span 3x off weighs ~1/500 of a good one
+LOSS_SCALE = 0.05  # residuals (log units) beyond ~5% count as outliers
+COMPUTE_STARTS = (None, 0.3, 0.05, 0.01)  # compute efficiencies the fit starts from
+EXPONENT_STARTS = (8.0, 1.5)  # roofline exponents the fit starts from (None: max)
+STEP_END = "step end"  # the zero-length marker a replay puts after each Verify
+
+
+@dataclass(frozen=True)
+class Param:
+    """One fitted number: which object(s) of the platform, which field. A device
+    parameter may name several identical devices ("cpu0,cpu1"), fitted as one."""
+
+    kind: str  # device | tier | link | group
+    name: str
+    field: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} {self.name}.{self.field}"
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.name.split(","))
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One device pass of a Forward, costed on the unit platform."""
+
+    kernels: float
+    compute_s: float  # at peak FLOP/s
+    memory_s: float  # at the tier's full bandwidth
+    rows: int  # positions fed x batch rows
+
+
+@dataclass
+class Term:
+    """One measured operation's prediction as a function of parameters."""
+
+    measured_s: float
+    op_kind: str
+    run: str
+    fixed_s: float = 0.0
+    device: str | None = None  # the (tied) device name of its passes' parameters
+    tier: str | None = None
+    passes: list[Pass] = field(default_factory=list)
+    calls: int = 0
+    linear: list[tuple[Param, float]] = field(default_factory=list)  # value * coef
+    inverse: list[tuple[Param, float]] = field(default_factory=list)  # coef / value
+
+    def params(self) -> list[Param]:
+        out = [Param("device", self.device, f) for f in DEVICE_FIELDS] if self.passes else []
+        if self.passes:
+            out.append(Param("tier", self.tier, "memory_efficiency"))
+        return out + [p for p, _ in self.linear + self.inverse]
+
+
+def params_of(terms: list[Term]) -> list[Param]:
+    seen: dict[Param, None] = {}
+    for t in terms:
+        for p in t.params():
+            seen.setdefault(p)
+    return list(seen)
+
+
+class Problem:
+    """All terms as flat arrays; ``predict(values)`` costs every term at once."""
+
+    def __init__(self, terms: list[Term], params: list[Param]):
+        self.terms, self.params = terms, params
+        index = {p: i for i, p in enumerate(params)}
+        self.measured = np.array([t.measured_s for t in terms])
+        self.fixed = np.array([t.fixed_s for t in terms])
+        rows = [(i, t, p) for i, t in enumerate(terms) for p in t.passes]
+        col = {f: [index[Param("device", t.device, f)] for _, t, _ in rows]
+               for f in DEVICE_FIELDS}
+        self.p_term = np.array([i for i, _, _ in rows], dtype=int)
+        self.p_launch = np.array(col["launch_overhead_s"], dtype=int)
+        self.p_ce = np.array(col["compute_efficiency"], dtype=int)
+        self.p_ex = np.array(col["roofline_exponent"], dtype=int)
+        self.p_mf = np.array(col["multirow_memory_factor"], dtype=int)
+        self.p_me = np.array([index[Param("tier", t.tier, "memory_efficiency")]
+                              for _, t, _ in rows], dtype=int)
+        self.kernels = np.array([p.kernels for _, _, p in rows])
+        self.compute = np.array([p.compute_s for _, _, p in rows])
+        self.memory = np.array([p.memory_s for _, _, p in rows])
+        self.multirow = np.array([p.rows > 1 for _, _, p in rows])
+        calls = [(i, index[Param("device", t.device, "call_overhead_s")], t.calls)
+                 for i, t in enumerate(terms) if t.passes]
+        self.c_term, self.c_param, self.c_count = (np.array(x) for x in zip(*calls)) \
+            if calls else (np.zeros(0, int),) * 3
+        self.lin = self._pairs([(i, index[p], k) for i, t in enumerate(terms)
+                                for p, k in t.linear])
+        self.inv = self._pairs([(i, index[p], k) for i, t in enumerate(terms)
+                                for p, k in t.inverse])
+
+    @staticmethod
+    def _pairs(items):
+        if not items:
+            return np.zeros(0, int), np.zeros(0, int), np.zeros(0)
+        a, b, c = zip(*items)
+        return np.array(a, dtype=int), np.array(b, dtype=int), np.array(c, dtype=float)
+
+    def predict(self, v: np.ndarray) -> np.ndarray:
+        out = self.fixed.copy()
+        if len(self.p_term):
+            m = self.memory / v[self.p_me] * np.where(self.multirow, v[self.p_mf], 1.0)
+            c = self.compute / v[self.p_ce]
+            longer, p = np.maximum(m, c), v[self.p_ex]
+            roof = longer * ((m / longer) ** p + (c / longer) ** p) ** (1.0 / p)
+            np.add.at(out, self.p_term, v[self.p_launch] * self.kernels + roof)
+        if len(self.c_term):
+            np.add.at(out, self.c_term, v[self.c_param] * self.c_count)
+        for (t, p, k), inverse in ((self.lin, False), (self.inv, True)):
+            if len(t):
+                np.add.at(out, t, k / v[p] if inverse else v[p] * k)
+        return out
+
+    def log_residuals(self, v: np.ndarray) -> np.ndarray:
+        return np.log(np.maximum(self.predict(v), 1e-12) / self.measured)
+
+
+@dataclass
+class Fit:
+    """Fitted values (kept values for parameters the spans do not constrain)."""
+
+    values: dict[Param, float]
+    initial: dict[Param, float]
+    unconstrained: list[Param]
+    log_residuals: np.ndarray
+    terms: list[Term]
+    success: bool
+
+    @property
+    def median_abs_error(self) -> float:
+        return float(np.median(np.abs(np.expm1(self.log_residuals))))
+
+
+def _starts(params: list[Param], x0: np.ndarray, lo: np.ndarray, hi: np.ndarray):
+    """Starting points: the profile's values, then lower compute efficiencies, each
+    with a sharp and a soft roofline exponent. A fit started where every op is
+    memory-bound would barely feel the compute terms."""
+    ce = [i for i, p in enumerate(params) if p.field == "compute_efficiency"]
+    ex = [i for i, p in enumerate(params) if p.field == "roofline_exponent"]
+    for value in COMPUTE_STARTS if ce else (None,):
+        for exponent in EXPONENT_STARTS if ex else (None,):
+            x = x0.copy()
+            if value is not None:
+                x[ce] = np.clip(np.log(value), lo[ce] + 1e-9, hi[ce] - 1e-9)
+            if exponent is not None:
+                x[ex] = np.clip(np.log(exponent), lo[ex] + 1e-9, hi[ex] - 1e-9)
+            yield x
+
+
+def fit(terms: list[Term], initial: dict[Param, float],
+        fixed: frozenset[str] = frozenset()) -> Fit:
+    """Least-squares fit, in log space, of every parameter the terms use (except
+    fields named in ``fixed``, which keep their initial values)."""
+    if not terms:
+        raise ValueError("the fitting runs hold no Forward, Transfer, AllReduce or "
+                         "StreamWeights spans to fit; record runs with 'hetspec run'")
+    params = params_of(terms)
+    problem = Problem(terms, params)
+    free = np.array([p.field not in fixed for p in params])
+    lo_all = np.log([BOUNDS[p.field][0] for p in params])
+    hi_all = np.log([BOUNDS[p.field][1] for p in params])
+    x_all = np.clip(np.log([max(initial[p], 1e-30) for p in params]), lo_all + 1e-9,
+                    hi_all - 1e-9)
+    fitted = [p for p, f in zip(params, free) if f]
+
+    def full(x):
+        out = x_all.copy()
+        out[free] = x
+        return np.exp(out)
+
+    def residuals(x):
+        return problem.log_residuals(full(x))
+
+    sol = None
+    for start in _starts(fitted, x_all[free], lo_all[free], hi_all[free]):
+        trial = least_squares(residuals, start, bounds=(lo_all[free], hi_all[free]),
+                              loss=LOSS, f_scale=LOSS_SCALE, method="trf", x_scale="jac",
+                              ftol=1e-12, xtol=1e-12, gtol=1e-12)
+        if sol is None or trial.cost < sol.cost - 1e-12:
+            sol = trial
+    reach = np.linalg.norm(sol.jac, axis=0)
+    unconstrained = [p for p, r in zip(fitted, reach) if r < 1e-8]
+    values = dict(zip(params, full(sol.x)))
+    for p in unconstrained + [p for p, f in zip(params, free) if not f]:
+        values[p] = initial[p]
+    vector = np.array([values[p] for p in params])
+    return Fit({p: float(v) for p, v in values.items()}, {p: initial[p] for p in params},
+               unconstrained, problem.log_residuals(vector), terms, bool(sol.success))
+
+
+def predict(terms: list[Term], values: dict[Param, float]) -> np.ndarray:
+    params = params_of(terms)
+    return Problem(terms, params).predict(np.array([values[p] for p in params]))
+
+
+def op_kind_errors(terms: list[Term], values: dict[Param, float]) -> dict[str, dict]:
+    """Per operation kind: spans, median |error|, median signed error, and the
+    error of the kind's total time."""
+    if not terms:
+        return {}
+    predicted = predict(terms, values)
+    groups: dict[str, list[tuple[float, float]]] = {}
+    for t, p in zip(terms, predicted):
+        groups.setdefault(t.op_kind, []).append((p, t.measured_s))
+    out = {}
+    for kind, pairs in sorted(groups.items()):
+        err = [p / m - 1 for p, m in pairs]
+        out[kind] = {"spans": len(pairs), "median_abs_error": float(np.median(np.abs(err))),
+                     "median_error": float(np.median(err)),
+                     "total_error": sum(p for p, _ in pairs) / sum(m for _, m in pairs) - 1,
+                     "measured_s": sum(m for _, m in pairs)}
+    return out
+
+
+class ExecutorWork:
+    """Rewrites a schedule's Forwards into the passes the executor ran for them
+    (``rewrite=False``: leaves them as they are), and marks the end of every step
+    with a zero-length Delay labelled ``STEP_END``.
+
+    The measured Forward for a simulated one is found by label, round (Verify
+    spans ended before it started) and order within the round; a Forward with
+    no measured counterpart runs as the schedule asked."""
+
+    def __init__(self, spans: list[dict], rewrite: bool = True):
+        ends = sorted(s["end_s"] for s in spans if s["op"]["type"] == "Verify")
+        self.table: dict[tuple, dict] = {}
+        seen: dict[tuple, int] = {}
+        for s in sorted(spans, key=lambda s: s["start_s"]):
+            if rewrite and s["op"]["type"] == "Forward":
+                key = (s["op"].get("label", ""), bisect.bisect_right(ends, s["start_s"]))
+                self.table[key + (seen.get(key, 0),)] = s["op"]
+                seen[key] = seen.get(key, 0) + 1
+        self.round, self.counts = 0, {}
+
+    def wrap(self, gen):
+        value = None
+        while True:
+            try:
+                op = gen.send(value)
+            except StopIteration as stop:
+                return stop.value
+            if isinstance(op, Spawn):
+                value = yield Spawn(self.wrap(op.branch))
+            elif isinstance(op, Parallel):
+                value = yield Parallel(tuple(self.wrap(b) for b in op.branches))
+            elif isinstance(op, Forward):
+                value = yield from self._forward(op)
+            else:
+                value = yield op
+                if isinstance(op, Verify):
+                    self.round += 1
+                    yield Delay(0.0, label=STEP_END)
+
+    def _forward(self, op: Forward):
+        key = (op.label, self.round)
+        i = self.counts[key] = self.counts.get(key, -1) + 1
+        done = self.table.get(key + (i,))
+        if done is None:
+            return (yield op)
+        n_fed = done.get("n_fed") or op.n_tokens
+        sample = op.emit == "sample"
+        one = 1 if op.head and op.emit in ("sample", "topk") else op.head_tokens
+        result = yield replace(op, n_tokens=n_fed, head_tokens=one)
+        for j in range(1, op.n_tokens if sample else 1):
+            result = yield replace(op, n_tokens=1, context=op.context + j, head_tokens=one)
+        return result

@@ -1,0 +1,157 @@
+"""Calibration of cpu-local on measured SmolLM2 runs: fit on AR and SD, predict
+the other schedules' runs, print the error table.
+
+    python benchmarks/bench_calibration.py --runs DIR [-o calibrated.yaml]
+    python benchmarks/bench_calibration.py --measure --runs DIR   # record first
+
+``--measure`` records every run of ``RUNS`` with ``hetspec run`` (the real
+executor, worker processes on the two cores, built-in prompts) into DIR/NAME,
+waiting before each until the machine's 1-minute load is below ``--quiet-load``
+(other work on the two cores slows every span), and notes in DIR/NAME.load the
+load and the CPU time other processes used while the run went on (all busy
+CPU time from /proc/stat less the run's own processes'). Then, as without ``--measure``, it runs
+``hetspec calibrate`` (analyses.heldout.calibrate) on DIR and prints, per
+held-out schedule, the end-to-end tokens/s error and the median step-latency
+error of the replay on the calibrated profile, for the schedule as written and
+with the executor's recorded work (positions fed, one pass per sampled token),
+and the per-operation-kind errors of the held-out spans.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TARGET = "smollm2-135m"
+STAGES = "stage0=cpu0,stage1=cpu1"
+# (run name, hetspec run arguments). Fitting runs: AR (resident, and streaming
+# the layers beyond a 0.2 GB DRAM budget from disk: the flash bandwidth) and SD
+# (the issue's self-draft, and a separate 8-layer draft at several gamma, so
+# verify passes of 3 to 17 positions constrain how a pass's time grows with
+# its width).
+RUNS = [
+    ("ar-1", ["--policy", "ar"]),
+    ("ar_stream-1", ["--policy", "ar_stream", "--set", "dram_budget_gb=0.2"]),
+    ("sd-1", ["--policy", "sd", "--set", "gamma=4", "--set", "draft_layers=15"]),
+    ("sd-sep4", ["--policy", "sd", "--set", "gamma=4", "--draft", "self:8"]),
+    ("sd-sep2", ["--policy", "sd", "--set", "gamma=2", "--draft", "self:8"]),
+    ("sd-sep8", ["--policy", "sd", "--set", "gamma=8", "--draft", "self:8"]),
+    ("sd-sep16", ["--policy", "sd", "--set", "gamma=16", "--draft", "self:8"]),
+    ("mirror-1", ["--policy", "mirror", "--set", "gamma=4", "--set", "kappa=4",
+                  "--set", "exit_layer=15"]),
+    ("ssd-1", ["--policy", "ssd", "--set", "k=3", "--set", "fanout=2",
+               "--set", "hit_rate=0.5"]),
+    ("eesd-1", ["--policy", "eesd", "--set", "gamma=3", "--set", "exit_layer=15"]),
+    ("ppsd-1", ["--policy", "ppsd", "--set", "exit_layer=15", "--placement", STAGES]),
+    ("kangaroo-1", ["--policy", "kangaroo", "--set", "gamma=4", "--set", "l_dm=8",
+                    "--set", "adapter=norm", "--set", "dram_budget_gb=0.2"]),
+    ("cats-1", ["--policy", "cats", "--set", "gamma=4", "--set", "l_dm=6",
+                "--set", "l_sv=12", "--set", "corrections=0", "--set", "adapter=norm",
+                "--set", "dram_budget_gb=0.2"]),
+]
+
+
+def wait_for_quiet(limit: float, max_wait_s: float) -> float:
+    """Wait until the 1-minute load average is below ``limit``; returns it."""
+    deadline = time.monotonic() + max_wait_s
+    while os.getloadavg()[0] >= limit and time.monotonic() < deadline:
+        time.sleep(5)
+    return os.getloadavg()[0]
+
+
+def busy_core_s() -> float:
+    """CPU seconds all processes of the machine have used since boot (/proc/stat)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    ticks = [int(x) for x in fields]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def own_core_s() -> float:
+    import resource
+
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return use.ru_utime + use.ru_stime
+
+
+def measure(root: Path, names: set[str] | None, args) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    for name, extra in RUNS:
+        if names and name not in names:
+            continue
+        before = wait_for_quiet(args.quiet_load, args.max_wait_s)
+        cmd = ["hetspec", "run", "--platform", "cpu-local", "--target", TARGET,
+               "--max-new-tokens", str(args.max_new_tokens), "--seed", "1",
+               "--no-baseline", "--json", "--out", str(root / name), *extra]
+        print(f"measuring {name} (load {before:.2f}): {' '.join(cmd[1:])}", flush=True)
+        start, busy0, own0 = time.monotonic(), busy_core_s(), own_core_s()
+        done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True)
+        wall_s = time.monotonic() - start
+        others = (busy_core_s() - busy0) - (own_core_s() - own0)
+        note = (f"load before {before:.2f} after {os.getloadavg()[0]:.2f}, {wall_s:.0f} s; "
+                f"other processes used {max(others, 0.0):.1f} core-seconds "
+                f"({max(others, 0.0) / wall_s:.2f} cores on average)")
+        (root / f"{name}.load").write_text(note + "\n")
+        print(f"  {note}", flush=True)
+        if done.returncode:
+            print(f"  {name} failed: {done.stderr.strip().splitlines()[-1:]}", flush=True)
+
+
+def _pct(x) -> str:
+    return "   n/a" if x is None else f"{x:+6.1%}"
+
+
+def table(summary: dict) -> str:
+    lines = [f"fitted on {', '.join(summary['fitted_runs'])}: {summary['spans']} "
+             f"operations, median |residual| {summary['median_abs_residual']:.1%}"]
+    for label, p in summary["parameters"].items():
+        kept = "" if p["constrained"] else "  (not constrained: kept)"
+        lines.append(f"  {label:46s} {p['before']:.4g} -> {p['after']:.4g}{kept}")
+    lines.append("")
+    lines.append(f"{'held-out run':14s} {'policy':9s} {'tok/s err':>9s} {'step err':>9s}"
+                 f" | {'tok/s err':>9s} {'step err':>9s}  (schedule as written | "
+                 "executor's work)")
+    for r in summary["held_out"]["runs"]:
+        lines.append(f"{r['run']:14s} {r['policy']:9s} {_pct(r.get('tokens_per_s_error')):>9s}"
+                     f" {_pct(r.get('median_step_latency_error')):>9s} | "
+                     f"{_pct(r.get('executor_tokens_per_s_error')):>9s} "
+                     f"{_pct(r.get('executor_median_step_latency_error')):>9s}")
+        for label, (ran, simulated) in r.get("passes", {}).items():
+            lines.append(f"{'':25s}passes '{label}': executor ran {ran}, replay {simulated}")
+    lines.append("")
+    lines.append("held-out operation kinds (critical-path time: span + host time before "
+                 "it): median error, error of the kind's total, spans")
+    for kind, s in summary["held_out"]["op_kinds"].items():
+        lines.append(f"  {kind:66s} {_pct(s['median_error'])} {_pct(s['total_error'])} "
+                     f"{s['spans']:5d}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", required=True, type=Path, help="directory of measured runs")
+    ap.add_argument("--measure", action="store_true", help="record the runs first")
+    ap.add_argument("--only", default="", help="comma-separated run names to measure")
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--quiet-load", type=float, default=0.8,
+                    help="wait for a 1-minute load below this before each run")
+    ap.add_argument("--max-wait-s", type=float, default=300.0)
+    ap.add_argument("-o", "--output", type=Path, default=None,
+                    help="calibrated profile (default: DIR/calibrated.yaml)")
+    args = ap.parse_args(argv)
+    if args.measure:
+        measure(args.runs, set(filter(None, args.only.split(","))), args)
+    from analyses.heldout import calibrate
+
+    summary = calibrate(args.runs, "cpu-local", args.output or args.runs / "calibrated.yaml")
+    print(table(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
