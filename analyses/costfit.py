@@ -199,7 +199,8 @@ def fit(terms: list[Term], initial: dict[Param, float],
                          "StreamWeights spans to fit; record runs with 'hetspec run'")
     params = params_of(terms)
     problem = Problem(terms, params)
-    free = np.array([p.field not in fixed for p in params])
+    idle = set(unidentifiable(problem, np.array([initial[p] for p in params])))
+    free = np.array([p.field not in fixed and p not in idle for p in params])
     lo_all = np.log([BOUNDS[p.field][0] for p in params])
     hi_all = np.log([BOUNDS[p.field][1] for p in params])
     x_all = np.clip(np.log([max(initial[p], 1e-30) for p in params]), lo_all + 1e-9,
@@ -222,13 +223,32 @@ def fit(terms: list[Term], initial: dict[Param, float],
         if sol is None or trial.cost < sol.cost - 1e-12:
             sol = trial
     reach = np.linalg.norm(sol.jac, axis=0)
-    unconstrained = [p for p, r in zip(fitted, reach) if r < 1e-8]
+    unconstrained = [p for p in params if p in idle] + [
+        p for p, r in zip(fitted, reach) if r < 1e-8]
     values = dict(zip(params, full(sol.x)))
-    for p in unconstrained + [p for p, f in zip(params, free) if not f]:
-        values[p] = initial[p]
     vector = np.array([values[p] for p in params])
     return Fit({p: float(v) for p, v in values.items()}, {p: initial[p] for p in params},
                unconstrained, problem.log_residuals(vector), terms, bool(sol.success))
+
+
+def unidentifiable(problem: Problem, v: np.ndarray, share: float = 0.02) -> list[Param]:
+    """Parameters the operations cannot pin down, kept at the profile's values: a
+    link, collective or flash parameter that makes less than ``share`` of every
+    operation's predicted time (e.g. a link's bandwidth when every message is a
+    few bytes), and a multi-row memory factor with no pass over several rows."""
+    total = problem.predict(v)
+    out = []
+    for i, param in enumerate(problem.params):
+        if param.field == "multirow_memory_factor":
+            mine = problem.p_mf[problem.multirow] if len(problem.p_mf) else []
+            if i not in set(np.asarray(mine).tolist()):
+                out.append(param)
+            continue
+        parts = [(t, v[p] * k) for t, p, k in zip(*problem.lin) if p == i] + \
+            [(t, k / v[p]) for t, p, k in zip(*problem.inv) if p == i]
+        if parts and max(x / total[t] for t, x in parts) < share:
+            out.append(param)
+    return out
 
 
 def predict(terms: list[Term], values: dict[Param, float]) -> np.ndarray:

@@ -31,7 +31,7 @@ STAGES = "stage0=cpu0,stage1=cpu1"
 # (run name, hetspec run arguments). Fitting runs: AR (resident, and streaming
 # the layers beyond a 0.2 GB DRAM budget from disk: the flash bandwidth) and SD
 # (the self-draft, and a separate 8-layer draft at several gamma, so
-# verify passes of 3 to 17 positions constrain how a pass's time grows with
+# verify passes of 3 to 33 positions constrain how a pass's time grows with
 # its width).
 RUNS = [
     ("ar-1", ["--policy", "ar"]),
@@ -41,6 +41,7 @@ RUNS = [
     ("sd-sep2", ["--policy", "sd", "--set", "gamma=2", "--draft", "self:8"]),
     ("sd-sep8", ["--policy", "sd", "--set", "gamma=8", "--draft", "self:8"]),
     ("sd-sep16", ["--policy", "sd", "--set", "gamma=16", "--draft", "self:8"]),
+    ("sd-sep32", ["--policy", "sd", "--set", "gamma=32", "--draft", "self:8"]),
     ("mirror-1", ["--policy", "mirror", "--set", "gamma=4", "--set", "kappa=4",
                   "--set", "exit_layer=15"]),
     ("ssd-1", ["--policy", "ssd", "--set", "k=3", "--set", "fanout=2",
@@ -53,6 +54,9 @@ RUNS = [
                 "--set", "l_sv=12", "--set", "corrections=0", "--set", "adapter=norm",
                 "--set", "dram_budget_gb=0.2"]),
 ]
+
+
+FIT_POLICIES = ("ar", "ar_stream", "sd")
 
 
 def wait_for_quiet(limit: float, max_wait_s: float) -> float:
@@ -148,7 +152,8 @@ def main(argv=None) -> int:
         measure(args.runs, set(filter(None, args.only.split(","))), args)
     from analyses.heldout import calibrate
 
-    summary = calibrate(args.runs, "cpu-local", args.output or args.runs / "calibrated.yaml")
+    summary = calibrate(args.runs, "cpu-local", args.output or args.runs / "calibrated.yaml",
+                        fit_policies=FIT_POLICIES)
     print(table(summary))
     return 0
 
