@@ -20,6 +20,10 @@ def register(sub) -> None:
     p.add_argument("--profile", help="platform name or YAML (e.g. calibrated.yaml)")
     p.add_argument("--trace", metavar="PATH", help="side-by-side Chrome trace (default: "
                    "replay-trace.json beside the record)")
+    p.add_argument("--work", choices=("schedule", "executor"), default="schedule",
+                   help="simulate the schedule as written (default) or with the work the "
+                        "executor recorded for each Forward (positions fed, one pass per "
+                        "sampled token)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_replay)
 
@@ -30,7 +34,7 @@ def _replay(args) -> int:
     from simcore.records import atomic_write_text
 
     run = load_run(args.run)
-    rep = replay(run, args.profile)
+    rep = replay(run, args.profile, work=args.work)
     trace = Path(args.trace) if args.trace else run.path.parent / "replay-trace.json"
     atomic_write_text(trace, json.dumps(side_by_side_trace(rep, run)))
     out = {"run": str(run.path), "profile": rep.config.platform, "trace": str(trace),
@@ -40,6 +44,9 @@ def _replay(args) -> int:
         return 0
     print(f"{rep.label} on {rep.config.platform}:")
     for key, err in rep.errors().items():
+        if key not in rep.measured:  # the median over steps of the per-step error
+            print(f"  {key:18s} {err:+.1%}")
+            continue
         print(f"  {key:18s} measured {rep.measured[key]:.5g}  simulated "
               f"{rep.predicted[key]:.5g}  ({err:+.1%})")
     print(f"  timelines side by side: {trace}")
