@@ -78,6 +78,11 @@ class Device(_Sourced):
     # weight-streaming time of a pass over more than one row relative to a one-row
     # pass (CPU BLAS: GEMM packs its operand, GEMV streams it once).
     multirow_memory_factor: float = Field(default=1.0, gt=0)
+    # bytes per second this device's own compute engine installs streamed weights at
+    # (a CPU that reads and deserializes layers on the core it computes on); set, a
+    # StreamWeights holds the device for its whole read plus bytes / this rate (see
+    # simcore.engine); None: a DMA engine streams beside compute.
+    stream_host_gb_s: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _positive_peaks(self):

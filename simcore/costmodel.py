@@ -4,8 +4,9 @@ Efficiency factors and launch overheads live in the platform profile, where
 calibration fits them. A Forward on a collective group is sharded evenly over
 its members (tensor parallel) and pays its all-reduces on top. Optional device
 terms, off by default: a per-call overhead, a roofline exponent (memory and
-compute time combine as a p-norm instead of a max: they partly add) and a
-memory factor for passes over more than one row.
+compute time combine as a p-norm instead of a max: they partly add), a
+memory factor for passes over more than one row, and the host time of
+installing streamed weights on a device without a DMA engine.
 """
 
 from __future__ import annotations
@@ -141,6 +142,13 @@ class RooflineCost:
             raise CostError(f"'{group}' is not a collective group of platform "
                             f"{self.platform.name}")
         return count * g.allreduce_s(nbytes)
+
+    @staticmethod
+    def stream_host_s(device, nbytes: float) -> float:
+        """Seconds the device's compute engine spends installing nbytes of streamed
+        weights (0 for a device that streams by DMA)."""
+        rate = device.stream_host_gb_s
+        return 0.0 if rate is None else nbytes / (rate * 1e9)
 
     @staticmethod
     def tier_s(tier: MemoryTier, nbytes: float) -> float:

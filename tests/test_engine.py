@@ -167,3 +167,59 @@ def test_flash_streams_share_the_flash_bandwidth():
 
     res = run(sched)
     assert res.time_s == pytest.approx(1e-4 + 4e9 / 2e9, rel=1e-9)
+
+
+def _host_streaming(rate_gb_s=4.0):
+    """The fixture with device a installing streamed weights on its own engine."""
+    p = platform()
+    a = p.device("a").model_copy(update={
+        "stream_host_gb_s": rate_gb_s,
+        "sources": {**p.device("a").sources, "stream_host_gb_s": SRC}})
+    return p.model_copy(update={"devices": (a,) + p.devices[1:]})
+
+
+def test_dma_stream_overlaps_the_devices_compute():
+    nbytes = 2e9
+
+    def sched():
+        yield Parallel((seq(StreamWeights("a", "target", (0, 1), nbytes)),
+                        seq(Delay(0.5, "a"))))
+
+    res = run(sched)
+    stream = next(s for s in res.spans if s.kind == "stream")
+    assert stream.start_s == 0.0
+    assert stream.end_s == pytest.approx(1e-4 + nbytes / 2e9, rel=1e-12)
+    assert res.time_s == pytest.approx(1e-4 + nbytes / 2e9, rel=1e-12)
+
+
+def test_host_stream_holds_the_device_for_read_plus_install():
+    nbytes = 2e9
+
+    def sched():
+        yield Parallel((seq(StreamWeights("a", "target", (0, 1), nbytes)),
+                        seq(Delay(0.5, "a")), seq(Delay(0.25, "b"))))
+
+    res = run(sched, plat=_host_streaming(4.0))
+    stream_end = 1e-4 + nbytes / 2e9 + nbytes / 4e9
+    by_kind = {(s.kind, s.device): s for s in res.spans}
+    stream = by_kind[("stream", "flash")]
+    assert (stream.start_s, stream.end_s) == (0.0, pytest.approx(stream_end, rel=1e-12))
+    delay_a = by_kind[("delay", "a")]  # queued behind the stream on a's engine
+    assert delay_a.start_s == pytest.approx(stream_end, rel=1e-12)
+    assert delay_a.end_s == pytest.approx(stream_end + 0.5, rel=1e-12)
+    assert by_kind[("delay", "b")].start_s == 0.0  # another device is not held
+    assert res.time_s == pytest.approx(stream_end + 0.5, rel=1e-12)
+
+
+def test_host_stream_waits_for_compute_queued_before_it():
+    nbytes = 1e9
+
+    def sched():
+        yield Parallel((seq(Delay(0.5, "a")),
+                        seq(StreamWeights("a", "target", (0, 1), nbytes))))
+
+    res = run(sched, plat=_host_streaming(2.0))
+    stream = next(s for s in res.spans if s.kind == "stream")
+    assert stream.start_s == pytest.approx(0.5)
+    assert stream.end_s == pytest.approx(0.5 + 1e-4 + nbytes / 2e9 + nbytes / 2e9,
+                                         rel=1e-12)
