@@ -11,11 +11,12 @@ parameter each (see ``analyses.costfit``):
                    + collectives * (alpha * a + b / bandwidth)
     Transfer       sum over hops of latency + bytes / bandwidth
     AllReduce      count * (alpha * a + b / bandwidth)
-    StreamWeights  latency + bytes / flash bandwidth
+    StreamWeights  latency + bytes / flash bandwidth [+ bytes / stream_host_gb_s]
 
 What a span is compared with is the time the operation held the critical path
-of the executor: its own span, plus the host time before it (since the latest
-span that ended: command dispatch), plus, for the Forward a Verify reads, that
+of the executor: its own span, plus, for a Forward, Transfer or StreamWeights,
+the host time before it (since the latest span that ended: command dispatch; for
+a stream only when no span is running as it starts), plus, for the Forward a Verify reads, that
 Verify's sampling and the host time before it (the simulator's Verify is
 instant). A Transfer's span is taken net of the time its sender or receiver
 was still computing (the executor sends and receives a message only when the
@@ -115,12 +116,14 @@ def critical_times(run: MeasuredRun, placement: dict, platform: Platform) -> lis
         seen = ends.setdefault(batch, [])
         before = bisect.bisect_right(seen, s["start_s"])  # the latest end before it
         gap = s["start_s"] - seen[before - 1] if before else 0.0
+        if kind == "StreamWeights" and before < len(seen):
+            gap = 0.0  # a span still runs: the stream waited for no dispatch
         if kind == "Verify":
             target = last_forward.get((batch, s.get("device") or None))
             target = last_forward.get((batch, None)) if target is None else target
             if target is not None:
                 observed[target] += gap + observed[i]
-        elif kind in ("Forward", "Transfer"):
+        elif kind in ("Forward", "Transfer", "StreamWeights"):
             observed[i] += gap
         if kind == "Transfer":
             observed[i] -= _endpoints_busy(s, busy, placement, platform)
@@ -230,6 +233,9 @@ class Terms:
         term.fixed_s = tier.latency_s
         term.inverse.append((Param("tier", tier.name, "bandwidth_gb_s"),
                              float(op["nbytes"]) / 1e9 / tier.memory_efficiency))
+        if device.stream_host_gb_s is not None:  # the device installs them itself
+            term.inverse.append((Param("device", self.classes[device.name],
+                                       "stream_host_gb_s"), float(op["nbytes"]) / 1e9))
 
 
 def executor_passes(unit: RooflineCost, spec, where: str, op: dict):

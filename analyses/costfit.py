@@ -10,7 +10,8 @@ each costed on a "unit" platform (efficiency 1, full bandwidth), so that
     c = compute_s / compute_efficiency,  p = roofline_exponent
 
 and the Forward adds ``call_overhead_s`` once. Transfers, all-reduces and weight
-streams are sums of ``value * coef`` and ``coef / value`` terms. The problem is
+streams are sums of ``value * coef`` and ``coef / value`` terms (a stream on a
+device that installs its weights itself adds bytes / ``stream_host_gb_s``). The problem is
 evaluated with numpy over all terms at once, and ``fit`` solves it in log space
 with ``scipy.optimize.least_squares`` and a robust (Cauchy) loss, so a few
 disturbed spans (a page fault, a preempted core) do not drag the fit.
@@ -33,7 +34,8 @@ from policies.ops import Delay, Forward, Parallel, Spawn, Verify
 BOUNDS = {"compute_efficiency": (1e-4, 1.0), "memory_efficiency": (1e-4, 1.0),
           "launch_overhead_s": (1e-9, 0.1), "call_overhead_s": (1e-9, 0.5),
           "roofline_exponent": (1.0, 64.0), "multirow_memory_factor": (0.1, 10.0),
-          "latency_s": (1e-9, 1.0), "alpha_s": (1e-9, 1.0), "bandwidth_gb_s": (1e-3, 1e5)}
+          "latency_s": (1e-9, 1.0), "alpha_s": (1e-9, 1.0), "bandwidth_gb_s": (1e-3, 1e5),
+          "stream_host_gb_s": (1e-3, 1e5)}
 DEVICE_FIELDS = ("launch_overhead_s", "call_overhead_s", "compute_efficiency",
                  "roofline_exponent", "multirow_memory_factor")
 LOSS = "cauchy"  # robust: a span 3x off weighs ~1/500 of a good one
@@ -235,7 +237,11 @@ def unidentifiable(problem: Problem, v: np.ndarray, share: float = 0.02) -> list
     """Parameters the operations cannot pin down, kept at the profile's values: a
     link, collective or flash parameter that makes less than ``share`` of every
     operation's predicted time (e.g. a link's bandwidth when every message is a
-    few bytes), and a multi-row memory factor with no pass over several rows."""
+    few bytes), a multi-row memory factor with no pass over several rows, and a
+    device's streaming host rate wherever a flash bandwidth costs the same bytes
+    (a stream's span is bytes / bandwidth + bytes / host rate: only the sum of
+    the two per-byte times shows, so the measured host rate is kept and the
+    bandwidth fitted)."""
     total = problem.predict(v)
     out = []
     for i, param in enumerate(problem.params):
@@ -244,11 +250,25 @@ def unidentifiable(problem: Problem, v: np.ndarray, share: float = 0.02) -> list
             if i not in set(np.asarray(mine).tolist()):
                 out.append(param)
             continue
+        if param.field == "stream_host_gb_s":
+            if _shadowed_by_bandwidth(problem, i):
+                out.append(param)
+            continue
         parts = [(t, v[p] * k) for t, p, k in zip(*problem.lin) if p == i] + \
             [(t, k / v[p]) for t, p, k in zip(*problem.inv) if p == i]
         if parts and max(x / total[t] for t, x in parts) < share:
             out.append(param)
     return out
+
+
+def _shadowed_by_bandwidth(problem: Problem, i: int) -> bool:
+    """Whether every term holding inverse parameter i also holds a tier's
+    bandwidth over the same bytes (the two cannot be told apart)."""
+    terms, params, coefs = problem.inv
+    mine = {(t, k) for t, p, k in zip(terms, params, coefs) if p == i}
+    tiers = {(t, k) for t, p, k in zip(terms, params, coefs)
+             if problem.params[p].kind == "tier" and problem.params[p].field == "bandwidth_gb_s"}
+    return bool(mine) and mine <= tiers
 
 
 def predict(terms: list[Term], values: dict[Param, float]) -> np.ndarray:

@@ -7,6 +7,9 @@ Measures, on one core (BLAS limited to one thread):
 * disk sequential read bandwidth (a temp file written, fsync'ed, dropped from the
   page cache with posix_fadvise(POSIX_FADV_DONTNEED), then read back),
 * inter-process round-trip latency and bandwidth over a multiprocessing Pipe,
+* with ``--stream-host-only`` (needs torch and safetensors): the host work of
+  installing a streamed layer (deserializing a layer file's bytes and setting
+  the parameters, ``executors.streaming``), the ``stream_host_gb_s`` device field,
 * with ``--allreduce`` (needs torch): a gloo ``all_reduce`` over 127.0.0.1 between
   two processes pinned to the first two cores, timed at small and large message
   sizes, and ``alpha_s`` + M / bandwidth fitted to the medians in relative
@@ -18,6 +21,7 @@ Runs in well under a minute with the defaults. Needs numpy only.
 
     python benchmarks/measure_cpu.py [--disk-mib 512] [--dir /path/on/disk] [--allreduce]
     python benchmarks/measure_cpu.py --allreduce-only
+    python benchmarks/measure_cpu.py --stream-host-only [--layer-mib 13.5]
 """
 
 from __future__ import annotations
@@ -153,6 +157,47 @@ def pipe_bandwidth_gb_s(total_mib: int, message_mib: int = 4) -> float:
     return count * len(message) / seconds / 1e9
 
 
+def stream_host_gb_s(layer_mib: float, repeats: int) -> tuple[float, float]:
+    """(GB/s, median seconds) of the host work the executor does after reading a
+    streamed layer file (``executors.streaming``): safetensors deserialization of
+    the file's bytes, already in memory, and installing each tensor as a
+    parameter's data. Timed on one core; the file holds layer-shaped fp32 tensors
+    (attention, gated MLP, norms) of about ``layer_mib`` MiB. Needs torch and
+    safetensors."""
+    import torch
+    from safetensors.torch import load, save
+
+    torch.set_num_threads(1)
+    hidden = 576  # SmolLM2-135M's shape, scaled in the MLP width to layer_mib
+    ffn = max(1, int((layer_mib * 2**20 / 4 - 4 * hidden * hidden) / (3 * hidden)))
+    shapes = {"q": (hidden, hidden), "k": (hidden // 3, hidden), "v": (hidden // 3, hidden),
+              "o": (hidden, hidden), "gate": (ffn, hidden), "up": (ffn, hidden),
+              "down": (hidden, ffn), "norm1": (hidden,), "norm2": (hidden,)}
+    data = save({k: torch.randn(v) for k, v in shapes.items()})
+    params = {k: torch.nn.Parameter(torch.empty(0)) for k in shapes}
+
+    def install():
+        for name, value in load(data).items():
+            params[name].data = value
+
+    times = []
+    install()  # warm-up
+    for _ in range(repeats):
+        start = time.perf_counter()
+        install()
+        times.append(time.perf_counter() - start)
+    median_s = float(np.median(times))
+    return len(data) / median_s / 1e9, median_s
+
+
+def print_stream_host(layer_mib: float, repeats: int) -> None:
+    rate, median_s = stream_host_gb_s(layer_mib, repeats)
+    print(f"streamed-layer install, one core: {rate:.2f} GB/s (safetensors load + "
+          f"install of a {layer_mib:g} MiB layer: {median_s * 1e3:.2f} ms, median of "
+          f"{repeats})")
+    print(f"device: {{stream_host_gb_s: {rate:.3g}}}")
+
+
 ALLREDUCE_BYTES = (4, 1024, 16384, 262144, 1048576, 4194304)
 
 
@@ -234,6 +279,11 @@ def _parse_args() -> argparse.Namespace:
                    help="time only the 2-core gloo all-reduce")
     p.add_argument("--allreduce-repeats", type=int, default=200,
                    help="timed all-reduces per message size (default 200)")
+    p.add_argument("--stream-host-only", action="store_true",
+                   help="time only the host work of installing a streamed layer "
+                        "(needs torch and safetensors)")
+    p.add_argument("--layer-mib", type=float, default=13.5,
+                   help="streamed layer size in MiB (default 13.5, SmolLM2-135M fp32)")
     return p.parse_args()
 
 
@@ -241,6 +291,11 @@ def main() -> None:
     args = _parse_args()
     if args.allreduce_only:
         print_allreduce(args.allreduce_repeats)
+        return
+    if args.stream_host_only:
+        allowed = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {allowed[0]})  # one core, as a pinned worker
+        print_stream_host(args.layer_mib, max(args.repeats, 20))
         return
     limit = threadpool_limits(1) if threadpool_limits else nullcontext()
     with limit:
