@@ -73,7 +73,11 @@ def token_command(op: Forward, handle: int, book, seqs: list[tuple],
                   committed_lens: list[int | None], extras: list | None = None,
                   **extra) -> tuple[FwdCmd, dict]:
     """Feed each row's sequence past what the layers hold; ``extras[r]``: branch
-    tokens ``(token, rope)`` fed after it, each seeing the slots below ``rope``."""
+    tokens ``(token, rope)`` fed after it, each seeing the slots below ``rope``.
+    A sampled Forward with ``head_tokens=1`` samples one token from one pass
+    over its positions (a draft catching up on positions it never fed)."""
+    if op.emit == "sample" and op.head_tokens == 1:
+        extra["steps"] = 1
     starts, n_fed, tokens, n_logits, branches = [], [], [], [], []
     for r, seq in enumerate(seqs):
         start = min(book.holds(op.layers, r, seq), len(seq) - 1)

@@ -7,7 +7,19 @@ plus, when draft and target sit on different devices, the proposal's trip to
 the target and the verdict's trip back (zero on one device).
 The draft is a separate model, or (``draft_layers``) the target's own first
 layers followed by an early-exit head.
+
+The draft samples its last proposed token without ever feeding it; when a row
+accepts all gamma tokens, the draft's next step must compute that token's
+position and the bonus token's: two positions (``catch_up``). This holds for a
+self-draft too, whose layers on the draft's device keep their own cache (were
+the two roles placed on one device, the target's pass would have fed them and
+the step would cost one position less than declared).
+Deterministic simulation verifies with expected accepted lengths (floats, not
+counts): the laws take the draft to cost gamma one-position passes, so only a
+verdict of whole counts (sampled, replayed or real) charges the extra position.
 """
+
+from numbers import Integral
 
 from pydantic import Field
 
@@ -39,17 +51,30 @@ def draft_source(ctx: PolicyContext, draft_layers: int | None, policy: str):
     return "target", (0, draft_layers), "exit"
 
 
+def catch_up(verdict, gamma: int) -> int:
+    """Positions a separate draft must feed beyond one in its first step after
+    ``verdict``: 1 when some row accepted all ``gamma`` tokens (counted only for
+    whole-number verdicts; expected values in deterministic mode add none)."""
+    if verdict is None:
+        return 0
+    return int(any(isinstance(a, Integral) and a >= gamma for a in verdict.accepted))
+
+
 @register("sd", SDParams)
 def sd(ctx: PolicyContext, params: SDParams):
     """Vanilla speculative decoding: gamma serial draft steps, one target verify."""
     model, layers, head = draft_source(ctx, params.draft_layers, "sd")
     gamma, n = params.gamma, ctx.target.n_layers
-    done, steps = 0.0, 0
+    done, steps, verdict = 0.0, 0, None
     while done < ctx.budget:
         context = ctx.context(done / ctx.batch)
+        lag = catch_up(verdict, gamma)
         for i in range(gamma):
-            yield Forward(model, "draft", layers, 1, ctx.batch, context + i, head=head,
-                          emit="sample", collectives=params.draft_collectives, label="draft")
+            n_tokens = 1 + (lag if i == 0 else 0)
+            yield Forward(model, "draft", layers, n_tokens, ctx.batch,
+                          context + i - (n_tokens - 1), head=head, emit="sample",
+                          collectives=params.draft_collectives, label="draft",
+                          head_tokens=1 if n_tokens > 1 else None)
         yield Transfer("draft", "target", ctx.batch * gamma * TOKEN_BYTES, label="proposal")
         logits = yield Forward("target", "target", (0, n), gamma + 1, ctx.batch, context,
                                head="lm", label="verify")
