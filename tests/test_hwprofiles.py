@@ -139,3 +139,28 @@ def test_cpu_local_has_a_measured_two_core_group_and_keeps_its_placement():
         assert "benchmarks/measure_cpu.py --allreduce" in group.sources[name]
     assert dict(platform.placement) == {"target": "cpu0", "draft": "cpu1"}
     assert group.allreduce_s(1e6) > group.allreduce_s(4) > 0
+
+
+def test_only_cpu_local_installs_streamed_weights_on_its_cores():
+    """The cores of cpu-local read streamed layers themselves (measured rate and
+    its command in the source); every other shipped device streams by DMA."""
+    for name in PLATFORMS:
+        for device in load_platform(name).devices:
+            if name == "cpu-local":
+                assert device.stream_host_gb_s > 0
+                assert "measure_cpu.py --stream-host-only" in device.sources["stream_host_gb_s"]
+            else:
+                assert device.stream_host_gb_s is None, (name, device.name)
+
+
+def test_stream_host_rate_without_source_names_the_field(tmp_path):
+    data = _tiny_platform()
+    data["devices"][0]["stream_host_gb_s"] = 5.0
+    with pytest.raises(ProfileError) as err:
+        load_platform(_write(tmp_path, "no-host-source", data))
+    assert "stream_host_gb_s" in str(err.value) and "no source" in str(err.value)
+    data["devices"][0]["sources"]["stream_host_gb_s"] = "test"
+    data["devices"][0]["stream_host_gb_s"] = 0.0
+    with pytest.raises(ProfileError) as err:
+        load_platform(_write(tmp_path, "zero-host-rate", data))
+    assert "stream_host_gb_s" in str(err.value)
