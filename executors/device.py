@@ -9,6 +9,7 @@ serves in-process and inside a worker process (``executors.workers``).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -97,9 +98,14 @@ class LocalDevice:
         self.batch = 1
         self.where = name if name.startswith("cuda:") else "cpu"
         self.collectives = None  # executors.tensor.Collectives in a group's worker
+        self.arriving: dict[int, threading.Event] = {}  # handles a receive will bring
 
     def execute(self, cmd):
-        """Run one command; returns (result, start perf_counter, end perf_counter)."""
+        """Run one command; returns (result, start perf_counter, end perf_counter).
+        A Forward whose input states are still arriving starts once they are here."""
+        inputs = getattr(cmd, "inputs", None)
+        if inputs is not None:
+            self.hidden(inputs)
         start = time.perf_counter()
         fn = getattr(self, "_" + type(cmd).__name__)
         result = fn(cmd)
@@ -202,8 +208,23 @@ class LocalDevice:
         while len(self.store) > KEEP_HANDLES:
             self.store.popitem(last=False)
 
+    def expect(self, handle: int) -> None:
+        """A receive (on another thread) will bring ``handle``: readers wait for it."""
+        self.arriving[handle] = threading.Event()
+
+    def arrived(self, handle: int) -> None:
+        """The receive of ``handle`` ended (with the states, or failed without)."""
+        event = self.arriving.pop(handle, None)
+        if event is not None:
+            event.set()
+
     def hidden(self, handle) -> torch.Tensor:
-        """Hidden states of a handle, or of several concatenated along positions."""
+        """Hidden states of a handle, or of several concatenated along positions;
+        waits for states a receive is still bringing."""
+        for h in handle if isinstance(handle, (tuple, list)) else (handle,):
+            event = self.arriving.get(h)
+            if event is not None:
+                event.wait()
         try:
             if isinstance(handle, (tuple, list)):
                 return _concat([self.store[h] for h in handle])

@@ -7,6 +7,15 @@ token-channel messages between devices are real ``send``/``recv`` calls
 between workers. Each tensor-parallel group (``executors.tensor``) gets a
 process group of its own (NCCL where its members are CUDA devices), in which a
 sharded model's all-reduces run.
+
+A worker reads its pipe on a thread of its own and hands each command to a
+lane: compute (the main thread, one command at a time), storage (weight
+streams, one after another), sends (posted at once, never waiting), and one
+thread per receive (each waits only for its own data). A message therefore
+travels on the link's time, never behind compute queued on either end nor
+behind another message still on its way, as the simulator charges a Transfer to
+the link alone. A Forward that reads hidden states still arriving waits for
+them (``LocalDevice.expect``), so data dependencies hold.
 """
 
 from __future__ import annotations
@@ -198,28 +207,21 @@ def _main(conn, name: str, rank: int, world: int, port: int, threads: int,
         conn.send(("error", traceback.format_exc()))
         return
     conn.send(("ready", None))
-    pending_sends: list = []
     lock = threading.Lock()
-    io = _IOThread(device, conn, lock)
-
-    def answer(ticket, cmd):
-        try:
-            reply = _execute(device, cmd, pending_sends)
-        except Exception:
-            reply = traceback.format_exc()
-        with lock:
-            conn.send((ticket, reply))
-
-    while True:
-        msg = conn.recv()
-        if msg is None:
-            break
-        if isinstance(msg[1], StreamCmd):  # storage reads overlap compute
-            io.queue.put(msg)
-        else:
-            answer(*msg)
-    io.queue.put(None)
-    io.join()
+    pending_sends: list = []
+    lanes = {"storage": _Lane(device.execute, conn, lock),
+             "sends": _Lane(lambda cmd: _message(device, cmd, pending_sends), conn, lock)}
+    compute: queue.Queue = queue.Queue()
+    receives: list[threading.Thread] = []
+    threading.Thread(target=_read, args=(conn, device, compute, lanes, receives),
+                     daemon=True).start()
+    while (msg := compute.get()) is not None:
+        _answer(conn, lock, lambda cmd: _execute(device, cmd), msg)
+    for lane in lanes.values():
+        lane.queue.put(None)
+        lane.join()
+    for thread in receives:
+        thread.join(timeout=10)
     for work, _buf in pending_sends:
         work.wait()
     import torch.distributed as dist
@@ -227,24 +229,55 @@ def _main(conn, name: str, rank: int, world: int, port: int, threads: int,
     dist.destroy_process_group()
 
 
-class _IOThread(threading.Thread):
-    """Runs the worker's weight streams one after another, beside its compute."""
+def _answer(conn, lock, run, msg) -> None:
+    """Run a (ticket, command), send the reply (or the traceback) back."""
+    ticket, cmd = msg
+    try:
+        reply = run(cmd)
+    except Exception:
+        reply = traceback.format_exc()
+    with lock:
+        conn.send((ticket, reply))
 
-    def __init__(self, device, conn, lock):
+
+def _read(conn, device, compute: queue.Queue, lanes: dict, receives: list) -> None:
+    """Read the pipe and hand each command to its lane, in the order it came: a
+    receive of hidden states is announced to the device before any Forward that
+    reads them can be queued."""
+    lock = lanes["sends"].lock
+    try:
+        while (msg := conn.recv()) is not None:
+            cmd = msg[1]
+            if isinstance(cmd, StreamCmd):  # storage reads overlap compute
+                lanes["storage"].queue.put(msg)
+            elif isinstance(cmd, SendCmd):
+                lanes["sends"].queue.put(msg)
+            elif isinstance(cmd, RecvCmd):  # waits for its data alone
+                if cmd.handle is not None:
+                    device.expect(cmd.handle)
+                receives[:] = [t for t in receives if t.is_alive()]
+                receives.append(threading.Thread(target=_answer, daemon=True, args=(
+                    conn, lock, lambda c: _message(device, c), msg)))
+                receives[-1].start()
+            else:
+                compute.put(msg)
+    except (EOFError, OSError):  # the coordinator went away: stop
+        pass
+    compute.put(None)
+
+
+class _Lane(threading.Thread):
+    """Runs one kind of command one after another, beside the worker's compute."""
+
+    def __init__(self, run_one, conn, lock):
         super().__init__(daemon=True)
-        self.device, self.conn, self.lock = device, conn, lock
+        self.run_one, self.conn, self.lock = run_one, conn, lock
         self.queue: queue.Queue = queue.Queue()
         self.start()
 
     def run(self) -> None:
         while (msg := self.queue.get()) is not None:
-            ticket, cmd = msg
-            try:
-                reply = self.device.execute(cmd)
-            except Exception:
-                reply = traceback.format_exc()
-            with self.lock:
-                self.conn.send((ticket, reply))
+            _answer(self.conn, self.lock, self.run_one, msg)
 
 
 def _setup(name, rank, world, port, threads):
@@ -284,14 +317,20 @@ def _join_groups(device, groups: str, names: str) -> None:
             device.collectives.groups[key] = group
 
 
-def _execute(device, cmd, pending_sends):
+def _execute(device, cmd):
     if isinstance(cmd, LoadCmd):
         return _load(device, cmd)
-    if isinstance(cmd, (SendCmd, RecvCmd)):
-        start = time.perf_counter()
-        result = (_send if isinstance(cmd, SendCmd) else _recv)(device, cmd, pending_sends)
-        return result, start, time.perf_counter()
     return device.execute(cmd)
+
+
+def _message(device, cmd, pending_sends=None):
+    """A send (posted, not waited for) or a receive (waited for), timed here."""
+    start = time.perf_counter()
+    if isinstance(cmd, SendCmd):
+        _send(device, cmd, pending_sends)
+    else:
+        _recv(device, cmd)
+    return None, start, time.perf_counter()
 
 
 def _load(device, cmd: LoadCmd):
@@ -336,7 +375,7 @@ def _send(device, cmd: SendCmd, pending_sends):
     pending_sends.append((dist.isend(data, cmd.peer, tag=cmd.tag + 1), data))
 
 
-def _recv(device, cmd: RecvCmd, pending_sends):
+def _recv(device, cmd: RecvCmd):
     import torch
     import torch.distributed as dist
 
@@ -344,12 +383,15 @@ def _recv(device, cmd: RecvCmd, pending_sends):
         buf = torch.empty(max(1, int(cmd.nbytes)), dtype=torch.uint8)
         dist.recv(buf, cmd.peer, tag=cmd.tag + 1)
         return None
-    header = torch.empty(4, dtype=torch.int64)
-    dist.recv(header, cmd.peer, tag=cmd.tag)
-    shape = header[1:1 + int(header[0])].tolist()
-    buf = torch.empty(shape, dtype=torch.float32)
-    dist.recv(buf, cmd.peer, tag=cmd.tag + 1)
-    device.keep(cmd.handle, {"hidden": buf.to(device.where)})
+    try:
+        header = torch.empty(4, dtype=torch.int64)
+        dist.recv(header, cmd.peer, tag=cmd.tag)
+        shape = header[1:1 + int(header[0])].tolist()
+        buf = torch.empty(shape, dtype=torch.float32)
+        dist.recv(buf, cmd.peer, tag=cmd.tag + 1)
+        device.keep(cmd.handle, {"hidden": buf.to(device.where)})
+    finally:  # a Forward waiting for these states goes on (and fails if none came)
+        device.arrived(cmd.handle)
     return None
 
 
