@@ -23,7 +23,8 @@ was still computing (the executor sends and receives a message only when the
 device is free).
 
 A sampled Forward of k tokens is k device passes in the executor (the first
-feeds the positions it really fed, ``n_fed``; the others one per row).
+feeds the positions it really fed, ``n_fed``; the others one per row), unless
+it asks for ``head_tokens=1``: one pass over its positions, one token sampled.
 Devices with identical hardware (kind, peak FLOP/s, memory and storage tiers)
 share their fitted parameters: the spans cannot tell two such cores apart.
 """
@@ -93,7 +94,7 @@ def op_kind(op: dict, placement: dict) -> str:
         rows = f"x{op.get('n_fed') or op.get('n_tokens', 1)}"
         if op.get("batch", 1) > 1:
             rows += f"x{op['batch']}"
-        if op.get("emit") == "sample" and op.get("n_tokens", 1) > 1:
+        if stepped(op) and op.get("n_tokens", 1) > 1:
             rows += f" then {op['n_tokens'] - 1} pass(es)"
         text = f"Forward {op['model']}[{lo}:{hi}]{head} {rows} on {where}"
     else:
@@ -238,14 +239,21 @@ class Terms:
                                        "stream_host_gb_s"), float(op["nbytes"]) / 1e9))
 
 
+def stepped(op: dict) -> bool:
+    """Whether the executor ran a sampled Forward of k tokens as k passes (it runs
+    one with ``head_tokens=1`` as one pass over its positions, sampling once)."""
+    return op.get("emit") == "sample" and op.get("head_tokens") != 1
+
+
 def executor_passes(unit: RooflineCost, spec, where: str, op: dict):
     """The device passes the executor ran for a measured Forward, as unit costs: a
-    sampled Forward of k tokens is k passes, the first feeding ``n_fed`` positions
-    per row, the others one; a sampled or top-k head projects one position per row."""
+    sampled Forward of k tokens is k passes (``stepped``), the first feeding
+    ``n_fed`` positions per row, the others one; a sampled or top-k head projects
+    one position per row."""
     n_fed = op.get("n_fed") or op.get("n_tokens", 1)
     batch = op.get("batch", 1)
     context = op.get("context_measured", op.get("context", 0)) or 0
-    sample = op.get("emit") == "sample"
+    sample = stepped(op)
     head_tokens = 1 if op.get("emit") in ("sample", "topk") else op.get("head_tokens")
     widths = [n_fed] + [1] * ((op.get("n_tokens", 1) - 1) if sample else 0)
     for i, width in enumerate(widths):

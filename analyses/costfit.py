@@ -341,7 +341,7 @@ class ExecutorWork:
         if done is None:
             return (yield op)
         n_fed = done.get("n_fed") or op.n_tokens
-        sample = op.emit == "sample"
+        sample = op.emit == "sample" and op.head_tokens != 1  # k passes (k tokens)
         one = 1 if op.head and op.emit in ("sample", "topk") else op.head_tokens
         result = yield replace(op, n_tokens=n_fed, head_tokens=one)
         for j in range(1, op.n_tokens if sample else 1):

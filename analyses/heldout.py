@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from analyses.calibrate import Terms, apply, fit, initial_values, op_kind_errors
+from analyses.calibrate import Terms, apply, fit, initial_values, op_kind_errors, stepped
 from analyses.replay import MeasuredRun, check_run_fits, find_runs, load_run, replay
 from hwprofiles import Platform, load_platform
 from simcore.records import atomic_write_text
@@ -93,7 +93,7 @@ def pass_counts(run: MeasuredRun, rep) -> dict[str, list[int]]:
     for s in run.spans:
         op = s["op"]
         if op["type"] == "Forward":
-            k = op.get("n_tokens", 1) if op.get("emit") == "sample" else 1
+            k = op.get("n_tokens", 1) if stepped(op) else 1
             measured[op.get("label", "")] = measured.get(op.get("label", ""), 0) + k
     simulated: dict[str, int] = {}
     for s in rep.sim_spans:

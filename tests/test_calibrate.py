@@ -124,7 +124,7 @@ def _fake_steps(plat, cost, models, op):
         return [(op, tier.name, RooflineCost.tier_s(tier, op.nbytes)
                  + RooflineCost.stream_host_s(device, op.nbytes), "stream")]
     c = cost.forward(models[op.model], where, op.layers, op.n_tokens, op.batch,
-                     op.context, op.head, op.collectives)
+                     op.context, op.head, op.collectives, op.head_tokens)
     return [(op, where, c.total_s, "compute")]
 
 
