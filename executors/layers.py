@@ -190,7 +190,7 @@ class Stack:
             mask = mask[:, :, None].expand(bsz, 1, group, n, mask.shape[-1])
             mask = mask.reshape(bsz, 1, group * n, mask.shape[-1])
         out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
-        out = out.view(bsz, self.n_heads, n, d).transpose(1, 2)
+        out = out.reshape(bsz, self.n_heads, n, d).transpose(1, 2)  # not always contiguous on CUDA
         return out.reshape(bsz, n, self.n_heads * d)
 
 
