@@ -82,7 +82,8 @@ def run_schedule(config: SimConfig, *, record_spans: bool = True,
     ctx = PolicyContext(target=models["target"], draft=models.get("draft"),
                         tokens=config.tokens, batch=config.batch,
                         prompt_tokens=config.prompt_tokens,
-                        fixed_context=config.fixed_context)
+                        fixed_context=config.fixed_context,
+                        expected_outcomes=config.deterministic)
     schedule = build(config.policy, ctx, params)
     if rewrite is not None:
         schedule = rewrite(schedule)

@@ -32,6 +32,9 @@ class PolicyContext:
     its rows have committed ``tokens * batch`` in all. ``prompt_tokens`` is the
     context already in the KV cache when decoding starts; with ``fixed_context``
     every Forward sees exactly that context (the laws' steady-state assumption).
+    ``expected_outcomes``: verdicts and outcomes are expectations (deterministic
+    simulation), so a schedule charges the laws' idealised work and none of the
+    catch-up positions that depend on whole outcomes.
     """
 
     target: ModelSpec
@@ -40,6 +43,7 @@ class PolicyContext:
     batch: int = 1
     prompt_tokens: int = 128
     fixed_context: bool = False
+    expected_outcomes: bool = False
 
     def context(self, generated_per_row: float) -> int:
         if self.fixed_context:

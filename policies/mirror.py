@@ -25,7 +25,9 @@ schedule does about it is ``batch_fallback``:
     the next step (``Verify.row_gamma`` 0: it commits the target's one token,
     an AR step for that row) while that step's early-exit top-kappa seeds its
     next window as usual. The Outcome answers per row. The target still scores
-    gamma+1 positions for every row. The start-up window, which every row
+    gamma+1 positions for every row (rows are padded to one width; a step in
+    which no row has a proposal scores one position, except with expected
+    outcomes, whose rows all miss together). The start-up window, which every row
     lacks, is still rolled out (the B = 1 case below, for the whole batch).
   * "auto" (default): the algebra below, each step, with the mean accepted
     length observed so far and the one number a schedule cannot observe,
@@ -100,6 +102,7 @@ from pydantic import Field, field_validator
 
 from policies.base import PolicyContext, PolicyError, PolicyParams, register
 from policies.ops import Forward, Outcome, Parallel, Transfer, Verify
+from policies.sd import DraftCache, first_draft_op
 
 TOKEN_BYTES = 4           # an int32 token id
 ENTRY_BYTES = 8           # a token id with its fp32 log-prob
@@ -229,20 +232,36 @@ def _one(op):
 
 
 def _rollout(ctx: PolicyContext, p: MirrorPlan, context: int, rows: int, branch: int,
-             k: int, inputs, label: str):
-    """J speculative-streaming draft steps over ``rows`` rows; returns the last handle."""
+             k: int, inputs, label: str, positions: int = 1):
+    """J speculative-streaming draft steps over ``rows`` rows; returns the last handle.
+    The first step also feeds the ``positions - 1`` positions its rows lack."""
     handle = inputs
     for j, n_tokens in enumerate(p.chunks):
-        handle = yield Forward("draft", "draft", (0, p.draft_layers), n_tokens, rows,
-                               context + j * p.eta, head="lm", emit="sample", k=k,
-                               branch=branch, inputs=handle, collectives=p.collectives,
-                               label=label)
+        op = Forward("draft", "draft", (0, p.draft_layers), n_tokens, rows,
+                     context + j * p.eta, head="lm", emit="sample", k=k, branch=branch,
+                     inputs=handle, collectives=p.collectives, label=label)
+        handle = yield first_draft_op(op, positions) if j == 0 else op
     return handle
 
 
-def _fresh(ctx: PolicyContext, p: MirrorPlan, context: int):
+def window_positions(ctx: PolicyContext, p: MirrorPlan, row_gamma) -> int:
+    """Positions the window's first step feeds per row: each of the B*kappa rows
+    holds its own cache, and its last window diverged from the new one right after
+    the last step's accepted tokens (the other roots differ from the correction), so
+    it feeds the correction, the proposal under verification and its root:
+    gamma + 2 (a row verifying no proposal: 2). The first window's rows hold the
+    prompt but its last token: the same count. With kappa = 1 a row whose root was
+    the correction feeds fewer; the count stays the worst case."""
+    if ctx.expected_outcomes:
+        return 1
+    return max(row_gamma if row_gamma is not None else (p.gamma,)) + 2
+
+
+def _fresh(ctx: PolicyContext, p: MirrorPlan, context: int, cache: DraftCache):
     """A single-branch rollout on the critical path, then its trip to the target."""
-    handle = yield from _rollout(ctx, p, context, ctx.batch, FRESH, 1, None, FALLBACK)
+    handle = yield from _rollout(ctx, p, context, ctx.batch, FRESH, 1, None, FALLBACK,
+                                 cache.first_step())
+    cache.rolled_out(p.gamma)
     yield Transfer("draft", "target", ctx.batch * p.gamma * ENTRY_BYTES, payload=handle,
                    label=FALLBACK_SEND)
 
@@ -251,16 +270,20 @@ def _step(ctx: PolicyContext, p: MirrorPlan, context: int, branch: int,
           row_gamma: tuple[int, ...] | None):
     """One Mirror-SD step up to its Verify; returns (verdict, window handle)."""
     b, n = ctx.batch, p.n_layers
-    prefix = yield Forward("target", "target", (0, p.exit_layer), p.gamma + 1, b, context,
+    width = p.gamma + 1  # rows padded to one width
+    if row_gamma is not None and not ctx.expected_outcomes:
+        width = max(row_gamma) + 1
+    prefix = yield Forward("target", "target", (0, p.exit_layer), width, b, context,
                            head="exit", emit="topk", k=p.kappa, head_tokens=TOPK_POSITIONS,
                            label=PREFIX)
     roots = yield Transfer("target", "draft", b * p.kappa * ENTRY_BYTES, payload=prefix,
                            label=TOPK)
-    suffix_op = Forward("target", "target", (p.exit_layer, n), p.gamma + 1, b, context,
+    suffix_op = Forward("target", "target", (p.exit_layer, n), width, b, context,
                         head="lm", inputs=prefix, label=SUFFIX)
     suffix, window = yield Parallel((
         _one(suffix_op),
-        _rollout(ctx, p, context, b * p.kappa, WINDOW, p.kappa, roots, DRAFT)))
+        _rollout(ctx, p, context, b * p.kappa, WINDOW, p.kappa, roots, DRAFT,
+                 window_positions(ctx, p, row_gamma))))
     verdict = yield Verify(p.gamma, b, target=suffix, branch=branch, row_gamma=row_gamma,
                            label="verify")
     return verdict, window
@@ -324,12 +347,13 @@ class _Tally:
 
 
 def _schedule(ctx: PolicyContext, p: MirrorPlan):
-    b, t = ctx.batch, _Tally()
-    yield from _fresh(ctx, p, ctx.context(0))  # the first window, every row
+    b, t, cache = ctx.batch, _Tally(), DraftCache(ctx)
+    yield from _fresh(ctx, p, ctx.context(0), cache)  # the first window, every row
     branch, row_gamma = FRESH, None  # None: every row verifies its window
     while t.tokens < ctx.budget:
         verdict, window = yield from _step(ctx, p, ctx.context(t.tokens / b), branch,
                                            row_gamma)
+        cache.settle(verdict, own=branch == FRESH)
         skip = skips(p, b, t.verdict(verdict, p.gamma, row_gamma))
         reuse = yield Outcome("reuse", p.omega, batch=b, per_row=skip, label="reuse")
         yield from _rendezvous(ctx, p, window, verdict)
@@ -347,7 +371,7 @@ def _schedule(ctx: PolicyContext, p: MirrorPlan):
             t.fallbacks += 1
             t.rows_failed += failing_rows(p.omega, b)
             if t.tokens < ctx.budget:
-                yield from _fresh(ctx, p, ctx.context(t.tokens / b))
+                yield from _fresh(ctx, p, ctx.context(t.tokens / b), cache)
     return _stats(ctx, p, t)
 
 

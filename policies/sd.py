@@ -8,18 +8,19 @@ the target and the verdict's trip back (zero on one device).
 The draft is a separate model, or (``draft_layers``) the target's own first
 layers followed by an early-exit head.
 
+Each Forward declares the positions the step must compute (``DraftCache``).
 The draft samples its last proposed token without ever feeding it; when a row
 accepts all gamma tokens, the draft's next step must compute that token's
-position and the bonus token's: two positions (``catch_up``). This holds for a
-self-draft too, whose layers on the draft's device keep their own cache (were
-the two roles placed on one device, the target's pass would have fed them and
-the step would cost one position less than declared).
-Deterministic simulation verifies with expected accepted lengths (floats, not
-counts): the laws take the draft to cost gamma one-position passes, so only a
-verdict of whole counts (sampled, replayed or real) charges the extra position.
+position and the bonus token's: two positions. This holds for a self-draft too,
+whose layers on the draft's device keep their own cache (were the two roles
+placed on one device, the target's pass would have fed them and the step would
+cost one position less than declared). Deterministic simulation verifies with
+expected accepted lengths (``ctx.expected_outcomes``): the laws take the draft
+to cost gamma one-position passes, so only whole outcomes (sampled, replayed or
+real) charge catch-up positions.
 """
 
-from numbers import Integral
+from dataclasses import replace
 
 from pydantic import Field
 
@@ -51,13 +52,53 @@ def draft_source(ctx: PolicyContext, draft_layers: int | None, policy: str):
     return "target", (0, draft_layers), "exit"
 
 
-def catch_up(verdict, gamma: int) -> int:
-    """Positions a separate draft must feed beyond one in its first step after
-    ``verdict``: 1 when some row accepted all ``gamma`` tokens (counted only for
-    whole-number verdicts; expected values in deterministic mode add none)."""
-    if verdict is None:
-        return 0
-    return int(any(isinstance(a, Integral) and a >= gamma for a in verdict.accepted))
+class DraftCache:
+    """Per row, what a draft's cache (one row per sequence) lacks, counted by the
+    schedule from the verdicts it receives.
+
+    ``behind[r]``: positions of row r's committed sequence the cache lacks (1 at
+    the start: prefill leaves the prompt's last token to the first step);
+    ``ahead[r]``: tokens of the pending proposal it fed (a rollout of gamma
+    tokens feeds gamma - 1 of them: the last is sampled, never fed). With
+    expected outcomes every rollout starts one position behind (the laws).
+    """
+
+    def __init__(self, ctx: PolicyContext):
+        self.expected = ctx.expected_outcomes
+        self.behind = [1] * ctx.batch
+        self.ahead = [0] * ctx.batch
+
+    def first_step(self) -> int:
+        """Positions per row the next rollout's first step feeds (the most any row
+        lacks: rows are padded to one width)."""
+        return 1 if self.expected else max(self.behind)
+
+    def rolled_out(self, gamma: int) -> None:
+        self.behind = [0] * len(self.behind)
+        self.ahead = [gamma - 1] * len(self.ahead)
+
+    def settle(self, verdict, own: bool) -> None:
+        """Commit ``verdict``; ``own``: the proposal it verified is the one this
+        cache rolled out (its accepted tokens are already fed)."""
+        if self.expected:
+            self.behind, self.ahead = [1] * len(self.behind), [0] * len(self.ahead)
+            return
+        committed = verdict.committed or [a + 1 for a in verdict.accepted]
+        for r, (a, c) in enumerate(zip(verdict.accepted, committed)):
+            kept = min(int(a), self.ahead[r]) if own else 0
+            self.behind[r] += int(c) - kept
+            self.ahead[r] = 0
+
+
+def first_draft_op(op: Forward, positions: int) -> Forward:
+    """``op`` also feeding the ``positions - 1`` earlier positions its cache lacks;
+    a one-token op still samples one token, from its last position
+    (``head_tokens=1``)."""
+    extra = positions - 1
+    if extra <= 0:
+        return op
+    return replace(op, n_tokens=op.n_tokens + extra, context=op.context - extra,
+                   head_tokens=1 if op.n_tokens == 1 else op.head_tokens)
 
 
 @register("sd", SDParams)
@@ -65,20 +106,19 @@ def sd(ctx: PolicyContext, params: SDParams):
     """Vanilla speculative decoding: gamma serial draft steps, one target verify."""
     model, layers, head = draft_source(ctx, params.draft_layers, "sd")
     gamma, n = params.gamma, ctx.target.n_layers
-    done, steps, verdict = 0.0, 0, None
+    done, steps, cache = 0.0, 0, DraftCache(ctx)
     while done < ctx.budget:
         context = ctx.context(done / ctx.batch)
-        lag = catch_up(verdict, gamma)
         for i in range(gamma):
-            n_tokens = 1 + (lag if i == 0 else 0)
-            yield Forward(model, "draft", layers, n_tokens, ctx.batch,
-                          context + i - (n_tokens - 1), head=head, emit="sample",
-                          collectives=params.draft_collectives, label="draft",
-                          head_tokens=1 if n_tokens > 1 else None)
+            op = Forward(model, "draft", layers, 1, ctx.batch, context + i, head=head,
+                         emit="sample", collectives=params.draft_collectives, label="draft")
+            yield first_draft_op(op, cache.first_step()) if i == 0 else op
+        cache.rolled_out(gamma)
         yield Transfer("draft", "target", ctx.batch * gamma * TOKEN_BYTES, label="proposal")
         logits = yield Forward("target", "target", (0, n), gamma + 1, ctx.batch, context,
                                head="lm", label="verify")
         verdict = yield Verify(gamma, ctx.batch, target=logits, label="verify")
+        cache.settle(verdict, own=True)
         yield Transfer("target", "draft", ctx.batch * VERDICT_BYTES, label="verdict")
         done += verdict.tokens
         steps += 1

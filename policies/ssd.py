@@ -57,6 +57,7 @@ from pydantic import Field
 from policies.base import PolicyContext, PolicyError, PolicyParams, register
 from policies.mirror import ENTRY_BYTES, VERDICT_BYTES, covered_s, intervals, recorded_rate
 from policies.ops import Delay, Forward, Join, Outcome, Spawn, Transfer, Verify
+from policies.sd import DraftCache, first_draft_op
 
 BACKUP, CACHE = 0, 1
 VERIFY, PRESPEC, BACKUP_LABEL = "verify", "pre-speculation", "backup"
@@ -170,36 +171,84 @@ def plan(ctx: PolicyContext, params: SSDParams) -> SSDPlan:
 
 
 def _draft_steps(p: SSDPlan, context: int, rows: int, branch: int, k: int, label: str,
-                 flag: dict | None = None):
-    """K draft steps over ``rows`` rows; stops early once ``flag['abort']`` is set."""
+                 flag: dict | None = None, positions: int = 1):
+    """K draft steps over ``rows`` rows; stops early once ``flag['abort']`` is set.
+    The first step also feeds the ``positions - 1`` positions its rows lack."""
     handle = None
     for j in range(p.k):
         if flag is not None and flag["abort"]:
             break
-        handle = yield Forward("draft", "draft", (0, p.draft_layers), 1, rows, context + j,
-                               head="lm", emit="sample", k=k, branch=branch, inputs=handle,
-                               collectives=p.collectives, label=label)
+        op = Forward("draft", "draft", (0, p.draft_layers), 1, rows, context + j,
+                     head="lm", emit="sample", k=k, branch=branch, inputs=handle,
+                     collectives=p.collectives, label=label)
+        handle = yield first_draft_op(op, positions) if j == 0 else op
     return handle
 
 
-def _backup(ctx: PolicyContext, p: SSDPlan, context: int, jit: bool):
+class Shapes:
+    """Per row, what the schedule knows of the proposals' lengths, from which the
+    verify's and the pre-speculation's first step's positions follow.
+
+    A proposal is K tokens, but K - 1 when a hit's row is one whose guess the
+    tree sampled in its first pass: the row of k = K, or any k once the previous
+    proposal was that short (a row accepted all of it). Each outcome row (k, f)
+    holds its own cache, last extending the previous round's proposal by
+    min(k, L) tokens (and a guess unless k >= L), which the verdict's correction
+    left after its accepted tokens (the row whose guess was the correction feeds
+    fewer; the count is the worst row). The first round's rows hold the prompt
+    but its last token. Expected outcomes: the laws' one position and K + 1.
+    """
+
+    def __init__(self, ctx: PolicyContext, p: SSDPlan):
+        self.expected, self.p = ctx.expected_outcomes, p
+        self.accepted = [0] * ctx.batch  # the previous round's, per row
+        self.prev_len = [0] * ctx.batch  # the previous round's proposal length
+        self.length = [p.k] * ctx.batch  # this round's proposal length
+
+    def verify_positions(self) -> int:
+        """The bonus token and the longest row's proposal (rows padded)."""
+        return self.p.k + 1 if self.expected else max(self.length) + 1
+
+    def prespec_positions(self) -> int:
+        if self.expected:
+            return 1
+        rows = zip(self.accepted, self.prev_len, self.length)
+        return max(a + 1 + min(k, n) + (k < n) - min(a, k, prev)
+                   for a, prev, n in rows
+                   for k, f in enumerate(self.p.fanout) if f > 0)
+
+    def next_round(self, verdict, hit: bool) -> None:
+        if self.expected:
+            return
+        accepted = [int(a) for a in verdict.accepted]
+        self.length, self.prev_len = [
+            self.p.k - 1 if hit and a >= n else self.p.k
+            for a, n in zip(accepted, self.length)], self.length
+        self.accepted = accepted
+
+
+def _backup(ctx: PolicyContext, p: SSDPlan, context: int, jit: bool, cache: DraftCache):
     """The backup's speculation; returns (handle, Verify fields for it)."""
     if jit:
-        handle = yield from _draft_steps(p, context, ctx.batch, BACKUP, 1, BACKUP_LABEL)
+        handle = yield from _draft_steps(p, context, ctx.batch, BACKUP, 1, BACKUP_LABEL,
+                                         positions=cache.first_step())
+        cache.rolled_out(p.k)
         return handle, {"scale": p.scale}
     yield Delay(p.fast_backup_s, device="draft", label=BACKUP_LABEL)
     return None, {"expected": p.fast_expected}
 
 
-def _round(ctx: PolicyContext, p: SSDPlan, context: int, branch: int, fields: dict):
+def _round(ctx: PolicyContext, p: SSDPlan, context: int, branch: int, fields: dict,
+           cache: DraftCache, shapes: Shapes):
     """Verify this round's speculation while the draft pre-speculates the next."""
     b = ctx.batch
     flag = {"abort": False}
     task = yield Spawn(_draft_steps(p, context + p.k, b * p.branches, CACHE, p.branches,
-                                    PRESPEC, flag))
-    logits = yield Forward("target", "target", (0, p.n_layers), p.k + 1, b, context,
-                           head="lm", label=VERIFY)
+                                    PRESPEC, flag, shapes.prespec_positions()))
+    logits = yield Forward("target", "target", (0, p.n_layers), shapes.verify_positions(),
+                           b, context, head="lm", label=VERIFY)
     verdict = yield Verify(p.k, b, target=logits, branch=branch, label=VERIFY, **fields)
+    cache.settle(verdict, own=branch == BACKUP and p.backup == "jit")
     hit = yield Outcome("cache_hit", p.hit_row, batch=b, label="cache hit")
     yield Transfer("target", "draft", b * VERDICT_BYTES, payload=verdict, label=TO_DRAFT)
     flag["abort"] = not hit
@@ -207,7 +256,7 @@ def _round(ctx: PolicyContext, p: SSDPlan, context: int, branch: int, fields: di
     if hit:
         branch, fields = CACHE, {"scale": p.scale}
     else:
-        handle, fields = yield from _backup(ctx, p, context, p.backup == "jit")
+        handle, fields = yield from _backup(ctx, p, context, p.backup == "jit", cache)
         branch = BACKUP
     yield Transfer("draft", "target", b * p.k * ENTRY_BYTES, payload=handle,
                    label=TO_TARGET)
@@ -215,14 +264,15 @@ def _round(ctx: PolicyContext, p: SSDPlan, context: int, branch: int, fields: di
 
 
 def _schedule(ctx: PolicyContext, p: SSDPlan):
-    done, rounds, hits = 0.0, 0, 0
-    handle, fields = yield from _backup(ctx, p, ctx.context(0), True)  # first speculation
+    done, rounds, hits, cache, shapes = 0.0, 0, 0, DraftCache(ctx), Shapes(ctx, p)
+    handle, fields = yield from _backup(ctx, p, ctx.context(0), True, cache)  # first one
     yield Transfer("draft", "target", ctx.batch * p.k * ENTRY_BYTES, payload=handle,
                    label=TO_TARGET)
     branch = BACKUP
     while done < ctx.budget:
         verdict, hit, branch, fields = yield from _round(
-            ctx, p, ctx.context(done / ctx.batch), branch, fields)
+            ctx, p, ctx.context(done / ctx.batch), branch, fields, cache, shapes)
+        shapes.next_round(verdict, hit)
         done += verdict.tokens
         rounds += 1
         hits += int(hit)

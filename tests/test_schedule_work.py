@@ -1,0 +1,83 @@
+"""Schedule work == executor work: every Forward a schedule yields declares the
+positions the step must compute, and the real executor (tiny random models,
+in-process) feeds exactly those. A span records the operation's fields and the
+executor's ``n_fed`` (the most positions any row fed in the Forward's pass).
+
+A close draft (the target's first 5 of 6 layers, a model of its own on the
+draft's device) makes full acceptance, reuse and cache hits common, so the
+catch-up positions they cause are exercised; temperature 1 with a few seeds
+varies the outcomes. Prompts decode one at a time: a batch whose rows finish
+unevenly is run on by a second schedule (``Session.decode``), which cannot know
+what the first left its caches lacking.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from executors.session import Options, Session
+from tests.test_executor import PROMPTS, STAGES, tiny_spec
+
+CASES = [("sd", {"gamma": 3}), ("sd", {"gamma": 2, "draft_layers": 4}),
+         ("eesd", {"gamma": 3, "exit_layer": 4}), ("ppsd", {"exit_layer": 2}),
+         ("mirror", {"gamma": 3, "kappa": 2, "exit_layer": 3, "eta": 1}),
+         ("mirror", {"gamma": 3, "kappa": 4, "exit_layer": 5, "eta": 1}),
+         ("mirror", {"gamma": 3, "kappa": 2, "exit_layer": 4, "eta": 1,
+                     "batch_fallback": "skip"}),
+         ("ssd", {"k": 3, "fanout": 3, "hit_rate": 0.5})]
+STREAMED = [("kangaroo", {"dram_budget_gb": 0.0006, "l_dm": 1, "gamma": 3,
+                          "adapter": "norm"}),
+            ("cats", {"dram_budget_gb": 0.0006, "l_dm": 1, "l_sv": 2, "gamma": 3,
+                      "adapter": "norm", "corrections": 2})]
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory):
+    return tiny_spec(tmp_path_factory.mktemp("spec"))
+
+
+def _session(spec, draft, placement, temperature, seed):
+    return Session("cpu-local", f"random:{spec}", draft, placement=placement, seed=seed,
+                   options=Options(max_new_tokens=16, mode="inline",
+                                   temperature=temperature))
+
+
+def _forwards(session, policy, params):
+    """Per prompt, the measured Forward spans' operations."""
+    return [[s["op"] for s in session.decode(policy, params, [p]).spans
+             if s["op"]["type"] == "Forward"] for p in PROMPTS]
+
+
+def _mismatches(ops_per_prompt) -> Counter:
+    return Counter((op["label"], op["n_tokens"], op["n_fed"])
+                   for ops in ops_per_prompt for op in ops if op["n_tokens"] != op["n_fed"])
+
+
+@pytest.mark.parametrize("temperature,seed", [(0.0, 0), (1.0, 1), (1.0, 2)])
+def test_every_forward_feeds_the_positions_it_declares(spec, temperature, seed):
+    with _session(spec, "self:5", STAGES, temperature, seed) as s:
+        work = {f"{p} {params}": _forwards(s, p, params) for p, params in CASES}
+    assert all(sum(map(len, ops)) > 10 for ops in work.values())
+    assert {name: dict(_mismatches(ops)) for name, ops in work.items()} == \
+        {name: {} for name in work}
+
+
+def test_catch_up_positions_occur(spec):
+    """The check above is not vacuous: drafts do catch up (SD after a full
+    accept, Mirror's window on its rows, SSD's pre-speculation on its outcomes)."""
+    with _session(spec, "self:5", STAGES, 0.0, 0) as s:
+        fed = {p: max(op["n_fed"] for ops in _forwards(s, p, params) for op in ops
+                      if op["emit"] == "sample")
+               for p, params in CASES if p in ("sd", "mirror", "ssd")}
+    assert fed["sd"] >= 2 and fed["mirror"] == 3 + 2 and fed["ssd"] >= 3 + 1
+
+
+@pytest.mark.parametrize("policy,params", STREAMED, ids=["kangaroo", "cats"])
+def test_streamed_schedules_feed_what_they_declare(spec, tmp_path, monkeypatch, policy,
+                                                   params):
+    monkeypatch.setenv("HETSPEC_CACHE", str(tmp_path))
+    with _session(spec, None, None, 0.0, 0) as s:
+        ops = _forwards(s, policy, params)
+    assert sum(map(len, ops)) > 10 and _mismatches(ops) == Counter()
