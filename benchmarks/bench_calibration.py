@@ -43,7 +43,7 @@ RUNS = [
     ("sd-sep16", ["--policy", "sd", "--set", "gamma=16", "--draft", "self:8"]),
     ("sd-sep32", ["--policy", "sd", "--set", "gamma=32", "--draft", "self:8"]),
     ("mirror-1", ["--policy", "mirror", "--set", "gamma=4", "--set", "kappa=4",
-                  "--set", "exit_layer=15"]),
+                  "--set", "exit_layer=15", "--set", "eta=1"]),
     ("ssd-1", ["--policy", "ssd", "--set", "k=3", "--set", "fanout=2",
                "--set", "hit_rate=0.5"]),
     ("eesd-1", ["--policy", "eesd", "--set", "gamma=3", "--set", "exit_layer=15"]),

@@ -78,6 +78,10 @@ def token_command(op: Forward, handle: int, book, seqs: list[tuple],
     over its positions (a draft catching up on positions it never fed)."""
     if op.emit == "sample" and op.head_tokens == 1:
         extra["steps"] = 1
+    elif op.emit == "sample" and op.n_tokens > 1:
+        raise ValueError(f"Forward '{op.label}' asks one pass to emit {op.n_tokens} tokens "
+                         "per row (multi-token prediction, mirror's eta), but the executor's "
+                         "models have no multi-token heads; run it with eta=1")
     starts, n_fed, tokens, n_logits, branches = [], [], [], [], []
     for r, seq in enumerate(seqs):
         start = min(book.holds(op.layers, r, seq), len(seq) - 1)

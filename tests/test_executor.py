@@ -84,8 +84,9 @@ def test_ragged_rows_and_rollback_match_the_hf_forward(tiny):
 
 # lossless schedules ----------------------------------------------------------------
 CASES = [("sd", {"gamma": 3}), ("sd", {"gamma": 4, "draft_layers": 4}),
-         ("mirror", {"gamma": 3, "kappa": 4, "exit_layer": 3}),
-         ("mirror", {"gamma": 3, "kappa": 2, "exit_layer": 4, "batch_fallback": "skip"}),
+         ("mirror", {"gamma": 3, "kappa": 4, "exit_layer": 3, "eta": 1}),
+         ("mirror", {"gamma": 3, "kappa": 2, "exit_layer": 4, "batch_fallback": "skip",
+                     "eta": 1}),
          ("ssd", {"k": 3, "fanout": 2, "hit_rate": 0.5}),
          ("eesd", {"gamma": 3, "exit_layer": 4}), ("ppsd", {"exit_layer": 2})]
 STAGES = {"stage0": "cpu0", "stage1": "cpu1", "stage2": "cpu0"}
@@ -118,7 +119,7 @@ def test_a_close_draft_is_accepted_and_events_are_observed(inline_session):
     ssd = s.decode("ssd", {"k": 3, "fanout": 3, "hit_rate": 0.5}, PROMPTS[:1])
     events = [h for a in ssd.acceptance if a.get("event") == "cache_hit" for h in a["held"]]
     assert events and any(events) and ssd.generated[0][:12] == s.reference[0]
-    mirror = s.decode("mirror", {"gamma": 3, "kappa": 4, "exit_layer": 5,
+    mirror = s.decode("mirror", {"gamma": 3, "kappa": 4, "exit_layer": 5, "eta": 1,
                                  "batch_fallback": "skip"}, PROMPTS)
     rows = [a["held"] for a in mirror.acceptance if a.get("event") == "reuse"]
     assert any(any(r) for r in rows) and not all(all(r) for r in rows)  # mixed per row
@@ -332,7 +333,7 @@ def test_cli_run_random_model_json(tiny, tmp_path):
     prompts.write_text('[{"role": "user", "content": "hi"}]\n')
     code = main(["run", "--platform", "cpu-local", "--target", f"random:{tiny}", "--policy",
                  "mirror", "--set", "gamma=3", "--set", "kappa=2", "--set", "exit_layer=3",
-                 "--max-new-tokens", "6", "--prompts", str(prompts), "--inline", "--json",
+                 "--set", "eta=1", "--max-new-tokens", "6", "--prompts", str(prompts), "--inline", "--json",
                  "--out", str(tmp_path / "m")])
     assert code == 0
     record = json.loads((tmp_path / "m" / "record.json").read_text())
@@ -368,7 +369,8 @@ def test_cuda_target_with_cpu_draft_is_lossless(tiny):
     with Session("cpu-local", f"random:{tiny}", "self:5", options=opts) as s:
         ref = s.decode("ar", {}, PROMPTS[:1]).generated[0][:12]
         sd = s.decode("sd", {"gamma": 3}, PROMPTS[:1])
-        mirror = s.decode("mirror", {"gamma": 3, "kappa": 2, "exit_layer": 3}, PROMPTS[:1])
+        mirror = s.decode("mirror", {"gamma": 3, "kappa": 2, "exit_layer": 3, "eta": 1},
+                          PROMPTS[:1])
     assert sd.generated[0][:12] == ref and mirror.generated[0][:12] == ref
     assert {x["physical"] for x in sd.spans} >= {"cuda:0", "cpu:1"}
 

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 MAX_NEW = 16
 STAGES = {"stage0": "cpu0", "stage1": "cpu1", "stage2": "cpu0", "stage3": "cpu1"}
 SCHEDULES = [("sd", {"gamma": 4, "draft_layers": 15}), ("sd", {"gamma": 3}),
-             ("mirror", {"gamma": 4, "kappa": 4, "exit_layer": 15}),
+             ("mirror", {"gamma": 4, "kappa": 4, "exit_layer": 15, "eta": 1}),
              ("ssd", {"k": 3, "fanout": 2, "hit_rate": 0.5}),
              ("eesd", {"gamma": 3, "exit_layer": 15}), ("ppsd", {"exit_layer": 8}),
              ("cats", {"dram_budget_gb": 0.4, "l_dm": 12, "l_sv": 24, "gamma": 4,
@@ -75,7 +75,8 @@ def test_every_schedule_is_lossless_on_the_builtin_prompts(real, policy, params)
 @pytest.mark.parametrize("args", [
     ["--policy", "ar"],
     ["--policy", "sd", "--set", "gamma=4", "--set", "draft_layers=15"],
-    ["--policy", "mirror", "--set", "gamma=4", "--set", "kappa=4", "--set", "exit_layer=15"],
+    ["--policy", "mirror", "--set", "gamma=4", "--set", "kappa=4", "--set", "exit_layer=15",
+     "--set", "eta=1"],
 ], ids=["ar", "sd", "mirror"])
 def test_issue_command_lines(tmp_path, args, capsys):
     from analyses.cli import main

@@ -81,3 +81,13 @@ def test_streamed_schedules_feed_what_they_declare(spec, tmp_path, monkeypatch, 
     with _session(spec, None, None, 0.0, 0) as s:
         ops = _forwards(s, policy, params)
     assert sum(map(len, ops)) > 10 and _mismatches(ops) == Counter()
+
+
+def test_multi_token_draft_steps_are_refused_with_the_fix(spec):
+    """Mirror's eta > 1 asks one pass for eta tokens (multi-token heads): the
+    executor's models have none, and running it as eta passes would do work the
+    schedule does not declare."""
+    with _session(spec, "self:5", STAGES, 0.0, 0) as s:
+        with pytest.raises(ValueError, match="eta=1"):
+            s.decode("mirror", {"gamma": 3, "kappa": 2, "exit_layer": 3, "eta": 2},
+                     PROMPTS[:1])
