@@ -333,8 +333,8 @@ def test_cli_run_random_model_json(tiny, tmp_path):
     prompts.write_text('[{"role": "user", "content": "hi"}]\n')
     code = main(["run", "--platform", "cpu-local", "--target", f"random:{tiny}", "--policy",
                  "mirror", "--set", "gamma=3", "--set", "kappa=2", "--set", "exit_layer=3",
-                 "--set", "eta=1", "--max-new-tokens", "6", "--prompts", str(prompts), "--inline", "--json",
-                 "--out", str(tmp_path / "m")])
+                 "--set", "eta=1", "--max-new-tokens", "6", "--prompts", str(prompts),
+                 "--inline", "--json", "--out", str(tmp_path / "m")])
     assert code == 0
     record = json.loads((tmp_path / "m" / "record.json").read_text())
     from hwprofiles import load_model
