@@ -250,10 +250,13 @@ def window_positions(ctx: PolicyContext, p: MirrorPlan, row_gamma) -> int:
     the last step's accepted tokens (the other roots differ from the correction), so
     it feeds the correction, the proposal under verification and its root:
     gamma + 2 (a row verifying no proposal: 2). The first window's rows hold the
-    prompt but its last token: the same count. With kappa = 1 a row whose root was
-    the correction feeds fewer; the count stays the worst case."""
+    prompt but its last token: the same count. With kappa = 1 the window's rows are
+    the draft's own, which last fed the proposal but its last token (the rollout
+    that made it): 2."""
     if ctx.expected_outcomes:
         return 1
+    if p.kappa == 1:
+        return 2
     return max(row_gamma if row_gamma is not None else (p.gamma,)) + 2
 
 
@@ -353,7 +356,9 @@ def _schedule(ctx: PolicyContext, p: MirrorPlan):
     while t.tokens < ctx.budget:
         verdict, window = yield from _step(ctx, p, ctx.context(t.tokens / b), branch,
                                            row_gamma)
-        cache.settle(verdict, own=branch == FRESH)
+        if p.kappa == 1:  # the window's rows are the draft's own: it fed the proposal
+            cache.rolled_out(p.gamma + 1)
+        cache.settle(verdict, own=branch == FRESH or p.kappa == 1)
         skip = skips(p, b, t.verdict(verdict, p.gamma, row_gamma))
         reuse = yield Outcome("reuse", p.omega, batch=b, per_row=skip, label="reuse")
         yield from _rendezvous(ctx, p, window, verdict)

@@ -8,7 +8,9 @@ draft's device) makes full acceptance, reuse and cache hits common, so the
 catch-up positions they cause are exercised; temperature 1 with a few seeds
 varies the outcomes. Prompts decode one at a time: a batch whose rows finish
 unevenly is run on by a second schedule (``Session.decode``), which cannot know
-what the first left its caches lacking.
+what the first left its caches lacking. SSD's fast backup is left out: the
+executor has no fast proposer, so its backup proposes nothing where the
+schedule declares the K tokens an n-gram or random proposer would send.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ CASES = [("sd", {"gamma": 3}), ("sd", {"gamma": 2, "draft_layers": 4}),
          ("mirror", {"gamma": 3, "kappa": 4, "exit_layer": 5, "eta": 1}),
          ("mirror", {"gamma": 3, "kappa": 2, "exit_layer": 4, "eta": 1,
                      "batch_fallback": "skip"}),
+         ("mirror", {"gamma": 3, "kappa": 1, "exit_layer": 5, "eta": 1}),
          ("ssd", {"k": 3, "fanout": 3, "hit_rate": 0.5})]
 STREAMED = [("kangaroo", {"dram_budget_gb": 0.0006, "l_dm": 1, "gamma": 3,
                           "adapter": "norm"}),
@@ -68,9 +71,10 @@ def test_catch_up_positions_occur(spec):
     """The check above is not vacuous: drafts do catch up (SD after a full
     accept, Mirror's window on its rows, SSD's pre-speculation on its outcomes)."""
     with _session(spec, "self:5", STAGES, 0.0, 0) as s:
-        fed = {p: max(op["n_fed"] for ops in _forwards(s, p, params) for op in ops
-                      if op["emit"] == "sample")
-               for p, params in CASES if p in ("sd", "mirror", "ssd")}
+        fed = Counter()
+        for p, params in CASES[:2] + CASES[4:5] + CASES[-1:]:  # sd, mirror, ssd
+            fed[p] = max([fed[p]] + [op["n_fed"] for ops in _forwards(s, p, params)
+                                     for op in ops if op["emit"] == "sample"])
     assert fed["sd"] >= 2 and fed["mirror"] == 3 + 2 and fed["ssd"] >= 3 + 1
 
 
