@@ -11,10 +11,10 @@ sharded model's all-reduces run.
 A worker reads its pipe on a thread of its own and hands each command to a
 lane: compute (the main thread, one command at a time), storage (weight
 streams, one after another), sends (posted at once, never waiting), and one
-thread per receive (each waits only for its own data). A message therefore
-travels on the link's time, never behind compute queued on either end nor
-behind another message still on its way, as the simulator charges a Transfer to
-the link alone. A Forward that reads hidden states still arriving waits for
+receive lane per peer (in order, like a link: the coordinator's bookkeeping
+relies on messages between two devices ending in the order they were sent). A
+message therefore travels on the link's time, never behind compute queued on
+either end, as the simulator charges a Transfer to the link alone. A Forward that reads hidden states still arriving waits for
 them (``LocalDevice.expect``), so data dependencies hold.
 """
 
@@ -35,6 +35,9 @@ from pathlib import Path
 from executors.streaming import StreamCmd
 
 STARTUP_TIMEOUT_S = 600
+# How long a worker's compute thread keeps the interpreter while a message's thread
+# waits for it (Python's default, 5 ms, would delay a message by up to that much).
+GIL_SWITCH_S = 0.0005
 
 
 @dataclass
@@ -224,16 +227,13 @@ def _main(conn, name: str, rank: int, world: int, port: int, threads: int,
     lanes = {"storage": _Lane(device.execute, conn, lock),
              "sends": _Lane(lambda cmd: _message(device, cmd, pending_sends), conn, lock)}
     compute: queue.Queue = queue.Queue()
-    receives: list[threading.Thread] = []
-    threading.Thread(target=_read, args=(conn, device, compute, lanes, receives),
+    threading.Thread(target=_read, args=(conn, device, compute, lanes),
                      daemon=True).start()
     while (msg := compute.get()) is not None:
         _answer(conn, lock, lambda cmd: _execute(device, cmd), msg)
-    for lane in lanes.values():
+    for lane in list(lanes.values()):
         lane.queue.put(None)
         lane.join()
-    for thread in receives:
-        thread.join(timeout=10)
     for work, _buf in pending_sends:
         work.wait()
     import torch.distributed as dist
@@ -252,7 +252,7 @@ def _answer(conn, lock, run, msg) -> None:
         conn.send((ticket, reply))
 
 
-def _read(conn, device, compute: queue.Queue, lanes: dict, receives: list) -> None:
+def _read(conn, device, compute: queue.Queue, lanes: dict) -> None:
     """Read the pipe and hand each command to its lane, in the order it came: a
     receive of hidden states is announced to the device before any Forward that
     reads them can be queued."""
@@ -264,13 +264,12 @@ def _read(conn, device, compute: queue.Queue, lanes: dict, receives: list) -> No
                 lanes["storage"].queue.put(msg)
             elif isinstance(cmd, SendCmd):
                 lanes["sends"].queue.put(msg)
-            elif isinstance(cmd, RecvCmd):  # waits for its data alone
+            elif isinstance(cmd, RecvCmd):  # the link from its peer, in order
                 if cmd.handle is not None:
                     device.expect(cmd.handle)
-                receives[:] = [t for t in receives if t.is_alive()]
-                receives.append(threading.Thread(target=_answer, daemon=True, args=(
-                    conn, lock, lambda c: _message(device, c), msg)))
-                receives[-1].start()
+                if cmd.peer not in lanes:
+                    lanes[cmd.peer] = _Lane(lambda c: _message(device, c), conn, lock)
+                lanes[cmd.peer].queue.put(msg)
             else:
                 compute.put(msg)
     except (EOFError, OSError):  # the coordinator went away: stop
@@ -301,6 +300,7 @@ def _setup(name, rank, world, port, threads):
     import torch.distributed as dist
 
     torch.set_num_threads(threads)
+    sys.setswitchinterval(GIL_SWITCH_S)  # a message's thread waits this long at most
     if name.startswith("cuda:"):
         torch.cuda.set_device(int(name.split(":")[1]))
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,

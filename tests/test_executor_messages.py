@@ -14,6 +14,7 @@ import pytest
 from executors.device import FwdCmd
 from executors.loop import call
 from executors.session import Options, Session
+from executors.workers import LoadCmd, WorkerClient
 from policies.ssd import PRESPEC, TO_DRAFT, TO_TARGET
 
 PROMPT = [5, 9, 14, 3, 7, 22, 1]
@@ -44,32 +45,63 @@ def _await(clients: dict, wanted: set[int]) -> dict[int, tuple]:
     return got
 
 
-def test_a_message_overtakes_a_forward_that_waits_for_its_own_data(tmp_path):
-    """cpu:1 queues a Forward reading hidden states whose send is held back; a
-    message from cpu:0 sent meanwhile arrives while that Forward still waits (its
-    reply cannot come: its data was never sent). Only then are the states sent:
-    the Forward starts after they were sent and ends after the message."""
-    target = spec(tmp_path, "tiny", 6, 64)
-    with Session("cpu-local", f"random:{target}", options=Options(mode="processes")) as s:
-        s._devices({("target", "target", 1): 6, ("draft", "target", 1): 6}, 1)
-        a, b = s.clients["cpu:0"], s.clients["cpu:1"]
-        clients = {"cpu:0": a, "cpu:1": b}
-        n = len(PROMPT)
-        call(clients, [("cpu:0", FwdCmd(1, "target", (0, 3), [0], [n], [PROMPT]))])
-        (_, send_h), (_, recv_h) = b.fetch_commands(a, "cpu:0", 1)
-        (_, send_m), (_, recv_m) = b.message_commands(a, "cpu:0", 64.0)
-        b.submit(10, recv_h)
-        b.submit(11, FwdCmd(2, "target", (3, 6), [0], [n], inputs=1))
-        a.submit(12, send_m)
-        b.submit(13, recv_m)
-        message = _await(clients, {12, 13})
-        assert not b.has_replies()  # the Forward still waits for its states
-        a.submit(14, send_h)
-        rest = _await(clients, {10, 11, 14})
+@pytest.fixture
+def three_workers(tmp_path):
+    """Workers cpu:0 and cpu:1 holding a tiny target, and cpu:2 (sharing a core
+    with cpu:0 on a 2-core machine) that only sends."""
+    source = f"random:{spec(tmp_path, 'tiny', 6, 64)}"
+    clients = WorkerClient.start_all(["cpu:0", "cpu:1", "cpu:2"])
+    try:
+        call(clients, [(name, LoadCmd({"target": source}, 0, source))
+                       for name in ("cpu:0", "cpu:1")])
+        yield clients
+    finally:
+        for client in clients.values():
+            client.close()
+
+
+def test_a_message_overtakes_a_forward_that_waits_for_its_own_data(three_workers):
+    """cpu:1 queues a Forward reading hidden states from cpu:0 whose send is held
+    back; a message from cpu:2 sent meanwhile arrives while that Forward still
+    waits (its reply cannot come: its data was never sent). Only then are the
+    states sent: the Forward starts after they were sent and ends after the
+    message."""
+    clients = three_workers
+    a, b, c = clients["cpu:0"], clients["cpu:1"], clients["cpu:2"]
+    n = len(PROMPT)
+    call(clients, [("cpu:0", FwdCmd(1, "target", (0, 3), [0], [n], [PROMPT]))])
+    (_, send_h), (_, recv_h) = b.fetch_commands(a, "cpu:0", 1)
+    (_, send_m), (_, recv_m) = b.message_commands(c, "cpu:2", 64.0)
+    b.submit(10, recv_h)
+    b.submit(11, FwdCmd(2, "target", (3, 6), [0], [n], inputs=1))
+    c.submit(12, send_m)
+    b.submit(13, recv_m)
+    message = _await(clients, {12, 13})
+    assert not b.has_replies()  # the Forward still waits for its states
+    a.submit(14, send_h)
+    rest = _await(clients, {10, 11, 14})
     forward, sent = rest[11], rest[14]
     assert isinstance(forward[0], dict) and rest[10][0] is None
     assert message[13][2] < forward[2]  # the message did not queue behind the Forward
     assert forward[1] >= sent[1]  # the Forward waited for its states
+
+
+def test_messages_between_two_workers_end_in_the_order_sent(three_workers):
+    """A link delivers in order: hidden states and a message from cpu:0 to cpu:1,
+    sent in that order, answer in that order (the coordinator's bookkeeping of
+    pipeline stages relies on it)."""
+    clients = three_workers
+    a, b = clients["cpu:0"], clients["cpu:1"]
+    call(clients, [("cpu:0", FwdCmd(1, "target", (0, 3), [0], [4], [PROMPT[:4]]))])
+    for i in range(6):
+        pairs = b.fetch_commands(a, "cpu:0", 1) if i == 0 else \
+            b.message_commands(a, "cpu:0", 16.0 * i)
+        a.submit(100 + 2 * i, pairs[0][1])
+        b.submit(101 + 2 * i, pairs[1][1])
+    got = _await(clients, {100 + j for j in range(12)})
+    received = sorted((got[101 + 2 * i][2], i) for i in range(6))
+    order = [i for _, i in received]
+    assert order == list(range(6))
 
 
 def _rounds(spans: list[dict]):
