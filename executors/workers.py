@@ -14,8 +14,9 @@ streams, one after another), sends (posted at once, never waiting), and one
 receive lane per peer (in order, like a link: the coordinator's bookkeeping
 relies on messages between two devices ending in the order they were sent). A
 message therefore travels on the link's time, never behind compute queued on
-either end, as the simulator charges a Transfer to the link alone. A Forward that reads hidden states still arriving waits for
-them (``LocalDevice.expect``), so data dependencies hold.
+either end, as the simulator charges a Transfer to the link alone. A Forward
+that reads hidden states still arriving waits for them (``LocalDevice.expect``),
+so data dependencies hold.
 """
 
 from __future__ import annotations
