@@ -10,6 +10,11 @@ Measures, on one core (BLAS limited to one thread):
 * with ``--stream-host-only`` (needs torch and safetensors): the host work of
   installing a streamed layer (deserializing a layer file's bytes and setting
   the parameters, ``executors.streaming``), the ``stream_host_gb_s`` device field,
+* with ``--widths-only`` (needs torch): fp32 matrix-product throughput on one
+  core by rows per pass (the positions times rows of one Forward) over
+  SmolLM2-135M's weight shapes (attention, gated MLP, LM head), relative to
+  the best: the ``compute_efficiency_by_rows`` device field. Small row counts
+  run other kernels than large ones, and not monotonically,
 * with ``--allreduce`` (needs torch): a gloo ``all_reduce`` over 127.0.0.1 between
   two processes pinned to the first two cores, timed at small and large message
   sizes, and ``alpha_s`` + M / bandwidth fitted to the medians in relative
@@ -22,6 +27,7 @@ Runs in well under a minute with the defaults. Needs numpy only.
     python benchmarks/measure_cpu.py [--disk-mib 512] [--dir /path/on/disk] [--allreduce]
     python benchmarks/measure_cpu.py --allreduce-only
     python benchmarks/measure_cpu.py --stream-host-only [--layer-mib 13.5]
+    python benchmarks/measure_cpu.py --widths-only [--max-rows 40]
 """
 
 from __future__ import annotations
@@ -198,6 +204,44 @@ def print_stream_host(layer_mib: float, repeats: int) -> None:
     print(f"device: {{stream_host_gb_s: {rate:.3g}}}")
 
 
+# SmolLM2-135M's weight matrices (out, in): q, k, v, o, gate, up, down, LM head
+WEIGHT_SHAPES = ((576, 576), (192, 576), (192, 576), (576, 576), (1536, 576),
+                 (1536, 576), (576, 1536), (49152, 576))
+
+
+def width_gflops(rows_list, repeats: int) -> dict[int, float]:
+    """Per row count: GFLOP/s of ``F.linear`` over every weight shape of
+    WEIGHT_SHAPES (one decoder layer and the LM head), one thread; the best of
+    ``repeats`` timings of the whole set."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(1)
+    weights = [torch.randn(shape) for shape in WEIGHT_SHAPES]
+    out = {}
+    for rows in rows_list:
+        xs = [torch.randn(rows, w.shape[1]) for w in weights]
+
+        def run(xs=xs):
+            for x, w in zip(xs, weights):
+                F.linear(x, w)
+        run()
+        best_s = _best_s(run, repeats)
+        flops = sum(2.0 * rows * w.shape[0] * w.shape[1] for w in weights)
+        out[rows] = flops / best_s / 1e9
+    return out
+
+
+def print_widths(max_rows: int, repeats: int) -> None:
+    rows_list = sorted(set(range(1, 17)) | set(range(16, max_rows + 1, 4)) | {max_rows})
+    gflops = width_gflops(rows_list, repeats)
+    best = max(gflops.values())
+    for rows in rows_list:
+        print(f"rows {rows:3d}: {gflops[rows]:7.2f} GFLOP/s  ({gflops[rows] / best:.3f} of the best)")
+    table = ", ".join(f"{r}: {gflops[r] / best:.3g}" for r in rows_list)
+    print(f"device: {{compute_efficiency_by_rows: {{{table}}}}}")
+
+
 ALLREDUCE_BYTES = (4, 1024, 16384, 262144, 1048576, 4194304)
 
 
@@ -284,6 +328,10 @@ def _parse_args() -> argparse.Namespace:
                         "(needs torch and safetensors)")
     p.add_argument("--layer-mib", type=float, default=13.5,
                    help="streamed layer size in MiB (default 13.5, SmolLM2-135M fp32)")
+    p.add_argument("--widths-only", action="store_true",
+                   help="only measure matrix-product throughput by rows per pass")
+    p.add_argument("--max-rows", type=int, default=40,
+                   help="largest rows per pass for --widths-only (default 40)")
     return p.parse_args()
 
 
@@ -291,6 +339,11 @@ def main() -> None:
     args = _parse_args()
     if args.allreduce_only:
         print_allreduce(args.allreduce_repeats)
+        return
+    if args.widths_only:
+        allowed = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {allowed[0]})
+        print_widths(args.max_rows, max(args.repeats, 7))
         return
     if args.stream_host_only:
         allowed = sorted(os.sched_getaffinity(0))

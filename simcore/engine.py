@@ -203,29 +203,27 @@ class Simulator:
 
     def _stream(self, op: StreamWeights):
         """Latency plus bytes over the flash tier's fair-shared bandwidth. On a
-        device with ``stream_host_gb_s`` the read is the device's own work: it
-        holds the device's compute stream (FIFO, after the work queued before it)
-        for the whole read and then for bytes / stream_host_gb_s of installing.
+        device with ``stream_host_gb_s`` installing the weights read is the
+        device's own work: after the read it takes the device's compute stream
+        (FIFO, after work queued before it) for bytes / stream_host_gb_s.
 
-        Holding the stream, not processor sharing, is what the executor measured:
-        its I/O thread and compute thread share one pinned core and the GIL, and in
-        the cpu-local runs of ar_stream, kangaroo and cats (3,400 streams each)
-        compute overlapped streams for under 0.1% of their time; each Forward
-        queued behind a stream started when the stream ended."""
+        The read itself overlaps compute: in the executor's cpu-local runs of
+        ar_stream (3,461 streams of one layer) compute ran during streams for
+        7.1 s of its 13.3 s, as far as the schedule's buffer lets prefetches run
+        ahead; the install (deserialising and placing the tensors, measured by
+        ``benchmarks/measure_cpu.py --stream-host-only``) needs the core."""
         members = self.members(op.device)
         device = self.platform.device(members[0])
         if device.storage is None:
             raise CostError(f"device {device.name} of platform {self.platform.name} has "
                             "no storage tier to stream weights from; set its 'storage'")
         tier = self.platform.tier(device.storage)
-        host = device.stream_host_gb_s is not None
-        if host:
-            yield from self._acquire(members)
         start = self.env.now
         if tier.latency_s:
             yield self.env.timeout(tier.latency_s)
         yield self._bandwidth[tier.name].transfer(op.nbytes)
-        if host:
+        if device.stream_host_gb_s is not None:
+            yield from self._acquire(members)
             yield self.env.timeout(self.cost.stream_host_s(device, op.nbytes))
             self._release(members)
         self._span(op.label or "stream weights", "stream", tier.name, start,
