@@ -13,8 +13,9 @@ Measures, on one core (BLAS limited to one thread):
 * with ``--widths-only`` (needs torch): fp32 matrix-product throughput on one
   core by rows per pass (the positions times rows of one Forward) over
   SmolLM2-135M's weight shapes (attention, gated MLP, LM head), relative to
-  the best: the ``compute_efficiency_by_rows`` device field. Small row counts
-  run other kernels than large ones, and not monotonically,
+  the best. Small row counts run other kernels than large ones, and not
+  monotonically (below 4 rows the weights stream once per row); a diagnostic
+  for passes whose time does not grow smoothly with their width,
 * with ``--allreduce`` (needs torch): a gloo ``all_reduce`` over 127.0.0.1 between
   two processes pinned to the first two cores, timed at small and large message
   sizes, and ``alpha_s`` + M / bandwidth fitted to the medians in relative
@@ -238,8 +239,6 @@ def print_widths(max_rows: int, repeats: int) -> None:
     best = max(gflops.values())
     for rows in rows_list:
         print(f"rows {rows:3d}: {gflops[rows]:7.2f} GFLOP/s  ({gflops[rows] / best:.3f} of the best)")
-    table = ", ".join(f"{r}: {gflops[r] / best:.3g}" for r in rows_list)
-    print(f"device: {{compute_efficiency_by_rows: {{{table}}}}}")
 
 
 ALLREDUCE_BYTES = (4, 1024, 16384, 262144, 1048576, 4194304)

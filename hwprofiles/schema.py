@@ -83,20 +83,6 @@ class Device(_Sourced):
     # StreamWeights holds the device after its read for bytes / this rate (see
     # simcore.engine); None: a DMA engine streams beside compute.
     stream_host_gb_s: float | None = Field(default=None, gt=0)
-    # matrix-product throughput by rows per pass (positions x rows of a Forward),
-    # relative to the best, from a one-core benchmark: small row counts run other
-    # kernels, not monotonically. Piecewise linear between the listed row counts,
-    # the first and last values beyond them; None: every width runs at
-    # compute_efficiency.
-    compute_efficiency_by_rows: dict[int, float] | None = None
-
-    @model_validator(mode="after")
-    def _row_table(self):
-        for rows, factor in (self.compute_efficiency_by_rows or {}).items():
-            if rows < 1 or not 0 < factor <= 1:
-                raise ValueError(f"compute_efficiency_by_rows of {self.name} maps rows >= 1 "
-                                 f"to factors in (0, 1], not {rows}: {factor}")
-        return self
 
     @model_validator(mode="after")
     def _positive_peaks(self):

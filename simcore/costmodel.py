@@ -5,14 +5,12 @@ calibration fits them. A Forward on a collective group is sharded evenly over
 its members (tensor parallel) and pays its all-reduces on top. Optional device
 terms, off by default: a per-call overhead, a roofline exponent (memory and
 compute time combine as a p-norm instead of a max: they partly add), a
-memory factor for passes over more than one row, a compute efficiency by rows
-per pass, and the host time of installing streamed weights on a device
-without a DMA engine.
+memory factor for passes over more than one row, and the host time of
+installing streamed weights on a device without a DMA engine.
 """
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 from hwprofiles.schema import Link, MemoryTier, ModelSpec, Platform
 
@@ -52,21 +50,6 @@ def roofline(compute_s: float, memory_s: float, exponent: float | None) -> float
         return longer
     return longer * ((compute_s / longer) ** exponent
                      + (memory_s / longer) ** exponent) ** (1.0 / exponent)
-
-
-def rows_efficiency(table: dict[int, float] | None, rows: float) -> float:
-    """The device's relative compute efficiency at ``rows`` per pass: piecewise
-    linear between the table's row counts, its end values beyond them."""
-    if not table:
-        return 1.0
-    keys = sorted(table)
-    if rows <= keys[0]:
-        return table[keys[0]]
-    if rows >= keys[-1]:
-        return table[keys[-1]]
-    i = bisect.bisect_right(keys, rows)
-    lo, hi = keys[i - 1], keys[i]
-    return table[lo] + (table[hi] - table[lo]) * (rows - lo) / (hi - lo)
 
 
 def _peak(device, dtype: str) -> float:
@@ -146,8 +129,7 @@ class RooflineCost:
         if device.call_overhead_s:
             launch_s += device.call_overhead_s
         return (flops0, flops_ctx, bytes0, bytes_ctx, g,
-                _peak(device, spec.dtype) * device.compute_efficiency
-                * rows_efficiency(device.compute_efficiency_by_rows, rows),
+                _peak(device, spec.dtype) * device.compute_efficiency,
                 byte_rate, launch_s, collective_s, tier.name, device.roofline_exponent)
 
     @staticmethod
