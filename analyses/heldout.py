@@ -169,7 +169,7 @@ def profile_text(platform: Platform, header: str) -> str:
 
 
 def calibrate(runs_dir, profile: str, output, *,
-              fit_policies: tuple[str, ...] = ("ar", "sd")) -> dict:
+              fit_policies: tuple[str, ...] = ("ar", "ar_stream", "sd")) -> dict:
     """Fit ``profile`` to the runs under ``runs_dir`` and write ``output``."""
     runs = [load_run(p) for p in find_runs(runs_dir)]
     platform = load_platform(profile)

@@ -18,8 +18,9 @@ def register(sub) -> None:
     p.add_argument("--profile", required=True, help="platform to calibrate (name or YAML)")
     p.add_argument("-o", "--output", default="calibrated.yaml",
                    help="calibrated platform YAML (default calibrated.yaml)")
-    p.add_argument("--fit-policies", default="ar,sd",
-                   help="schedules whose runs are fitted (default ar,sd); the others' runs "
+    p.add_argument("--fit-policies", default="ar,ar_stream,sd",
+                   help="schedules whose runs are fitted (default ar,ar_stream,sd: AR "
+                        "resident and streaming from flash, and SD); the others' runs "
                         "are held out")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=_calibrate)
