@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from analyses import report
-from analyses.lawviews import law_figures, mirror_terms, ssd_terms
+from analyses.lawterms import mirror_terms, ssd_terms
+from analyses.lawviews import law_figures
 from analyses.cli import main
 from analyses.sweep import expand_grid, parse_sweep, point_config, run_grid
 
