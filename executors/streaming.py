@@ -8,10 +8,20 @@ from memory; a stream evicts the file from the page cache
 disk, then installs the tensors in the layer. At most ``capacity`` streamed
 layers are in memory at once (the schedule's buffer); loading one more frees
 the oldest. Resident layers never leave memory.
+
+A stream reads as a streaming runtime does, leaving the core to compute: with
+``O_DIRECT`` (the disk writes into memory itself, no page-cache copy) into a
+page-aligned buffer the store reuses (no fresh pages to fault in and zero),
+and the layer's tensors are views of that buffer (no parse copy). A buffer is
+reused only once no tensor views it. On one SmolLM2 layer (14 MB) this takes
+the core for ~0.7 ms instead of ~15 ms (buffered read into fresh memory, then
+``safetensors.load``), which slowed the Forwards a stream overlapped. Where the
+file system refuses ``O_DIRECT`` the read goes through the page cache.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from collections import deque
@@ -19,10 +29,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load as load_bytes
 from safetensors.torch import save_file
 
 from executors.models import cache_root
+
+
+PAGE_BYTES = 4096  # O_DIRECT wants page-aligned memory and lengths
+DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
+          "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32,
+          "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool}
 
 
 @dataclass
@@ -52,6 +67,7 @@ class LayerStore:
         self.loaded: deque[int] = deque()  # streamed layers in memory, oldest first
         self.in_memory: set[int] = set(self.streamed)
         self.bytes_read = 0
+        self.buffers: list[tuple[torch.Tensor, int]] = []  # (buffer, its own storage uses)
         for i in sorted(self.streamed):
             self._write(i)
 
@@ -89,7 +105,7 @@ class LayerStore:
             if i not in self.streamed:
                 continue
             data = self._read(i)
-            nbytes += len(data)
+            nbytes += data.numel()
             self._install(i, data)
             self.loaded.append(i)
             self.in_memory.add(i)
@@ -107,27 +123,74 @@ class LayerStore:
                 raise RuntimeError(f"layer {i} is on disk; the schedule must stream it "
                                    "(StreamWeights) before running it")
 
-    def _read(self, i: int) -> bytes:
-        fd = os.open(self.path(i), os.O_RDONLY)
+    def _read(self, i: int) -> torch.Tensor:
+        """Layer i's file, from the disk, in a free page-aligned buffer."""
+        path = self.path(i)
+        size = path.stat().st_size
+        buf = self._buffer(-(-size // PAGE_BYTES) * PAGE_BYTES)
+        view = memoryview(buf.numpy())
         try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # really hit the disk
-            size = os.fstat(fd).st_size
-            chunks, got = [], 0
-            while got < size:
-                chunk = os.read(fd, size - got)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                got += len(chunk)
-            return b"".join(chunks)
-        finally:
-            os.close(fd)
+            got = _read_file(path, view, size, direct=True)
+        except OSError:  # a file system that refuses O_DIRECT: through the page cache
+            got = _read_file(path, view, size, direct=False)
+        if got < size:
+            raise RuntimeError(f"{path} ended after {got} of {size} bytes")
+        return buf[:size]
 
-    def _install(self, i: int, data: bytes) -> None:
-        tensors = load_bytes(data)
+    def _buffer(self, nbytes: int) -> torch.Tensor:
+        """A buffer of the store that no tensor views any more, else a new one."""
+        for buf, uses in self.buffers:
+            if buf.numel() == nbytes and _uses(buf) <= uses:
+                return buf
+        raw = torch.empty(nbytes + PAGE_BYTES, dtype=torch.uint8)
+        skip = -raw.data_ptr() % PAGE_BYTES
+        buf = raw[skip:skip + nbytes]
+        del raw
+        self.buffers.append((buf, _uses(buf)))
+        return buf
+
+    def _install(self, i: int, data: torch.Tensor) -> None:
         params = dict(self.stack.layers[i].named_parameters())
-        for name, value in tensors.items():
+        for name, value in _tensors(data).items():
             params[name].data = value.to(params[name].device)
+
+
+def _read_file(path: Path, view: memoryview, size: int, direct: bool) -> int:
+    """Read a file from its start into view (page-rounded); returns bytes read."""
+    flags = os.O_RDONLY | (getattr(os, "O_DIRECT", 0) if direct else 0)
+    fd = os.open(path, flags)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # really hit the disk
+        got = 0
+        while got < size:
+            n = os.preadv(fd, [view[got:] if direct else view[got:size]], got)
+            if n == 0:
+                break
+            got += n
+        return got
+    finally:
+        os.close(fd)
+
+
+def _uses(buf: torch.Tensor) -> int:
+    """References to the buffer's memory (the store's own, plus one per view)."""
+    return torch._C._storage_Use_Count(buf.untyped_storage()._cdata)
+
+
+def _tensors(data: torch.Tensor) -> dict[str, torch.Tensor]:
+    """A safetensors file's tensors as views of its bytes (no copy)."""
+    raw = data.numpy()
+    n = int.from_bytes(raw[:8].tobytes(), "little")
+    header = json.loads(raw[8:8 + n].tobytes())
+    base = 8 + n
+    out = {}
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = meta["data_offsets"]
+        dtype = DTYPES[meta["dtype"]]
+        out[name] = data[base + a:base + b].view(dtype).view(meta["shape"])
+    return out
 
 
 def _free(layer) -> None:

@@ -167,6 +167,33 @@ def test_streamed_layers_come_from_disk_within_the_budget(tiny, tmp_path, monkey
     assert set(in_memory) - {0, 1} <= set(store.loaded)  # resident: layers 0, 1 only
 
 
+def test_a_stream_installs_the_layer_bit_for_bit_and_reuses_unviewed_buffers(
+        tiny, tmp_path, monkeypatch):
+    """Streamed tensors are views of a page-aligned read buffer; a buffer comes back
+    for a later read only once no tensor views it."""
+    from executors.streaming import PAGE_BYTES, LayerStore
+
+    monkeypatch.setenv("HETSPEC_CACHE", str(tmp_path))
+    stack = Stack(models.build_random(models.spec_of(f"random:{tiny}"), seed=2))
+    before = {i: {k: v.clone() for k, v in stack.layers[i].state_dict().items()}
+              for i in (2, 3, 4)}
+    store = LayerStore(stack, "tiny-seed2", (2, 3, 4), capacity=1)
+    store.evict_all()
+    assert next(stack.layers[3].parameters()).numel() == 0
+    for rounds in range(3):
+        for i in (2, 3, 4):
+            store.stream((i, i + 1))
+            now = stack.layers[i].state_dict()
+            assert all(torch.equal(now[k], v) for k, v in before[i].items())
+    assert len(store.buffers) == 2  # capacity 1: the layer in memory, the next read
+    held = next(stack.layers[4].parameters()).data  # a pass still running on layer 4
+    store.stream((2, 3))
+    store.stream((3, 4))  # layer 4's buffer is still viewed: a third buffer
+    assert len(store.buffers) == 3 and torch.equal(held, before[4][next(
+        n for n, _ in stack.layers[4].named_parameters())])
+    assert all(b.data_ptr() % PAGE_BYTES == 0 for b, _ in store.buffers)
+
+
 # CATS correction branches ------------------------------------------------------------
 def test_a_branch_token_sees_only_its_prefix_like_the_hf_forward(tiny):
     """A sibling in a slot past the main branch, with its rotary position and the
