@@ -12,6 +12,9 @@ last stage verifies token i the first drafts token i+1. When a token leaves
 the last stage the target's next token is compared with the draft already in
 flight (``Verify(1, bonus=False)``): on a match decoding runs on, on a mismatch
 the tokens behind it are flushed and the target's correction enters stage 0.
+A token enters the last stage only once the token ahead of it is verified (the
+stage is busy with that token until then anyway), so a flushed token never
+takes a last-stage pass, whichever of the two reaches that stage first.
 Every token leaving the pipeline commits one token, so the time per token is
 one stage on a match and the whole pipeline on a mismatch: eq. 6.
 
@@ -74,25 +77,43 @@ class _Pipeline:
         self.act_bytes = ctx.target.hidden * ctx.target.dtype_bytes * ctx.batch
         self.epoch = 0  # bumped by every flush; tokens of an older epoch stop
         self.credit = 0.0  # error diffusion of match probabilities
+        self.run_pos = 0  # tokens matched since the last flush
 
     @property
     def stages(self) -> int:
         return len(self.bounds)
 
-    def journey(self, hidden, context: int, epoch: int):
-        """One token's way through stages 1..S-1; None when flushed on the way."""
+    def journey(self, hidden, context: int, epoch: int, ahead):
+        """One token's way through stages 1..S-1 and its verification: the
+        verdict and whether it matched, or None when flushed on the way. The
+        last stage takes the token only once the token ``ahead`` (its task, or
+        None) is verified, so a mismatch there flushes it before that pass."""
         b, roles, bounds, nbytes = self.ctx.batch, self.roles, self.bounds, self.act_bytes
         last = len(roles) - 1
         for k in range(1, last + 1):
             if self.epoch != epoch:
                 return None
             yield Transfer(roles[k - 1], roles[k], nbytes, hidden, "activations")
+            if k == last and ahead is not None:
+                yield Join((ahead,))
             if self.epoch != epoch:
                 return None
             hidden = yield Forward("target", roles[k], bounds[k], 1, b, context,
                                    "lm" if k == last else None, inputs=hidden,
                                    label=roles[k])
-        return hidden
+        return (yield from self.verify(hidden))
+
+    def verify(self, logits):
+        """Compare the target's token with the draft in flight; a mismatch
+        flushes every token behind this one."""
+        verdict = yield Verify(1, self.ctx.batch, target=logits, position=self.run_pos,
+                               bonus=False, label="verify")
+        hit = self.matched(verdict)
+        if hit:
+            self.run_pos += 1
+        else:
+            self.epoch, self.run_pos = self.epoch + 1, 0
+        return verdict, hit
 
     def matched(self, verdict) -> bool:
         """Whether every row's in-flight draft equals the target's token."""
@@ -115,31 +136,31 @@ def ppsd(ctx: PolicyContext, params: PPSDParams):
     e = params.exit_layer
     inflight: deque = deque()
     pending = None  # (hidden, context) of the newest token, its exit head not yet run
-    done, flushed, runs, run_pos, matches, outputs = 0.0, 0, 1, 0, 0, 0
+    done, flushed, runs, matches, outputs, chain = 0.0, 0, 1, 0, 0, 0
     while done < ctx.budget:
-        # every output commits one token per row: enter no token that cannot commit
-        if len(inflight) < min(depth, math.ceil((ctx.budget - done) / b)):
+        # every output commits one token per row: enter no token that cannot commit;
+        # after a mismatch (chain behind the pipe's epoch) first take its verdict
+        room = len(inflight) < min(depth, math.ceil((ctx.budget - done) / b))
+        if room and chain == pipe.epoch:
             if pending is not None:  # draft the token about to enter
                 yield Forward("target", "stage0", (e, e), 1, b, pending[1], head=head,
                               emit="sample", inputs=pending[0], label="exit head")
             context = ctx.context(done / b + len(inflight))
             hidden = yield Forward("target", "stage0", pipe.bounds[0], 1, b, context,
                                    label="stage0")
-            inflight.append((yield Spawn(pipe.journey(hidden, context, pipe.epoch))))
+            ahead = inflight[-1] if inflight else None
+            inflight.append((yield Spawn(pipe.journey(hidden, context, chain, ahead))))
             pending = (hidden, context)
             continue
-        logits = (yield Join((inflight.popleft(),)))[0]
-        verdict = yield Verify(1, b, target=logits, position=run_pos, bonus=False,
-                               label="verify")
+        verdict, hit = (yield Join((inflight.popleft(),)))[0]
         done += verdict.tokens
         outputs += 1
-        if pipe.matched(verdict):
-            matches, run_pos = matches + 1, run_pos + 1
+        if hit:
+            matches += 1
             continue
-        pipe.epoch += 1  # flush the tokens behind the mismatch; skip their drafting
-        flushed += len(inflight)
+        flushed += len(inflight)  # the tokens behind the mismatch; skip their drafting
         inflight.clear()
-        pending, runs, run_pos = None, runs + 1, 0
+        pending, runs, chain = None, runs + 1, pipe.epoch
         yield Transfer(f"stage{depth - 1}", "stage0", TOKEN_ID_BYTES * b,
                        label="correction")
     return {"steps": runs, "tokens": done, "stages": depth, "match_rate": matches / outputs,

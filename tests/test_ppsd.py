@@ -152,3 +152,25 @@ def test_exit_layer_past_the_model_is_one_clear_sentence(capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "exit_layer" in err and "Traceback" not in err and len(err.splitlines()) == 1
+
+
+def _slow_last_stage() -> Platform:
+    """The ideal node with the second GPU at a third of the bandwidth: a token
+    reaches the last stage while the one ahead of it is still there."""
+    tiers = list(IDEAL.memory_tiers)
+    tiers[1] = tiers[1].model_copy(update={"bandwidth_gb_s": 2000.0 / 3})
+    return IDEAL.model_copy(update={"memory_tiers": tuple(tiers)})
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_a_flushed_token_never_enters_the_last_stage(deterministic):
+    """The last stage takes a token only once the token ahead is verified, so a
+    mismatch flushes it before that pass: one last-stage pass per verdict."""
+    ctx = PolicyContext(target=LAYERS_ONLY, tokens=200, fixed_context=True)
+    outcomes = Outcomes(acceptance.build("iid", alpha=0.5), seed=2,
+                        deterministic=deterministic)
+    result = Simulator(_slow_last_stage(), {"target": LAYERS_ONLY}, outcomes).run(
+        build("ppsd", ctx, {"exit_layer": 16}))
+    last = [s for s in result.spans if s.name == "stage1" and s.kind == "compute"]
+    assert result.stats["flushed_tokens"] > 50
+    assert len(last) == result.stats["tokens"] == 200  # batch 1: a verdict commits one

@@ -95,3 +95,17 @@ def test_multi_token_draft_steps_are_refused_with_the_fix(spec):
         with pytest.raises(ValueError, match="eta=1"):
             s.decode("mirror", {"gamma": 3, "kappa": 2, "exit_layer": 3, "eta": 2},
                      PROMPTS[:1])
+
+
+@pytest.mark.parametrize("mode", ["inline", "processes"])
+def test_ppsd_runs_one_last_stage_pass_per_verdict(spec, mode):
+    """A flushed token never takes the last stage in the executor either (it
+    waits there for the verdict on the token ahead): the executor's passes are
+    the simulated schedule's, whichever token reaches the stage first."""
+    with Session("cpu-local", f"random:{spec}", None, placement=STAGES, seed=0,
+                 options=Options(max_new_tokens=24, mode=mode, temperature=0.0)) as s:
+        runs = [s.decode("ppsd", {"exit_layer": 2}, [p]) for p in PROMPTS]
+    passes = Counter(x["op"]["label"] for r in runs for x in r.spans
+                     if x["op"]["type"] in ("Forward", "Verify"))
+    assert passes["stage0"] - passes["verify"] > 30  # tokens flushed on the way
+    assert passes["stage2"] == passes["verify"] == 3 * 24
