@@ -29,15 +29,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
-
 from executors.models import cache_root
 
 
 PAGE_BYTES = 4096  # O_DIRECT wants page-aligned memory and lengths
+ALIGN_BYTES = 64  # where each tensor of a layer file starts (cache lines, AVX-512)
 DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
           "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32,
           "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool}
+DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
 
 @dataclass
@@ -76,14 +76,15 @@ class LayerStore:
 
     def _write(self, i: int) -> None:
         path = self.path(i)
-        if path.is_file():
+        if path.is_file() and _aligned(path):
             return
         self.dir.mkdir(parents=True, exist_ok=True)
         state = {k: v.contiguous() for k, v in self.stack.layers[i].state_dict().items()}
         fd, tmp = tempfile.mkstemp(dir=self.dir, suffix=".tmp")
-        os.close(fd)
-        save_file(state, tmp)
-        with open(tmp, "rb+") as fh:
+        with os.fdopen(fd, "wb") as fh:
+            for chunk in _aligned_safetensors(state):
+                fh.write(chunk)
+            fh.flush()
             os.fsync(fh.fileno())  # clean pages: the page cache can drop them
         os.replace(tmp, path)
 
@@ -172,6 +173,37 @@ def _read_file(path: Path, view: memoryview, size: int, direct: bool) -> int:
         os.close(fd)
 
 
+def _aligned_safetensors(state: dict[str, torch.Tensor]):
+    """A safetensors file's bytes whose tensors start ALIGN_BYTES-aligned (the
+    header padded with spaces, as the format allows; tensors whose size is a
+    multiple of ALIGN_BYTES first, then by element size), so views of a page-aligned read are aligned
+    for the matmul kernels as freshly allocated tensors are."""
+    names = sorted(state, key=lambda k: (_nbytes(state[k]) % ALIGN_BYTES != 0,
+                                         -state[k].element_size()))
+    header, offset = {}, 0
+    for name in names:
+        t = state[name]
+        header[name] = {"dtype": DTYPE_NAMES[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + _nbytes(t)]}
+        offset += _nbytes(t)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-(8 + len(text)) % ALIGN_BYTES)
+    yield len(text).to_bytes(8, "little") + text
+    for name in names:
+        yield state[name].cpu().reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+def _aligned(path: Path) -> bool:
+    """Whether a layer file's tensor data starts ALIGN_BYTES-aligned (files
+    written before the store aligned them are rewritten)."""
+    with open(path, "rb") as fh:
+        return (8 + int.from_bytes(fh.read(8), "little")) % ALIGN_BYTES == 0
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
 def _uses(buf: torch.Tensor) -> int:
     """References to the buffer's memory (the store's own, plus one per view)."""
     return torch._C._storage_Use_Count(buf.untyped_storage()._cdata)
@@ -188,8 +220,10 @@ def _tensors(data: torch.Tensor) -> dict[str, torch.Tensor]:
         if name == "__metadata__":
             continue
         a, b = meta["data_offsets"]
-        dtype = DTYPES[meta["dtype"]]
-        out[name] = data[base + a:base + b].view(dtype).view(meta["shape"])
+        dtype, raw_bytes = DTYPES[meta["dtype"]], data[base + a:base + b]
+        if (base + a) % raw_bytes.new_empty(0, dtype=dtype).element_size():
+            raw_bytes = raw_bytes.clone()  # a misaligned tensor: its own copy
+        out[name] = raw_bytes.view(dtype).view(meta["shape"])
     return out
 
 

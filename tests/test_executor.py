@@ -171,7 +171,7 @@ def test_a_stream_installs_the_layer_bit_for_bit_and_reuses_unviewed_buffers(
         tiny, tmp_path, monkeypatch):
     """Streamed tensors are views of a page-aligned read buffer; a buffer comes back
     for a later read only once no tensor views it."""
-    from executors.streaming import PAGE_BYTES, LayerStore
+    from executors.streaming import ALIGN_BYTES, PAGE_BYTES, LayerStore
 
     monkeypatch.setenv("HETSPEC_CACHE", str(tmp_path))
     stack = Stack(models.build_random(models.spec_of(f"random:{tiny}"), seed=2))
@@ -185,6 +185,7 @@ def test_a_stream_installs_the_layer_bit_for_bit_and_reuses_unviewed_buffers(
             store.stream((i, i + 1))
             now = stack.layers[i].state_dict()
             assert all(torch.equal(now[k], v) for k, v in before[i].items())
+            assert all(v.data_ptr() % ALIGN_BYTES == 0 for v in now.values())
     assert len(store.buffers) == 2  # capacity 1: the layer in memory, the next read
     held = next(stack.layers[4].parameters()).data  # a pass still running on layer 4
     store.stream((2, 3))
@@ -192,6 +193,24 @@ def test_a_stream_installs_the_layer_bit_for_bit_and_reuses_unviewed_buffers(
     assert len(store.buffers) == 3 and torch.equal(held, before[4][next(
         n for n, _ in stack.layers[4].named_parameters())])
     assert all(b.data_ptr() % PAGE_BYTES == 0 for b, _ in store.buffers)
+
+
+def test_layer_files_are_safetensors_with_aligned_views_or_copies():
+    """Odd sizes and dtypes: safetensors reads the file back; the store's views
+    equal the tensors, aligned ones sharing the read buffer, misaligned ones copied."""
+    from safetensors.torch import load
+
+    from executors.streaming import _aligned_safetensors, _tensors
+
+    state = {"w": torch.randn(3, 5), "m": torch.randn(16, 4),
+             "i": torch.arange(7, dtype=torch.int64), "h": torch.randn(3).half()}
+    data = b"".join(_aligned_safetensors(state))
+    assert all(torch.equal(load(data)[k], v) for k, v in state.items())
+    buf = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    views = _tensors(buf)
+    assert all(torch.equal(views[k], v) for k, v in state.items())
+    shared = {k for k, v in views.items() if v.untyped_storage().data_ptr() == buf.data_ptr()}
+    assert {"m", "i"} <= shared and (views["m"].data_ptr() - buf.data_ptr()) % 64 == 0
 
 
 # CATS correction branches ------------------------------------------------------------
