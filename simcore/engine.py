@@ -208,10 +208,12 @@ class Simulator:
         (FIFO, after work queued before it) for bytes / stream_host_gb_s.
 
         The read itself overlaps compute: in the executor's cpu-local runs of
-        ar_stream (3,461 streams of one layer) compute ran during streams for
-        7.1 s of its 13.3 s, as far as the schedule's buffer lets prefetches run
-        ahead; the install (deserialising and placing the tensors, measured by
-        ``benchmarks/measure_cpu.py --stream-host-only``) needs the core."""
+        ar_stream (3,464 streams of one layer) compute ran during streams for
+        5.5 s of its 12.8 s, as far as the schedule's buffer lets prefetches run
+        ahead. The executor reads with O_DIRECT into reused buffers and installs
+        views of them (``executors.streaming``), so the core's share of a stream
+        is the read's own kernel work, ~1 ms of CPU per 14 MB layer; the host
+        rate stands for that work."""
         members = self.members(op.device)
         device = self.platform.device(members[0])
         if device.storage is None:
