@@ -13,6 +13,8 @@ Conventions beyond the operations' own docstrings:
     with no inputs, from the outcome layout ``hints['fanout']`` (SSD's F_k);
   * an Outcome that selects a precomputed speculation installs it as the
     narrow proposal of branches 0 and 1, which the next Forwards and Verify use;
+    the install waits while the tree's own Forwards still grow it (a hit seen
+    after the first pre-speculation step takes the tokens of all K);
   * a ``emit="sample"`` Forward emits ``n_tokens`` tokens, one pass each;
   * with ``hints['corrections']`` (CATS), a verifier's candidates become
     correction branches verified beside the proposal (``executors.branches``).
@@ -140,11 +142,12 @@ class Coordinator:
         if op.head == "exit_layer":
             raise ValueError("the executor has no trained exit layer; use the norm exit "
                              "head (exit_head=norm / adapter=norm)")
-        self._materialise()
+        wide = op.emit == "sample" and op.branch != 0
+        if not self._grows_tree(op, wide):  # a growing tree's rows may be what a hit took
+            self._materialise()
         client = self.place.client(op.device)
         width = self._width(op)
         handle = self.new_handle()
-        wide = op.emit == "sample" and op.branch != 0
         infos = hidden_inputs(op, self.handles)
         extra = {"temperature": self.temperature, "width": width,
                  "steps": op.n_tokens if op.emit == "sample" else 1,
@@ -177,6 +180,11 @@ class Coordinator:
 
         return Pending(cmds + [(client, cmd)], finish)
 
+    def _grows_tree(self, op: Forward, wide: bool) -> bool:
+        """Whether ``op`` extends the speculation tree its inputs Forward grew."""
+        prior = self.handles.get(op.inputs.id) if isinstance(op.inputs, Handle) else None
+        return wide and prior is not None and prior.wide and prior.branch == op.branch
+
     def _width(self, op: Forward) -> int:
         if op.batch % self.seqs.batch:
             raise ValueError(f"Forward '{op.label}' has batch {op.batch}, not a multiple of "
@@ -198,7 +206,7 @@ class Coordinator:
             return [tuple(seqs.seq(r, op.branch)) for r in range(seqs.batch)], None
         pick = None
         prior = self.handles.get(op.inputs.id) if op.inputs is not None else None
-        if not (prior and prior.wide and prior.branch == op.branch):
+        if not self._grows_tree(op, wide):
             from executors.trees import start_tree
 
             tree, pick = start_tree(self, op, width, prior, client)
