@@ -15,7 +15,11 @@ come from one of two layouts:
   token as the guess in the tree's first pass.
 
 A row hits (``observe_on_path``) when its committed sequence lies on one of its
-tree rows with tokens beyond it; those tokens become its next proposal.
+tree rows with tokens beyond it; those tokens become its next proposal. Before
+the tree's first pass has answered, a row whose committed sequence already
+leaves every one of its rows' bases is a miss at once (the draft knows its
+cache keys, but for the guesses that pass samples), so a miss stops the
+pre-speculation after the step in flight rather than one step later.
 """
 
 from __future__ import annotations
@@ -78,7 +82,10 @@ def observe_on_path(coord, op):
     if tree is None:
         coord.candidates = [None] * coord.seqs.batch
         return (False,) * coord.seqs.batch
-    if not tree.ready:
+    if not tree.ready:  # its first pass still owes guesses; a sure miss need not wait
+        if all(_off_tree(tree, r, c) for r, c in enumerate(coord.seqs.committed)):
+            coord.candidates = [None] * coord.seqs.batch
+            return (False,) * coord.seqs.batch
         return Wait(tree.client)
     found = []
     for r, c in enumerate(coord.seqs.committed):
@@ -91,3 +98,13 @@ def observe_on_path(coord, op):
         found.append(None if best is None else (tree, best[1], best[2]))
     coord.candidates = found
     return tuple(f is not None for f in found)
+
+
+def _off_tree(tree, r: int, committed: list[int]) -> bool:
+    """Whether row ``r``'s committed sequence leaves every one of its tree rows
+    within their known base, so no token the tree grows can make it a hit."""
+    for j in range(r * tree.width, (r + 1) * tree.width):
+        n = min(len(committed), len(tree.base[j]))
+        if committed[:n] == tree.base[j][:n]:
+            return False
+    return True

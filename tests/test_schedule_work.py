@@ -130,3 +130,27 @@ def test_ssd_feeds_what_it_declares_with_worker_processes(spec):
                if d.get("event") == "cache_hit")
     ops = [[x["op"] for x in r.spans if x["op"]["type"] == "Forward"] for r in runs]
     assert hits >= 3 and _mismatches(ops) == Counter()
+
+
+def test_a_sure_miss_is_seen_before_the_tree_answers():
+    """SSD: the verdict stops the pre-speculation after the step in flight, as
+    the schedule says, only if the miss needs no reply from that step: a row
+    whose committed tokens leave every base is a miss at once; a row that may
+    still meet a guess the first pass samples waits for it."""
+    from types import SimpleNamespace
+
+    from executors.book import Proposal, Sequences, Wide
+    from executors.coordinator import Wait
+    from executors.trees import observe_on_path
+
+    # outcomes k=0 (guesses 7, 8) and k=1 (a guess the first pass samples) after [1, 2]
+    tree = Wide(3, [[1, 2, 7], [1, 2, 8], [1, 2, 5]], Proposal.empty(3), "draft")
+    coord = SimpleNamespace(latest_tree=tree, seqs=Sequences.start([[1, 2, 9]]),
+                            candidates=None)
+    assert observe_on_path(coord, None) == (False,) and coord.candidates == [None]
+    coord.seqs = Sequences.start([[1, 2, 5, 4]])  # on the k=1 row: its guess decides
+    assert isinstance(observe_on_path(coord, None), Wait)
+    tree.ready = True
+    tree.proposal.append(2, 4, None, [])
+    tree.proposal.append(2, 6, None, [])
+    assert observe_on_path(coord, None) == (True,) and coord.candidates[0][1:] == (2, 1)
