@@ -7,9 +7,10 @@ Measures, on one core (BLAS limited to one thread):
 * disk sequential read bandwidth (a temp file written, fsync'ed, dropped from the
   page cache with posix_fadvise(POSIX_FADV_DONTNEED), then read back),
 * inter-process round-trip latency and bandwidth over a multiprocessing Pipe,
-* with ``--stream-host-only`` (needs torch and safetensors): the host work of
-  installing a streamed layer (deserializing a layer file's bytes and setting
-  the parameters, ``executors.streaming``), the ``stream_host_gb_s`` device field,
+* with ``--stream-host-only`` (needs torch): the host CPU work of a streamed
+  layer in the executor (``executors.streaming``: a direct read into an aligned
+  buffer, the tensors installed as views of it), in CPU time, the
+  ``stream_host_gb_s`` device field,
 * with ``--widths-only`` (needs torch): fp32 matrix-product throughput on one
   core by rows per pass (the positions times rows of one Forward) over
   SmolLM2-135M's weight shapes (attention, gated MLP, LM head), relative to
@@ -46,6 +47,7 @@ import multiprocessing as mp  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 from contextlib import nullcontext  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -164,15 +166,17 @@ def pipe_bandwidth_gb_s(total_mib: int, message_mib: int = 4) -> float:
     return count * len(message) / seconds / 1e9
 
 
-def stream_host_gb_s(layer_mib: float, repeats: int) -> tuple[float, float]:
-    """(GB/s, median seconds) of the host work the executor does after reading a
-    streamed layer file (``executors.streaming``): safetensors deserialization of
-    the file's bytes, already in memory, and installing each tensor as a
-    parameter's data. Timed on one core; the file holds layer-shaped fp32 tensors
-    (attention, gated MLP, norms) of about ``layer_mib`` MiB. Needs torch and
-    safetensors."""
+def stream_host_gb_s(layer_mib: float, repeats: int, directory: str) -> tuple[float, float]:
+    """(GB/s, median CPU seconds) of the host work of one streamed layer in the
+    executor (``executors.streaming``): the direct read of a layer file into a
+    page-aligned buffer and installing its tensors as views of it. Counted in
+    the thread's CPU time (``time.thread_time``), not wall time: the disk's own
+    time overlaps compute, this work takes the core. The file holds layer-shaped
+    fp32 tensors (attention, gated MLP, norms) of about ``layer_mib`` MiB, in the
+    executor's own layout. Needs torch."""
     import torch
-    from safetensors.torch import load, save
+
+    from executors import streaming
 
     torch.set_num_threads(1)
     hidden = 576  # SmolLM2-135M's shape, scaled in the MLP width to layer_mib
@@ -180,27 +184,40 @@ def stream_host_gb_s(layer_mib: float, repeats: int) -> tuple[float, float]:
     shapes = {"q": (hidden, hidden), "k": (hidden // 3, hidden), "v": (hidden // 3, hidden),
               "o": (hidden, hidden), "gate": (ffn, hidden), "up": (ffn, hidden),
               "down": (hidden, ffn), "norm1": (hidden,), "norm2": (hidden,)}
-    data = save({k: torch.randn(v) for k, v in shapes.items()})
+    fd, path = tempfile.mkstemp(suffix=".safetensors", dir=directory)
+    with os.fdopen(fd, "wb") as fh:
+        for chunk in streaming._aligned_safetensors({k: torch.randn(v) for k, v in shapes.items()}):
+            fh.write(chunk)
+    size = os.path.getsize(path)
+    pages = -(-size // streaming.PAGE_BYTES) * streaming.PAGE_BYTES
+    raw = torch.empty(pages + streaming.PAGE_BYTES, dtype=torch.uint8)
+    skip = -raw.data_ptr() % streaming.PAGE_BYTES
+    buf = raw[skip:skip + pages]
     params = {k: torch.nn.Parameter(torch.empty(0)) for k in shapes}
 
-    def install():
-        for name, value in load(data).items():
+    def install() -> float:
+        start = time.thread_time()
+        try:
+            streaming._read_file(Path(path), memoryview(buf.numpy()), size, direct=True)
+        except OSError:  # a file system that refuses O_DIRECT, as the executor falls back
+            streaming._read_file(Path(path), memoryview(buf.numpy()), size, direct=False)
+        for name, value in streaming._tensors(buf[:size]).items():
             params[name].data = value
+        return time.thread_time() - start
 
-    times = []
-    install()  # warm-up
-    for _ in range(repeats):
-        start = time.perf_counter()
-        install()
-        times.append(time.perf_counter() - start)
+    try:
+        install()  # warm-up
+        times = [install() for _ in range(repeats)]
+    finally:
+        os.unlink(path)
     median_s = float(np.median(times))
-    return len(data) / median_s / 1e9, median_s
+    return size / median_s / 1e9, median_s
 
 
-def print_stream_host(layer_mib: float, repeats: int) -> None:
-    rate, median_s = stream_host_gb_s(layer_mib, repeats)
-    print(f"streamed-layer install, one core: {rate:.2f} GB/s (safetensors load + "
-          f"install of a {layer_mib:g} MiB layer: {median_s * 1e3:.2f} ms, median of "
+def print_stream_host(layer_mib: float, repeats: int, directory: str) -> None:
+    rate, median_s = stream_host_gb_s(layer_mib, repeats, directory)
+    print(f"streamed-layer host work, one core: {rate:.2f} GB/s (direct read + install "
+          f"of a {layer_mib:g} MiB layer: {median_s * 1e3:.2f} ms of CPU, median of "
           f"{repeats})")
     print(f"device: {{stream_host_gb_s: {rate:.3g}}}")
 
@@ -347,7 +364,7 @@ def main() -> None:
     if args.stream_host_only:
         allowed = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {allowed[0]})  # one core, as a pinned worker
-        print_stream_host(args.layer_mib, max(args.repeats, 20))
+        print_stream_host(args.layer_mib, max(args.repeats, 20), args.dir)
         return
     limit = threadpool_limits(1) if threadpool_limits else nullcontext()
     with limit:
