@@ -228,6 +228,7 @@ def fit(terms: list[Term], initial: dict[Param, float],
     unconstrained = [p for p in params if p in idle] + [
         p for p, r in zip(fitted, reach) if r < 1e-8]
     values = dict(zip(params, full(sol.x)))
+    values.update({p: initial[p] for p, f in zip(params, free) if not f})  # kept exactly
     vector = np.array([values[p] for p in params])
     return Fit({p: float(v) for p, v in values.items()}, {p: initial[p] for p in params},
                unconstrained, problem.log_residuals(vector), terms, bool(sol.success))

@@ -15,7 +15,7 @@ import simpy
 from hwprofiles.schema import ModelSpec, Platform
 from policies.ops import (AllReduce, Delay, Forward, Join, Outcome, Parallel, Spawn,
                           StreamWeights, Transfer, Verify)
-from simcore.costmodel import CostError, RooflineCost
+from simcore.costmodel import CostError, RooflineCost, roofline
 from simcore.outcomes import Outcomes
 from simcore.resources import SharedBandwidth, Stream
 from simcore.trace import Span
@@ -150,9 +150,7 @@ class Simulator:
         tiers = self._bandwidth and [t for t in (self.platform.device(m).memory
                                                  for m in members) if t in self._bandwidth]
         if tiers:
-            yield env.timeout(c.launch_s)
-            flows = [self._bandwidth[t].transfer(c.nbytes) for t in tiers]
-            yield simpy.AllOf(env, [*flows, env.timeout(c.compute_s)])
+            yield from self._contended(c, tiers)
         else:
             yield env.timeout(c.busy_s)
         busy_end = env.now
@@ -164,6 +162,24 @@ class Simulator:
         if c.collective_s:
             self._span(f"{label} all-reduce", "collective", where, busy_end, env.now)
         return op
+
+    def _contended(self, c, tiers):
+        """A Forward's roofline with its weight traffic fair-shared on ``tiers``:
+        the flows carry the bytes the pass's memory time streams at the tier's
+        rate (``multirow_memory_factor`` included), the memory time is how long
+        they take under sharing, and compute and memory combine as the device's
+        roofline does (max, or the p-norm), so a pass alone on its tier takes
+        exactly ``busy_s``."""
+        env = self.env
+        yield env.timeout(c.launch_s)
+        start = env.now
+        flows = [self._bandwidth[t].transfer(c.memory_s * self._bandwidth[t].bandwidth)
+                 for t in tiers]
+        yield simpy.AllOf(env, flows)
+        memory_s = env.now - start
+        rest = roofline(c.compute_s, memory_s, c.exponent) - memory_s
+        if rest > 0:
+            yield env.timeout(rest)
 
     def _route(self, src: str, dst: str):
         key = (src, dst)
