@@ -11,7 +11,7 @@ every Forward's (device role, model, deepest layer).
 from __future__ import annotations
 
 from policies.ops import (Forward, Join, Outcome, Parallel, Spawn, StreamWeights, Verdict,
-                          Verify)
+                          Verify, drive)
 
 DRY_STEPS = 3
 DRY_OPS = 5000
@@ -36,16 +36,12 @@ def footprint(schedule, batch: int) -> dict[tuple[str, str, int], int]:
 
 
 def _drive(gen, seen, budget):
-    value = None
-    while True:
-        try:
-            op = gen.send(value)
-        except StopIteration as stop:
-            return stop.value
+    def answer(op):
         budget["ops"] -= 1
         if budget["ops"] <= 0:
             raise _Stop
-        value = _stand_in(op, seen, budget)
+        return _stand_in(op, seen, budget)
+    return drive(gen, answer)
 
 
 def _stand_in(op, seen, budget):

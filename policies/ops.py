@@ -197,3 +197,17 @@ class Parallel:
 
 OPERATIONS = (Forward, Transfer, AllReduce, StreamWeights, Verify, Outcome, Delay,
               Spawn, Join, Parallel)
+
+
+def drive(schedule: Generator, answer) -> Any:
+    """Run a schedule synchronously, no runtime behind it: each operation it
+    yields is answered with ``answer(op)`` (a dry run, a test's stand-in), which
+    may drive a Spawn's or Parallel's branches itself. Returns the schedule's
+    return value."""
+    value = None
+    while True:
+        try:
+            op = schedule.send(value)
+        except StopIteration as stop:
+            return stop.value
+        value = answer(op)

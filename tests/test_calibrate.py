@@ -25,7 +25,7 @@ from analyses.heldout import calibrate
 from analyses.replay import load_run
 from hwprofiles import load_model, load_platform
 from policies import PolicyContext, acceptance, build
-from policies.ops import Forward, Join, Spawn, StreamWeights, Transfer, Verdict, Verify
+from policies.ops import Forward, Join, Spawn, StreamWeights, Transfer, Verdict, Verify, drive
 from simcore import RooflineCost
 from simcore.records import write_record
 from simcore.trace import Span, chrome_trace
@@ -77,29 +77,24 @@ def make_measured_run(out: Path, policy: str, params: dict, *, seed: int, tokens
     schedule, acc = build(policy, ctx, params), acceptance.IID(alpha=alpha)
     spans, lines, clock = [], [], {"now": 0.0}
 
-    def drive(gen):
-        value = None
-        while True:
-            try:
-                op = gen.send(value)
-            except StopIteration as stop:
-                return stop.value
-            if isinstance(op, (Spawn, Join)):
-                value = drive(op.branch) if isinstance(op, Spawn) else (None,) * len(op.tasks)
-                continue
-            if isinstance(op, Verify):
-                value = Verdict(acc.sample(op.gamma, op.batch, rng))
-                lines.append({"accepted": list(value.accepted), "gamma": op.gamma})
-                _timed(spans, clock, op, "", verify_s, "compute")
-                continue
-            for o, track, seconds, kind in _fake_steps(plat, cost, models, op):
-                seconds *= float(np.exp(rng.normal(0, noise)))
-                if rng.random() < outliers:
-                    seconds *= 3.0  # an outlier: the core was preempted
-                _timed(spans, clock, o, track, seconds, kind)
-            value = op
+    def answer(op):
+        if isinstance(op, Spawn):
+            return drive(op.branch, answer)
+        if isinstance(op, Join):
+            return (None,) * len(op.tasks)
+        if isinstance(op, Verify):
+            verdict = Verdict(acc.sample(op.gamma, op.batch, rng))
+            lines.append({"accepted": list(verdict.accepted), "gamma": op.gamma})
+            _timed(spans, clock, op, "", verify_s, "compute")
+            return verdict
+        for o, track, seconds, kind in _fake_steps(plat, cost, models, op):
+            seconds *= float(np.exp(rng.normal(0, noise)))
+            if rng.random() < outliers:
+                seconds *= 3.0  # an outlier: the core was preempted
+            _timed(spans, clock, o, track, seconds, kind)
+        return op
 
-    drive(schedule)
+    drive(schedule, answer)
     return _write(out, policy, params, target, (tokens, prompt_tokens), seed, clock["now"],
                   spans, lines)
 

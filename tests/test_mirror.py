@@ -16,7 +16,7 @@ from policies.acceptance import IID
 from policies import sd as sd_policy
 from policies.mirror import (DRAFT, ENTRY_BYTES, FALLBACK, FRESH, PREFIX, VERDICT_BYTES,
                              WINDOW, default_kappa, failing_rows, skip_bound)
-from policies.ops import Forward, Outcome, Parallel, Transfer, Verdict, Verify
+from policies.ops import Forward, Outcome, Parallel, Transfer, Verdict, Verify, drive
 from simcore import Outcomes, RooflineCost
 
 CONTEXT = 128
@@ -479,25 +479,22 @@ class _Driver:
         self.ops, self.reuse = [], list(reuse_pattern)
 
     def drive(self, gen):
-        value = None
-        while True:
-            try:
-                op = gen.send(value)
-            except StopIteration as stop:
-                return stop.value
-            self.ops.append(op)
-            if isinstance(op, Parallel):
-                value = tuple(self.drive(b) for b in op.branches)
-            elif isinstance(op, Transfer):
-                value = op.payload
-            elif isinstance(op, Verify):
-                value = Verdict((2,) * op.batch)
-            elif isinstance(op, Outcome):
-                value = self.reuse.pop(0) if self.reuse else True
-                if op.per_row and not isinstance(value, tuple):
-                    value = (value,) * op.batch
-            else:
-                value = op
+        return drive(gen, self.answer)
+
+    def answer(self, op):
+        self.ops.append(op)
+        if isinstance(op, Parallel):
+            return tuple(self.drive(b) for b in op.branches)
+        if isinstance(op, Transfer):
+            return op.payload
+        if isinstance(op, Verify):
+            return Verdict((2,) * op.batch)
+        if isinstance(op, Outcome):
+            value = self.reuse.pop(0) if self.reuse else True
+            if op.per_row and not isinstance(value, tuple):
+                value = (value,) * op.batch
+            return value
+        return op
 
 
 def test_operations_carry_what_an_executor_needs():

@@ -14,7 +14,7 @@ from hwprofiles import load_model, load_platform
 from policies import PolicyContext, PolicyError, build
 from policies.acceptance import IID
 from policies.mirror import ENTRY_BYTES, VERDICT_BYTES
-from policies.ops import Forward, Outcome, Spawn, Verify
+from policies.ops import Forward, Outcome, Spawn, Verify, drive
 from policies.ssd import (CACHE, PRESPEC, VERIFY, SSDParams, base_hit_rate, fanout_of,
                           planning_weights, saguaro)
 from simcore import RooflineCost
@@ -199,27 +199,20 @@ def test_operations_carry_what_an_executor_needs():
                         tokens=4, batch=2)
     ops = []
 
-    def drive(gen):
-        value = None
-        while True:
-            try:
-                op = gen.send(value)
-            except StopIteration as stop:
-                return stop.value
-            ops.append(op)
-            if isinstance(op, Spawn):
-                value = drive(op.branch)
-            elif isinstance(op, Verify):
-                from policies.ops import Verdict
-                value = Verdict((1,) * op.batch)
-            elif isinstance(op, Outcome):
-                value = True
-            elif hasattr(op, "tasks"):
-                value = op.tasks
-            else:
-                value = getattr(op, "payload", op)
+    def answer(op):
+        ops.append(op)
+        if isinstance(op, Spawn):
+            return drive(op.branch, answer)
+        if isinstance(op, Verify):
+            from policies.ops import Verdict
+            return Verdict((1,) * op.batch)
+        if isinstance(op, Outcome):
+            return True
+        if hasattr(op, "tasks"):
+            return op.tasks
+        return getattr(op, "payload", op)
 
-    drive(build("ssd", ctx, {"k": 3, "fanout": 2, "hit_rate": 0.9}))
+    drive(build("ssd", ctx, {"k": 3, "fanout": 2, "hit_rate": 0.9}), answer)
     prespec = [o for o in ops if isinstance(o, Forward) and o.label == PRESPEC]
     assert {(o.batch, o.k, o.branch) for o in prespec} == {(2 * 8, 8, CACHE)}
     assert {o.event for o in ops if isinstance(o, Outcome)} == {"cache_hit"}
