@@ -189,18 +189,12 @@ def stream_host_gb_s(layer_mib: float, repeats: int, directory: str) -> tuple[fl
         for chunk in streaming._aligned_safetensors({k: torch.randn(v) for k, v in shapes.items()}):
             fh.write(chunk)
     size = os.path.getsize(path)
-    pages = -(-size // streaming.PAGE_BYTES) * streaming.PAGE_BYTES
-    raw = torch.empty(pages + streaming.PAGE_BYTES, dtype=torch.uint8)
-    skip = -raw.data_ptr() % streaming.PAGE_BYTES
-    buf = raw[skip:skip + pages]
+    buf = streaming.page_aligned(streaming.page_rounded(size))
     params = {k: torch.nn.Parameter(torch.empty(0)) for k in shapes}
 
     def install() -> float:
         start = time.thread_time()
-        try:
-            streaming._read_file(Path(path), memoryview(buf.numpy()), size, direct=True)
-        except OSError:  # a file system that refuses O_DIRECT, as the executor falls back
-            streaming._read_file(Path(path), memoryview(buf.numpy()), size, direct=False)
+        streaming.read_into(Path(path), buf, size)
         for name, value in streaming._tensors(buf[:size]).items():
             params[name].data = value
         return time.thread_time() - start

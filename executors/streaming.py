@@ -128,12 +128,8 @@ class LayerStore:
         """Layer i's file, from the disk, in a free page-aligned buffer."""
         path = self.path(i)
         size = path.stat().st_size
-        buf = self._buffer(-(-size // PAGE_BYTES) * PAGE_BYTES)
-        view = memoryview(buf.numpy())
-        try:
-            got = _read_file(path, view, size, direct=True)
-        except OSError:  # a file system that refuses O_DIRECT: through the page cache
-            got = _read_file(path, view, size, direct=False)
+        buf = self._buffer(page_rounded(size))
+        got = read_into(path, buf, size)
         if got < size:
             raise RuntimeError(f"{path} ended after {got} of {size} bytes")
         return buf[:size]
@@ -143,10 +139,7 @@ class LayerStore:
         for buf, uses in self.buffers:
             if buf.numel() == nbytes and _uses(buf) <= uses:
                 return buf
-        raw = torch.empty(nbytes + PAGE_BYTES, dtype=torch.uint8)
-        skip = -raw.data_ptr() % PAGE_BYTES
-        buf = raw[skip:skip + nbytes]
-        del raw
+        buf = page_aligned(nbytes)
         self.buffers.append((buf, _uses(buf)))
         return buf
 
@@ -154,6 +147,29 @@ class LayerStore:
         params = dict(self.stack.layers[i].named_parameters())
         for name, value in _tensors(data).items():
             params[name].data = value.to(params[name].device)
+
+
+def page_rounded(size: int) -> int:
+    """``size`` rounded up to whole pages (what an O_DIRECT read transfers)."""
+    return -(-size // PAGE_BYTES) * PAGE_BYTES
+
+
+def page_aligned(nbytes: int) -> torch.Tensor:
+    """A new uint8 buffer of ``nbytes`` whose memory starts on a page boundary."""
+    raw = torch.empty(nbytes + PAGE_BYTES, dtype=torch.uint8)
+    skip = -raw.data_ptr() % PAGE_BYTES
+    return raw[skip:skip + nbytes]
+
+
+def read_into(path: Path, buf: torch.Tensor, size: int) -> int:
+    """Read a file's ``size`` bytes into a page-aligned ``buf`` straight from the
+    disk (O_DIRECT), or through the page cache on a file system that refuses
+    it; returns the bytes read."""
+    view = memoryview(buf.numpy())
+    try:
+        return _read_file(path, view, size, direct=True)
+    except OSError:
+        return _read_file(path, view, size, direct=False)
 
 
 def _read_file(path: Path, view: memoryview, size: int, direct: bool) -> int:
