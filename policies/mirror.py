@@ -101,7 +101,7 @@ from pydantic import Field, field_validator
 from policies.base import PolicyContext, PolicyError, PolicyParams, register
 from policies.ops import Forward, Outcome, Parallel, Transfer, Verify
 from policies.sd import DraftCache, first_draft_op
-from policies.traces import covered_s, intervals, overlap_s, recorded_rate  # noqa: F401 (ssd)
+from policies.traces import covered_s, intervals, overlap_s, recorded_rate
 
 TOKEN_BYTES = 4           # an int32 token id
 ENTRY_BYTES = 8           # a token id with its fp32 log-prob

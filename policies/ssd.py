@@ -55,9 +55,10 @@ from typing import Literal
 from pydantic import Field
 
 from policies.base import PolicyContext, PolicyError, PolicyParams, register
-from policies.mirror import ENTRY_BYTES, VERDICT_BYTES, covered_s, intervals, recorded_rate
+from policies.mirror import ENTRY_BYTES, VERDICT_BYTES
 from policies.ops import Delay, Forward, Join, Outcome, Spawn, Transfer, Verify
 from policies.sd import DraftCache, first_draft_op
+from policies.traces import covered_s, intervals, recorded_rate
 
 BACKUP, CACHE = 0, 1
 VERIFY, PRESPEC, BACKUP_LABEL = "verify", "pre-speculation", "backup"
