@@ -1,12 +1,26 @@
 """Closed-form latency laws of the five schedules, as pure functions.
 
 Each law returns a dict of named results; ``LAWS`` maps the names the CLI
-accepts (``hetspec law NAME``) to these functions.
+accepts (``hetspec law NAME``) to these functions, each wrapped so that its
+arguments are checked against the annotations below (type, range, finiteness)
+before it runs, and its results are checked finite after. Called directly from
+Python, the functions check only the relations between their arguments.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import Annotated
+
+from pydantic import ConfigDict, Field, ValidationError, validate_call
+
+MAX_COUNT = 1_000_000  # larger token, layer or batch counts are typing slips, not designs
+
+Probability = Annotated[float, Field(ge=0, le=1)]
+Count = Annotated[int, Field(ge=1, le=MAX_COUNT)]
+NonNegative = Annotated[float, Field(ge=0)]
+Positive = Annotated[float, Field(gt=0)]
 
 
 def _check(cond: bool, message: str) -> None:
@@ -14,13 +28,15 @@ def _check(cond: bool, message: str) -> None:
         raise ValueError(message)
 
 
-def leviathan(alpha: float, gamma: int, c: float = 0.0, c_hat: float | None = None) -> dict:
+def leviathan(alpha: Probability, gamma: Count, c: NonNegative = 0.0,
+              c_hat: NonNegative | None = None) -> dict:
     """Vanilla SD (Leviathan et al. 2023): expected tokens per step, walltime
     speedup (1-a^(g+1))/((1-a)(g c+1)) and operations factor
     (1-a)(g c_hat + g + 1)/(1-a^(g+1)); c_hat defaults to c."""
     _check(0 <= alpha <= 1, "alpha must lie in [0, 1]; set --set alpha=0.8 for example")
     _check(gamma >= 1 and int(gamma) == gamma, "gamma must be an integer >= 1")
     _check(c >= 0, "c (draft/target step-time ratio) must be >= 0")
+    _check(c_hat is None or c_hat >= 0, "c_hat (draft/target cost ratio) must be >= 0")
     gamma = int(gamma)
     c_hat = c if c_hat is None else c_hat
     expected = gamma + 1.0 if alpha == 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
@@ -29,8 +45,9 @@ def leviathan(alpha: float, gamma: int, c: float = 0.0, c_hat: float | None = No
             "operations_factor": (gamma * c_hat + gamma + 1) / expected}
 
 
-def mirror(t_prefix_s: float, t_suffix_s: float, t_draft_s: float, t_rv_s: float | None = None,
-           t_rv_ee_s: float = 0.0, t_rv_fv_s: float = 0.0) -> dict:
+def mirror(t_prefix_s: NonNegative, t_suffix_s: NonNegative, t_draft_s: NonNegative,
+           t_rv_s: NonNegative | None = None, t_rv_ee_s: NonNegative = 0.0,
+           t_rv_fv_s: NonNegative = 0.0) -> dict:
     """Mirror-SD eq. 10: T = T_t[1:le] + T_rv_ee + max(T_t[le+1:N], T_draft_gen) + T_rv_fv,
     and appendix C's piecewise speedup over vanilla SD, T_SD = T_target + T_draft_gen."""
     for name, v in (("t_prefix_s", t_prefix_s), ("t_suffix_s", t_suffix_s),
@@ -38,6 +55,9 @@ def mirror(t_prefix_s: float, t_suffix_s: float, t_draft_s: float, t_rv_s: float
         _check(v >= 0, f"{name} must be >= 0 seconds")
     t_rv = t_rv_ee_s + t_rv_fv_s if t_rv_s is None else t_rv_s
     _check(t_rv >= 0, "t_rv_s must be >= 0 seconds")
+    _check(t_prefix_s + t_suffix_s + t_draft_s + t_rv > 0,
+           "mirror needs a step that takes time: give t_prefix_s, t_suffix_s, t_draft_s "
+           "or t_rv_s a value > 0 seconds")
     delta = t_suffix_s
     t_target = t_prefix_s + t_suffix_s
     t_mirror = t_prefix_s + max(delta, t_draft_s) + t_rv
@@ -56,8 +76,8 @@ def allreduce_alpha_beta(alpha_s: float, beta_s_per_byte: float, group: int,
     return alpha_s * math.log2(group) + beta_s_per_byte * nbytes if group > 1 else 0.0
 
 
-def ssd(hit_rate: float, e_hit: float, e_miss: float, t_p: float, t_b: float,
-        batch: int = 1) -> dict:
+def ssd(hit_rate: Probability, e_hit: NonNegative, e_miss: NonNegative, t_p: NonNegative,
+        t_b: NonNegative, batch: Count = 1) -> dict:
     """SSD expected speedup, times normalised by the verify time:
     S = [p E_hit + (1-p) E_miss] / [p max(1, T_p) + (1-p)(1 + T_b)], p = hit_rate^batch."""
     _check(0 <= hit_rate <= 1, "hit_rate must lie in [0, 1]")
@@ -85,7 +105,8 @@ def ssd_miss_rate(fanout: float, r: float) -> float:
     return min(1.0, fanout ** (-r)) if fanout > 0 else 1.0
 
 
-def ppsd(n_layers: int, exit_layer: int, alpha: float, gamma: int | None = None) -> dict:
+def ppsd(n_layers: Count, exit_layer: Count, alpha: Probability,
+         gamma: Count | None = None) -> dict:
     """PPSD eq. 6 rho* = N / (aE + (1-a) ceil(N/E) E); with gamma also EESD eq. 4
     rho = (1-a^(g+1)) N / ((1-a)(gE + N)), the eq. 5 bound on a_all and eq. 7 lambda."""
     _check(1 <= exit_layer <= n_layers, "exit_layer must lie in [1, n_layers]")
@@ -102,14 +123,17 @@ def ppsd(n_layers: int, exit_layer: int, alpha: float, gamma: int | None = None)
     return out
 
 
-def cats(layer_gb: float, n_layers: int, gamma: int, l_dm: int, mean_accepted: float,
-         l_sv: int | None = None) -> dict:
+def cats(layer_gb: Positive, n_layers: Count, gamma: Count, l_dm: Count,
+         mean_accepted: Positive, l_sv: Count | None = None) -> dict:
     """Bytes of decoder weights read per committed token:
     CATS (gamma B_DM + B_SV + B_target)/(beta+1); without l_sv, Kangaroo
     (gamma B_DM + B_all)/(beta+1). mean_accepted is beta+1."""
     _check(layer_gb > 0, "layer_gb must be > 0")
     _check(1 <= l_dm < n_layers, "l_dm must lie in [1, n_layers)")
-    _check(mean_accepted > 0, "mean_accepted (tokens per cycle, bonus included) must be > 0")
+    _check(gamma >= 1, "gamma (draft passes per cycle) must be >= 1")
+    _check(1 <= mean_accepted <= gamma + 1,
+           "mean_accepted (tokens committed per cycle, bonus included) must lie in "
+           "[1, gamma + 1]")
     b_dm = l_dm * layer_gb
     if l_sv is None:
         per_cycle = gamma * b_dm + n_layers * layer_gb
@@ -119,11 +143,37 @@ def cats(layer_gb: float, n_layers: int, gamma: int, l_dm: int, mean_accepted: f
     return {"bytes_per_token_gb": per_cycle / mean_accepted, "bytes_per_cycle_gb": per_cycle}
 
 
-def kangaroo(layer_gb: float, n_layers: int, gamma: int, l_dm: int,
-             mean_accepted: float) -> dict:
+def kangaroo(layer_gb: Positive, n_layers: Count, gamma: Count, l_dm: Count,
+             mean_accepted: Positive) -> dict:
     """Kangaroo's two-stage bytes per token (draft 1..L_DM, verify all N layers)."""
     return cats(layer_gb, n_layers, gamma, l_dm, mean_accepted)
 
 
-LAWS = {"leviathan": leviathan, "mirror": mirror, "ssd": ssd, "ppsd": ppsd, "cats": cats,
-        "kangaroo": kangaroo}
+def _checked(name: str, law):
+    """The law with its arguments validated against its annotations (strict types:
+    a boolean, a string or a list is not a number; finite values only) and its
+    results required finite; every failure is one ValueError sentence."""
+    strict = validate_call(law, config=ConfigDict(strict=True, allow_inf_nan=False))
+
+    @functools.wraps(law)
+    def run(**params) -> dict:
+        try:
+            out = strict(**params)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            key = ".".join(str(p) for p in first["loc"])
+            given = params.get(key, first.get("input"))
+            raise ValueError(f"law '{name}' parameter '{key}': {first['msg']} (got "
+                             f"{given!r})") from None
+        bad = [k for k, v in out.items()
+               if isinstance(v, float) and not math.isfinite(v)]
+        _check(not bad, f"law '{name}' gives a non-finite {bad[0] if bad else ''} for these "
+                        "parameters; use smaller magnitudes")
+        return out
+
+    return run
+
+
+LAWS = {name: _checked(name, law) for name, law in
+        {"leviathan": leviathan, "mirror": mirror, "ssd": ssd, "ppsd": ppsd, "cats": cats,
+         "kangaroo": kangaroo}.items()}

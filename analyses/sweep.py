@@ -12,10 +12,13 @@ message instead of metrics.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import ValidationError
 
 from analyses.config import RUN_KEYS, SimConfig, parse_value, split_sets
 from policies import acceptance, entry
@@ -50,7 +53,18 @@ def _number(text: str, spec: str):
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise ValueError(f"--sweep {spec}: '{text}' is not a number; write e.g. "
                          "gamma=2..6 or alpha=0.6..0.9:0.1")
+    if not math.isfinite(value):
+        raise ValueError(f"--sweep {spec}: '{text.strip()}' is not a finite number; write "
+                         "finite bounds, e.g. alpha=0.6..0.9:0.1")
     return value
+
+
+def _finite_values(values: list, spec: str) -> list:
+    for value in values:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"--sweep {spec}: {value} is not a finite number; sweep "
+                             "finite values, e.g. gamma=2,4,8")
+    return values
 
 
 def parse_sweep(spec: str) -> tuple[str, list]:
@@ -63,7 +77,7 @@ def parse_sweep(spec: str) -> tuple[str, list]:
                          "--sweep gamma=2..6")
     if ".." not in text:
         value = parse_value(text)
-        return key, list(value) if isinstance(value, tuple) else [value]
+        return key, _finite_values(list(value) if isinstance(value, tuple) else [value], spec)
     lo_text, _, rest = text.partition("..")
     hi_text, _, step_text = rest.partition(":")
     lo, hi = _number(lo_text, spec), _number(hi_text, spec)
@@ -117,6 +131,30 @@ def point_config(point: Point, base: dict) -> SimConfig:
     if point.policy == "ar":
         fields["draft"] = None
     return SimConfig(**fields)
+
+
+def _why_invalid(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return f"field '{where}': {first['msg'].removeprefix('Value error, ')}"
+    return str(exc).splitlines()[0]
+
+
+def check_points(points: list[Point], base: dict) -> None:
+    """Refuse the grid when a point's own values are invalid (alpha beyond 1, a NaN
+    gamma): that is a mistake in --sweep/--set, not a policy that does not apply,
+    so it is one error before any run rather than a skipped point in the report."""
+    from policies import PolicyError, parse_params
+
+    for point in points:
+        try:
+            config = point_config(point, base)
+            parse_params(point.policy, config.params)
+            acceptance.build(**config.acceptance)
+        except (ValidationError, PolicyError, ValueError) as exc:
+            raise ValueError(f"{point.label} is not a valid setting ({_why_invalid(exc)}); "
+                             "fix the --sweep or --set value") from None
 
 
 def _recording_outcomes():
@@ -188,7 +226,9 @@ def _progress(total: int, quiet: bool):
 
 def run_grid(points: list[Point], base: dict, *, jobs: int | None = None,
              backend: str = "local", quiet: bool = False) -> list[PointResult]:
-    """Run every point; results in the points' order whatever finishes first."""
+    """Run every point; results in the points' order whatever finishes first.
+    Invalid values are refused before any point runs (``check_points``)."""
+    check_points(points, base)
     if backend == "ray":
         from analyses.sweep_ray import run_grid_ray
 

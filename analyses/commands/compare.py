@@ -30,7 +30,7 @@ def register(sub) -> None:
     p.add_argument("--sweep", action="append", default=[], metavar="KEY=RANGE",
                    help="swept setting: gamma=2..6, alpha=0.6..0.9:0.1 or gamma=2,4,8; "
                         f"repeat for a grid (default {DEFAULT_SWEEP} when a policy takes "
-                        "gamma)")
+                        "gamma and no --set gamma is given)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="a fixed setting for every policy that takes it (alpha=0.8 ...)")
     p.add_argument("--tokens", type=int, default=1000, help="tokens per run (default 1000)")
@@ -63,9 +63,10 @@ def scenario(args) -> tuple[list[str], list, dict, dict]:
     for p in policies:
         entry(p)
     sweeps = [parse_sweep(s) for s in args.sweep]
-    if not args.sweep and any("gamma" in entry(p).params.model_fields for p in policies):
-        sweeps = [parse_sweep(DEFAULT_SWEEP)]
     sets = parse_sets(args.sets)
+    if (not args.sweep and "gamma" not in sets
+            and any("gamma" in entry(p).params.model_fields for p in policies)):
+        sweeps = [parse_sweep(DEFAULT_SWEEP)]
     draft = None if str(args.draft).lower() == "none" else args.draft
     base = dict(platform=args.platform, target=args.target, draft=draft,
                 tokens=args.tokens, batch=args.batch, seed=args.seed,
