@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import codecs
+import re
+import stat
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-
-from functools import lru_cache
 
 import yaml
 from pydantic import ValidationError
@@ -14,6 +16,9 @@ from hwprofiles.schema import ModelSpec, Platform
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _KINDS = {"platforms": Platform, "models": ModelSpec}
+# Profiles are a few KB (the largest shipped one is under 10 KB); a file over this
+# is the wrong file, and parsing it could take gigabytes of memory.
+MAX_PROFILE_BYTES = 1_000_000
 
 
 class ProfileError(ValueError):
@@ -30,47 +35,129 @@ def list_names(kind: str) -> list[str]:
 
 
 def _resolve(kind: str, name_or_path: str | Path) -> Path:
+    if not str(name_or_path).strip():
+        raise ProfileError(f"the {kind[:-1]} name is empty; give a shipped name or a "
+                           "path to a YAML file")
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.is_file():
-            raise ProfileError(f"profile file {path} does not exist; give a path to a "
-                               "YAML file or a shipped name")
-        return path
+        return _checked_file(path)
     shipped = _data_dir(kind) / f"{name_or_path}.yaml"
     if not shipped.is_file():
         raise ProfileError(
-            f"unknown {kind[:-1]} '{name_or_path}'; choose one of "
+            f"unknown {kind[:-1]} '{printable(str(name_or_path))}'; choose one of "
             f"{', '.join(list_names(kind))} or give a path to a YAML file")
     return shipped
+
+
+def printable(text: str) -> str:
+    """Text with control characters (terminal escape sequences) written as escapes."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                   for c in text)
+
+
+def _checked_file(path: Path) -> Path:
+    """The path, once it names a regular file within the size limit."""
+    shown = printable(str(path))
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise ProfileError(f"profile file {shown} does not exist; give a path to a YAML "
+                           "file or a shipped name") from None
+    except OSError as exc:
+        raise ProfileError(f"profile file {shown} cannot be read ({exc.strerror}); "
+                           "check the path and its permissions") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise ProfileError(f"profile path {shown} is a directory; give the path of a "
+                           "YAML file in it")
+    if not stat.S_ISREG(st.st_mode):
+        raise ProfileError(f"profile path {shown} is not a regular file (a device, pipe "
+                           "or socket); give the path of a YAML file")
+    if st.st_size > MAX_PROFILE_BYTES:
+        raise ProfileError(f"profile file {shown} is {st.st_size / 1e6:.1f} MB, over the "
+                           f"{MAX_PROFILE_BYTES / 1e6:.0f} MB limit for profiles (a "
+                           "platform or model is a few KB); check that it is the right file")
+    return path
 
 
 def _format_error(path: Path, err: ValidationError) -> str:
     first = err.errors()[0]
     where = ".".join(str(p) for p in first["loc"]) or "(top level)"
     msg = first["msg"].removeprefix("Value error, ")
-    return f"{path.name}: field '{where}': {msg}"
+    return printable(f"{path.name}: field '{where}': {msg}")
 
 
-def load_file(kind: str, path: str | Path):
-    """Validate one YAML file; memoised on (path, modification time), which is safe
-    because profiles are frozen."""
-    path = Path(path).resolve()
-    return _load_cached(kind, path, path.stat().st_mtime_ns)
+def load_file(kind: str | None, path: str | Path):
+    """Validate one YAML file (kind None: a platform if it has 'devices', else a
+    model); memoised on (path, mtime, ctime, size), which is safe because profiles
+    are frozen, and catches a rewrite that kept the modification time."""
+    path = _checked_file(Path(path).resolve())
+    st = path.stat()
+    return _load_cached(kind, path, (st.st_mtime_ns, st.st_ctime_ns, st.st_size))
 
 
 @lru_cache(maxsize=256)
-def _load_cached(kind: str, path: Path, _mtime_ns: int):
-    try:
-        data = yaml.load(path.read_text(), Loader=_Loader)
-    except yaml.YAMLError as exc:
-        raise ProfileError(f"{path.name} is not valid YAML ({exc.__class__.__name__}); "
-                           "fix the syntax near the reported line") from None
-    if not isinstance(data, dict):
-        raise ProfileError(f"{path.name} must hold a YAML mapping of fields")
+def _load_cached(kind: str | None, path: Path, _stamp: tuple[int, int, int]):
+    data = _parse(path, _read_text(path))
+    if kind is None:
+        kind = "platforms" if "devices" in data else "models"
     try:
         return _KINDS[kind].model_validate(data)
     except ValidationError as err:
         raise ProfileError(_format_error(path, err)) from None
+
+
+def _read_text(path: Path) -> str:
+    """The file as text: UTF-8, or UTF-8/UTF-16 with a byte-order mark (YAML allows
+    both); read no further than the size limit (the file may have grown)."""
+    with path.open("rb") as f:
+        raw = f.read(MAX_PROFILE_BYTES + 1)
+    if len(raw) > MAX_PROFILE_BYTES:
+        raise ProfileError(f"profile file {printable(path.name)} grew past the "
+                           f"{MAX_PROFILE_BYTES / 1e6:.0f} MB limit for profiles while "
+                           "being read; check that it is the right file")
+    encoding = "utf-8"
+    if raw.startswith(codecs.BOM_UTF8):
+        encoding = "utf-8-sig"
+    elif raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        encoding = "utf-16"
+    try:
+        return raw.decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise ProfileError(f"{printable(path.name)} is not UTF-8 text (byte {exc.start} "
+                           "cannot be decoded); save the profile as UTF-8 YAML") from None
+
+
+def _parse(path: Path, text: str) -> dict:
+    name = printable(path.name)
+    try:
+        data = yaml.load(text, Loader=_Loader)
+    except yaml.constructor.ConstructorError as exc:
+        raise ProfileError(f"{name}{_line(exc)}: the YAML tag {_tag(exc)} is not allowed; "
+                           "profiles hold plain mappings, lists, numbers and strings, "
+                           "drop the tag") from None
+    except yaml.reader.ReaderError as exc:
+        code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        raise ProfileError(f"{name} holds a character YAML does not allow (#x{code:04x} "
+                           f"at character {exc.position}); save it as plain UTF-8 "
+                           "text") from None
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or exc.__class__.__name__
+        raise ProfileError(f"{name} is not valid YAML{_line(exc)}: {printable(problem)}; "
+                           "fix the syntax there") from None
+    if not isinstance(data, dict):
+        raise ProfileError(f"{name} must hold a YAML mapping of fields")
+    return data
+
+
+def _tag(exc: yaml.constructor.ConstructorError) -> str:
+    found = re.search(r"tag '([^']*)'", exc.problem or "")
+    tag = found.group(1).replace("tag:yaml.org,2002:", "!!") if found else "here"
+    return printable(f"'{tag}'" if found else tag)
+
+
+def _line(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    return f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
 
 
 def load_platform(name_or_path: str | Path) -> Platform:
@@ -84,13 +171,6 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
 
 
 def validate_path(path: str | Path):
-    """Validate a user's YAML file as a platform or a model (decided by its fields)."""
-    path = Path(path)
-    if not path.is_file():
-        raise ProfileError(f"{path} does not exist; give a path to a YAML file")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError:
-        data = {}  # load_file reports the syntax error in one sentence
-    kind = "platforms" if isinstance(data, dict) and "devices" in data else "models"
-    return load_file(kind, path)
+    """Validate a user's YAML file as a platform or a model (decided by its fields),
+    parsing it once."""
+    return load_file(None, _checked_file(Path(path)))

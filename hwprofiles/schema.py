@@ -5,6 +5,12 @@ Every schema is frozen and forbids unknown fields. Field names carry their unit
 floating-point operations per second). Every numeric field that a file sets must
 be named in that object's ``sources`` mapping (spec sheet, paper, measurement):
 a number without a source is a validation error.
+
+Numbers are finite numbers (``hwprofiles.numbers``: no true/false, no .inf or
+.nan; numeric strings such as ``80.0e9`` are read as numbers) inside ranges that
+real hardware and published models stay far within. A value outside them is a
+typo or a unit slip, and would overflow or underflow the cost model's arithmetic
+(``bandwidth_gb_s * 1e9``, ``bytes / rate``) to inf or 0.
 """
 
 from __future__ import annotations
@@ -13,14 +19,30 @@ import math
 from collections import deque
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from hwprofiles.numbers import StrictModel
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 Dtype = Literal["fp32", "fp16", "bf16", "fp8", "int8", "int4"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+# Ranges of the physical quantities (see the module docstring).
+MAX_CAPACITY_BYTES = 1e18  # one exabyte: no memory tier holds more
+MIN_GB_S = 1e-3  # 1 MB/s: slower than any memory or link a model is served over
+MAX_GB_S = 1e12  # 1 ZB/s: above any real bandwidth; room for idealised links
+MIN_FLOPS, MAX_FLOPS = 1e6, 1e21  # 1 MFLOP/s .. 1 ZFLOP/s per device and dtype
+MAX_TIME_S = 1e3  # no latency or per-call overhead lasts a quarter of an hour
+MIN_EFFICIENCY = 1e-6  # a fitted efficiency is >= 1e-4 (analyses.costfit)
+MAX_LAYERS = 1000  # the deepest published decoders have a few hundred layers
+MAX_WIDTH = 1_000_000  # hidden and head sizes; published models stay below 1e5
+MAX_FFN = 10_000_000
+MAX_HEADS = 100_000
+MAX_VOCAB = 100_000_000  # the largest vocabularies hold about a million tokens
+
+
+class _Frozen(StrictModel):
+    """Frozen, no unknown fields, finite numbers (see hwprofiles.numbers)."""
 
 
 class _Sourced(_Frozen):
@@ -51,10 +73,10 @@ class _Sourced(_Frozen):
 class MemoryTier(_Sourced):
     name: str
     kind: Literal["hbm", "dram", "flash", "sram"]
-    capacity_bytes: float = Field(gt=0)
-    bandwidth_gb_s: float = Field(gt=0)
-    latency_s: float = Field(default=0.0, ge=0)
-    memory_efficiency: float = Field(default=1.0, gt=0, le=1)
+    capacity_bytes: float = Field(gt=0, le=MAX_CAPACITY_BYTES)
+    bandwidth_gb_s: float = Field(ge=MIN_GB_S, le=MAX_GB_S)
+    latency_s: float = Field(default=0.0, ge=0, le=MAX_TIME_S)
+    memory_efficiency: float = Field(default=1.0, ge=MIN_EFFICIENCY, le=1)
 
     @property
     def bandwidth_bytes_s(self) -> float:
@@ -66,38 +88,39 @@ class Device(_Sourced):
     kind: Literal["gpu", "npu", "cpu"]
     peak_flops: dict[Dtype, float] = Field(min_length=1)
     memory: str
-    launch_overhead_s: float = Field(default=0.0, ge=0)
-    compute_efficiency: float = Field(default=1.0, gt=0, le=1)
+    launch_overhead_s: float = Field(default=0.0, ge=0, le=MAX_TIME_S)
+    compute_efficiency: float = Field(default=1.0, ge=MIN_EFFICIENCY, le=1)
     storage: str | None = None  # the flash tier weights stream from, if any
     # Optional cost-model terms (defaults leave the roofline as it is):
     # host time per Forward call (dispatch, result handling), on top of launches;
-    call_overhead_s: float = Field(default=0.0, ge=0)
+    call_overhead_s: float = Field(default=0.0, ge=0, le=MAX_TIME_S)
     # how memory and compute time combine: (m^p + c^p)^(1/p); None: max(m, c), the
     # roofline; 1: they add (single-thread CPU GEMM); between: partly overlapped;
     roofline_exponent: float | None = Field(default=None, ge=1)
     # weight-streaming time of a pass over more than one row relative to a one-row
     # pass (CPU BLAS: GEMM packs its operand, GEMV streams it once).
-    multirow_memory_factor: float = Field(default=1.0, gt=0)
+    multirow_memory_factor: float = Field(default=1.0, ge=1e-3, le=1e3)
     # bytes per second this device's own compute engine installs streamed weights at
     # (a CPU that reads and deserializes layers on the core it computes on); set, a
     # StreamWeights holds the device after its read for bytes / this rate (see
     # simcore.engine); None: a DMA engine streams beside compute.
-    stream_host_gb_s: float | None = Field(default=None, gt=0)
+    stream_host_gb_s: float | None = Field(default=None, ge=MIN_GB_S, le=MAX_GB_S)
 
     @model_validator(mode="after")
     def _positive_peaks(self):
         for dtype, peak in self.peak_flops.items():
-            if peak <= 0:
-                raise ValueError(f"peak_flops.{dtype} must be > 0; set the device's "
-                                 "spec-sheet FLOP/s for that dtype")
+            if not (math.isfinite(peak) and MIN_FLOPS <= peak <= MAX_FLOPS):
+                raise ValueError(f"peak_flops.{dtype} of device {self.name} is {peak:g}; "
+                                 f"set the spec-sheet FLOP/s for that dtype, between "
+                                 f"{MIN_FLOPS:g} and {MAX_FLOPS:g}")
         return self
 
 
 class Link(_Sourced):
     name: str
     endpoints: tuple[str, str]
-    latency_s: float = Field(ge=0)
-    bandwidth_gb_s: float = Field(gt=0)
+    latency_s: float = Field(ge=0, le=MAX_TIME_S)
+    bandwidth_gb_s: float = Field(ge=MIN_GB_S, le=MAX_GB_S)
 
     @property
     def bandwidth_bytes_s(self) -> float:
@@ -115,11 +138,12 @@ class CollectiveGroup(_Sourced):
     name: str
     members: tuple[str, ...] = Field(min_length=1)
     algorithm: Literal["alpha_beta", "ring", "tree"] = "alpha_beta"
-    alpha_s: float = Field(default=0.0, ge=0)
-    bandwidth_gb_s: float = Field(default=1e9, gt=0)
+    alpha_s: float = Field(default=0.0, ge=0, le=MAX_TIME_S)
+    bandwidth_gb_s: float = Field(default=1e9, ge=MIN_GB_S, le=MAX_GB_S)
 
     @model_validator(mode="after")
     def _costed(self):
+        _unique(f"group {self.name} members", list(self.members))
         if len(self.members) > 1:
             for name in ("alpha_s", "bandwidth_gb_s"):
                 if name not in self.model_fields_set:
@@ -177,6 +201,9 @@ class Platform(_Sourced):
                     raise ValueError(f"group {g.name}: member '{m}' is not a device; "
                                      f"use one of {sorted(devices)}")
         for role, target in self.placement.items():
+            if not role.strip():
+                raise ValueError(f"placement has an empty role (mapped to '{target}'); "
+                                 "name the role, e.g. draft or target")
             if target not in names:
                 raise ValueError(f"placement.{role}: '{target}' is neither a device "
                                  f"nor a group; use one of {sorted(names)}")
@@ -246,13 +273,13 @@ class ModelSpec(_Sourced):
     """A decoder-only transformer's shape; per-layer bytes and FLOPs derive from it."""
 
     name: str
-    n_layers: int = Field(gt=0)
-    hidden: int = Field(gt=0)
-    ffn: int = Field(gt=0)
-    n_heads: int = Field(gt=0)
-    n_kv_heads: int = Field(gt=0)
-    head_dim: int | None = Field(default=None, gt=0)
-    vocab: int = Field(gt=0)
+    n_layers: int = Field(gt=0, le=MAX_LAYERS)
+    hidden: int = Field(gt=0, le=MAX_WIDTH)
+    ffn: int = Field(gt=0, le=MAX_FFN)
+    n_heads: int = Field(gt=0, le=MAX_HEADS)
+    n_kv_heads: int = Field(gt=0, le=MAX_HEADS)
+    head_dim: int | None = Field(default=None, gt=0, le=MAX_WIDTH)
+    vocab: int = Field(gt=0, le=MAX_VOCAB)
     dtype: Dtype = "bf16"
     gated_mlp: bool = True
     tied_embeddings: bool = False

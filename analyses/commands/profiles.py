@@ -5,7 +5,7 @@ from __future__ import annotations
 import yaml
 
 from hwprofiles import list_names, load_model, load_platform, validate_path
-from hwprofiles.loader import ProfileError
+from hwprofiles.loader import ProfileError, printable
 
 
 def register(sub) -> None:
@@ -51,5 +51,6 @@ def _show(args) -> int:
 def _validate(args) -> int:
     obj = validate_path(args.path)
     kind = "platform" if hasattr(obj, "devices") else "model"
-    print(f"{args.path}: valid {kind} '{obj.name}'")
+    # both strings come from the user's file system and file: no raw escape sequences
+    print(f"{printable(args.path)}: valid {kind} '{printable(obj.name)}'")
     return 0
