@@ -11,8 +11,9 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
+from hwprofiles.numbers import StrictModel
 from hwprofiles.schema import ModelSpec
 
 
@@ -20,8 +21,9 @@ class PolicyError(ValueError):
     """Bad policy name or parameters; the message names the field and the fix."""
 
 
-class PolicyParams(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class PolicyParams(StrictModel):
+    """Frozen, no unknown fields, finite numbers: ``--set r=inf`` or ``gamma=true``
+    is refused with the parameter named (see hwprofiles.numbers)."""
 
 
 @dataclass(frozen=True)

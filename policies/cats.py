@@ -77,7 +77,7 @@ class KangarooParams(StreamParams):
 class CATSParams(KangarooParams):
     l_sv: int | None = Field(None, ge=2, description="last layer of the shallow verifier "
                                                      "(default: the deepest that fits)")
-    corrections: int = Field(1, ge=0, description="correction tokens re-forwarded and "
+    corrections: int = Field(1, ge=0, le=64, description="correction tokens re-forwarded and "
                                                   "verified as tree branches per cycle")
 
 

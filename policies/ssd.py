@@ -54,6 +54,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from hwprofiles.schema import MAX_TIME_S
 from policies.base import PolicyContext, PolicyError, PolicyParams, register
 from policies.mirror import ENTRY_BYTES, VERDICT_BYTES
 from policies.ops import Delay, Forward, Join, Outcome, Spawn, Transfer, Verify
@@ -81,7 +82,8 @@ class SSDParams(PolicyParams):
     backup: Literal["jit", "fast"] = Field("jit", description="speculator after a miss")
     fast_alpha: float = Field(0.0, ge=0, le=1, description=(
         "per-token acceptance of the fast backup's tokens (0: random tokens)"))
-    fast_backup_s: float = Field(0.0, ge=0, description="fast backup latency on the draft")
+    fast_backup_s: float = Field(0.0, ge=0, le=MAX_TIME_S,
+                                 description="fast backup latency on the draft")
     c_saguaro: float = Field(1.0, ge=0, le=1, description=(
         "SAGUARO sampling constant C (1: plain sampling)"))
     top_mass: float = Field(0.5, ge=0, le=1, description=(
