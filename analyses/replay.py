@@ -31,7 +31,9 @@ import numpy as np
 
 from analyses.config import SimConfig
 from analyses.costfit import STEP_END, ExecutorWork
+from analyses.runrecord import check_record, read_spans, run_file
 from hwprofiles import load_model, load_platform
+from policies.traces import read_acceptance
 from simcore import Outcomes
 from simcore.records import read_record
 from simcore.trace import Span
@@ -77,38 +79,10 @@ class MeasuredRun:
                       {d.get("prompt_batch", 0) for d in self.lines})
 
 
-def _jsonl(path: Path, what: str) -> list[dict]:
-    out = []
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise ValueError(f"the {what} file {path} cannot be read ({exc.strerror}); "
-                         "re-run 'hetspec run' to write it again") from None
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            obj = None
-        if not isinstance(obj, dict):
-            raise ValueError(f"line {n} of {path} is not a JSON object, so the {what} file "
-                             "is corrupt; re-run 'hetspec run' to write it again")
-        out.append(obj)
-    return out
-
-
-def _check_span(span: dict, path: Path, n: int) -> dict:
-    ok = (isinstance(span.get("op"), dict) and "type" in span["op"]
-          and all(isinstance(span.get(k), (int, float)) for k in ("start_s", "end_s")))
-    if not ok or span["end_s"] < span["start_s"]:
-        raise ValueError(f"span {n} of {path} lacks op/start_s/end_s or ends before it "
-                         "starts; the run is corrupt, re-run 'hetspec run'")
-    return span
-
-
 def load_run(path) -> MeasuredRun:
-    """Read a measured run from its record.json (or the directory holding it)."""
+    """Read a measured run from its record.json (or the directory holding it),
+    checking the record, every span and every acceptance line
+    (``analyses.runrecord``, ``policies.traces.read_acceptance``)."""
     path = Path(path)
     if path.is_dir():
         path = path / "record.json"
@@ -119,18 +93,14 @@ def load_run(path) -> MeasuredRun:
     if record.get("kind") != "measured":
         raise ValueError(f"{path} is a {record.get('kind')} record, not a measured run; "
                          "pass a record written by 'hetspec run'")
-    for key in ("inputs", "metrics"):
-        if not isinstance(record.get(key), dict):
-            raise ValueError(f"{path} has no '{key}' object; the record is corrupt")
-    if not record.get("spans"):
-        raise ValueError(f"{path} names no spans file; re-run 'hetspec run' to record one")
-    spans_path = path.parent / record["spans"]
-    spans = [_check_span(s, spans_path, n)
-             for n, s in enumerate(_jsonl(spans_path, "spans"), 1)]
+    check_record(record, path)
+    spans = read_spans(run_file(path.parent, record["spans"], "spans", path))
     acc_path, lines = None, []
     if record.get("acceptance_trace"):
-        acc_path = path.parent / record["acceptance_trace"]
-        lines = _jsonl(acc_path, "acceptance")
+        acc_path = run_file(path.parent, record["acceptance_trace"], "acceptance_trace",
+                            path)
+        lines = read_acceptance(acc_path, "acceptance file",
+                                "re-run 'hetspec run' to write it again")
     return MeasuredRun(path, record, spans, acc_path, lines)
 
 

@@ -7,16 +7,22 @@ the expected accepted length (used in deterministic mode). Selectable by name.
 
 from __future__ import annotations
 
-import json
+import math
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from policies.traces import TraceError, read_acceptance
+
 
 class _Params(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    def load(self) -> _Params:
+        """Read whatever the model reads from disk (a trace); the model itself."""
+        return self
 
 
 class IID(_Params):
@@ -85,8 +91,9 @@ class Histogram(_Params):
     @field_validator("probs")
     @classmethod
     def _normalised(cls, v):
-        if any(p < 0 for p in v) or sum(v) <= 0:
-            raise ValueError("histogram probabilities must be >= 0 with a positive sum")
+        if any(p < 0 for p in v) or not 0 < sum(v) < math.inf:
+            raise ValueError("histogram probabilities must be >= 0 with a positive, "
+                             "finite sum")
         s = sum(v)
         return tuple(p / s for p in v)
 
@@ -107,27 +114,36 @@ class Histogram(_Params):
 
 class Trace(_Params):
     """Replays accepted lengths recorded by the real executor (JSONL, one step a
-    line with an ``accepted`` list per row), cycling when it runs out."""
+    line with an ``accepted`` list per row), cycling when it runs out. The file
+    is read and every line validated when the model is built, before any
+    simulation starts (``policies.traces.read_acceptance``)."""
 
     kind: Literal["trace"] = "trace"
     path: Path
 
     @field_validator("path")
     @classmethod
-    def _exists(cls, v):
-        if not Path(v).is_file():
+    def _readable(cls, v):
+        if not Path(v).exists():
             raise ValueError(f"acceptance trace {v} does not exist; pass the "
                              "acceptance_trace path of a measured run record")
         return v
 
+    def load(self) -> Trace:
+        """Read and validate the whole file now; ``build`` does, so a bad line is
+        refused before a simulation starts (TraceError naming the line)."""
+        self._steps()
+        return self
+
     def _steps(self) -> list[list[int]]:
         cache = self.__dict__.get("_cache")
         if cache is None:
-            lines = [json.loads(line) for line in Path(self.path).read_text().splitlines()
-                     if line.strip()]
-            cache = [d["accepted"] for d in lines if "accepted" in d]  # skip Outcome lines
+            cache = [d["accepted"] for d in read_acceptance(self.path)
+                     if "accepted" in d]  # Outcome lines carry no lengths
             if not cache:
-                raise ValueError(f"acceptance trace {self.path} holds no steps")
+                raise TraceError(f"acceptance trace {self.path} holds no Verify lines "
+                                 "('accepted'); pass the acceptance.jsonl of a measured "
+                                 "run")
             object.__setattr__(self, "_cache", cache)
         return cache
 
@@ -155,4 +171,4 @@ def build(kind: str, **fields):
     if kind not in MODELS:
         raise ValueError(f"unknown acceptance model '{kind}'; choose one of "
                          f"{', '.join(MODELS)}")
-    return MODELS[kind](**fields)
+    return MODELS[kind](**fields).load()

@@ -1,35 +1,178 @@
-"""Timelines and recorded runs as data, for the schedules' own metrics.
+"""Recorded runs and timelines as data, for the schedules' own metrics.
 
+``read_jsonl`` and ``read_acceptance`` read a measured run's JSON-lines files
+whole, once, and validate every line (an error names the file and the line);
+every reader of ``acceptance.jsonl`` (the Trace acceptance model, the recorded
+event rates below, replays, the executor's summary) goes through them.
 ``recorded_rate`` reads how often an event held in a measured run's acceptance
 trace (Mirror's reuse rate, SSD's cache hits, taken from a real run);
 ``intervals``, ``covered_s`` and ``overlap_s`` measure spans by operation label
 (time a phase runs, time two phases run together).
+
+The executor writes two kinds of acceptance line (executors/coordinator.py):
+a Verify line, ``{"accepted": [k per row], "gamma", "proposed", "committed",
+"bonus_rank", "margin", "branch"[, "correction", "topk_hit"]}``, and an Outcome
+line, ``{"event": name, "held": [bool per row]}`` (older traces: one bool);
+the run adds ``prompt_batch``. Nothing else is accepted.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from policies.base import PolicyError
+
+# A measured run's JSON-lines files are a few MB at most (a Verify line is
+# ~150 bytes: 16 MiB holds ~100,000 decoding steps, far past any run the
+# executor makes); a larger file is refused before it is read into memory.
+MAX_TRACE_BYTES = 16 * 2**20
+MAX_SPANS_BYTES = 64 * 2**20  # ~200,000 spans of ~300 bytes
+# No policy proposes more than 64 draft tokens a step (sd, mirror, ppsd, cats:
+# gamma <= 64; ssd: k <= 32); a row takes at most those plus the correction
+# token a Mirror branch supplies.
+MAX_GAMMA = 64
+MAX_ACCEPTED = MAX_GAMMA + 1
+
+Count = Annotated[int, Field(ge=0)]
+
+
+class TraceError(ValueError):
+    """A recorded file that cannot be used; the message is one sentence naming the
+    file, the line and the fix. (No custom __init__: SimPy re-raises a process's
+    exception as ``type(e)(*e.args)``.)"""
+
+
+class _Line(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
+
+    prompt_batch: Count = 0
+
+
+class VerifyLine(_Line):
+    """One Verify of the executor: tokens accepted per row, and what it proposed."""
+
+    accepted: list[Count] = Field(min_length=1)
+    gamma: Annotated[int, Field(ge=0, le=MAX_GAMMA)] | None = None
+    proposed: list[Annotated[int, Field(ge=0, le=MAX_GAMMA)]] | None = None
+    committed: list[Annotated[int, Field(ge=0, le=MAX_ACCEPTED + 1)]] | None = None
+    bonus_rank: list[Count | None] | None = None
+    margin: list[Annotated[float, Field(allow_inf_nan=True)] | None] | None = None
+    branch: Count | None = None
+    correction: list[bool] | None = None
+    topk_hit: list[bool] | None = None
+
+    @field_validator("accepted")
+    @classmethod
+    def _at_most_a_step(cls, v):
+        if max(v) > MAX_ACCEPTED:
+            raise ValueError(f"a row accepted {max(v)} tokens, more than the "
+                             f"{MAX_ACCEPTED} any policy can accept in one step "
+                             f"(gamma <= {MAX_GAMMA}, plus one correction)")
+        return v
+
+
+class EventLine(_Line):
+    """One Outcome the executor observed: whether the event held, per row."""
+
+    event: str = Field(min_length=1)
+    held: bool | Annotated[list[bool], Field(min_length=1)]
+
+
+def held_rows(line: dict) -> list[bool]:
+    """An event line's ``held`` per row (an old one-bool line counts once)."""
+    held = line["held"]
+    return [bool(h) for h in held] if isinstance(held, list) else [bool(held)]
+
+
+def _file_bytes(path: Path, what: str, fix: str, max_bytes: int) -> bytes:
+    if path.is_dir():
+        raise TraceError(f"the {what} {path} is a directory, not a file; {fix}")
+    if not path.is_file():
+        raise TraceError(f"the {what} {path} does not exist; {fix}")
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise TraceError(f"the {what} {path} holds {size / 2**20:.1f} MiB, over the "
+                             f"{max_bytes // 2**20} MiB a measured run writes; {fix}")
+        return path.read_bytes()
+    except OSError as exc:
+        raise TraceError(f"the {what} {path} cannot be read ({exc.strerror}); {fix}") from None
+
+
+def read_jsonl(path, what: str, fix: str,
+               max_bytes: int = MAX_TRACE_BYTES) -> list[tuple[int, dict]]:
+    """(line number, object) of every non-blank line of a JSON-lines file, read
+    whole; a file too big, not UTF-8 text, or with a line that is not one JSON
+    object is refused (TraceError naming the line)."""
+    path = Path(path)
+    try:
+        text = _file_bytes(path, what, fix, max_bytes).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"the {what} {path} is not UTF-8 text (byte {exc.start} is "
+                         f"{exc.object[exc.start]:#04x}; a binary file?); {fix}") from None
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError):  # cut off, not JSON, or a number too long
+            obj = None
+        if not isinstance(obj, dict):
+            raise TraceError(f"line {n} of {path} is not a JSON object, so the {what} is "
+                             f"corrupt; {fix}")
+        out.append((n, obj))
+    return out
+
+
+def field_error(exc: ValidationError) -> str:
+    """"field 'accepted.0' = -3: Input should be ..." for the first error (only the
+    message for an error about the whole object)."""
+    first = exc.errors()[0]
+    msg = first["msg"].removeprefix("Value error, ")
+    if not first["loc"]:
+        return msg
+    where = ".".join(str(p) for p in first["loc"])
+    shown = json.dumps(first.get("input"), default=str)
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    value = "" if first["type"] == "missing" else f" = {shown}"
+    return f"field '{where}'{value}: {msg}"
+
+
+def check_line(obj: dict, n: int, path, what: str, fix: str) -> dict:
+    """The line itself, once it is a Verify or an Outcome line as the executor
+    writes them (module doc)."""
+    kind = VerifyLine if "accepted" in obj else EventLine if "event" in obj else None
+    if kind is None:
+        raise TraceError(f"line {n} of {path} has neither 'accepted' (a Verify) nor "
+                         f"'event' (an Outcome), so the {what} is corrupt; {fix}")
+    try:
+        kind.model_validate(obj)
+    except ValidationError as exc:
+        raise TraceError(f"line {n} of {path}: {field_error(exc)}, so the {what} is "
+                         f"corrupt; {fix}") from None
+    return obj
+
+
+def read_acceptance(path, what: str = "acceptance trace",
+                    fix: str = "pass the acceptance.jsonl of a measured run") -> list[dict]:
+    """Every line of an acceptance.jsonl, validated (module doc), in order."""
+    return [check_line(obj, n, path, what, fix)
+            for n, obj in read_jsonl(path, what, fix)]
 
 
 def recorded_rate(path: str | Path, event: str, field: str) -> float:
     """Share of a measured run's ``event`` lines (acceptance.jsonl) that held; a
     per-row line (``held`` a list) counts each row."""
-    p = Path(path)
-    if not p.is_file():
-        raise PolicyError(f"{field}: {path} does not exist; pass the acceptance.jsonl "
-                          "of a measured run")
     try:
-        lines = [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
-    except json.JSONDecodeError:
-        raise PolicyError(f"{field}: {path} is not JSON lines; pass the acceptance.jsonl "
-                          "of a measured run") from None
-    held = []
-    for d in (d for d in lines if d.get("event") == event):
-        h = d.get("held")
-        held += [bool(x) for x in h] if isinstance(h, list) else [bool(h)]
+        lines = read_acceptance(path)
+    except TraceError as exc:
+        raise PolicyError(f"{field}: {exc}") from None
+    held = [h for d in lines if d.get("event") == event for h in held_rows(d)]
     if not held:
         raise PolicyError(f"{field}: {path} records no '{event}' events; record a run "
                           "of the same schedule with the real executor")

@@ -56,11 +56,37 @@ def write_record(path, *, kind: str, inputs: dict, metrics: dict, **extra) -> Pa
     return atomic_write_text(path, json.dumps(record, indent=2, sort_keys=True))
 
 
-def read_record(path) -> dict:
-    path = Path(path)
+# A run record holds its inputs (prompts included), metrics and generated tokens:
+# tens of KiB for the built-in prompts, a few MiB for thousands of prompts; a
+# larger file is refused before it is read into memory.
+MAX_RECORD_BYTES = 16 * 2**20
+
+
+def _record_text(path: Path) -> str:
+    fix = "pass the record.json that 'hetspec run' wrote"
     try:
-        record = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        if path.is_dir():
+            raise ValueError(f"run record {path} is a directory, not a file; {fix}")
+        size = path.stat().st_size
+        if size > MAX_RECORD_BYTES:
+            raise ValueError(f"run record {path} holds {size / 2**20:.1f} MiB, over the "
+                             f"{MAX_RECORD_BYTES // 2**20} MiB a run record takes; {fix}")
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"run record {path} is not UTF-8 text (a binary file?); "
+                         f"{fix}") from None
+    except OSError as exc:
+        raise ValueError(f"run record {path} cannot be read ({exc.strerror}); "
+                         f"{fix}") from None
+
+
+def read_record(path) -> dict:
+    """A run record's JSON object; one-sentence ValueError when the file is not one."""
+    path = Path(path)
+    text = _record_text(path)
+    try:
+        record = json.loads(text)
+    except (ValueError, RecursionError) as exc:
         raise ValueError(f"run record {path} cannot be read ({exc.__class__.__name__}); "
                          "pass a file written by 'hetspec run --json'") from None
     if not isinstance(record, dict) or record.get("schema") != "hetspec.run/1":
