@@ -32,6 +32,18 @@ class Simulation:
     result: SimResult
 
 
+def check_placement(platform: Platform, placement: dict[str, str]) -> None:
+    """Raise ValueError when a placement names no device or group of the platform."""
+    names = [d.name for d in platform.devices] + [g.name for g in platform.groups]
+    for role, where in placement.items():
+        if not role.strip():
+            raise ValueError(f"placement '={where}' has no role; write ROLE=DEVICE, "
+                             "e.g. draft=gpu4")
+        if where not in names:
+            raise ValueError(f"placement {role}={where}: '{where}' is not a device or group "
+                             f"of platform {platform.name}; use one of {', '.join(names)}")
+
+
 def check_fit(platform: Platform, models: dict[str, ModelSpec],
               placement: dict[str, str]) -> None:
     """Raise ValueError when resident weights overflow a memory tier."""
@@ -76,6 +88,7 @@ def run_schedule(config: SimConfig, *, record_spans: bool = True,
     models = _models(config)
     pol = entry(config.policy)
     params = parse_params(config.policy, config.params)
+    check_placement(platform, config.placement)
     placement = {**platform.placement, **config.placement}
     if not pol.streams_weights:
         check_fit(platform, models, placement)

@@ -54,7 +54,7 @@ def _one_sentence(exc: BaseException) -> str:
     if isinstance(exc, ValidationError):
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        return f"field '{where}': {first['msg']}"
+        return f"field '{where}': {first['msg'].removeprefix('Value error, ')}"
     text = str(exc) or exc.__class__.__name__
     return text.splitlines()[0]
 

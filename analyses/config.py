@@ -2,20 +2,33 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field, field_validator
 
+from hwprofiles.numbers import StrictModel
 from policies import acceptance, entry
 
 RUN_KEYS = {"contention": "fair-share memory tiers among concurrent readers (on/off)",
-            "prompt_tokens": "KV-cache positions before decoding starts"}
+            "prompt_tokens": "KV-cache positions before decoding starts (at most 1e7, "
+                             "the longest context windows)"}
 
 
-class SimConfig(BaseModel):
-    """Everything that determines a simulated run; written beside its results."""
+# Caps on a run's size, far above real use; beyond them the simulation would run
+# for hours with no output, so the value is a typo (or an exponent slip).
+MAX_TOKENS = 1_000_000  # tokens generated per sequence; real outputs stay below 1e5
+MAX_BATCH = 16_384  # sequences decoded together; serving engines batch a few thousand
+MAX_PROMPT_TOKENS = 10_000_000  # the longest context windows hold 1e7 tokens
+CAPS = {"tokens": (MAX_TOKENS, "lower --tokens"), "batch": (MAX_BATCH, "lower --batch"),
+        "prompt_tokens": (MAX_PROMPT_TOKENS, "lower prompt_tokens")}
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+
+class SimConfig(StrictModel):
+    """Everything that determines a simulated run; written beside its results.
+
+    Frozen, no unknown fields, finite numbers (no true/false for a number), sizes
+    under the caps above."""
 
     platform: str
     target: str
@@ -25,12 +38,42 @@ class SimConfig(BaseModel):
     acceptance: dict[str, Any] = Field(default_factory=lambda: {"kind": "iid", "alpha": 0.8})
     tokens: int = Field(2000, ge=1)
     batch: int = Field(1, ge=1)
-    seed: int = 0
+    seed: int = Field(0, ge=0)
     deterministic: bool = False
     prompt_tokens: int = Field(128, ge=0)
     fixed_context: bool = False
     contention: bool = False
     placement: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("tokens", "batch", "prompt_tokens")
+    @classmethod
+    def _under_cap(cls, value: int, info) -> int:
+        cap, fix = CAPS[info.field_name]
+        if value > cap:
+            shown = f"{value:,}" if value < 10**9 else f"{value:.3g}"
+            raise ValueError(f"{info.field_name} is {shown}, over the cap of {cap:,} "
+                             f"(far beyond real use; a run that size would take hours); "
+                             f"{fix}")
+        return value
+
+    @field_validator("params", "acceptance")
+    @classmethod
+    def _finite_settings(cls, values: dict[str, Any], info) -> dict[str, Any]:
+        for key, value in values.items():
+            for item in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(item, float) and not math.isfinite(item):
+                    raise ValueError(f"{info.field_name} setting '{key}' is {item}, not "
+                                     "a finite number; give a finite value")
+        return values
+
+    @field_validator("placement")
+    @classmethod
+    def _named_roles(cls, placement: dict[str, str]) -> dict[str, str]:
+        for role, where in placement.items():
+            if not role.strip() or not where.strip():
+                raise ValueError(f"placement '{role}={where}' lacks a role or a device; "
+                                 "write ROLE=DEVICE, e.g. draft=gpu4")
+        return placement
 
 
 def parse_value(text: str) -> Any:
@@ -101,9 +144,11 @@ def parse_placement(text: str | None) -> dict[str, str]:
     for part in (text or "").split(","):
         if not part.strip():
             continue
-        role, sep, where = part.partition("=")
-        if not sep:
+        role, sep, where = (s.strip() for s in part.partition("="))
+        if not sep or not role or not where:
             raise ValueError(f"--placement expects ROLE=DEVICE pairs, got '{part}'; "
                              "write e.g. --placement draft=gpu4")
-        out[role.strip()] = where.strip()
+        if role in out:
+            raise ValueError(f"--placement gives role '{role}' twice; keep one")
+        out[role] = where
     return out

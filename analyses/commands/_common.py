@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from analyses.config import SimConfig, parse_placement, parse_sets, split_sets
+from analyses.config import (MAX_BATCH, MAX_TOKENS, SimConfig, parse_placement, parse_sets,
+                             split_sets)
 from policies import names
 
 
@@ -20,9 +21,14 @@ def add_run_arguments(p, *, tokens_default: int = 2000) -> None:
     p.add_argument("--acceptance", help="acceptance model kind (iid, positional, histogram, "
                    "trace); normally implied by the --set keys")
     p.add_argument("--tokens", type=int, default=tokens_default,
-                   help=f"tokens to generate per sequence (default {tokens_default})")
-    p.add_argument("--batch", type=int, default=1, help="sequences decoded together")
-    p.add_argument("--seed", type=int, default=0, help="random seed (same seed, same output)")
+                   help=f"tokens to generate per sequence (default {tokens_default}; at "
+                        f"most {MAX_TOKENS:,}, far beyond real outputs, so that a typo "
+                        "cannot start an hours-long run)")
+    p.add_argument("--batch", type=int, default=1,
+                   help=f"sequences decoded together (at most {MAX_BATCH:,}, above any "
+                        "serving batch)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="random seed, an integer >= 0 (same seed, same output)")
     p.add_argument("--placement", help="role=device overrides, e.g. draft=gpu4,target=target_tp")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
