@@ -104,9 +104,10 @@ def required_defaults(policies: list[str], given: set[str], base: dict) -> dict:
 
 
 def _check_scenario(base: dict) -> None:
+    from analyses.api import check_placement
     from hwprofiles import load_model, load_platform
 
-    load_platform(base["platform"])
+    check_placement(load_platform(base["platform"]), base["placement"])
     load_model(base["target"])
     if base["draft"]:
         load_model(base["draft"])
