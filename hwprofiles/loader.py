@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import codecs
+import hashlib
 import re
 import stat
-from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
@@ -19,6 +19,8 @@ _KINDS = {"platforms": Platform, "models": ModelSpec}
 # Profiles are a few KB (the largest shipped one is under 10 KB); a file over this
 # is the wrong file, and parsing it could take gigabytes of memory.
 MAX_PROFILE_BYTES = 1_000_000
+MEMO_SIZE = 256  # validated profiles kept, keyed by (kind, path, content hash)
+_MEMO: dict[tuple, object] = {}
 
 
 class ProfileError(ValueError):
@@ -88,16 +90,20 @@ def _format_error(path: Path, err: ValidationError) -> str:
 
 def load_file(kind: str | None, path: str | Path):
     """Validate one YAML file (kind None: a platform if it has 'devices', else a
-    model); memoised on (path, mtime, ctime, size), which is safe because profiles
-    are frozen, and catches a rewrite that kept the modification time."""
+    model). Memoised on the file's content hash, which is safe because profiles are
+    frozen, and sees a rewrite that kept the modification time (cp -p, rsync -t)."""
     path = _checked_file(Path(path).resolve())
-    st = path.stat()
-    return _load_cached(kind, path, (st.st_mtime_ns, st.st_ctime_ns, st.st_size))
+    raw = _read_bytes(path)
+    key = (kind, path, hashlib.sha256(raw).digest())
+    if key not in _MEMO:
+        if len(_MEMO) >= MEMO_SIZE:
+            _MEMO.pop(next(iter(_MEMO)))
+        _MEMO[key] = _validate(kind, path, raw)
+    return _MEMO[key]
 
 
-@lru_cache(maxsize=256)
-def _load_cached(kind: str | None, path: Path, _stamp: tuple[int, int, int]):
-    data = _parse(path, _read_text(path))
+def _validate(kind: str | None, path: Path, raw: bytes):
+    data = _parse(path, _decode(path, raw))
     if kind is None:
         kind = "platforms" if "devices" in data else "models"
     try:
@@ -106,15 +112,19 @@ def _load_cached(kind: str | None, path: Path, _stamp: tuple[int, int, int]):
         raise ProfileError(_format_error(path, err)) from None
 
 
-def _read_text(path: Path) -> str:
-    """The file as text: UTF-8, or UTF-8/UTF-16 with a byte-order mark (YAML allows
-    both); read no further than the size limit (the file may have grown)."""
+def _read_bytes(path: Path) -> bytes:
+    """The file's bytes, read no further than the size limit (it may have grown)."""
     with path.open("rb") as f:
         raw = f.read(MAX_PROFILE_BYTES + 1)
     if len(raw) > MAX_PROFILE_BYTES:
         raise ProfileError(f"profile file {printable(path.name)} grew past the "
                            f"{MAX_PROFILE_BYTES / 1e6:.0f} MB limit for profiles while "
                            "being read; check that it is the right file")
+    return raw
+
+
+def _decode(path: Path, raw: bytes) -> str:
+    """UTF-8, or UTF-8/UTF-16 with a byte-order mark (YAML allows both)."""
     encoding = "utf-8"
     if raw.startswith(codecs.BOM_UTF8):
         encoding = "utf-8-sig"
@@ -123,7 +133,8 @@ def _read_text(path: Path) -> str:
     try:
         return raw.decode(encoding)
     except UnicodeDecodeError as exc:
-        raise ProfileError(f"{printable(path.name)} is not UTF-8 text (byte {exc.start} "
+        label = "UTF-16" if encoding == "utf-16" else "UTF-8"
+        raise ProfileError(f"{printable(path.name)} is not {label} text (byte {exc.start} "
                            "cannot be decoded); save the profile as UTF-8 YAML") from None
 
 
@@ -132,7 +143,11 @@ def _parse(path: Path, text: str) -> dict:
     try:
         data = yaml.load(text, Loader=_Loader)
     except yaml.constructor.ConstructorError as exc:
-        raise ProfileError(f"{name}{_line(exc)}: the YAML tag {_tag(exc)} is not allowed; "
+        tag = re.search(r"tag '([^']*)'", exc.problem or "")
+        if tag is None:  # e.g. an unhashable key: a plain syntax problem
+            raise ProfileError(_syntax_error(name, exc)) from None
+        shown = printable(tag.group(1).replace("tag:yaml.org,2002:", "!!"))
+        raise ProfileError(f"{name}{_line(exc)}: the YAML tag '{shown}' is not allowed; "
                            "profiles hold plain mappings, lists, numbers and strings, "
                            "drop the tag") from None
     except yaml.reader.ReaderError as exc:
@@ -141,18 +156,15 @@ def _parse(path: Path, text: str) -> dict:
                            f"at character {exc.position}); save it as plain UTF-8 "
                            "text") from None
     except yaml.YAMLError as exc:
-        problem = getattr(exc, "problem", None) or exc.__class__.__name__
-        raise ProfileError(f"{name} is not valid YAML{_line(exc)}: {printable(problem)}; "
-                           "fix the syntax there") from None
+        raise ProfileError(_syntax_error(name, exc)) from None
     if not isinstance(data, dict):
         raise ProfileError(f"{name} must hold a YAML mapping of fields")
     return data
 
 
-def _tag(exc: yaml.constructor.ConstructorError) -> str:
-    found = re.search(r"tag '([^']*)'", exc.problem or "")
-    tag = found.group(1).replace("tag:yaml.org,2002:", "!!") if found else "here"
-    return printable(f"'{tag}'" if found else tag)
+def _syntax_error(name: str, exc: yaml.YAMLError) -> str:
+    problem = getattr(exc, "problem", None) or exc.__class__.__name__
+    return f"{name} is not valid YAML{_line(exc)}: {printable(problem)}; fix the syntax there"
 
 
 def _line(exc: yaml.YAMLError) -> str:

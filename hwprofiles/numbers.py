@@ -78,6 +78,8 @@ def _number(value: Any, kind: type) -> Any:
         except OverflowError:
             raise ValueError("is too large to be a number hetspec can compute with; "
                              "check the value's unit") from None
+    if kind is int and isinstance(value, float) and value.is_integer():
+        return int(value)  # 1e24 is refused by the field's range, not as unparsable
     if not isinstance(value, str):
         return value
     text = value.strip()
