@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from policies import PolicyError, parse_params
 from policies.traces import MAX_SPANS_BYTES, TraceError, field_error, read_jsonl
 
 CORRUPT = "so the run is corrupt or was not written by 'hetspec run'; record it again"
@@ -132,6 +133,12 @@ def check_record(record: dict, path: Path) -> dict:
         RunRecord.model_validate(record)
     except ValidationError as exc:
         raise ValueError(f"run record {path}: {field_error(exc)}, {CORRUPT}") from None
+    inputs = record["inputs"]
+    try:  # the schedule it ran, with parameters that schedule takes
+        parse_params(inputs["policy"], inputs.get("params", {}))
+    except PolicyError as exc:
+        raise ValueError(f"run record {path}: field 'inputs.params': {exc}, "
+                         f"{CORRUPT}") from None
     return record
 
 
@@ -147,20 +154,22 @@ def run_file(run_dir: Path, name: str, field: str, record_path: Path) -> Path:
     return run_dir / rel
 
 
+def _check_span(span: dict, n: int, path: Path) -> None:
+    try:
+        MeasuredSpan.model_validate(span)
+    except ValidationError as exc:
+        raise ValueError(f"span on line {n} of {path}: {field_error(exc)}, "
+                         f"{CORRUPT}") from None
+
+
 def read_spans(path: Path) -> list[dict]:
-    """Every span of a spans.jsonl, each checked (``MeasuredSpan``); an empty file
-    is refused: a run times at least one operation."""
+    """Every span of a spans.jsonl, each checked (``MeasuredSpan``) in file order;
+    an empty file is refused: a run times at least one operation."""
     try:
         lines = read_jsonl(path, "spans file", "re-run 'hetspec run' to write it again",
-                           MAX_SPANS_BYTES)
+                           MAX_SPANS_BYTES, check=lambda span, n: _check_span(span, n, path))
     except TraceError as exc:
         raise ValueError(str(exc)) from None
-    for n, span in lines:
-        try:
-            MeasuredSpan.model_validate(span)
-        except ValidationError as exc:
-            raise ValueError(f"span on line {n} of {path}: {field_error(exc)}, "
-                             f"{CORRUPT}") from None
     if not lines:
         raise ValueError(f"the spans file {path} holds no spans, {CORRUPT}")
     return [span for _, span in lines]

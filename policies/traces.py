@@ -79,7 +79,12 @@ class EventLine(_Line):
     """One Outcome the executor observed: whether the event held, per row."""
 
     event: str = Field(min_length=1)
-    held: bool | Annotated[list[bool], Field(min_length=1)]
+    held: list[bool] = Field(min_length=1)
+
+    @field_validator("held", mode="before")
+    @classmethod
+    def _one_bool_is_one_row(cls, v):
+        return [v] if isinstance(v, bool) else v
 
 
 def held_rows(line: dict) -> list[bool]:
@@ -103,11 +108,12 @@ def _file_bytes(path: Path, what: str, fix: str, max_bytes: int) -> bytes:
         raise TraceError(f"the {what} {path} cannot be read ({exc.strerror}); {fix}") from None
 
 
-def read_jsonl(path, what: str, fix: str,
-               max_bytes: int = MAX_TRACE_BYTES) -> list[tuple[int, dict]]:
+def read_jsonl(path, what: str, fix: str, max_bytes: int = MAX_TRACE_BYTES,
+               check=None) -> list[tuple[int, dict]]:
     """(line number, object) of every non-blank line of a JSON-lines file, read
     whole; a file too big, not UTF-8 text, or with a line that is not one JSON
-    object is refused (TraceError naming the line)."""
+    object is refused (TraceError naming the line). ``check(obj, n)`` runs on
+    each line in turn, so the first bad line in the file is the one named."""
     path = Path(path)
     try:
         text = _file_bytes(path, what, fix, max_bytes).decode("utf-8")
@@ -115,7 +121,7 @@ def read_jsonl(path, what: str, fix: str,
         raise TraceError(f"the {what} {path} is not UTF-8 text (byte {exc.start} is "
                          f"{exc.object[exc.start]:#04x}; a binary file?); {fix}") from None
     out = []
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(text.split("\n"), 1):  # JSON lines end at \n alone
         if not line.strip():
             continue
         try:
@@ -125,6 +131,8 @@ def read_jsonl(path, what: str, fix: str,
         if not isinstance(obj, dict):
             raise TraceError(f"line {n} of {path} is not a JSON object, so the {what} is "
                              f"corrupt; {fix}")
+        if check is not None:
+            check(obj, n)
         out.append((n, obj))
     return out
 
@@ -143,8 +151,8 @@ def field_error(exc: ValidationError) -> str:
     return f"field '{where}'{value}: {msg}"
 
 
-def check_line(obj: dict, n: int, path, what: str, fix: str) -> dict:
-    """The line itself, once it is a Verify or an Outcome line as the executor
+def check_line(obj: dict, n: int, path, what: str, fix: str) -> None:
+    """Refuse line ``n`` unless it is a Verify or an Outcome line as the executor
     writes them (module doc)."""
     kind = VerifyLine if "accepted" in obj else EventLine if "event" in obj else None
     if kind is None:
@@ -155,14 +163,14 @@ def check_line(obj: dict, n: int, path, what: str, fix: str) -> dict:
     except ValidationError as exc:
         raise TraceError(f"line {n} of {path}: {field_error(exc)}, so the {what} is "
                          f"corrupt; {fix}") from None
-    return obj
 
 
 def read_acceptance(path, what: str = "acceptance trace",
                     fix: str = "pass the acceptance.jsonl of a measured run") -> list[dict]:
     """Every line of an acceptance.jsonl, validated (module doc), in order."""
-    return [check_line(obj, n, path, what, fix)
-            for n, obj in read_jsonl(path, what, fix)]
+    lines = read_jsonl(path, what, fix,
+                       check=lambda obj, n: check_line(obj, n, path, what, fix))
+    return [obj for _, obj in lines]
 
 
 def recorded_rate(path: str | Path, event: str, field: str) -> float:
