@@ -33,7 +33,7 @@ from analyses.config import SimConfig
 from analyses.costfit import STEP_END, ExecutorWork
 from analyses.runrecord import check_record, read_spans, run_file
 from hwprofiles import load_model, load_platform
-from policies.traces import read_acceptance
+from policies.traces import held_rows, read_acceptance
 from simcore import Outcomes
 from simcore.records import read_record
 from simcore.trace import Span
@@ -134,10 +134,8 @@ class ReplayOutcomes(Outcomes):
     def __init__(self, acc, *, events: list[dict] = (), **kwargs):
         super().__init__(acc, **kwargs)
         self._queues: dict[str, list[bool]] = {}
-        for e in events:
-            held = e.get("held")
-            held = all(held) if isinstance(held, list) else bool(held)
-            self._queues.setdefault(str(e["event"]), []).append(held)
+        for e in events:  # lines read_acceptance checked: 'held' is there
+            self._queues.setdefault(e["event"], []).append(all(held_rows(e)))
 
     def outcome(self, op) -> bool:
         queue = self._queues.get(op.event)

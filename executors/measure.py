@@ -19,6 +19,7 @@ from executors.models import default_draft
 from executors.prompts import BUILTIN, encode
 from executors.session import BatchResult, Options, Session
 from policies import entry, parse_params
+from policies.traces import held_rows
 from simcore.records import atomic_write_text, write_record
 from simcore.trace import Span, write_chrome_trace
 
@@ -57,8 +58,7 @@ def summarise(config, results: list[BatchResult], max_new: int) -> dict:
            "acceptance_rate": accepted / proposed if proposed else None}
     events = [a for r in results for a in r.acceptance if "event" in a]
     for name in sorted({e["event"] for e in events}):  # per row, as recorded
-        held = [h for e in events if e["event"] == name for h in
-                (e["held"] if isinstance(e["held"], list) else [e["held"]])]
+        held = [h for e in events if e["event"] == name for h in held_rows(e)]
         out[f"{name}_rate"] = sum(held) / len(held)
     return out
 
