@@ -32,8 +32,9 @@ from policies.base import PolicyError
 MAX_TRACE_BYTES = 16 * 2**20
 MAX_SPANS_BYTES = 64 * 2**20  # ~200,000 spans of ~300 bytes
 # No policy proposes more than 64 draft tokens a step (sd, mirror, ppsd, cats:
-# gamma <= 64; ssd: k <= 32); a row takes at most those plus the correction
-# token a Mirror branch supplies.
+# gamma <= 64; ssd: k <= 32, tests/test_reliability_runs.py checks it); a
+# Verify line's count per row may add the correction token the target chose
+# (executors/coordinator.py ``_commit``), so 65 is the most a real line holds.
 MAX_GAMMA = 64
 MAX_ACCEPTED = MAX_GAMMA + 1
 

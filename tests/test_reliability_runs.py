@@ -267,6 +267,11 @@ def _without_op_field(field: str):
     return edit
 
 
+def _symlink_loop(run: Path) -> None:
+    (run / "spans.jsonl").unlink()
+    os.symlink(run / "spans.jsonl", run / "spans.jsonl")
+
+
 def _dir_spans(run: Path) -> None:
     (run / "sub").mkdir()
     _set("spans", "sub")(run)
@@ -317,6 +322,7 @@ RUNS = {
     "spans_dotdot": (_outside("spans", "../elsewhere.jsonl"),
                      ("'spans'", "outside the run directory")),
     "spans_symlink_out": (_symlink_out, ("'spans'", "outside the run directory")),
+    "spans_symlink_loop": (_symlink_loop, ("'spans'", "outside the run directory")),
     "acc_abs": (_set("acceptance_trace", "/etc/passwd"),
                 ("'acceptance_trace'", "outside the run directory")),
     "acc_dotdot": (_outside("acceptance_trace", "../elsewhere.jsonl"),
