@@ -56,14 +56,17 @@ class SimConfig(StrictModel):
                              f"{fix}")
         return value
 
-    @field_validator("params", "acceptance")
+    @field_validator("acceptance")
     @classmethod
-    def _finite_settings(cls, values: dict[str, Any], info) -> dict[str, Any]:
+    def _finite_acceptance(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """Policy parameters judge their own numbers; acceptance values are checked
+        here, so that a NaN never reaches a sampler."""
         for key, value in values.items():
             for item in value if isinstance(value, (tuple, list)) else (value,):
-                if isinstance(item, float) and not math.isfinite(item):
-                    raise ValueError(f"{info.field_name} setting '{key}' is {item}, not "
-                                     "a finite number; give a finite value")
+                if isinstance(item, bool) or (isinstance(item, float)
+                                              and not math.isfinite(item)):
+                    raise ValueError(f"acceptance setting '{key}' is {item}, not a finite "
+                                     "number; give a finite value")
         return values
 
     @field_validator("placement")

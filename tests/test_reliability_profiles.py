@@ -348,34 +348,34 @@ def _file_fixture(tmp_path: Path, kind: str) -> Path:
 
 
 FILES = [
-    # id, fixture, fragments
-    ("p00-empty", "empty", ["mapping"]),
-    ("p01-null", "null", ["mapping"]),
-    ("p02-list", "list", ["mapping"]),
-    ("p03-scalar", "scalar", ["mapping"]),
-    ("p09-alias-bomb", "bomb", ["bomb.yaml"]),
-    ("p10-python-tag", "pytag", ["pytag.yaml", "line 1", "!!python/object/apply:os.system",
-                                 "not allowed"]),
-    ("p11-python-tag-new", "pytag2", ["line 1", "!!python/object/new", "not allowed"]),
-    ("p12-binary", "binary", ["binary.yaml", "not UTF-8"]),
-    ("latin-1", "latin1", ["latin1.yaml", "not UTF-8"]),
-    ("syntax-error", "syntax", ["syntax.yaml", "not valid YAML", "line 4"]),
-    ("nul-character", "nul", ["nul.yaml", "#x0000"]),
-    ("p14-big-valid", "big", ["big.yaml", "1.5 MB", "1 MB limit"]),
-    ("p15-big-junk", "big_junk", ["big_junk.yaml", "MB limit"]),
-    ("p16-directory", "dir", ["dir.yaml", "directory"]),
-    ("p34-nonexistent", "missing", ["missing.yaml", "does not exist"]),
+    # platform-file id, profiles-validate id, fixture, fragments
+    ("p00-empty", "v00-empty", "empty", ["mapping"]),
+    ("p01-null", "null", "null", ["mapping"]),
+    ("p02-list", "v08-list", "list", ["mapping"]),
+    ("p03-scalar", "scalar", "scalar", ["mapping"]),
+    ("p09-alias-bomb", "v01-alias-bomb", "bomb", ["bomb.yaml"]),
+    ("p10-python-tag", "v02-python-tag", "pytag",
+     ["pytag.yaml", "line 1", "!!python/object/apply:os.system", "not allowed"]),
+    ("p11-python-tag-new", "v03-python-tag-new", "pytag2",
+     ["line 1", "!!python/object/new", "not allowed"]),
+    ("p12-binary", "v04-binary", "binary", ["binary.yaml", "not UTF-8"]),
+    ("latin-1", "latin-1", "latin1", ["latin1.yaml", "not UTF-8"]),
+    ("syntax-error", "syntax-error", "syntax", ["syntax.yaml", "not valid YAML", "line 4"]),
+    ("nul-character", "nul-character", "nul", ["nul.yaml", "#x0000"]),
+    ("p14-big-valid", "v05-big-valid", "big", ["big.yaml", "1.5 MB", "1 MB limit"]),
+    ("p15-big-junk", "v06-big-junk", "big_junk", ["big_junk.yaml", "MB limit"]),
+    ("p16-directory", "v07-directory", "dir", ["dir.yaml", "directory"]),
+    ("p34-nonexistent", "v14-nonexistent", "missing", ["missing.yaml", "does not exist"]),
 ]
 
 
-@pytest.mark.parametrize("kind,fragments", [pytest.param(k, f, id=i) for i, k, f in FILES])
+@pytest.mark.parametrize("kind,fragments", [pytest.param(k, f, id=i) for i, _, k, f in FILES])
 def test_bad_platform_files_are_described_truthfully(tmp_path, kind, fragments):
     path = _file_fixture(tmp_path, kind)
     assert_refused(simulate_platform(path), *fragments)
 
 
-@pytest.mark.parametrize("kind,fragments", [pytest.param(k, f, id=i.replace("p", "v", 1))
-                                            for i, k, f in FILES])
+@pytest.mark.parametrize("kind,fragments", [pytest.param(k, f, id=i) for _, i, k, f in FILES])
 def test_profiles_validate_describes_bad_files_the_same_way(tmp_path, kind, fragments):
     path = _file_fixture(tmp_path, kind)
     assert_refused(run_cli("profiles", "validate", path, timeout_s=30), *fragments)
@@ -405,25 +405,31 @@ def test_size_limit_is_checked_before_reading(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("argv,fragments", [
-    pytest.param(("profiles", "validate", "/nonexistent.yaml"), ["does not exist"], id="v14"),
     pytest.param(("profiles", "show", "nope"), ["unknown platform"], id="v20"),
     pytest.param(("profiles",), ["ACTION"], id="v21"),
     pytest.param(("profiles", "show", "/etc"), ["/etc", "directory"], id="v22-show-dir"),
-    pytest.param(("profiles", "validate", "/etc"), ["/etc", "directory"], id="v07-dir"),
+    pytest.param(("profiles", "validate", "/etc"), ["/etc", "directory"], id="validate-etc"),
     pytest.param(("profiles", "validate", "/dev/zero"), ["regular file"], id="device"),
 ])
 def test_profiles_subcommand_refusals(argv, fragments):
     assert_refused(run_cli(*argv, timeout_s=30), *fragments)
 
 
-@pytest.mark.parametrize("data,fragments", [pytest.param(d, f, id=i.replace("m0", "v1", 1))
-                                            for i, d, f in MODEL_FILES[:6]])
+VALIDATE_MODELS = {"v09-zero-layers": "m00-zero-layers", "v10-heads": "m01-heads-not-a-multiple",
+                   "v11-fractional-layers": "m04-fractional-layers",
+                   "v12-unknown-dtype": "m05-unknown-dtype"}
+
+
+@pytest.mark.parametrize("data,fragments", [
+    pytest.param(d, f, id=v) for v, m in VALIDATE_MODELS.items()
+    for i, d, f in MODEL_FILES if i == m])
 def test_profiles_validate_refuses_bad_models(tmp_path, data, fragments):
     path = write_yaml(tmp_path, "model.yaml", data)
     assert_refused(run_cli("profiles", "validate", path), *fragments)
 
 
-@pytest.mark.parametrize("name", ["<script>alert(1)</script>", "ünïcødé-平台-🚀"])
+@pytest.mark.parametrize("name", [pytest.param("<script>alert(1)</script>", id="v13-markup"),
+                                  pytest.param("ünïcødé-平台-🚀", id="v23-unicode")])
 def test_v13_v23_unusual_but_printable_names_are_valid(tmp_path, name):
     data = shipped("platforms", "cpu-local")
     data["name"] = name
