@@ -40,8 +40,9 @@ def check_placement(platform: Platform, placement: dict[str, str]) -> None:
             raise ValueError(f"placement '={where}' has no role; write ROLE=DEVICE, "
                              "e.g. draft=gpu4")
         if where not in names:
-            raise ValueError(f"placement {role}={where}: '{where}' is not a device or group "
-                             f"of platform {platform.name}; use one of {', '.join(names)}")
+            raise ValueError(f"placement {role}={where}: '{where}' is not a device or "
+                             f"group of platform {platform.name}; use one of "
+                             f"{', '.join(names)}")
 
 
 def check_fit(platform: Platform, models: dict[str, ModelSpec],

@@ -77,7 +77,8 @@ def _checked_file(path: Path) -> Path:
     if st.st_size > MAX_PROFILE_BYTES:
         raise ProfileError(f"profile file {shown} is {st.st_size / 1e6:.1f} MB, over the "
                            f"{MAX_PROFILE_BYTES / 1e6:.0f} MB limit for profiles (a "
-                           "platform or model is a few KB); check that it is the right file")
+                           "platform or model is a few KB); check that it is the right "
+                           "file")
     return path
 
 
@@ -164,7 +165,8 @@ def _parse(path: Path, text: str) -> dict:
 
 def _syntax_error(name: str, exc: yaml.YAMLError) -> str:
     problem = getattr(exc, "problem", None) or exc.__class__.__name__
-    return f"{name} is not valid YAML{_line(exc)}: {printable(problem)}; fix the syntax there"
+    return (f"{name} is not valid YAML{_line(exc)}: {printable(problem)}; fix the syntax "
+            "there")
 
 
 def _line(exc: yaml.YAMLError) -> str:

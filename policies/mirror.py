@@ -98,7 +98,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from policies.base import PolicyContext, PolicyError, PolicyParams, register
+from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyParams,
+                           register)
 from policies.ops import Forward, Outcome, Parallel, Transfer, Verify
 from policies.sd import DraftCache, first_draft_op
 from policies.traces import covered_s, intervals, overlap_s, recorded_rate
@@ -140,7 +141,7 @@ class MirrorParams(PolicyParams):
         "a list gives Omega_1, Omega_2, ... by kappa (the last repeats)"))
     omega_trace: str | None = Field(None, description=(
         "acceptance.jsonl of a measured run: Omega is the rate of its 'reuse' events"))
-    draft_collectives: int | None = Field(2, ge=0, description=(
+    draft_collectives: int | None = Field(2, ge=0, le=MAX_COLLECTIVES, description=(
         "all-reduces per draft step when the draft runs on a group (2: SPD-style; "
         "none: two per layer)"))
     batch_fallback: Literal["auto", "stall", "skip"] = Field("auto", description=(

@@ -24,7 +24,8 @@ from dataclasses import replace
 
 from pydantic import Field
 
-from policies.base import PolicyContext, PolicyError, PolicyParams, register
+from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyParams,
+                           register)
 from policies.ops import Forward, Transfer, Verify
 
 TOKEN_BYTES = 4    # an int32 token id
@@ -36,9 +37,10 @@ class SDParams(PolicyParams):
     draft_layers: int | None = Field(
         None, ge=1, description="self-speculate with the target's first N layers + exit head")
     draft_collectives: int | None = Field(
-        2, ge=0, description="all-reduces per draft step when the draft runs on a group "
-                             "(2: SPD-style, as Mirror-SD's draft, so the two compare on "
-                             "equal terms; none: Megatron's two per layer)")
+        2, ge=0, le=MAX_COLLECTIVES,
+        description="all-reduces per draft step when the draft runs on a group "
+                    "(2: SPD-style, as Mirror-SD's draft, so the two compare on "
+                    "equal terms; none: Megatron's two per layer)")
 
 
 def draft_source(ctx: PolicyContext, draft_layers: int | None, policy: str):

@@ -55,7 +55,8 @@ from typing import Literal
 from pydantic import Field
 
 from hwprofiles.schema import MAX_TIME_S
-from policies.base import PolicyContext, PolicyError, PolicyParams, register
+from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyParams,
+                           register)
 from policies.mirror import ENTRY_BYTES, VERDICT_BYTES
 from policies.ops import Delay, Forward, Join, Outcome, Spawn, Transfer, Verify
 from policies.sd import DraftCache, first_draft_op
@@ -88,7 +89,7 @@ class SSDParams(PolicyParams):
         "SAGUARO sampling constant C (1: plain sampling)"))
     top_mass: float = Field(0.5, ge=0, le=1, description=(
         "draft probability mass on its cached top-F tokens (SAGUARO model)"))
-    draft_collectives: int | None = Field(None, ge=0, description=(
+    draft_collectives: int | None = Field(None, ge=0, le=MAX_COLLECTIVES, description=(
         "all-reduces per draft step when the draft runs on a group (none: two per layer)"))
 
 

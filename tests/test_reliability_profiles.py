@@ -263,6 +263,8 @@ SETTINGS = [
     ("bool-prompt-tokens", (*SD, "--set", "prompt_tokens=yes"), ["true/false"]),
     ("corrections-huge", (*CATS, "--set", "dram_budget_gb=0.2", "--set",
                           "corrections=1000000000000000000"), ["corrections"]),
+    ("draft-collectives-1e300", ("--policy", "sd", "--draft", "smollm2-135m", "--set",
+                                 "draft_collectives=1e300"), ["draft_collectives"]),
     ("fast-backup-1e300", (*SSD, "--set", "hit_rate=0.7", "--set", "backup=fast", "--set",
                            "fast_backup_s=1e300"), ["fast_backup_s"]),
 ]
