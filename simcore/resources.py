@@ -9,6 +9,7 @@ bandwidth / n, re-planned whenever a flow starts or ends.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 import simpy
@@ -41,7 +42,15 @@ class Stream:
 
 
 class SharedBandwidth:
-    """A bandwidth fair-shared among the flows crossing it at the same time."""
+    """A bandwidth fair-shared among the flows crossing it at the same time.
+
+    Each plan times the flows with the fewest bytes left; when that timer fires
+    those flows are done, whatever float residue their byte count still holds.
+    The clock cannot resolve less than ``ulp(now)`` (2 ps at 2^14 s, 2 ns at
+    1e7 s), so a residue can outlive any fixed byte threshold; completing the
+    flows a timer was planned for makes every current plan retire at least one
+    flow, so the loop always ends. Flows that tie with them to within the
+    clock's resolution finish at the same instant."""
 
     def __init__(self, env: simpy.Environment, bandwidth_bytes_s: float):
         self.env = env
@@ -80,18 +89,20 @@ class SharedBandwidth:
         if not self.flows:
             return
         rate = self.bandwidth / len(self.flows)
-        soonest = max(min(f[0] for f in self.flows.values()), 0.0) / rate
-        timer = self.env.timeout(soonest)
+        fewest_bytes = min(f[0] for f in self.flows.values())
+        planned = tuple(i for i, f in self.flows.items() if f[0] == fewest_bytes)
+        timer = self.env.timeout(max(fewest_bytes, 0.0) / rate)
         generation = self._generation
-        timer.callbacks.append(lambda _e: self._on_timer(generation))
+        timer.callbacks.append(lambda _e: self._on_timer(generation, planned))
 
-    def _on_timer(self, generation: int) -> None:
+    def _on_timer(self, generation: int, planned: tuple[int, ...]) -> None:
         if generation != self._generation:
             return  # a newer plan replaced this one
         self._advance()
-        rate = self.bandwidth / max(len(self.flows), 1)
-        # a flow within a nanosecond's worth of bytes is done (float round-off)
-        finished = [i for i, f in self.flows.items() if f[0] <= rate * 1e-12]
-        for i in finished:
+        rate = self.bandwidth / len(self.flows)
+        tie_bytes = rate * max(1e-12, 4 * math.ulp(self.env.now))
+        finished = set(planned)
+        finished.update(i for i, f in self.flows.items() if f[0] <= tie_bytes)
+        for i in sorted(finished):
             self.flows.pop(i)[1].succeed()
         self._plan()
