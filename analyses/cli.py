@@ -9,9 +9,12 @@ function taking the parsed arguments and returning an exit code.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
+import os
 import pkgutil
+import signal
 import sys
 
 from pydantic import ValidationError
@@ -29,7 +32,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from simcore import CostError
 
     return (UserError, ProfileError, PolicyError, CostError, ValueError, ValidationError,
-            FileNotFoundError)
+            OSError)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,10 +50,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def emit_json(obj) -> None:
-    print(json.dumps(obj, indent=2, sort_keys=True, default=str))
+    """Print one JSON object. JSON has no NaN or Infinity: a value that is not a
+    finite number prints as null (the text output shows it as nan or inf)."""
+    from simcore.records import json_safe
+
+    print(json.dumps(json_safe(obj), indent=2, sort_keys=True, default=str,
+                     allow_nan=False))
+
+
+def _os_sentence(exc: OSError) -> str | None:
+    """'cannot write PATH (reason)' for an output, 'cannot read PATH (reason)' for
+    any other file; None when the error names no file."""
+    from simcore.records import WriteError
+
+    if not exc.filename:
+        return None
+    verb = "write" if isinstance(exc, WriteError) else "read"
+    reason = exc.strerror or exc.__class__.__name__
+    return f"cannot {verb} {exc.filename} ({reason}); check the path and its permissions"
 
 
 def _one_sentence(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and (sentence := _os_sentence(exc)):
+        return sentence
     if isinstance(exc, ValidationError):
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
@@ -65,14 +87,47 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    with _terminate_as_interrupt():
+        try:
+            return int(args.func(args) or 0)
+        except user_errors() as exc:
+            print(f"hetspec: error: {_one_sentence(exc)}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt as exc:
+            signum = getattr(exc, "signum", signal.SIGINT)
+            print(f"hetspec: {'terminated' if signum == signal.SIGTERM else 'interrupted'}",
+                  file=sys.stderr)
+            return 128 + signum
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that temp files and directories are removed."""
+
+    signum = signal.SIGTERM
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt():
+    """While a command runs, SIGTERM unwinds this process like Ctrl-C (its
+    ``finally`` blocks remove temp files); forked workers keep the default."""
     try:
-        return int(args.func(args) or 0)
-    except user_errors() as exc:
-        print(f"hetspec: error: {_one_sentence(exc)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("hetspec: interrupted", file=sys.stderr)
-        return 130
+        owner = os.getpid()
+
+        def handler(signum, _frame):
+            if os.getpid() != owner:  # a forked worker: die as before
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+                return
+            raise Terminated()
+
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

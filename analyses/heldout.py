@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +19,7 @@ import yaml
 from analyses.calibrate import Terms, apply, fit, initial_values, op_kind_errors, stepped
 from analyses.replay import MeasuredRun, check_run_fits, find_runs, load_run, replay
 from hwprofiles import Platform, load_platform
-from simcore.records import atomic_write_text
+from simcore.records import atomic_write_text, scratch_dir
 
 
 def _configuration(run: MeasuredRun) -> str:
@@ -188,8 +187,8 @@ def calibrate(runs_dir, profile: str, output, *,
     fitted = fitted.model_copy(update={"description": (
         f"{platform.description.strip()} Calibrated by hetspec calibrate on {date} "
         f"from measured runs {', '.join(r.name for r in fitting)}.").strip()})
-    with tempfile.TemporaryDirectory() as tmp:
-        draft_path = Path(tmp) / "calibrated.yaml"
+    with scratch_dir("calibrate") as tmp:  # a killed run's leftover goes next time
+        draft_path = tmp / "calibrated.yaml"
         draft_path.write_text(profile_text(fitted, ""))
         evaluation = _evaluate(draft_path, fitted, held)
     text = profile_text(fitted, _header(fitting, held, result, evaluation, date))

@@ -29,10 +29,14 @@ def register(sub) -> None:
 def _calibrate(args) -> int:
     from analyses.cli import emit_json
     from analyses.heldout import calibrate
+    from analyses.outputs import check_outputs, profile_inputs, runs_inputs
 
     policies = tuple(p.strip() for p in args.fit_policies.split(",") if p.strip())
     if not policies:
         raise ValueError("--fit-policies is empty; name at least one, e.g. ar,sd")
+    # the uncalibrated --profile is an input too: a calibration never replaces it
+    check_outputs({"--output": args.output},
+                  profile_inputs(profile=args.profile) + runs_inputs(args.runs))
     summary = calibrate(args.runs, args.profile, args.output, fit_policies=policies)
     if args.json:
         emit_json(summary)

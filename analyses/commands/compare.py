@@ -43,11 +43,27 @@ def register(sub) -> None:
                    "(default: each run's own, e.g. a calibrated.yaml)")
     p.add_argument("--backend", choices=("local", "ray"), default="local",
                    help="local processes (default) or a Ray cluster (RAY_ADDRESS)")
-    p.add_argument("--jobs", type=int, help="local worker processes (default: all cores)")
+    p.add_argument("--jobs", type=positive_int, help="local worker processes, at least 1 "
+                   "(default: all cores)")
     p.add_argument("-o", "--output", default=DEFAULT_OUTPUT,
                    help=f"HTML report path (default ./{DEFAULT_OUTPUT})")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=_compare)
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number; give 1 or "
+                                         "more") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is below 1; give 1 or more worker "
+                                         "processes, or leave it out for all cores")
+    return value
 
 
 def scenario(args) -> tuple[list[str], list, dict, dict]:
@@ -120,6 +136,7 @@ def _compare(args) -> int:
 
     policies, sweeps, sets, base = scenario(args)
     _check_scenario(base)
+    _check_output(args, base, sets)
     points = expand_grid(policies, sweeps, sets)
     replays = _replays(args) if args.runs else None
     results = run_grid(points, base, jobs=args.jobs, backend=args.backend)
@@ -134,6 +151,15 @@ def _compare(args) -> int:
     else:
         print(summary["line"])
     return 0 if summary["fastest"] else 1
+
+
+def _check_output(args, base: dict, sets: dict) -> None:
+    from analyses.outputs import check_outputs, profile_inputs, runs_inputs, set_inputs
+
+    inputs = profile_inputs(platform=base["platform"], target=base["target"],
+                            draft=base["draft"], profile=args.profile) + set_inputs(sets)
+    check_outputs({"--output": args.output},
+                  inputs + (runs_inputs(args.runs) if args.runs else []))
 
 
 def _replays(args):

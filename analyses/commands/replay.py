@@ -30,12 +30,15 @@ def register(sub) -> None:
 
 def _replay(args) -> int:
     from analyses.cli import emit_json
+    from analyses.outputs import check_outputs, profile_inputs, run_inputs
     from analyses.replay import load_run, replay, side_by_side_trace
     from simcore.records import atomic_write_text
 
     run = load_run(args.run)
-    rep = replay(run, args.profile, work=args.work)
     trace = Path(args.trace) if args.trace else run.path.parent / "replay-trace.json"
+    check_outputs({"--trace": trace},
+                  run_inputs(run.path) + profile_inputs(profile=args.profile))
+    rep = replay(run, args.profile, work=args.work)
     atomic_write_text(trace, json.dumps(side_by_side_trace(rep, run)))
     out = {"run": str(run.path), "profile": rep.config.platform, "trace": str(trace),
            "predicted": rep.predicted, "measured": rep.measured, "error": rep.errors()}

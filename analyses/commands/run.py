@@ -2,8 +2,44 @@
 
 from __future__ import annotations
 
+import argparse
+import math
+import os
+from pathlib import Path
+
 from analyses.commands._common import add_run_arguments, config_from_args
-from analyses.config import parse_placement
+from analyses.config import MAX_TOKENS, parse_placement
+
+MIN_TEMPERATURE = 1e-3  # below it logits / temperature can overflow to inf (NaN probs)
+MAX_THREADS = 1024
+
+
+def count(upper: int):
+    """argparse type: a whole number from 1 to ``upper``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not a whole number; give one "
+                                             f"from 1 to {upper:,}") from None
+        if not 1 <= value <= upper:
+            raise argparse.ArgumentTypeError(f"{value} is outside 1..{upper:,}; give a "
+                                             "number in that range")
+        return value
+    return parse
+
+
+def temperature(text: str) -> float:
+    """argparse type: 0 (greedy) or a finite temperature of at least MIN_TEMPERATURE."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not (value == 0 or value >= MIN_TEMPERATURE):
+        raise argparse.ArgumentTypeError(
+            f"'{text}' is not a sampling temperature; give 0 for greedy decoding or a "
+            f"finite number of at least {MIN_TEMPERATURE:g}, e.g. 0.7")
+    return value
 
 
 def register(sub) -> None:
@@ -18,17 +54,20 @@ def register(sub) -> None:
     add_run_arguments(p, tokens_default=64)
     p.add_argument("--prompts", metavar="FILE",
                    help="JSONL of chat messages, one prompt a line (default: 4 built-in)")
-    p.add_argument("--max-new-tokens", type=int, default=None,
+    p.add_argument("--max-new-tokens", type=count(MAX_TOKENS), default=None,
                    help="tokens to generate per prompt (default: --tokens, 64)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads per device (1)")
-    p.add_argument("--temperature", type=float, default=0.0,
-                   help="sampling temperature; 0 is greedy (default)")
+    p.add_argument("--threads", type=count(MAX_THREADS), default=1,
+                   help="torch threads per device (1)")
+    p.add_argument("--temperature", type=temperature, default=0.0,
+                   help=f"sampling temperature: 0 is greedy (default), otherwise a "
+                        f"finite number of at least {MIN_TEMPERATURE:g}")
     p.add_argument("--inline", action="store_true",
                    help="run every device in this process, one after another, instead of "
                         "worker processes pinned to cores")
     p.add_argument("--no-baseline", action="store_true",
                    help="skip the autoregressive run that speedup_vs_ar compares with")
-    p.add_argument("--out", metavar="DIR", help="run directory (default runs/POLICY-...)")
+    p.add_argument("--out", metavar="DIR", help="run directory (default runs/POLICY-..."
+                   "); created and checked writable before the models load")
     p.set_defaults(func=_run)
 
 
@@ -45,21 +84,23 @@ def split_placement(text: str | None) -> tuple[str, dict[str, str]]:
 
 def _run(args) -> int:
     from analyses.cli import emit_json
-    from executors.measure import measure
+    from executors.measure import default_run_dir, measure
     from executors.prompts import load_jsonl
     from executors.session import Options
 
     max_new = args.max_new_tokens if args.max_new_tokens is not None else args.tokens
-    if max_new < 1 or args.threads < 1:
-        raise ValueError("--max-new-tokens and --threads must be at least 1")
+    if max_new < 1:
+        raise ValueError("--max-new-tokens must be at least 1")
     args.placement, physical = split_placement(args.placement)
     config = config_from_args(args, tokens=max_new)
     options = Options(max_new_tokens=max_new, threads=args.threads,
                       temperature=args.temperature,
                       mode="inline" if args.inline else "processes", physical=physical)
     messages = load_jsonl(args.prompts) if args.prompts else None
-    out = measure(config, options, messages, out_dir=args.out,
-                  baseline=not args.no_baseline, progress=True)
+    run_dir = Path(args.out) if args.out else default_run_dir(config.policy, config.seed)
+    with prepared_run_dir(run_dir, run_dir_inputs(args)):
+        out = measure(config, options, messages, out_dir=run_dir,
+                      baseline=not args.no_baseline, progress=True)
     if args.json:
         emit_json(out)
     else:
@@ -70,3 +111,54 @@ def _run(args) -> int:
               + (f", speedup vs AR {speedup:.2f}x" if speedup else ""))
         print(f"run record: {out['run_record']}")
     return 0
+
+
+RUN_FILES = ("record.json", "spans.jsonl", "acceptance.jsonl", "trace.json",
+             "models/target.yaml", "models/draft.yaml")  # what a run writes
+
+
+def run_dir_inputs(args) -> list:
+    from analyses.config import parse_sets
+    from analyses.outputs import profile_inputs, set_inputs
+
+    inputs = profile_inputs(platform=args.platform, target=args.target, draft=args.draft)
+    inputs += set_inputs(parse_sets(args.sets))
+    if args.prompts:
+        inputs.append(("the --prompts file", Path(args.prompts)))
+    return inputs
+
+
+class prepared_run_dir:
+    """Create the run directory and check its files can be written, before the
+    models load (a measured run is minutes; finding out after it is too late).
+    Directories created here are removed again if the run fails before writing."""
+
+    def __init__(self, run_dir: Path, inputs: list):
+        self.run_dir, self.inputs, self.created = run_dir, inputs, []
+
+    def __enter__(self):
+        from analyses.outputs import check_outputs
+        from simcore.records import check_writable
+
+        check_writable(self.run_dir / "record.json", "--out")
+        check_outputs({f"--out file {name}": self.run_dir / name for name in RUN_FILES},
+                      self.inputs)
+        missing = self.run_dir
+        while not missing.exists():
+            self.created.append(missing)
+            missing = missing.parent
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"--out {self.run_dir} cannot be created ({exc.strerror}); "
+                             "choose a writable directory") from None
+        return self.run_dir
+
+    def __exit__(self, exc_type, _exc, _tb):
+        if exc_type is not None:
+            for folder in self.created:  # innermost first; only if still empty
+                try:
+                    os.rmdir(folder)
+                except OSError:
+                    break
+        return False

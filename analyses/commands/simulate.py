@@ -27,9 +27,14 @@ def register(sub) -> None:
 def _simulate(args) -> int:
     from analyses.api import simulate
     from analyses.cli import emit_json
+    from analyses.config import parse_sets
+    from analyses.outputs import check_outputs, profile_inputs, set_inputs
 
     config = config_from_args(args, deterministic=args.deterministic,
                               fixed_context=args.fixed_context)
+    check_outputs({"--trace": args.trace, "--record": args.record},
+                  profile_inputs(platform=args.platform, target=args.target,
+                                 draft=args.draft) + set_inputs(parse_sets(args.sets)))
     out = simulate(config, trace_path=args.trace, record_path=args.record)
     if args.json:
         emit_json(out.metrics)
