@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib
 import json
 import os
@@ -67,7 +68,13 @@ def _os_sentence(exc: OSError) -> str | None:
         return None
     verb = "write" if isinstance(exc, WriteError) else "read"
     reason = exc.strerror or exc.__class__.__name__
-    return f"cannot {verb} {exc.filename} ({reason}); check the path and its permissions"
+    return f"cannot {verb} {exc.filename} ({reason}); {_OS_FIXES.get(exc.errno, _OS_FIX)}"
+
+
+_OS_FIX = "check the path and its permissions"
+_OS_FIXES = {errno.ENOSPC: "free some space or choose another path",
+             errno.EDQUOT: "free some space or choose another path",
+             errno.EROFS: "choose a path on a writable filesystem"}
 
 
 def _one_sentence(exc: BaseException) -> str:

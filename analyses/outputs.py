@@ -79,7 +79,7 @@ def run_inputs(record_path) -> list[tuple[str, Path]]:
     if record_path.is_dir():
         record_path = record_path / "record.json"
     run_dir = record_path.parent
-    out = [(f"the measured run file {p}", p)
+    out = [(f"a file of the measured run {run_dir}", p)
            for p in _files(run_dir) if p.name not in DERIVED_RUN_FILES]
     out.append(("the run record", record_path))
     out += _record_named(record_path)

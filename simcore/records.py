@@ -120,7 +120,7 @@ def _alive(pid: int) -> bool:
 
 def _remove_stale_temps(target: Path) -> None:
     """Temp files a killed writer (SIGKILL) of this output on this host left."""
-    prefix = _temp_prefix(target, "")
+    prefix = _temp_prefix(target, "")[:-1]  # up to the writer's process id
     for leftover in target.parent.glob(f"{glob_escape(prefix)}*.tmp"):
         pid = leftover.name[len(prefix):].split(".", 1)[0]
         if pid.isdigit() and not _alive(int(pid)):

@@ -140,6 +140,9 @@ class prepared_run_dir:
         from analyses.outputs import check_outputs
         from simcore.records import check_writable
 
+        if self.run_dir.exists() and not self.run_dir.is_dir():
+            raise ValueError(f"--out {self.run_dir} exists and is not a directory; give "
+                             "a new or an existing directory for the run")
         check_writable(self.run_dir / "record.json", "--out")
         check_outputs({f"--out file {name}": self.run_dir / name for name in RUN_FILES},
                       self.inputs)
