@@ -9,12 +9,11 @@ option, the path and the fix, and nothing has been read or written yet.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from simcore.records import check_writable
+from simcore.records import check_writable, read_record
 
 # Files a command writes into a measured run's directory itself; overwriting a
 # previous one is expected (replay's default side-by-side trace).
@@ -109,11 +108,9 @@ def _files(folder: Path) -> list[Path]:
 def _record_named(record_path: Path) -> list[tuple[str, Path]]:
     """Files a record's fields name (spans, acceptance, trace, profiles)."""
     try:
-        record = json.loads(record_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        record = read_record(record_path)  # size-capped; a dict with the run schema
+    except ValueError:
         return []  # reading the run later says what is wrong
-    if not isinstance(record, dict):
-        return []
     out = [(f"the run's {field} file", record_path.parent / record[field])
            for field in ("spans", "acceptance_trace", "trace")
            if isinstance(record.get(field), str) and record[field]]
