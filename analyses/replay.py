@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import math
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,7 +34,7 @@ from analyses.runrecord import check_record, read_spans, run_file
 from hwprofiles import load_model, load_platform
 from policies.traces import held_rows, read_acceptance
 from simcore import Outcomes
-from simcore.records import read_record
+from simcore.records import read_record, scratch_dir
 from simcore.trace import Span
 
 RUN_FIELDS = ("platform", "target", "draft", "policy", "params", "tokens", "batch", "seed",
@@ -277,10 +276,10 @@ def _simulate_batch(run: MeasuredRun, profile, batch: int | None, work: str):
     spans = run.spans if batch is None else _batch_spans(run, batch)
     lines = run.lines if batch is None else [
         d for d in run.lines if d.get("prompt_batch", 0) == batch]
-    with tempfile.TemporaryDirectory() as tmp:
+    with scratch_dir("replay") as tmp:  # a killed replay's leftover goes next time
         trace = None
         if batch is not None and any("accepted" in d for d in lines):
-            trace = Path(tmp) / "acceptance.jsonl"
+            trace = tmp / "acceptance.jsonl"
             trace.write_text("".join(json.dumps(d) + "\n" for d in lines))
         config = replay_config(run, profile, batch, trace and str(trace))
         events = [d for d in lines if "event" in d and "accepted" not in d]
