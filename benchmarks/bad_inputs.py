@@ -393,7 +393,9 @@ class Case:
         return "accept" if self.id.endswith("v") else "refuse"
 
 
-CASES = [Case(*row) for row in CASES_TABLE]
+GROUP_ORDER = list(dict.fromkeys(name for _, name in GROUPS))
+CASES = sorted((Case(*row) for row in CASES_TABLE),
+               key=lambda c: (GROUP_ORDER.index(c.group), c.id))  # the review's order
 
 # ------------------------------------------------------------------------ fixtures
 DELETE = object()  # a value in an edit that removes the key
@@ -557,8 +559,9 @@ SHARED = {"big.yaml": big_profile, "big_junk.yaml": big_junk}
 TINY_MODEL = {"name": "tiny", "n_layers": 6, "hidden": 64, "ffn": 128, "n_heads": 4,
               "n_kv_heads": 2, "head_dim": 16, "vocab": 48, "dtype": "fp32",
               "hf_architecture": "LlamaForCausalLM"}
-PROMPTS = ('[{"role": "user", "content": "hi there"}]\n'
-           '[{"role": "user", "content": "tell me a story"}]\n')
+# One prompt: a run of one prompt batch is replayed whole (batch_zero, max_new_neg
+# reach the code paths the review hit only then).
+PROMPTS = '[{"role": "user", "content": "tell me a story"}]\n'
 # The measured runs every run fixture copies: two AR repeats (one is held out by
 # calibrate) and the SD run that the corrupt variants start from.
 BASE_RUNS = {"ar-0": "--policy ar", "ar-1": "--policy ar",
@@ -608,6 +611,17 @@ def remove(name: str):
     return lambda run: (run / name).unlink()
 
 
+def replayed_whole(corrupt):
+    """Drop prompt_batch from every line, so replay simulates the run whole, as for
+    the review's run (its batch_zero and max_new_neg reached that path)."""
+    def both(run: Path) -> None:
+        corrupt(run)
+        for name in ("spans.jsonl", "acceptance.jsonl"):
+            write_jsonl(run / name, [{k: v for k, v in row.items() if k != "prompt_batch"}
+                                     for row in read_jsonl(run / name)])
+    return both
+
+
 def spans_in_a_directory(run: Path) -> None:
     (run / "spans.d").mkdir()
     record({"spans": "spans.d"})(run)
@@ -644,9 +658,9 @@ VARIANTS = {
     "policy_unknown": record({"inputs.policy": "nope"}),
     "params_bad": record({"inputs.params.gamma": 0}),
     "params_list": record({"inputs.params": []}),
-    "batch_zero": record({"inputs.batch": 0}),
+    "batch_zero": replayed_whole(record({"inputs.batch": 0})),
     "tokens_str": record({"metrics.tokens": "x"}),
-    "max_new_neg": record({"inputs.max_new_tokens": -1}),
+    "max_new_neg": replayed_whole(record({"inputs.max_new_tokens": -1})),
     "acc_trunc": truncate("acceptance.jsonl"),
     "acc_emptylist": line("acceptance.jsonl", 0, {"accepted": []}),
     "acc_str": line("acceptance.jsonl", 0, {"accepted": ["a"]}),
@@ -671,7 +685,7 @@ def record_base_runs(shared: Path, timeout_s: float) -> str | None:
     (shared / "prompts.jsonl").write_text(PROMPTS)
     for name, policy in BASE_RUNS.items():
         argv = [sys.executable, "-m", "analyses.cli", "run", "--platform", "cpu-local",
-                "--target", f"random:{spec}", *policy.split(), "--max-new-tokens", "16",
+                "--target", f"random:{spec}", *policy.split(), "--max-new-tokens", "32",
                 "--prompts", str(shared / "prompts.jsonl"), "--inline", "--no-baseline",
                 "--out", str(shared / "runs" / name)]
         try:
