@@ -18,7 +18,8 @@ directory, a per-case timeout and memory cap) and judges it as the review did:
 - LITTER: a clean sentence, but an output was left behind or an input changed.
 
 A bad input must come out CLEAN. The inputs the review found valid (ids ending in
-``v``: s28v, p14v, v05v, v13v, v23v) must exit 0 and leave their inputs alone.
+``v``: s28v, v13v, v23v) must exit 0 and leave their inputs alone; p14v and v05v,
+a valid profile of 50 MB, must be refused by the 1 MB limit on profile files.
 Cases that need a tmpfs mount (read-only or full filesystem) are SKIPPED when
 mounting is not allowed. The script prints one row per case and the verdict counts
 per group, and exits 1 when any case that ran is not as expected.
@@ -365,6 +366,10 @@ HIDE_RAY = {"c18"}
 # p13: D8 calls refusing a UTF-16 file with a BOM wrong (YAML allows it), so a
 # clean refusal and a successful load both count as handled.
 EITHER = {"p13"}
+# p14v, v05v: a valid profile with a 50 MB description. The review judged it valid
+# and, under D4, asked for profile files to be limited to about 1 MB; hetspec
+# refuses files over 1 MB, so these two must now be clean refusals.
+REFUSED_BY_SIZE_LIMIT = {"p14v", "v05v"}
 
 GROUPS = [("s", "simulate"), ("t", "simulate-trace"), ("o", "simulate-out"),
           ("p", "platform-file"), ("v", "profiles"), ("m", "model-file"), ("l", "law"),
@@ -390,6 +395,8 @@ class Case:
     def expect(self) -> str:
         if self.id in EITHER:
             return "either"
+        if self.id in REFUSED_BY_SIZE_LIMIT:
+            return "refuse"
         return "accept" if self.id.endswith("v") else "refuse"
 
 
