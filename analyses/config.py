@@ -109,6 +109,10 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
     return out
 
 
+ACCEPTANCE_EXAMPLES = {"alphas": "alphas=0.9,0.8,0.7", "histogram": "histogram=0.2,0.3,0.5",
+                       "trace": "trace=runs/sd-1/acceptance.jsonl"}
+
+
 def split_sets(policy: str, sets: dict[str, Any], acceptance_kind: str | None = None):
     """Route --set keys to the policy's parameters, the acceptance model, or the run.
 
@@ -136,6 +140,11 @@ def split_sets(policy: str, sets: dict[str, Any], acceptance_kind: str | None = 
     if acceptance_kind and acc and acc["kind"] != acceptance_kind:
         raise ValueError(f"--acceptance {acceptance_kind} does not take the settings of "
                          f"model '{acc['kind']}'; drop one of them")
+    needs = {kind: key for key, (kind, _) in acceptance.KEYS.items() if kind != "iid"}
+    if acceptance_kind in needs and not acc:
+        key = needs[acceptance_kind]
+        raise ValueError(f"--acceptance {acceptance_kind} needs its values; pass "
+                         f"--set {key}=... (e.g. {ACCEPTANCE_EXAMPLES[key]})")
     if not acc:
         acc = {"kind": acceptance_kind or "iid"}
     return params, acc, run

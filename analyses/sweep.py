@@ -105,8 +105,9 @@ def expand_grid(policies: list[str], sweeps: list[tuple[str, list]],
     """Every policy crossed with the swept values it takes; deterministic order."""
     sets = dict(sets or {})
     keys = [k for k, _ in sweeps] + list(sets)
-    if len(set(keys)) != len(keys):
-        raise ValueError("a key is given twice across --sweep and --set; keep one")
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise ValueError(f"'{twice[0]}' is given twice across --sweep and --set; keep one")
     for key in keys:
         if not any(_accepts(p, key) for p in policies):
             raise ValueError(f"no chosen policy takes '{key}'; drop it or add a policy "
@@ -147,6 +148,12 @@ def check_points(points: list[Point], base: dict) -> None:
     so it is one error before any run rather than a skipped point in the report."""
     from policies import PolicyError, parse_params
 
+    try:
+        SimConfig(**base)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        option = "--" + "-".join(str(p) for p in first["loc"][:1]).replace("_", "-")
+        raise ValueError(f"{option}: {first['msg'].removeprefix('Value error, ')}") from None
     for point in points:
         try:
             config = point_config(point, base)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+MAX_PROMPTS_BYTES = 16_000_000  # prompts for a measured run, not a data set
+
 BUILTIN = (
     [{"role": "user", "content": "What is the capital of France?"}],
     [{"role": "user", "content": "Write a haiku about the sea."}],
@@ -21,26 +23,38 @@ BUILTIN = (
 
 def load_jsonl(path) -> list[list[dict]]:
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"prompts file {path} is a directory; pass a JSONL file of chat "
+                         "messages with --prompts")
     if not path.is_file():
         raise FileNotFoundError(f"prompts file {path} does not exist; pass a JSONL file "
                                 "of chat messages with --prompts")
+    if path.stat().st_size > MAX_PROMPTS_BYTES:
+        raise ValueError(f"prompts file {path} is {path.stat().st_size / 1e6:.1f} MB, over "
+                         f"the {MAX_PROMPTS_BYTES / 1e6:.0f} MB limit; pass fewer prompts")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"prompts file {path} is not UTF-8 text (byte {exc.start} cannot "
+                         "be decoded); save it as UTF-8 JSON lines") from None
     out = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             item = json.loads(line)
         except json.JSONDecodeError:
-            raise ValueError(f"{path.name} line {n} is not JSON; write one list of chat "
-                             "messages per line") from None
+            raise ValueError(f"prompts file {path} line {n} is not JSON; write one list "
+                             "of chat messages per line") from None
         messages = item.get("messages") if isinstance(item, dict) else item
         if not isinstance(messages, list) or not all(
                 isinstance(m, dict) and "content" in m for m in messages):
-            raise ValueError(f"{path.name} line {n} must be a list of messages with "
+            raise ValueError(f"prompts file {path} line {n} must be a list of messages with "
                              "'role' and 'content' (or an object with 'messages')")
         out.append(messages)
     if not out:
-        raise ValueError(f"{path.name} holds no prompts; add one JSON line per prompt")
+        raise ValueError(f"prompts file {path} holds no prompts; add one JSON line per "
+                         "prompt")
     return out
 
 

@@ -84,8 +84,10 @@ def _checked_file(path: Path) -> Path:
 
 def _format_error(path: Path, err: ValidationError) -> str:
     first = err.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    where = ".".join(str(p) for p in first["loc"])
     msg = first["msg"].removeprefix("Value error, ")
+    if not where:  # a check across fields names what it is about itself
+        return printable(f"{path.name}: {msg}")
     return printable(f"{path.name}: field '{where}': {msg}")
 
 

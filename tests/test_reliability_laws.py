@@ -107,6 +107,9 @@ SWEEP_CASES = {
     "gamma beyond the policy's bound": (["--sweep", "gamma=60..70:5"], "gamma"),
     "set gamma nan": (["--set", "gamma=nan"], "gamma"),
     "set alpha text": (["--set", "alpha=high"], "alpha"),
+    "c12 key twice": (["--sweep", "gamma=2..3", "--set", "gamma=3"], "'gamma' is given twice"),
+    "c14 tokens 0": (["--sweep", "gamma=2..3", "--tokens", "0"], "--tokens"),
+    "c15 batch 0": (["--sweep", "gamma=2..3", "--batch", "0"], "--batch"),
 }
 
 
@@ -117,6 +120,13 @@ def test_invalid_sweep_values_are_errors_not_skipped_policies(case, tmp_path):
     result = run_cli(*SWEEP, *extra, "-o", out)
     assert_refused(result, fragment)
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_a_set_gamma_replaces_the_default_gamma_sweep(tmp_path):
+    out = tmp_path / "report.html"
+    result = run_cli(*SWEEP, "--set", "gamma=3", "--json", "-o", out)
+    assert result.rc == 0, result.err
+    assert json.loads(result.out)["points"] == 2  # ar, and sd at gamma=3 only
 
 
 def test_a_policy_that_does_not_apply_is_still_a_skip(tmp_path):

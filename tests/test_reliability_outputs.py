@@ -350,6 +350,34 @@ def test_bad_numeric_arguments_are_refused_at_parsing(case, tmp_path, monkeypatc
     assert list(tmp_path.iterdir()) == []
 
 
+# --- D8: a bad --prompts file is named before the models load -------------------------
+BAD_PROMPTS = {
+    "x01-missing": (lambda d: d / "nope.jsonl", "does not exist"),
+    "x02-not-json": (lambda d: _write(d / "p.jsonl", b'[{"role": "user", "content": "hi"}]\n{'),
+                     "line 2 is not JSON"),
+    "x03-wrong-shape": (lambda d: _write(d / "p.jsonl", b'{"a": 1}\n'), "line 1 must be"),
+    "x04-empty": (lambda d: _write(d / "p.jsonl", b"\n"), "holds no prompts"),
+    "x05-binary": (lambda d: _write(d / "p.jsonl", b"\x9c\x01\xff"), "not UTF-8 text"),
+    "x11-directory": (lambda d: d, "is a directory"),
+}
+
+
+def _write(path, data: bytes):
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize("case", BAD_PROMPTS)
+def test_a_bad_prompts_file_is_one_sentence_before_the_models_load(case, tmp_path,
+                                                                   no_model_load):
+    make, fragment = BAD_PROMPTS[case]
+    prompts = make(tmp_path)
+    before = tree(tmp_path)
+    refused(run_cli(*run("--prompts", prompts, "--out", tmp_path / "run"), timeout_s=20),
+            "prompts", fragment)
+    assert tree(tmp_path) == before
+
+
 # --- D3a/D14: a write that fails midway -----------------------------------------------
 
 def _fsync_failing_with(exc_factory):

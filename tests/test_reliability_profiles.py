@@ -169,6 +169,13 @@ def test_bad_model_files_are_refused(tmp_path, data, fragments):
     assert_refused(result, *fragments)
 
 
+def test_a_check_across_fields_names_its_fields_without_a_placeholder(tmp_path):
+    path = write_yaml(tmp_path, "model.yaml", _model(n_heads=9, n_kv_heads=2))
+    result = run_cli("profiles", "validate", path)
+    assert_refused(result, "model.yaml: n_heads (9) must be a multiple of n_kv_heads (2)")
+    assert "field" not in result.sentence
+
+
 def test_m10_ten_million_layers_through_a_streaming_policy_is_refused_at_once(tmp_path):
     path = write_yaml(tmp_path, "deep.yaml", _model(n_layers=10_000_000))
     result = run_cli("simulate", "--platform", "cpu-local", "--target", path, "--tokens",
@@ -226,7 +233,7 @@ SETTINGS = [
     ("s43", (*SD, "--set", "gamma="), ["gamma"]),
     ("s44", (*SD, "--set", "alpha=0.8", "--set", "alphas=0.5"), ["conflicts"]),
     ("s45", (*SD, "--acceptance", "bogus"), ["bogus"]),
-    ("s46", (*SD, "--acceptance", "trace"), ["path"]),
+    ("s46", (*SD, "--acceptance", "trace"), ["--set trace="]),
     ("s47", (*SD, "--set", "gämma =5"), ["gämma"]),
     ("s50", (*SD, "--placement", "draft"), ["ROLE=DEVICE"]),
     ("s51-unknown-device", (*SD, "--placement", "target=gpu9"),
