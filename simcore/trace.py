@@ -40,6 +40,12 @@ def chrome_trace(spans, *, process: str = "hetspec", metadata: dict | None = Non
 
 
 def write_chrome_trace(path, spans, **kwargs) -> None:
-    from simcore.records import atomic_write_text
+    """Write the trace; a non-finite number (JSON has none) is written as null."""
+    from simcore.records import atomic_write_text, json_safe
 
-    atomic_write_text(path, json.dumps(chrome_trace(spans, **kwargs)))
+    doc = chrome_trace(spans, **kwargs)
+    try:
+        text = json.dumps(doc, allow_nan=False)
+    except ValueError:  # rare: walk the document only when it holds NaN or infinity
+        text = json.dumps(json_safe(doc), allow_nan=False)
+    atomic_write_text(path, text)

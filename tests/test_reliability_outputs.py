@@ -521,3 +521,14 @@ def test_a_run_record_never_holds_nan(tmp_path):
 
     record = json.loads(path.read_text(), parse_constant=refuse)
     assert record["metrics"] == {"tokens_per_s": None, "time_s": 2.0}
+
+
+def test_a_chrome_trace_never_holds_nan(tmp_path):
+    from simcore.trace import Span, write_chrome_trace
+
+    path = tmp_path / "trace.json"
+    write_chrome_trace(path, [Span("f", "compute", "cpu0", 0.0, 1.0, float("nan")),
+                              Span("g", "compute", "cpu0", 1.0, 2.0, 5.0, float("inf"))])
+    events = json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(c))
+    args = [e["args"] for e in events["traceEvents"] if e["ph"] == "X"]
+    assert args == [{"flops": None, "bytes": 0.0}, {"flops": 5.0, "bytes": None}]
