@@ -44,6 +44,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from hwprofiles.closedforms import allreduce_s
 from hwprofiles.numbers import StrictModel
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
@@ -198,15 +199,8 @@ class CollectiveGroup(_Sourced):
         return len(self.members)
 
     def allreduce_s(self, nbytes: float) -> float:
-        g = self.size
-        if g == 1:
-            return 0.0
-        bw = self.bandwidth_gb_s * 1e9
-        if self.algorithm == "alpha_beta":
-            return self.alpha_s * math.log2(g) + nbytes / bw
-        if self.algorithm == "ring":
-            return 2 * (g - 1) * self.alpha_s + 2 * (g - 1) / g * nbytes / bw
-        return 2 * math.log2(g) * (self.alpha_s + nbytes / bw)
+        return allreduce_s(self.algorithm, self.alpha_s, self.bandwidth_gb_s * 1e9,
+                           self.size, nbytes)
 
 
 class Platform(_Sourced):
