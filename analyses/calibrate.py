@@ -47,6 +47,7 @@ from analyses.costfit import op_kind_errors  # noqa: F401  (re-exported)
 from analyses.replay import MeasuredRun, model_name
 from hwprofiles import Platform, load_model
 from simcore import RooflineCost
+from simcore.costmodel import executor_passes as passes_of
 
 __all__ = ["Param", "Terms", "fit", "apply", "current_value", "op_kind", "op_kind_errors",
            "device_classes", "params_of"]
@@ -238,10 +239,16 @@ class Terms:
                                        "stream_host_gb_s"), float(op["nbytes"]) / 1e9))
 
 
+def _passes(op: dict) -> tuple[tuple[int, ...], int | None]:
+    """``simcore.costmodel.executor_passes`` of a measured Forward."""
+    n_tokens = op.get("n_tokens", 1)
+    return passes_of(n_tokens, op.get("n_fed") or n_tokens, op.get("emit"), op.get("head"),
+                     op.get("head_tokens"))
+
+
 def stepped(op: dict) -> bool:
-    """Whether the executor ran a sampled Forward of k tokens as k passes (it runs
-    one with ``head_tokens=1`` as one pass over its positions, sampling once)."""
-    return op.get("emit") == "sample" and op.get("head_tokens") != 1
+    """Whether the executor ran a measured Forward as more than one pass."""
+    return len(_passes(op)[0]) > 1
 
 
 def executor_passes(cost: RooflineCost, spec, where: str, op: dict):
@@ -249,16 +256,12 @@ def executor_passes(cost: RooflineCost, spec, where: str, op: dict):
     sampled Forward of k tokens is k passes (``stepped``), the first feeding
     ``n_fed`` positions per row, the others one; a sampled or top-k head projects
     one position per row. The first pass carries the Forward's one call."""
-    n_fed = op.get("n_fed") or op.get("n_tokens", 1)
-    batch = op.get("batch", 1)
+    widths, head_tokens = _passes(op)
+    n_fed, batch = widths[0], op.get("batch", 1)
     context = op.get("context_measured", op.get("context", 0)) or 0
-    sample = stepped(op)
-    head_tokens = 1 if op.get("emit") in ("sample", "topk") else op.get("head_tokens")
-    widths = [n_fed] + [1] * ((op.get("n_tokens", 1) - 1) if sample else 0)
     for i, width in enumerate(widths):
         t = cost.terms(spec, where, tuple(op["layers"]), width, batch, op.get("head"),
-                       op.get("collectives"),
-                       head_tokens if op.get("head") and head_tokens else None)
+                       op.get("collectives"), head_tokens or None)
         ctx = context + (n_fed + i - 1 if i else 0)
         yield Pass(t.kernels, 0 if i else 1, t.flops(ctx), t.nbytes(ctx), width * batch,
                    t.peak_flops, t.tier_bytes_s)

@@ -28,7 +28,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from policies.ops import Delay, Forward, Parallel, Spawn, Verify
-from simcore.costmodel import Values, pass_seconds, roofline
+from simcore.costmodel import Values, executor_passes, pass_seconds, roofline
 
 BOUNDS = {"compute_efficiency": (1e-4, 1.0), "memory_efficiency": (1e-4, 1.0),
           "launch_overhead_s": (1e-9, 0.1), "call_overhead_s": (1e-9, 0.5),
@@ -363,10 +363,9 @@ class ExecutorWork:
         done = self.table.get(key + (i,))
         if done is None:
             return (yield op)
-        n_fed = done.get("n_fed") or op.n_tokens
-        sample = op.emit == "sample" and op.head_tokens != 1  # k passes (k tokens)
-        one = 1 if op.head and op.emit in ("sample", "topk") else op.head_tokens
-        result = yield replace(op, n_tokens=n_fed, head_tokens=one)
-        for j in range(1, op.n_tokens if sample else 1):
+        widths, one = executor_passes(op.n_tokens, done.get("n_fed") or op.n_tokens,
+                                      op.emit, op.head, op.head_tokens)
+        result = yield replace(op, n_tokens=widths[0], head_tokens=one)
+        for j in range(1, len(widths)):
             result = yield replace(op, n_tokens=1, context=op.context + j, head_tokens=one)
         return result

@@ -194,6 +194,20 @@ def forward_shape(spec: ModelSpec, layers: tuple[int, int], n_tokens: int, batch
     return flops0, flops_ctx, bytes0, bytes_ctx, kernels
 
 
+def executor_passes(n_tokens: int, n_fed: int, emit: str | None, head: str | None,
+                    head_tokens: int | None) -> tuple[tuple[int, ...], int | None]:
+    """The device passes a runtime that samples one token per pass runs for a
+    Forward (the torch executor does): (positions fed per row in each pass, head
+    positions each pass projects). A sampled Forward of k tokens is k passes, the
+    first feeding ``n_fed`` positions, the others one each, unless it asks for
+    ``head_tokens=1`` (one pass over its positions, one token sampled); a
+    sampled or top-k head projects one position per row. Calibration costs
+    measured Forwards this way and a replay rewrites simulated ones so."""
+    stepped = emit == "sample" and head_tokens != 1
+    head_rows = 1 if head and emit in ("sample", "topk") else head_tokens
+    return (n_fed,) + (1,) * ((n_tokens - 1) if stepped else 0), head_rows
+
+
 class RooflineCost:
     """Predicts seconds for each operation kind on one platform."""
 
