@@ -6,7 +6,7 @@ executor ran for it, each with the coefficients ``RooflineCost.terms`` gives
 (kernels, calls, FLOPs, bytes, rows, peak, tier bandwidth) and the collectives
 it pays; ``analyses.costfit`` evaluates them with the same ``pass_seconds``:
 
-    Forward        call_overhead_s + per pass: launch_overhead_s * kernels
+    Forward        per pass: call_overhead_s + launch_overhead_s * kernels
                    + roofline(memory, compute, roofline_exponent)
                    + collectives * (alpha * a + b / bandwidth)
     Transfer       sum over hops of latency + bytes / bandwidth
@@ -255,7 +255,9 @@ def executor_passes(cost: RooflineCost, spec, where: str, op: dict):
     """The device passes the executor ran for a measured Forward, as cost terms: a
     sampled Forward of k tokens is k passes (``stepped``), the first feeding
     ``n_fed`` positions per row, the others one; a sampled or top-k head projects
-    one position per row. The first pass carries the Forward's one call."""
+    one position per row. Each pass is one model call and pays call_overhead_s,
+    as the replay's rewrite (``costfit.ExecutorWork``) charges it: one simulated
+    Forward per pass."""
     widths, head_tokens = _passes(op)
     n_fed, batch = widths[0], op.get("batch", 1)
     context = op.get("context_measured", op.get("context", 0)) or 0
@@ -263,7 +265,7 @@ def executor_passes(cost: RooflineCost, spec, where: str, op: dict):
         t = cost.terms(spec, where, tuple(op["layers"]), width, batch, op.get("head"),
                        op.get("collectives"), head_tokens or None)
         ctx = context + (n_fed + i - 1 if i else 0)
-        yield Pass(t.kernels, 0 if i else 1, t.flops(ctx), t.nbytes(ctx), width * batch,
+        yield Pass(t.kernels, 1, t.flops(ctx), t.nbytes(ctx), width * batch,
                    t.peak_flops, t.tier_bytes_s)
 
 

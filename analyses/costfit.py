@@ -74,7 +74,7 @@ class Pass:
     """One device pass of a Forward: its cost coefficients, per member."""
 
     kernels: float
-    calls: int  # Forward calls it starts (1 for the first pass, 0 for the others)
+    calls: int  # model calls it makes (each pays call_overhead_s)
     flops: float
     nbytes: float
     rows: int  # positions fed x batch rows
