@@ -117,6 +117,9 @@ class ForwardCost:
     nbytes: float
     tier: str
     exponent: float | None = None  # the device's roofline_exponent
+    # bytes/s the pass streams at on a device with a bandwidth cap (None: uncapped);
+    # under contention its flow takes at most this much of the shared tier
+    rate_cap: float | None = None
 
     @property
     def busy_s(self) -> float:
@@ -256,12 +259,12 @@ class RooflineCost:
             shape = self._cache[key] = self._shape(self.terms(
                 spec, where, layers, n_tokens, batch, head, collectives, head_tokens))
         (t, flop_rate_, byte_rate_, half_flops, half_bytes, launch_s, collective_s,
-         exponent) = shape
+         exponent, rate_cap) = shape
         flops = (t.flops0 + t.flops_ctx * context) / t.members
         nbytes = (t.bytes0 + t.bytes_ctx * context) / t.members
         return ForwardCost(launch_s, (flops + half_flops) / flop_rate_,
                            (nbytes + half_bytes) / byte_rate_, collective_s, flops, nbytes,
-                           t.tier, exponent)
+                           t.tier, exponent, rate_cap)
 
     def _shape(self, t: ForwardTerms) -> tuple:
         """The context-free evaluation of a Forward's terms: the rates and fixed parts
@@ -273,9 +276,11 @@ class RooflineCost:
         if t.collectives:
             collective_s = t.collectives * self.platform.group(t.group).allreduce_s(
                 t.message_bytes)
-        return (t, flop_rate(t.peak_flops, v), byte_rate(t.tier_bytes_s, t.rows > 1, v),
+        rate = byte_rate(t.tier_bytes_s, t.rows > 1, v)
+        return (t, flop_rate(t.peak_flops, v), rate,
                 t.kernels * v.compute_half_flops, t.kernels * v.memory_half_bytes,
-                launch_s, collective_s, v.roofline_exponent)
+                launch_s, collective_s, v.roofline_exponent,
+                None if device.memory_bandwidth_gb_s is None else rate)
 
     @staticmethod
     def hop_s(link: Link, nbytes: float) -> float:

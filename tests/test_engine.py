@@ -273,3 +273,45 @@ def test_request_latency_without_a_request_size_is_refused():
                      request_latency_s=2e-4)
     with pytest.raises(ValueError, match="request_bytes"):
         MemoryTier.model_validate(flash)
+
+
+def test_capped_flows_are_water_filled():
+    """A flow capped at 20 B/s of 100 takes its cap; the uncapped one takes the
+    other 80; once the capped flow ends the other has all 100."""
+    import simpy
+
+    env = simpy.Environment()
+    bw = SharedBandwidth(env, 100.0)
+    ends = {}
+
+    def flow(name, nbytes, cap):
+        yield bw.transfer(nbytes, cap)
+        ends[name] = env.now
+
+    env.process(flow("capped", 20.0, 20.0))
+    env.process(flow("free", 180.0, None))
+    env.run()
+    assert ends["capped"] == pytest.approx(1.0, rel=1e-12)
+    assert ends["free"] == pytest.approx(1.0 + 100.0 / 100.0, rel=1e-12)
+
+
+def test_capped_engines_on_one_dram_slow_each_other_only_past_the_tier():
+    """Two engines capped at 40 GB/s on a 100 GB/s DRAM both run at their caps;
+    capped at 80 GB/s they share the 100 fairly (50 each)."""
+    layers = (0, 4)
+
+    def both():
+        yield Parallel((seq(Forward("target", "a", layers)),
+                        seq(Forward("target", "b", layers))))
+
+    for cap_gb_s, share_gb_s in ((40.0, 40.0), (80.0, 50.0)):
+        p = _with(_with(platform(), device="a", memory_bandwidth_gb_s=cap_gb_s),
+                  device="b", memory_bandwidth_gb_s=cap_gb_s)
+        solo = run(lambda: seq(Forward("target", "a", layers)), contention=True, plat=p)
+        launch = 4e-6
+        assert solo.time_s - launch == pytest.approx(
+            4 * (MODEL.layer_bytes + MODEL.kv_bytes_per_token_layer()) / (cap_gb_s * 1e9),
+            rel=1e-12)
+        res = run(both, contention=True, plat=p)
+        assert res.time_s - launch == pytest.approx(
+            (solo.time_s - launch) * cap_gb_s / share_gb_s, rel=1e-9)
