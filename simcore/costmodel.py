@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -105,9 +106,10 @@ def roofline(compute_s, memory_s, exponent):
                      + (memory_s / longer) ** exponent) ** (1.0 / exponent)
 
 
-@dataclass(frozen=True, slots=True)
-class ForwardCost:
-    """Per-member cost of one Forward (members of a group work in parallel)."""
+class ForwardCost(NamedTuple):
+    """Per-member cost of one Forward (members of a group work in parallel). A
+    named tuple: the simulator builds one per Forward, and a tuple is the
+    cheapest immutable record to build."""
 
     launch_s: float
     compute_s: float
