@@ -9,7 +9,7 @@ import pytest
 
 from analyses.api import SimConfig, simulate
 from analyses.laws import ssd as ssd_law
-from analyses.laws import ssd_fanout
+from hwprofiles.closedforms import geometric_fanout_shape
 from hwprofiles import load_model, load_platform
 from policies import PolicyContext, PolicyError, build
 from policies.acceptance import IID
@@ -153,7 +153,8 @@ def test_geometric_fanout_follows_the_formula_under_the_budget():
     params = SSDParams(k=7, shape="geometric", budget=30, r=1.5, a_p=0.8)
     f = fanout_of(params)
     assert sum(f) == 30 and len(f) == 8
-    real = ssd_fanout(1.0, 0.8, 1.5, 7)
+    real = [0.8 ** (k / 2.5) for k in range(7)] + [0.8 ** (7 / 2.5) * 0.2 ** (-1 / 2.5)]
+    assert geometric_fanout_shape(0.8, 1.5, 7) == pytest.approx(real, rel=1e-12)
     real = [30 * x / sum(real) for x in real]
     assert all(abs(a - b) < 1 for a, b in zip(f, real))
     assert list(f[:7]) == sorted(f[:7], reverse=True) and f[7] > f[6]
