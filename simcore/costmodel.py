@@ -5,8 +5,10 @@
 context, kernels, calls, and the collectives it pays (count and message
 bytes). ``pass_seconds`` is the one place that turns a pass's coefficients
 and the profile's parameter values (``Values``) into seconds; it works on
-floats (the simulator, the laws' terms) and on numpy arrays (calibration fits
-every measured pass at once with it). A pass of k kernels costs
+floats and on numpy arrays (calibration fits every measured pass at once with
+it). ``RooflineCost.forward``, the simulator's and the laws' hot path, caches
+its rates and evaluates the same expressions (a test holds the two equal bit
+for bit on every shipped platform). A pass of k kernels costs
 
     launch    k * launch_overhead_s + calls * call_overhead_s
     compute   (flops + k * compute_half_flops) / (peak * compute_efficiency)
@@ -20,7 +22,7 @@ exponent. A Forward on a collective group is sharded evenly over its members
 (tensor parallel) and pays its all-reduces on top: 2 per layer unless the
 operation says how many, each of rows * hidden * dtype bytes. Transfers,
 all-reduces and weight streams are sums of ``value * coef`` and ``coef /
-value``: ``hop_s``, ``allreduce_s`` and ``stream_read_s`` write them once.
+value``: ``hop_s``, ``allreduce_s``, ``requests_s`` and ``tier_s`` write them once.
 Every optional term's default (0, 1, None) leaves the roofline exactly as it
 was (x + 0.0 and x / 1.0 are exact in floating point).
 """

@@ -4,11 +4,12 @@ import math
 
 import pytest
 
-from hwprofiles import ModelSpec, Platform
+from hwprofiles import ModelSpec, Platform, list_names, load_model, load_platform
 from hwprofiles.schema import MemoryTier
 from policies.acceptance import IID
 from policies.ops import AllReduce, Delay, Forward, Parallel, StreamWeights, Transfer
-from simcore import Outcomes, Simulator
+from simcore import Outcomes, RooflineCost, Simulator
+from simcore.costmodel import Values, pass_seconds
 from simcore.resources import SharedBandwidth
 
 SRC = "test fixture"
@@ -315,3 +316,26 @@ def test_capped_engines_on_one_dram_slow_each_other_only_past_the_tier():
         res = run(both, contention=True, plat=p)
         assert res.time_s - launch == pytest.approx(
             (solo.time_s - launch) * cap_gb_s / share_gb_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("name", list_names("platforms"))
+def test_simulator_forward_is_pass_seconds_bit_for_bit(name):
+    """The simulator's cached Forward cost and the cost model's one formula (which
+    calibration evaluates on arrays) agree exactly, optional terms on or off."""
+    plat = load_platform(name)
+    spec = load_model("llama-3.2-1b").model_copy(update={"dtype": "fp16"})
+    on = {"call_overhead_s": 2e-5, "memory_half_bytes": 3e5, "compute_half_flops": 7e7,
+          "memory_bandwidth_gb_s": 0.3 * plat.tier(plat.devices[0].memory).bandwidth_gb_s,
+          "multirow_memory_factor": 1.2, "launch_overhead_s": 4e-6}
+    for update in ({}, on):
+        p = plat.model_copy(update={"devices": tuple(d.model_copy(update=update)
+                                                     for d in plat.devices)})
+        cost = RooflineCost(p)
+        for where in (d.name for d in p.devices):
+            for rows, head in ((1, "lm"), (5, None), (3, "exit_layer")):
+                c = cost.forward(spec, where, (0, 4), rows, 2, 77, head, None)
+                t = cost.terms(spec, where, (0, 4), rows, 2, head, None)
+                v = Values.of(p.device(where), p.tier(t.tier))
+                assert (c.launch_s, c.compute_s, c.memory_s) == pass_seconds(
+                    t.kernels, 1, t.flops(77), t.nbytes(77), t.rows > 1, t.peak_flops,
+                    t.tier_bytes_s, v)
