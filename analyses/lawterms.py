@@ -232,8 +232,10 @@ class EarlyExitTerms:
     t_verify_s: float  # EESD: one verify pass of gamma + 1 positions
     match_rate: float  # every row's draft matches: alpha^batch
 
-    def ppsd(self) -> dict:
-        return laws.ppsd_cost(self.match_rate, self.t_ar_s, self.t_match_s, self.t_flush_s)
+    def ppsd(self, match_rate: float | None = None) -> dict:
+        """Eq. 6 with these times, at the run's match rate or the one given."""
+        rate = self.match_rate if match_rate is None else match_rate
+        return laws.ppsd_cost(rate, self.t_ar_s, self.t_match_s, self.t_flush_s)
 
     def eesd(self, alpha: float, gamma: int) -> dict:
         return laws.eesd_cost(alpha, gamma, self.t_ar_s, self.t_draft_s, self.t_verify_s)
