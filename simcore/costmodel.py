@@ -22,7 +22,10 @@ exponent. A Forward on a collective group is sharded evenly over its members
 (tensor parallel) and pays its all-reduces on top: 2 per layer unless the
 operation says how many, each of rows * hidden * dtype bytes. Transfers,
 all-reduces and weight streams are sums of ``value * coef`` and ``coef /
-value``: ``hop_s``, ``allreduce_s``, ``requests_s`` and ``tier_s`` write them once.
+value``: ``hop_terms``, ``allreduce_terms`` and ``stream_terms`` give their
+coefficients per profile parameter (``LinearTerms``, what calibration fits);
+``hop_s``, ``allreduce_s``, ``requests_s`` and ``tier_s`` evaluate them on the
+simulator's path.
 Every optional term's default (0, 1, None) leaves the roofline exactly as it
 was (x + 0.0 and x / 1.0 are exact in floating point).
 """
@@ -35,7 +38,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from hwprofiles.schema import Device, Link, MemoryTier, ModelSpec, Platform
+from hwprofiles.closedforms import allreduce_s
+from hwprofiles.schema import CollectiveGroup, Device, Link, MemoryTier, ModelSpec, Platform
 
 COLLECTIVES_PER_LAYER = 2  # Mirror-SD: two all-reduces per transformer block
 
@@ -199,6 +203,63 @@ def forward_shape(spec: ModelSpec, layers: tuple[int, int], n_tokens: int, batch
         bytes_ctx += kv * batch
         kernels += 1
     return flops0, flops_ctx, bytes0, bytes_ctx, kernels
+
+
+@dataclass(frozen=True)
+class LinearTerms:
+    """An operation's seconds as fixed_s + sum(value * coef) over ``linear`` +
+    sum(coef / value) over ``inverse``; each entry is (kind, name, field, coef),
+    naming the profile parameter (kind: device, tier, link or group). Transfers,
+    all-reduces and weight streams are written so, once: calibration fits the
+    named parameters, ``seconds`` evaluates them (equal to ``hop_s``, ``tier_s``
+    and ``allreduce_s`` to rounding; a test holds them together)."""
+
+    fixed_s: float = 0.0
+    linear: tuple = ()
+    inverse: tuple = ()
+
+    def seconds(self, platform: Platform) -> float:
+        def value(kind, name, field):
+            obj = {"device": platform.device, "tier": platform.tier,
+                   "group": platform.group,
+                   "link": lambda n: next(l for l in platform.links if l.name == n)}[kind](name)
+            return getattr(obj, field)
+        return (self.fixed_s + sum(value(k, n, f) * c for k, n, f, c in self.linear)
+                + sum(c / value(k, n, f) for k, n, f, c in self.inverse))
+
+    def __add__(self, other: "LinearTerms") -> "LinearTerms":
+        return LinearTerms(self.fixed_s + other.fixed_s, self.linear + other.linear,
+                           self.inverse + other.inverse)
+
+
+def hop_terms(link: Link, nbytes: float) -> LinearTerms:
+    """One hop: latency + bytes / bandwidth."""
+    return LinearTerms(0.0, (("link", link.name, "latency_s", 1.0),),
+                       (("link", link.name, "bandwidth_gb_s", nbytes / 1e9),))
+
+
+def allreduce_terms(group: CollectiveGroup, nbytes: float, count: float = 1) -> LinearTerms:
+    """count all-reduces of nbytes: the group's algorithm split into its alpha part
+    and its per-byte part (``hwprofiles.closedforms.allreduce_s``)."""
+    g, alg = group.size, group.algorithm
+    alpha_coef = count * allreduce_s(alg, 1.0, math.inf, g, nbytes)
+    beta_coef = count * allreduce_s(alg, 0.0, 1e9, g, nbytes)  # seconds at 1 GB/s
+    return LinearTerms(0.0, (("group", group.name, "alpha_s", alpha_coef),),
+                       (("group", group.name, "bandwidth_gb_s", beta_coef),))
+
+
+def stream_terms(tier: MemoryTier, device: Device, nbytes: float) -> LinearTerms:
+    """A weight stream: the tier's latency, its requests (``requests_s``), bytes at
+    the tier's achieved bandwidth and, on a device that installs the weights
+    itself, bytes at its host rate."""
+    linear = ()
+    if tier.request_bytes is not None:
+        linear = (("tier", tier.name, "request_latency_s",
+                   math.ceil(nbytes / tier.request_bytes) / tier.queue_depth),)
+    inverse = (("tier", tier.name, "bandwidth_gb_s", nbytes / 1e9 / tier.memory_efficiency),)
+    if device.stream_host_gb_s is not None:
+        inverse += (("device", device.name, "stream_host_gb_s", nbytes / 1e9),)
+    return LinearTerms(tier.latency_s, linear, inverse)
 
 
 def executor_passes(n_tokens: int, n_fed: int, emit: str | None, head: str | None,

@@ -339,3 +339,25 @@ def test_simulator_forward_is_pass_seconds_bit_for_bit(name):
                 assert (c.launch_s, c.compute_s, c.memory_s) == pass_seconds(
                     t.kernels, 1, t.flops(77), t.nbytes(77), t.rows > 1, t.peak_flops,
                     t.tier_bytes_s, v)
+
+
+@pytest.mark.parametrize("name", list_names("platforms"))
+def test_linear_terms_are_the_simulators_hop_stream_and_allreduce(name):
+    """The coefficient forms calibration fits (hop, stream, all-reduce) evaluate to
+    the simulator's own seconds for them."""
+    from simcore.costmodel import allreduce_terms, hop_terms, stream_terms
+
+    p = load_platform(name)
+    for link in p.links:
+        for nbytes in (8.0, 3e6):
+            assert hop_terms(link, nbytes).seconds(p) == pytest.approx(
+                RooflineCost.hop_s(link, nbytes), rel=1e-12)
+    for group in p.groups:
+        assert allreduce_terms(group, 2e5, 3).seconds(p) == pytest.approx(
+            RooflineCost(p).allreduce_s(group.name, 2e5, 3), rel=1e-12)
+    for d in p.devices:
+        if d.storage is not None:
+            tier = p.tier(d.storage)
+            assert stream_terms(tier, d, 1.4e7).seconds(p) == pytest.approx(
+                RooflineCost.tier_s(tier, 1.4e7) + RooflineCost.stream_host_s(d, 1.4e7),
+                rel=1e-12)
