@@ -178,7 +178,7 @@ class Fit:
     log_residuals: np.ndarray
     terms: list[Term]
     success: bool
-    held: list[Param] = field(default_factory=list)  # optional terms not asked for
+    held: list[Param] = field(default_factory=list)  # kept by request: not fitted
 
     @property
     def median_abs_error(self) -> float:
@@ -249,7 +249,7 @@ def fit(terms: list[Term], initial: dict[Param, float],
     values = dict(zip(params, full(sol.x)))
     values.update({p: initial[p] for p, f in zip(params, free) if not f})  # kept exactly
     vector = np.array([values[p] for p in params])
-    held = [p for p in params if p.field in OPTIONAL_FIELDS and p.field in fixed]
+    held = [p for p in params if p.field in fixed or p in fixed]
     return Fit({p: float(v) for p, v in values.items()}, {p: initial[p] for p in params},
                unconstrained, problem.log_residuals(vector), terms, bool(sol.success), held)
 
