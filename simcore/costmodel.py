@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from hwprofiles.schema import Link, MemoryTier, ModelSpec, Platform
+from simcore.moe import expert_parallel_s
 
 
 class CostError(ValueError):
@@ -105,7 +106,7 @@ class RooflineCost:
         flops0 = n_layers * spec.layer_flops(n_tokens, 0) * batch
         flops_ctx = n_layers * (spec.layer_flops(n_tokens, 1) - spec.layer_flops(n_tokens, 0)) * batch
         kv = spec.kv_bytes_per_token_layer()
-        bytes0 = n_layers * (spec.layer_bytes + kv * n_tokens * batch)
+        bytes0 = n_layers * (spec.layer_weight_bytes_read(rows) + kv * n_tokens * batch)
         bytes_ctx = n_layers * kv * batch
         kernels = n_layers
         if head is not None:
@@ -115,13 +116,15 @@ class RooflineCost:
         if head == "exit_layer":  # an early-exit head with a decoder layer of its own
             flops0 += spec.layer_flops(n_tokens, 0) * batch
             flops_ctx += (spec.layer_flops(n_tokens, 1) - spec.layer_flops(n_tokens, 0)) * batch
-            bytes0 += spec.layer_bytes + kv * n_tokens * batch
+            bytes0 += spec.layer_weight_bytes_read(rows) + kv * n_tokens * batch
             bytes_ctx += kv * batch
             kernels += 1
         collective_s = 0.0
         if g > 1:
             count = 2 * n_layers if collectives is None else collectives
             collective_s = count * p.group(where).allreduce_s(rows * spec.hidden * spec.dtype_bytes)
+            if spec.expert_parallel and collectives is None:  # simcore.moe: all-to-alls
+                collective_s = expert_parallel_s(p.group(where), spec, rows, n_layers)
         byte_rate = tier.bandwidth_bytes_s * tier.memory_efficiency
         if rows > 1 and device.multirow_memory_factor != 1.0:
             byte_rate /= device.multirow_memory_factor
