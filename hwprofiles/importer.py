@@ -12,6 +12,7 @@ shape would give wrong costs without a word.
 from __future__ import annotations
 
 import json
+import re
 import stat
 from pathlib import Path
 
@@ -168,7 +169,10 @@ def _validate(fields: dict, shown: str) -> None:
         where = ".".join(str(p) for p in first["loc"])
         source = fields["sources"].get(where, "").partition(": ")[2].split(" ")[0]
         msg = first["msg"].removeprefix("Value error, ")
-        if not where:  # a check across fields names what it is about itself
+        if not where:  # a check across fields: name the config keys it is about
+            for field, source in fields["sources"].items():
+                key = source.partition(": ")[2].split(" ")[0]
+                msg = re.sub(rf"\b{field}\b", f"{key}", msg)
             raise ProfileError(printable(f"{shown}: {msg}")) from None
         named = f"field '{source}'" if source else f"profile field '{where}'"
         raise ProfileError(printable(f"{shown}: {named}: {msg}")) from None

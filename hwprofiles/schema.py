@@ -365,6 +365,12 @@ class ModelSpec(_Sourced):
                                  f"{', '.join(map(str, BITS))}")
         return self.model_copy(update=update) if update else self
 
+    @property
+    def cost_key(self) -> tuple:
+        """What tells this model's costs from another's of the same name: a run's
+        precision and expert sharding (a cost cache keys on it)."""
+        return (self.name, self.weight_bits, self.kv_bits, self.expert_parallel)
+
     # parameters -----------------------------------------------------------
     @property
     def is_moe(self) -> bool:

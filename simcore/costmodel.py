@@ -76,7 +76,7 @@ class RooflineCost:
         attend to ``context`` cached ones, on a device or a group. The head projects
         ``head_tokens`` positions per row (None: all n_tokens); its weights are read
         once either way."""
-        key = (spec.name, where, layers, n_tokens, batch, head, collectives, head_tokens)
+        key = (spec.cost_key, where, layers, n_tokens, batch, head, collectives, head_tokens)
         shape = self._cache.get(key)
         if shape is None:
             shape = self._cache[key] = self._shape(spec, where, layers, n_tokens, batch,
