@@ -71,9 +71,13 @@ def run_schedule(config: SimConfig, *, record_spans: bool = True,
     params = parse_params(config.policy, config.params)
     check_placement(platform, config.placement)
     placement = {**platform.placement, **config.placement}
-    check_fit(platform, models, placement,
-              Run(config.policy, params, config.prompt_tokens, config.tokens, config.batch,
-                  pol.streams_weights))
+    # the KV cache holds the context the run models: with fixed_context every step
+    # sees prompt_tokens, otherwise the cache grows by the generated tokens
+    grown = 0 if config.fixed_context else config.tokens
+    if config.memory_check:
+        check_fit(platform, models, placement,
+                  Run(config.policy, params, config.prompt_tokens, grown, config.batch,
+                      pol.streams_weights))
     ctx = PolicyContext(target=models["target"], draft=models.get("draft"),
                         tokens=config.tokens, batch=config.batch,
                         prompt_tokens=config.prompt_tokens,

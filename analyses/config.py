@@ -18,6 +18,9 @@ RUN_KEYS = {"contention": "fair-share memory tiers among concurrent readers (on/
                            "(default: the model's dtype); FLOPs are unchanged",
             "kv_bits": "storage width of the KV cache: 4, 8, 16 or 32 (default: the "
                        "model's dtype)",
+            "memory_check": "refuse placements whose weights, KV cache and activations "
+                            "overflow a device's memory (on, the default; off: a what-if "
+                            "run past the hardware's capacity)",
             "expert_parallel": "shard a mixture-of-experts model's experts whole over "
                                "its group (all-to-all dispatch and combine) instead of "
                                "tensor-parallel (on/off)"}
@@ -55,6 +58,7 @@ class SimConfig(StrictModel):
     weight_bits: Bits | None = None
     kv_bits: Bits | None = None
     expert_parallel: bool = False
+    memory_check: bool = True
 
     @field_validator("tokens", "batch", "prompt_tokens")
     @classmethod

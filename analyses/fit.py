@@ -10,7 +10,9 @@ draft's own weights on its device. Each piece needs, per member of its group:
   input embedding and any exit head it carries. A schedule that streams layers
   from flash keeps only its DRAM budget of layers resident.
 * KV cache: its layers' keys and values for the requested context (prompt plus
-  generated tokens plus the positions one pass adds) and every row of the batch.
+  generated tokens plus the positions one pass adds; with ``--fixed-context``,
+  which holds every step at the prompt's context, the prompt alone) and every
+  row of the batch.
 * activations: one pass's transient tensors at its widest layer (residual,
   attention output, MLP inner width) and its logits, for all rows of the pass.
 
