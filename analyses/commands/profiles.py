@@ -54,6 +54,9 @@ def _show(args) -> int:
                            "weight_bytes": obj.weight_bytes,
                            "layer_bytes": obj.layer_bytes,
                            "kv_bytes_per_token": obj.kv_bytes_per_token_layer() * obj.n_layers}
+        if obj.is_moe:
+            data["derived"]["active_params_per_token"] = (
+                obj.n_layers * obj.layer_active_params + obj.head_params + obj.embed_params)
     print(yaml.safe_dump(data, sort_keys=False), end="")
     return 0
 
