@@ -130,7 +130,8 @@ def test_cli_writes_a_valid_profile_that_loads(tmp_path):
 @pytest.mark.parametrize("change,needle", [
     ({"architectures": ["DeepseekV3ForCausalLM"]}, "field 'architectures'"),
     ({"hidden_size": None}, "no 'hidden_size'"),
-    ({"num_attention_heads": 60}, "num_attention_heads (60) must be a multiple of num_key_value_heads (8)"),
+    ({"num_attention_heads": 60},
+     "num_attention_heads (60) must be a multiple of num_key_value_heads (8)"),
     ({"torch_dtype": "int8"}, "field 'torch_dtype'"),
     ({"num_hidden_layers": 0}, "field 'num_hidden_layers'"),
 ])
