@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from analyses.config import SimConfig
+from analyses.fit import Run, check_fit  # noqa: F401  (check_fit: part of the API)
 from hwprofiles import ModelSpec, Platform, load_model, load_platform
 from policies import PolicyContext, acceptance, build, entry, parse_params
 from simcore import Outcomes, SimResult, Simulator
@@ -45,35 +46,14 @@ def check_placement(platform: Platform, placement: dict[str, str]) -> None:
                              f"{', '.join(names)}")
 
 
-def check_fit(platform: Platform, models: dict[str, ModelSpec],
-              placement: dict[str, str]) -> None:
-    """Raise ValueError when resident weights overflow a memory tier."""
-    need: dict[str, float] = {}
-    for role, spec in models.items():
-        where = placement.get(role, role)
-        members = platform.members(where)
-        for m in members:
-            tier = platform.device(m).memory
-            need[tier] = need.get(tier, 0.0) + spec.weight_bytes / len(members)
-    streams = any(d.storage for d in platform.devices)
-    for tier_name, nbytes in need.items():
-        tier = platform.tier(tier_name)
-        if nbytes > tier.capacity_bytes:
-            roles = ", ".join(f"{r}={models[r].name}" for r in models)
-            fix = ("use a schedule that streams layers from flash (--policy cats, kangaroo "
-                   "or ar_stream with --set dram_budget_gb=...)" if streams else
-                   "place the model on a larger group with --placement or choose a "
-                   "larger platform")
-            raise ValueError(
-                f"the weights of {roles} need {nbytes / 1e9:.1f} GB in memory tier "
-                f"{tier_name} of {platform.name}, which holds "
-                f"{tier.capacity_bytes / 1e9:.1f} GB; {fix}")
-
-
 def _models(config: SimConfig) -> dict[str, ModelSpec]:
-    models = {"target": load_model(config.target)}
+    """The run's models at its precision and expert sharding (config.run_model)."""
+    models = {"target": config.run_model(load_model(config.target))}
     if config.draft:
-        models["draft"] = load_model(config.draft)
+        models["draft"] = config.run_model(load_model(config.draft))
+    if config.expert_parallel and not any(m.is_moe for m in models.values()):
+        raise ValueError("expert_parallel=on needs a mixture-of-experts target or draft "
+                         "(a model with n_experts, e.g. qwen3-30b-a3b); drop the setting")
     return models
 
 
@@ -91,8 +71,13 @@ def run_schedule(config: SimConfig, *, record_spans: bool = True,
     params = parse_params(config.policy, config.params)
     check_placement(platform, config.placement)
     placement = {**platform.placement, **config.placement}
-    if not pol.streams_weights:
-        check_fit(platform, models, placement)
+    # the KV cache holds the context the run models: with fixed_context every step
+    # sees prompt_tokens, otherwise the cache grows by the generated tokens
+    grown = 0 if config.fixed_context else config.tokens
+    if config.memory_check:
+        check_fit(platform, models, placement,
+                  Run(config.policy, params, config.prompt_tokens, grown, config.batch,
+                      pol.streams_weights))
     ctx = PolicyContext(target=models["target"], draft=models.get("draft"),
                         tokens=config.tokens, batch=config.batch,
                         prompt_tokens=config.prompt_tokens,

@@ -8,11 +8,22 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from hwprofiles.numbers import StrictModel
+from hwprofiles.schema import BITS, Bits, ModelSpec
 from policies import acceptance, entry
 
 RUN_KEYS = {"contention": "fair-share memory tiers among concurrent readers (on/off)",
             "prompt_tokens": "KV-cache positions before decoding starts (at most 1e7, "
-                             "the longest context windows)"}
+                             "the longest context windows)",
+            "weight_bits": "storage width of the models' weights: 4, 8, 16 or 32 "
+                           "(default: the model's dtype); FLOPs are unchanged",
+            "kv_bits": "storage width of the KV cache: 4, 8, 16 or 32 (default: the "
+                       "model's dtype)",
+            "memory_check": "refuse placements whose weights, KV cache and activations "
+                            "overflow a device's memory (on, the default; off: a what-if "
+                            "run past the hardware's capacity)",
+            "expert_parallel": "shard a mixture-of-experts model's experts whole over "
+                               "its group (all-to-all dispatch and combine) instead of "
+                               "tensor-parallel (on/off)"}
 
 
 # Caps on a run's size, far above real use; beyond them the simulation would run
@@ -44,6 +55,10 @@ class SimConfig(StrictModel):
     fixed_context: bool = False
     contention: bool = False
     placement: dict[str, str] = Field(default_factory=dict)
+    weight_bits: Bits | None = None
+    kv_bits: Bits | None = None
+    expert_parallel: bool = False
+    memory_check: bool = True
 
     @field_validator("tokens", "batch", "prompt_tokens")
     @classmethod
@@ -55,6 +70,22 @@ class SimConfig(StrictModel):
                              f"(far beyond real use; a run that size would take hours); "
                              f"{fix}")
         return value
+
+    @field_validator("weight_bits", "kv_bits", mode="before")
+    @classmethod
+    def _known_width(cls, value, info):
+        if value is not None and (isinstance(value, bool) or value not in BITS):
+            raise ValueError(f"{info.field_name} is {value!r}; choose one of "
+                             f"{', '.join(map(str, BITS))} (bits per stored number)")
+        return value
+
+    def run_model(self, spec: ModelSpec) -> ModelSpec:
+        """A model as this run stores and places it: its weights and KV cache at
+        the widths asked for, its experts sharded whole under expert_parallel."""
+        spec = spec.with_precision(self.weight_bits, self.kv_bits)
+        if self.expert_parallel and spec.is_moe:
+            spec = spec.model_copy(update={"expert_parallel": True})
+        return spec
 
     @field_validator("acceptance")
     @classmethod

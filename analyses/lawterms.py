@@ -34,8 +34,8 @@ class Scenario:
         self.cfg = cfg
         self.platform = load_platform(cfg.platform)
         self.placement = {**self.platform.placement, **cfg.placement}
-        self.target = load_model(cfg.target)
-        self.draft = load_model(cfg.draft) if cfg.draft else None
+        self.target = cfg.run_model(load_model(cfg.target))
+        self.draft = cfg.run_model(load_model(cfg.draft)) if cfg.draft else None
         self.cost = RooflineCost(self.platform)
         self.batch = cfg.batch
         self.context = self.contexts(1)[0]

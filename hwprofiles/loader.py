@@ -21,6 +21,7 @@ _KINDS = {"platforms": Platform, "models": ModelSpec}
 MAX_PROFILE_BYTES = 1_000_000
 MEMO_SIZE = 256  # validated profiles kept, keyed by (kind, path, content hash)
 _MEMO: dict[tuple, object] = {}
+_HF_HINT = {"models": ", a Hugging Face id of one (e.g. Qwen/Qwen3-32B)"}
 
 
 class ProfileError(ValueError):
@@ -44,11 +45,25 @@ def _resolve(kind: str, name_or_path: str | Path) -> Path:
     if path.suffix in (".yaml", ".yml") or path.exists():
         return _checked_file(path)
     shipped = _data_dir(kind) / f"{name_or_path}.yaml"
+    if not shipped.is_file() and kind == "models":
+        shipped = hf_id_index().get(str(name_or_path).lower(), shipped)
     if not shipped.is_file():
         raise ProfileError(
             f"unknown {kind[:-1]} '{printable(str(name_or_path))}'; choose one of "
-            f"{', '.join(list_names(kind))} or give a path to a YAML file")
+            f"{', '.join(list_names(kind))}{_HF_HINT.get(kind, '')} or give a path to a "
+            "YAML file")
     return shipped
+
+
+def hf_id_index() -> dict[str, Path]:
+    """Shipped model files by the lower-cased Hugging Face ids in their ``hf_ids``
+    (the Hub matches ids without regard to case)."""
+    index: dict[str, Path] = {}
+    for name in list_names("models"):
+        path = _data_dir("models") / f"{name}.yaml"
+        for hf_id in load_file("models", path).hf_ids:
+            index.setdefault(hf_id.lower(), path)
+    return index
 
 
 def printable(text: str) -> str:

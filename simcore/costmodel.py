@@ -40,6 +40,7 @@ import numpy as np
 
 from hwprofiles.closedforms import allreduce_s
 from hwprofiles.schema import CollectiveGroup, Device, Link, MemoryTier, ModelSpec, Platform
+from simcore.moe import alltoall_s, dispatch_bytes
 
 COLLECTIVES_PER_LAYER = 2  # Mirror-SD: two all-reduces per transformer block
 
@@ -158,6 +159,8 @@ class ForwardTerms:
     group: str | None
     collectives: int  # all-reduces on top (0 on one device)
     message_bytes: float  # bytes of each all-reduce
+    alltoalls: int = 0  # expert parallelism's dispatches and combines (simcore.moe)
+    alltoall_bytes: float = 0.0  # bytes one member sends in each
 
     def flops(self, context: int) -> float:
         return (self.flops0 + self.flops_ctx * context) / self.members
@@ -189,7 +192,7 @@ def forward_shape(spec: ModelSpec, layers: tuple[int, int], n_tokens: int, batch
     layer_ctx = (spec.layer_flops(n_tokens, 1) - spec.layer_flops(n_tokens, 0)) * batch
     kv = spec.kv_bytes_per_token_layer()
     flops0, flops_ctx = n_layers * layer0, n_layers * layer_ctx
-    bytes0 = n_layers * (spec.layer_bytes + kv * n_tokens * batch)
+    bytes0 = n_layers * (spec.layer_weight_bytes_read(rows) + kv * n_tokens * batch)
     bytes_ctx = n_layers * kv * batch
     kernels = n_layers
     if head is not None:
@@ -199,7 +202,7 @@ def forward_shape(spec: ModelSpec, layers: tuple[int, int], n_tokens: int, batch
     if head == "exit_layer":  # an early-exit head with a decoder layer of its own
         flops0 += layer0
         flops_ctx += layer_ctx
-        bytes0 += spec.layer_bytes + kv * n_tokens * batch
+        bytes0 += spec.layer_weight_bytes_read(rows) + kv * n_tokens * batch
         bytes_ctx += kv * batch
         kernels += 1
     return flops0, flops_ctx, bytes0, bytes_ctx, kernels
@@ -288,7 +291,7 @@ class RooflineCost:
               batch: int, head: str | None, collectives: int | None,
               head_tokens: int | None = None) -> ForwardTerms:
         """The cost coefficients of a Forward on a device or group (cached)."""
-        key = (spec.name, where, layers, n_tokens, batch, head, collectives, head_tokens)
+        key = (spec.cost_key, where, layers, n_tokens, batch, head, collectives, head_tokens)
         found = self._terms.get(key)
         if found is None:
             found = self._terms[key] = self._make_terms(
@@ -304,21 +307,26 @@ class RooflineCost:
         flops0, flops_ctx, bytes0, bytes_ctx, kernels = forward_shape(
             spec, layers, n_tokens, batch, head, head_tokens)
         rows = n_tokens * batch
-        count = 0
+        count = alltoalls = 0
+        n_layers = layers[1] - layers[0]
         if len(members) > 1:
-            per_layer = COLLECTIVES_PER_LAYER * (layers[1] - layers[0])
-            count = per_layer if collectives is None else collectives
+            count = COLLECTIVES_PER_LAYER * n_layers if collectives is None else collectives
+            if spec.expert_parallel and collectives is None:
+                # attention keeps one all-reduce per layer; the experts dispatch and
+                # combine their tokens by all-to-all (simcore.moe)
+                count, alltoalls = n_layers, 2 * n_layers
         return ForwardTerms(flops0, flops_ctx, bytes0, bytes_ctx, len(members), kernels,
                             rows, _peak(device, spec.dtype), tier.bandwidth_bytes_s,
                             device.name, tier.name, where if len(members) > 1 else None,
-                            count, rows * spec.hidden * spec.dtype_bytes)
+                            count, rows * spec.hidden * spec.dtype_bytes, alltoalls,
+                            dispatch_bytes(spec, rows, len(members)) if alltoalls else 0.0)
 
     def forward(self, spec: ModelSpec, where: str, layers: tuple[int, int],
                 n_tokens: int, batch: int, context: int, head: str | None,
                 collectives: int | None, head_tokens: int | None = None) -> ForwardCost:
         """Cost of running layers of spec over n_tokens new positions per row that
         attend to ``context`` cached ones, on a device or a group."""
-        key = (spec.name, where, layers, n_tokens, batch, head, collectives, head_tokens)
+        key = (spec.cost_key, where, layers, n_tokens, batch, head, collectives, head_tokens)
         shape = self._cache.get(key)
         if shape is None:
             shape = self._cache[key] = self._shape(self.terms(
@@ -341,6 +349,9 @@ class RooflineCost:
         if t.collectives:
             collective_s = t.collectives * self.platform.group(t.group).allreduce_s(
                 t.message_bytes)
+        if t.alltoalls:
+            collective_s += t.alltoalls * alltoall_s(self.platform.group(t.group),
+                                                     t.alltoall_bytes)
         rate = byte_rate(t.tier_bytes_s, t.rows > 1, v)
         return (t, flop_rate(t.peak_flops, v), rate,
                 t.kernels * v.compute_half_flops, t.kernels * v.memory_half_bytes,

@@ -74,7 +74,7 @@ def _bad_platform(tmp_path: Path) -> str:
     ("unknown platform", ["--platform", "h100-nope", "--target", "llama-3.1-70b",
                           "--policy", "ar"], "unknown platform 'h100-nope'"),
     ("too large", ["--platform", "h100-sxm-5x", "--target", "llama-3.1-70b", "--policy",
-                   "ar", "--placement", "target=gpu0"], "need 141.1 GB"),
+                   "ar", "--placement", "target=gpu0"], "weights 141.1 GB"),
     ("gamma zero", ["--platform", "h100-sxm-5x", "--target", "llama-3.1-70b", "--draft",
                     "llama-3.2-1b", "--policy", "sd", "--set", "gamma=0"], "'gamma'"),
     ("unknown key", ["--platform", "h100-sxm-5x", "--target", "llama-3.1-70b", "--policy",

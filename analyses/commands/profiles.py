@@ -1,4 +1,4 @@
-"""hetspec profiles list|show NAME|validate PATH"""
+"""hetspec profiles list|show NAME|validate PATH|import CONFIG -o MODEL.yaml"""
 
 from __future__ import annotations
 
@@ -20,6 +20,16 @@ def register(sub) -> None:
     val = ps.add_parser("validate", help="check a YAML profile file; exit 0 when valid")
     val.add_argument("path")
     val.set_defaults(func=_validate)
+    imp = ps.add_parser("import", help="write a model profile from a Hugging Face "
+                        "config.json (Llama, Mistral, Qwen2/3, Gemma/Gemma2, Mixtral, "
+                        "Qwen2/3-MoE)")
+    imp.add_argument("config", help="path of the checkpoint's config.json")
+    imp.add_argument("-o", "--output", help="model YAML to write (default: print it)")
+    imp.add_argument("--name", help="the profile's name (default: the output file's "
+                     "stem, or the config's folder name)")
+    imp.add_argument("--hf-id", help="the checkpoint's Hugging Face id, so that it names "
+                     "the profile (e.g. Qwen/Qwen3-32B)")
+    imp.set_defaults(func=_import)
 
 
 def _list(args) -> int:
@@ -44,6 +54,9 @@ def _show(args) -> int:
                            "weight_bytes": obj.weight_bytes,
                            "layer_bytes": obj.layer_bytes,
                            "kv_bytes_per_token": obj.kv_bytes_per_token_layer() * obj.n_layers}
+        if obj.is_moe:
+            data["derived"]["active_params_per_token"] = (
+                obj.n_layers * obj.layer_active_params + obj.head_params + obj.embed_params)
     print(yaml.safe_dump(data, sort_keys=False), end="")
     return 0
 
@@ -53,4 +66,26 @@ def _validate(args) -> int:
     kind = "platform" if hasattr(obj, "devices") else "model"
     # both strings come from the user's file system and file: no raw escape sequences
     print(f"{printable(args.path)}: valid {kind} '{printable(obj.name)}'")
+    return 0
+
+
+def _import(args) -> int:
+    from pathlib import Path
+
+    from analyses.outputs import check_outputs
+    from hwprofiles.importer import import_config
+    from simcore.records import atomic_write_text
+
+    config = Path(args.config)
+    check_outputs({"-o": args.output}, [("the config.json", config)])
+    name = args.name or (Path(args.output).stem if args.output
+                         else config.resolve().parent.name or "imported")
+    fields = import_config(config, name, args.hf_id)
+    text = yaml.safe_dump(fields, sort_keys=False, allow_unicode=True)
+    if args.output is None:
+        print(text, end="")
+        return 0
+    atomic_write_text(args.output, text)
+    print(f"{printable(args.output)}: model '{printable(name)}' from "
+          f"{printable(args.config)}")
     return 0

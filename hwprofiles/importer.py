@@ -1,0 +1,178 @@
+"""A model profile from a Hugging Face ``config.json``.
+
+``import_config(path)`` reads the config of a Llama, Mistral, Qwen2/Qwen3,
+Gemma/Gemma2 or mixture-of-experts (Mixtral, Qwen2-MoE, Qwen3-MoE) checkpoint
+and returns the model profile as a mapping that ``ModelSpec`` validates, every
+number's source naming the config file and the key it came from. Other
+architectures are refused: their layers differ in ways the profile's fields
+cannot say (a different attention, dense and sparse layers mixed), and a wrong
+shape would give wrong costs without a word.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import stat
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from hwprofiles.loader import MAX_PROFILE_BYTES, ProfileError, printable
+from hwprofiles.schema import ModelSpec
+
+# architecture -> (family, tie_word_embeddings when the config leaves it out: the
+# default of that family's transformers config class)
+FAMILIES = {
+    "LlamaForCausalLM": ("llama", False),
+    "MistralForCausalLM": ("mistral", False),
+    "Qwen2ForCausalLM": ("qwen2", False),
+    "Qwen3ForCausalLM": ("qwen3", False),
+    "GemmaForCausalLM": ("gemma", True),
+    "Gemma2ForCausalLM": ("gemma2", True),
+    "MixtralForCausalLM": ("mixtral", False),
+    "Qwen2MoeForCausalLM": ("qwen2_moe", False),
+    "Qwen3MoeForCausalLM": ("qwen3_moe", False),
+}
+DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+# profile field -> config key
+DENSE_KEYS = {"n_layers": "num_hidden_layers", "hidden": "hidden_size",
+              "ffn": "intermediate_size", "n_heads": "num_attention_heads",
+              "vocab": "vocab_size"}
+
+
+def import_config(path: str | Path, name: str, hf_id: str | None = None) -> dict:
+    """The validated model profile (a plain mapping, ready to dump as YAML) of
+    the config.json at ``path``; ProfileError with one sentence otherwise."""
+    path = Path(path)
+    config = read_config(path)
+    shown = printable(str(path))
+    arch = _architecture(config, shown)
+    fields: dict = {"name": name}
+    if hf_id:
+        fields["hf_ids"] = [hf_id]
+    sources: dict[str, str] = {}
+
+    def take(field: str, key: str, note: str = "") -> None:
+        if config.get(key) is None:
+            raise ProfileError(f"{shown} has no '{key}', which sets the profile's {field}; "
+                               "give the config.json of a complete checkpoint")
+        fields[field] = config[key]
+        sources[field] = f"{shown}: {key}{note}"
+
+    for field, key in DENSE_KEYS.items():
+        take(field, key)
+    if config.get("num_key_value_heads") is not None:
+        take("n_kv_heads", "num_key_value_heads")
+    else:
+        take("n_kv_heads", "num_attention_heads", " (no num_key_value_heads: every "
+             "head has its own keys and values)")
+    if config.get("head_dim") is not None:
+        take("head_dim", "head_dim")
+    fields.update(_dtype(config, shown, sources))
+    fields.update(_embeddings(config, arch, shown, sources))
+    fields["hf_architecture"] = arch
+    fields.update(_experts(config, arch, shown, sources, take))
+    fields["sources"] = sources
+    _validate(fields, shown)
+    return fields
+
+
+def read_config(path: Path) -> dict:
+    shown = printable(str(path))
+    try:
+        st = path.stat()
+    except OSError:
+        raise ProfileError(f"config file {shown} cannot be read; give the path of a "
+                           "Hugging Face config.json") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ProfileError(f"config path {shown} is not a regular file; give the path "
+                           "of a Hugging Face config.json")
+    if st.st_size > MAX_PROFILE_BYTES:
+        raise ProfileError(f"config file {shown} is over {MAX_PROFILE_BYTES / 1e6:.0f} MB "
+                           "(a config.json is a few KB); check that it is the right file")
+    try:
+        config = json.loads(path.read_bytes().decode("utf-8-sig"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProfileError(f"{shown} is not JSON text ({exc.__class__.__name__}); give "
+                           "a Hugging Face config.json") from None
+    if not isinstance(config, dict):
+        raise ProfileError(f"{shown} must hold a JSON object of config fields")
+    return config
+
+
+def _architecture(config: dict, shown: str) -> str:
+    archs = config.get("architectures")
+    arch = archs[0] if isinstance(archs, list) and archs else None
+    if arch not in FAMILIES:
+        raise ProfileError(
+            f"{shown}: field 'architectures' is {printable(repr(arch))}, not a family "
+            f"hetspec can import ({', '.join(FAMILIES)}); write the profile by hand "
+            "(see hwprofiles/data/models/)")
+    return arch
+
+
+def _dtype(config: dict, shown: str, sources: dict) -> dict:
+    key = "torch_dtype" if "torch_dtype" in config else "dtype"
+    value = config.get(key)
+    if value is None:
+        return {}
+    if value not in DTYPES:
+        raise ProfileError(f"{shown}: field '{key}' is {printable(repr(value))}; hetspec "
+                           f"reads {', '.join(DTYPES)} (set --set weight_bits= for a "
+                           "quantized checkpoint)")
+    sources["dtype"] = f"{shown}: {key} {value}"
+    return {"dtype": DTYPES[value]}
+
+
+def _embeddings(config: dict, arch: str, shown: str, sources: dict) -> dict:
+    tied = config.get("tie_word_embeddings")
+    if tied is None:
+        tied = FAMILIES[arch][1]
+        note = f"no tie_word_embeddings: the {FAMILIES[arch][0]} default ({tied})"
+    else:
+        note = "tie_word_embeddings"
+    if not isinstance(tied, bool):
+        raise ProfileError(f"{shown}: field 'tie_word_embeddings' is {tied!r}; it must "
+                           "be true or false")
+    sources["tied_embeddings"] = f"{shown}: {note}"
+    return {"tied_embeddings": tied}
+
+
+def _experts(config: dict, arch: str, shown: str, sources: dict, take) -> dict:
+    """Mixture-of-experts fields, through ``take(field, key)``."""
+    family = FAMILIES[arch][0]
+    if family not in ("mixtral", "qwen2_moe", "qwen3_moe"):
+        return {}
+    for key, dense in (("decoder_sparse_step", 1), ("mlp_only_layers", [])):
+        if config.get(key, dense) not in (dense, None):
+            raise ProfileError(f"{shown}: field '{key}' is {config[key]!r}; hetspec models "
+                               "every layer as a mixture of experts, so it imports only "
+                               f"{key}={json.dumps(dense)}")
+    take("n_experts", "num_local_experts" if family == "mixtral" else "num_experts")
+    take("n_active_experts", "num_experts_per_tok")
+    take("expert_ffn", "intermediate_size" if family == "mixtral" else "moe_intermediate_size")
+    out = {}
+    if family == "qwen2_moe" and config.get("shared_expert_intermediate_size"):
+        out["n_shared_experts"] = 1
+        sources["n_shared_experts"] = (f"{shown}: shared_expert_intermediate_size is set "
+                                       "(Qwen2-MoE has one shared expert)")
+        take("shared_expert_ffn", "shared_expert_intermediate_size")
+    return out
+
+
+def _validate(fields: dict, shown: str) -> None:
+    try:
+        ModelSpec.model_validate(fields)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        source = fields["sources"].get(where, "").partition(": ")[2].split(" ")[0]
+        msg = first["msg"].removeprefix("Value error, ")
+        if not where:  # a check across fields: name the config keys it is about
+            for field, source in fields["sources"].items():
+                key = source.partition(": ")[2].split(" ")[0]
+                msg = re.sub(rf"\b{field}\b", f"{key}", msg)
+            raise ProfileError(printable(f"{shown}: {msg}")) from None
+        named = f"field '{source}'" if source else f"profile field '{where}'"
+        raise ProfileError(printable(f"{shown}: {named}: {msg}")) from None
