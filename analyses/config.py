@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from hwprofiles.numbers import StrictModel
 from policies import acceptance, entry
+from policies.prefill import MAX_PREFILL_PASSES
 
 RUN_KEYS = {"contention": "fair-share memory tiers among concurrent readers (on/off)",
             "prompt_tokens": "KV-cache positions before decoding starts (at most 1e7, "
@@ -22,6 +23,8 @@ MAX_BATCH = 16_384  # sequences decoded together; serving engines batch a few th
 MAX_PROMPT_TOKENS = 10_000_000  # the longest context windows hold 1e7 tokens
 CAPS = {"tokens": (MAX_TOKENS, "lower --tokens"), "batch": (MAX_BATCH, "lower --batch"),
         "prompt_tokens": (MAX_PROMPT_TOKENS, "lower prompt_tokens")}
+RUN_KEYS["prefill_chunk"] = ("positions per prefill pass: chunked prefill, each chunk "
+                             "attending to those before it (default: one pass)")
 
 
 class SimConfig(StrictModel):
@@ -41,6 +44,7 @@ class SimConfig(StrictModel):
     seed: int = Field(0, ge=0)
     deterministic: bool = False
     prompt_tokens: int = Field(128, ge=0)
+    prefill_chunk: int | None = Field(None, ge=1)
     fixed_context: bool = False
     contention: bool = False
     placement: dict[str, str] = Field(default_factory=dict)
@@ -55,6 +59,16 @@ class SimConfig(StrictModel):
                              f"(far beyond real use; a run that size would take hours); "
                              f"{fix}")
         return value
+
+    @model_validator(mode="after")
+    def _prefill_passes(self):
+        if self.prefill_chunk is not None:
+            passes = -(-self.prompt_tokens // self.prefill_chunk)
+            if passes > MAX_PREFILL_PASSES:
+                raise ValueError(f"prefill_chunk={self.prefill_chunk} cuts prompt_tokens="
+                                 f"{self.prompt_tokens:,} into {passes:,} passes, over the "
+                                 f"cap of {MAX_PREFILL_PASSES:,}; raise prefill_chunk")
+        return self
 
     @field_validator("acceptance")
     @classmethod
