@@ -53,6 +53,7 @@ def summarise(config, results: list[BatchResult], max_new: int) -> dict:
            "tokens_per_s": tokens / wall_s if wall_s else 0.0, "steps": steps,
            "mean_tokens_per_step": tokens / steps / (rows / len(results)),
            "step_latency_s": wall_s / steps, "max_new_tokens": max_new,
+           "prompt_tokens": config.prompt_tokens,
            "mean_accepted": accepted / len(verifies) / (rows / len(results))
            if verifies else 0.0,
            "acceptance_rate": accepted / proposed if proposed else None}
