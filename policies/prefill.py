@@ -29,6 +29,12 @@ pass reads the layers' weights again. Lanes run concurrently (different devices
 work in parallel; roles on one device queue on it), chunks pipeline along a
 lane. Decoding starts when every segment holds the prompt.
 
+The prologue runs at every prompt length, the default 128 included: ``ttft_s``
+counts it, while the decode metrics (tokens/s, step latency, speedup over AR,
+every law in deterministic mode) never include it and are exactly what the
+decoding alone gives (``analyses.api.run_schedule`` simulates the prologue
+first, on its own, and the decoding from time 0 as before).
+
 Not prefilled: an exit head's own decoder layer (``exit_layer`` heads: one
 layer beside the model's N) and the extra rows of speculation trees (Mirror's
 kappa roots, SSD's outcome rows), which copy their sequence's cache.
@@ -70,10 +76,10 @@ class _Stop(Exception):
 class _DryRun:
     """Answers a schedule's operations with stand-ins and notes its segments."""
 
-    def __init__(self, batch: int):
-        self.batch = batch
+    def __init__(self):
         self.segments: dict[tuple[str, str], Segment] = {}
-        self.loads: dict[tuple[str, str], int] = {}
+        self.loads: dict[tuple[str, str], int] = {}  # StreamWeights seen per segment
+        self.computed: set[tuple[str, str]] = set()  # segments a Forward ran
         self.ops, self.verifies = DRY_OPS, DRY_STEPS
 
     def run(self, schedule) -> list[Segment]:
@@ -113,10 +119,10 @@ class _DryRun:
         if start >= stop:
             return  # a head alone (PPSD's exit head): no cache of its own
         key = (op.device, op.model)
-        seg = self.segments.get(key)
-        if seg is None:
-            self.segments[key] = Segment(op.device, op.model, start, stop, op.collectives)
-            return
+        seg = self.segments.setdefault(key, Segment(op.device, op.model, start, stop))
+        if key not in self.computed:  # the sharding of the segment's first pass
+            self.computed.add(key)
+            seg.collectives = op.collectives
         seg.start, seg.stop = min(seg.start, start), max(seg.stop, stop)
         if seg.streamed and not seg.slots and any(a < stop and start < b
                                                    for a, b in seg.streamed):
@@ -130,10 +136,10 @@ class _DryRun:
         self.loads[key] = self.loads.get(key, 0) + 1
 
 
-def segments_of(schedule, batch: int) -> list[Segment]:
+def segments_of(schedule) -> list[Segment]:
     """The segments a decoding schedule reads the prompt's KV cache in, in the
     order it first uses them."""
-    return _DryRun(batch).run(schedule)
+    return _DryRun().run(schedule)
 
 
 def lanes_of(segments: list[Segment]) -> list[list[Segment]]:
@@ -271,7 +277,7 @@ def prologue(schedule, ctx: PolicyContext):
     dry-run here) reads, over ``ctx.prompt_tokens`` positions in passes of
     ``ctx.prefill_chunk``; returns {"prefill_passes": Forwards over the prompt}."""
     chunks = chunks_of(ctx.prompt_tokens, ctx.prefill_chunk)
-    lanes = lanes_of(segments_of(schedule, ctx.batch)) if chunks else []
+    lanes = lanes_of(segments_of(schedule)) if chunks else []
     if lanes:
         yield Parallel(tuple(_lane(ctx, lane, chunks) for lane in lanes))
     passes = len(chunks) * sum(len(pieces(s)) if s.streamed else 1

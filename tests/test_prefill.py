@@ -15,6 +15,7 @@ from analyses.cli import main
 from analyses.sweep import expand_grid, parse_sweep, run_grid
 from hwprofiles import load_model, load_platform
 from policies import PolicyContext, build, build_prefill, names
+from policies.ops import OPERATIONS, Forward, Join, Parallel, Spawn, drive
 from policies.prefill import chunks_of, lanes_of, segments_of
 from simcore.costmodel import RooflineCost
 
@@ -74,16 +75,64 @@ def test_target_and_draft_prefill_at_once_on_their_own_devices():
     assert tracks == ["gpu4", "target_tp"]
 
 
+@pytest.mark.parametrize("policy", ["ar", "sd", "mirror", "ssd", "ppsd", "cats"])
+def test_the_prologue_is_ordinary_operations_covering_each_layer_once(policy):
+    """Every prompt position passes every layer of every segment exactly once, in
+    Forwards without a head (the first token is the decoding's)."""
+    scenario, params = SCENARIOS[policy]
+    ctx = PolicyContext(target=load_model(scenario["target"]), tokens=8, prompt_tokens=1000,
+                        prefill_chunk=300, draft=scenario["draft"] and load_model(
+                            scenario["draft"]))
+    seen: dict[tuple, int] = {}
+
+    def answer(op):
+        assert isinstance(op, OPERATIONS)
+        if isinstance(op, Forward):
+            assert op.head is None and op.label == "prefill"
+            for layer in range(*op.layers):
+                key = (op.device, op.model, layer)
+                assert op.context == seen.get(key, 0)  # chunks in order, each after
+                seen[key] = op.context + op.n_tokens   # the ones before it
+        if isinstance(op, Spawn):
+            return drive(op.branch, answer)
+        if isinstance(op, Parallel):
+            return tuple(drive(b, answer) for b in op.branches)
+        return tuple(op.tasks) if isinstance(op, Join) else None
+
+    stats = drive(build_prefill(policy, ctx, params), answer)
+    segments = segments_of(build(policy, ctx, params))
+    assert set(seen) == {(s.device, s.model, layer) for s in segments
+                         for layer in range(s.start, s.stop)}
+    assert set(seen.values()) == {1000} and stats["prefill_chunks"] == 4
+
+
 def test_a_self_draft_prefills_its_layers_on_the_drafts_device():
     ctx = PolicyContext(target=load_model("llama-3.1-70b"), tokens=8)
-    segs = segments_of(build("sd", ctx, {"draft_layers": 10}), 1)
+    segs = segments_of(build("sd", ctx, {"draft_layers": 10}))
     assert {(s.device, s.model, s.start, s.stop) for s in segs} == {
         ("draft", "target", 0, 10), ("target", "target", 0, 80)}
 
 
+def test_mirror_prefills_the_whole_target_and_the_draft_once():
+    ctx = PolicyContext(target=load_model("qwen3-32b"), draft=load_model("qwen3-0.6b"),
+                        tokens=8)
+    segs = segments_of(build("mirror", ctx, {}))  # prefix and suffix: one segment
+    assert [(s.device, s.model, s.start, s.stop, s.collectives) for s in segs] == [
+        ("draft", "draft", 0, 28, 2), ("target", "target", 0, 64, None)]
+
+
+def test_streamed_segments_know_their_chunks_and_buffer():
+    ctx = PolicyContext(target=load_model("vicuna-7b"), tokens=8)
+    params = {"dram_budget_gb": 6, "chunk_layers": 2, "buffer_chunks": 3}
+    (seg,) = segments_of(build("cats", ctx, params))
+    resident = 32 - len(seg.streamed) * 2
+    assert (seg.start, seg.stop, seg.slots) == (0, 32, 3)
+    assert seg.streamed == [(a, a + 2) for a in range(resident, 32, 2)]
+
+
 def test_ppsd_stages_form_one_lane_and_chunks_pipeline_through_it():
     ctx = PolicyContext(target=load_model("vicuna-7b"), tokens=8)
-    lanes = lanes_of(segments_of(build("ppsd", ctx, {"exit_layer": 8}), 1))
+    lanes = lanes_of(segments_of(build("ppsd", ctx, {"exit_layer": 8})))
     assert [[(s.device, s.start, s.stop) for s in lane] for lane in lanes] == [
         [("stage0", 0, 8), ("stage1", 8, 16), ("stage2", 16, 24), ("stage3", 24, 32)]]
     whole = run_schedule(_config("ppsd", prompt_tokens=4096))
@@ -227,7 +276,9 @@ def test_compare_sweeps_prompt_tokens_from_the_command_line(tmp_path, capsys):
     out = tmp_path / "r.html"
     assert main(["compare", "--policies", "ar,sd", "--sweep", "prompt_tokens=128,1024",
                  "--tokens", "40", "--jobs", "1", "-o", str(out), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["points"] == 4
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["points"] == 4 and summary["fastest"].startswith("sd(")
+    assert summary["ttft_s"] > summary["tpot_s"] > 0  # the fastest point's latencies
     body = out.read_text()
     assert "ttft_s over prompt_tokens" in body and "time to first token" in body
 
