@@ -151,10 +151,20 @@ def acceptance_figure(best: dict[str, PointResult]) -> go.Figure:
     return fig
 
 
+MEASURED_VIEWS = (("tokens_per_s", 1.0, "tokens/s"),
+                  ("step_latency_s", 1e3, "step latency [ms]"),
+                  ("ttft_s", 1e3, "time to first token [ms]"))
+
+
 def measured_scatter(replays) -> go.Figure:
-    """Predicted against measured tokens/s and step latency, one point per run."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("tokens/s", "step latency [ms]"))
-    for col, key, scale in ((1, "tokens_per_s", 1.0), (2, "step_latency_s", 1e3)):
+    """Predicted against measured tokens/s, step latency and, where every run
+    recorded it (runs measured before TTFT was recorded lack it), time to first
+    token; one point per run."""
+    views = [v for v in MEASURED_VIEWS if all(
+        isinstance(r.measured.get(v[0]), (int, float))
+        and isinstance(r.predicted.get(v[0]), (int, float)) for r in replays)]
+    fig = make_subplots(rows=1, cols=len(views), subplot_titles=[v[2] for v in views])
+    for col, (key, scale, _title) in enumerate(views, start=1):
         xs = [r.measured[key] * scale for r in replays]
         ys = [r.predicted[key] * scale for r in replays]
         fig.add_scatter(x=xs, y=ys, mode="markers", text=[r.label for r in replays],

@@ -281,7 +281,7 @@ def test_compare_sweeps_prompt_tokens_from_the_command_line(tmp_path, capsys):
 
 
 # the executor ----------------------------------------------------------------------
-def test_a_measured_run_records_its_time_to_first_token(tmp_path):
+def _measured_run(tmp_path):
     from executors.measure import measure
     from executors.session import Options
     from tests.test_executor import tiny_spec
@@ -289,8 +289,12 @@ def test_a_measured_run_records_its_time_to_first_token(tmp_path):
     config = SimConfig(platform="cpu-local", target=f"random:{tiny_spec(tmp_path)}",
                        policy="sd", params={"gamma": 3, "draft_layers": 4}, seed=1)
     msgs = [[{"role": "user", "content": "a prompt for the prefill to process"}]]
-    out = measure(config, Options(max_new_tokens=6, mode="inline"), msgs,
-                  out_dir=tmp_path / "run")
+    return measure(config, Options(max_new_tokens=6, mode="inline"), msgs,
+                   out_dir=tmp_path / "run")
+
+
+def test_a_measured_run_records_its_time_to_first_token(tmp_path):
+    out = _measured_run(tmp_path)
     assert out["matches_ar"] is True  # timing the prefill changes no token
     record = json.loads((tmp_path / "run" / "record.json").read_text())
     m = record["metrics"]
@@ -301,3 +305,19 @@ def test_a_measured_run_records_its_time_to_first_token(tmp_path):
     first_s = min(s["end_s"] for s in spans if s["op"]["type"] == "Verify")
     assert m["ttft_s"] == pytest.approx(m["prefill_s"] + first_s, rel=1e-12)
     assert m["tpot_s"] == pytest.approx(m["wall_s"] / m["tokens"], rel=1e-12)
+
+
+def test_the_report_sets_measured_against_replayed_ttft(tmp_path):
+    from analyses.replay import load_run, replay
+
+    _measured_run(tmp_path)
+    rep = replay(load_run(tmp_path / "run"))
+    assert rep.predicted["ttft_s"] > rep.predicted["prefill_s"] > 0
+    fig = report.measured_scatter([rep])
+    titles = [a.text for a in fig.layout.annotations]
+    assert titles == ["tokens/s", "step latency [ms]", "time to first token [ms]"]
+    ttft = [t for t in fig.data if t.name == "ttft_s"][0]
+    assert (ttft.x[0], ttft.y[0]) == (rep.measured["ttft_s"] * 1e3,
+                                      rep.predicted["ttft_s"] * 1e3)
+    rep.measured.pop("ttft_s")  # a run recorded before TTFT was: two views
+    assert len(report.measured_scatter([rep]).layout.annotations) == 2
