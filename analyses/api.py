@@ -111,7 +111,8 @@ def run_schedule(config: SimConfig, *, record_spans: bool = True,
     acc = acceptance.build(**config.acceptance)
     outcomes = outcomes_factory(acc, seed=config.seed,
                                 deterministic=config.deterministic)
-    def simulator():
+
+    def simulator():  # a fresh engine; the prologue asks the outcome source nothing
         return Simulator(platform, models, outcomes, placement=config.placement,
                          contention=config.contention, record_spans=record_spans)
 
