@@ -18,7 +18,7 @@ from pathlib import Path
 from analyses.config import SimConfig
 from analyses.fit import Run, check_fit  # noqa: F401  (check_fit: part of the API)
 from hwprofiles import ModelSpec, Platform, load_model, load_platform
-from policies import PolicyContext, acceptance, build, entry, parse_params
+from policies import PolicyContext, acceptance, build, build_prefill, entry, parse_params
 from simcore import Outcomes, SimResult, Simulator
 from simcore.records import write_record
 from simcore.trace import write_chrome_trace
@@ -58,13 +58,19 @@ def _models(config: SimConfig) -> dict[str, ModelSpec]:
 
 
 def run_schedule(config: SimConfig, *, record_spans: bool = True,
-                 outcomes_factory=Outcomes, rewrite=None) -> SimResult:
+                 outcomes_factory=Outcomes, rewrite=None,
+                 prefill: bool = True) -> SimResult:
     """Simulate one configuration and return the engine's raw result.
 
     ``outcomes_factory(acceptance_model, seed=, deterministic=)`` builds the
     outcome source; pass an Outcomes subclass to observe or replay outcomes.
     ``rewrite(schedule) -> schedule`` wraps the policy's generator (a replay
-    gives Forwards the work a measured run did for them)."""
+    gives Forwards the work a measured run did for them).
+
+    With ``prefill`` the schedule's prologue (the prompt's prefill) runs first,
+    in a simulation of its own on idle hardware, and its time is the result's
+    ``prefill_s``: decoding then starts at time 0 from the same state as without
+    it, so every decode metric is the same with or without the prefill."""
     platform = load_platform(config.platform)
     models = _models(config)
     pol = entry(config.policy)
@@ -82,16 +88,25 @@ def run_schedule(config: SimConfig, *, record_spans: bool = True,
                         tokens=config.tokens, batch=config.batch,
                         prompt_tokens=config.prompt_tokens,
                         fixed_context=config.fixed_context,
-                        expected_outcomes=config.deterministic)
+                        expected_outcomes=config.deterministic,
+                        prefill_chunk=config.prefill_chunk)
     schedule = build(config.policy, ctx, params)
     if rewrite is not None:
         schedule = rewrite(schedule)
     acc = acceptance.build(**config.acceptance)
     outcomes = outcomes_factory(acc, seed=config.seed,
                                 deterministic=config.deterministic)
-    sim = Simulator(platform, models, outcomes, placement=config.placement,
-                    contention=config.contention, record_spans=record_spans)
-    return sim.run(schedule)
+
+    def simulator():  # a fresh engine; the prologue asks the outcome source nothing
+        return Simulator(platform, models, outcomes, placement=config.placement,
+                         contention=config.contention, record_spans=record_spans)
+
+    before = simulator().run(build_prefill(config.policy, ctx, params)) if prefill else None
+    result = simulator().run(schedule)
+    if before is not None:
+        result.prefill_s, result.prefill_spans = before.time_s, before.spans
+        result.stats = {**before.stats, **result.stats}
+    return result
 
 
 def metrics_of(config: SimConfig, result: SimResult) -> dict:
@@ -106,6 +121,7 @@ def metrics_of(config: SimConfig, result: SimResult) -> dict:
         "steps": steps,
         "mean_tokens_per_step": result.tokens / (steps * config.batch),
         "step_latency_s": result.time_s / steps,
+        **latency_metrics(config, result),
     }
     for key, value in result.stats.items():
         out.setdefault(key, value)
@@ -116,6 +132,28 @@ def metrics_of(config: SimConfig, result: SimResult) -> dict:
         for key, value in timeline(result.spans).items():
             out.setdefault(key, value)
     return out
+
+
+def latency_metrics(config: SimConfig, result: SimResult) -> dict:
+    """A request's view: ``ttft_s``, the prefill plus the decoding up to the first
+    committed token; ``tpot_s``, decoding time per generated token of a sequence
+    (batch / tokens_per_s, the prefill excluded)."""
+    first = result.first_token_s
+    return {"prompt_tokens": config.prompt_tokens, "prefill_s": result.prefill_s,
+            "ttft_s": None if first is None else result.prefill_s + first,
+            "tpot_s": result.time_s * config.batch / result.tokens if result.tokens
+            else None}
+
+
+def timeline_spans(result: SimResult) -> list:
+    """The run's spans on one timeline: the prefill from 0, then the decoding
+    shifted by the prefill's time."""
+    shift = result.prefill_s
+    if not shift:
+        return list(result.prefill_spans) + list(result.spans)
+    return list(result.prefill_spans) + [s._replace(start_s=s.start_s + shift,
+                                                    end_s=s.end_s + shift)
+                                         for s in result.spans]
 
 
 def baseline_config(config: SimConfig) -> SimConfig:
@@ -143,7 +181,8 @@ def simulate(config: SimConfig, *, trace_path: str | Path | None = None,
             metrics["ar_tokens_per_s"] = base_tps
             metrics["speedup_vs_ar"] = metrics["tokens_per_s"] / base_tps
     if trace_path is not None:
-        write_chrome_trace(trace_path, result.spans, process=f"simulated {config.policy}",
+        write_chrome_trace(trace_path, timeline_spans(result),
+                           process=f"simulated {config.policy}",
                            metadata=config.model_dump(mode="json"))
         metrics["trace"] = str(trace_path)
     if record_path is not None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from hwprofiles.numbers import StrictModel
 from hwprofiles.schema import BITS, Bits, ModelSpec
 from policies import acceptance, entry
+from policies.prefill import MAX_PREFILL_PASSES
 
 RUN_KEYS = {"contention": "fair-share memory tiers among concurrent readers (on/off)",
             "prompt_tokens": "KV-cache positions before decoding starts (at most 1e7, "
@@ -23,7 +24,9 @@ RUN_KEYS = {"contention": "fair-share memory tiers among concurrent readers (on/
                             "run past the hardware's capacity)",
             "expert_parallel": "shard a mixture-of-experts model's experts whole over "
                                "its group (all-to-all dispatch and combine) instead of "
-                               "tensor-parallel (on/off)"}
+                               "tensor-parallel (on/off)",
+            "prefill_chunk": "positions per prefill pass: chunked prefill, each chunk "
+                             "attending to those before it (default: one pass)"}
 
 
 # Caps on a run's size, far above real use; beyond them the simulation would run
@@ -52,6 +55,7 @@ class SimConfig(StrictModel):
     seed: int = Field(0, ge=0)
     deterministic: bool = False
     prompt_tokens: int = Field(128, ge=0)
+    prefill_chunk: int | None = Field(None, ge=1)
     fixed_context: bool = False
     contention: bool = False
     placement: dict[str, str] = Field(default_factory=dict)
@@ -86,6 +90,16 @@ class SimConfig(StrictModel):
         if self.expert_parallel and spec.is_moe:
             spec = spec.model_copy(update={"expert_parallel": True})
         return spec
+
+    @model_validator(mode="after")
+    def _prefill_passes(self):
+        if self.prefill_chunk is not None:
+            passes = -(-self.prompt_tokens // self.prefill_chunk)
+            if passes > MAX_PREFILL_PASSES:
+                raise ValueError(f"prefill_chunk={self.prefill_chunk} cuts prompt_tokens="
+                                 f"{self.prompt_tokens:,} into {passes:,} passes, over the "
+                                 f"cap of {MAX_PREFILL_PASSES:,}; raise prefill_chunk")
+        return self
 
     @field_validator("acceptance")
     @classmethod

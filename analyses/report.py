@@ -1,9 +1,11 @@
 """Plotly reports: one self-contained HTML file comparing policies on a scenario.
 
 The file inlines plotly.js once, so it opens offline. Sections: speedup and
-tokens/s per policy, the sweep as lines, the latency-law view, a per-device
-timeline of a few steps per policy, acceptance histograms, and, when measured
-runs are given, predicted-vs-measured and sim-vs-real timelines.
+tokens/s per policy with time to first token beside the time per output token,
+the sweep as lines (TTFT and per-token latency too when prompt_tokens is swept),
+the latency-law view, a per-device timeline of a few steps per policy,
+acceptance histograms, and, when measured runs are given, predicted-vs-measured
+and sim-vs-real timelines.
 """
 
 from __future__ import annotations
@@ -67,6 +69,26 @@ def summary_figure(best: dict[str, PointResult]) -> go.Figure:
     return fig
 
 
+def latency_figure(best: dict[str, PointResult]) -> go.Figure:
+    """A request's two latencies per policy: time to first token (the prompt's
+    prefill and the decoding up to the first token) beside the decoding time per
+    output token."""
+    names = list(best)
+    labels = [best[p].point.label for p in names]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(
+        "time to first token [ms]", "time per output token [ms]"))
+    for col, key in ((1, "ttft_s"), (2, "tpot_s")):
+        fig.add_bar(x=names, y=[_ms(best[p].metrics.get(key)) for p in names],
+                    hovertext=labels, name=key, row=1, col=col)
+    fig.update_layout(title="Latency per policy (each at its fastest swept setting)",
+                      showlegend=False, height=420, **LAYOUT)
+    return fig
+
+
+def _ms(seconds) -> float | None:
+    return None if seconds is None else seconds * 1e3
+
+
 def sweep_figure(results: list[PointResult], keys: list[str], metric: str) -> go.Figure:
     """One line per policy (and per setting of the other swept keys) over keys[0]."""
     x_key = keys[0]
@@ -89,6 +111,8 @@ def sweep_figure(results: list[PointResult], keys: list[str], metric: str) -> go
             fig.add_hline(y=pts[0][1], line_dash="dot", annotation_text=name)
     fig.update_layout(title=f"{metric} over {x_key}", xaxis_title=x_key,
                       yaxis_title=metric, height=420, **LAYOUT)
+    if x_key == "prompt_tokens":  # prompts span orders of magnitude
+        fig.update_xaxes(type="log")
     return fig
 
 
@@ -127,10 +151,20 @@ def acceptance_figure(best: dict[str, PointResult]) -> go.Figure:
     return fig
 
 
+MEASURED_VIEWS = (("tokens_per_s", 1.0, "tokens/s"),
+                  ("step_latency_s", 1e3, "step latency [ms]"),
+                  ("ttft_s", 1e3, "time to first token [ms]"))
+
+
 def measured_scatter(replays) -> go.Figure:
-    """Predicted against measured tokens/s and step latency, one point per run."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("tokens/s", "step latency [ms]"))
-    for col, key, scale in ((1, "tokens_per_s", 1.0), (2, "step_latency_s", 1e3)):
+    """Predicted against measured tokens/s, step latency and, where every run
+    recorded it (runs measured before TTFT was recorded lack it), time to first
+    token; one point per run."""
+    views = [v for v in MEASURED_VIEWS if all(
+        isinstance(r.measured.get(v[0]), (int, float))
+        and isinstance(r.predicted.get(v[0]), (int, float)) for r in replays)]
+    fig = make_subplots(rows=1, cols=len(views), subplot_titles=[v[2] for v in views])
+    for col, (key, scale, _title) in enumerate(views, start=1):
         xs = [r.measured[key] * scale for r in replays]
         ys = [r.predicted[key] * scale for r in replays]
         fig.add_scatter(x=xs, y=ys, mode="markers", text=[r.label for r in replays],
@@ -208,6 +242,8 @@ def _speed_section(results: list[PointResult]) -> Section:
     sec = Section("Speed per policy")
     if best:
         sec.figures.append(("speedup and tokens/s per policy", summary_figure(best)))
+        sec.figures.append(("time to first token and per output token",
+                            latency_figure(best)))
     for policy, reason in skipped_policies(results).items():
         sec.notes.append(f"{policy}: skipped, it does not apply to this scenario ({reason})")
     return sec
@@ -244,6 +280,11 @@ def build_sections(results: list[PointResult], base: dict, sweep_keys: list[str]
         for metric in ("tokens_per_s", "speedup_vs_ar"):
             sweep.figures.append((f"sweep: {metric}", sweep_figure(results, sweep_keys,
                                                                    metric)))
+        if "prompt_tokens" in sweep_keys:  # the prompt's length drives the first token
+            keys = ["prompt_tokens"] + [k for k in sweep_keys if k != "prompt_tokens"]
+            for metric in ("ttft_s", "tpot_s"):
+                sweep.figures.append((f"sweep: {metric}", sweep_figure(results, keys,
+                                                                       metric)))
     else:
         sweep.notes.append("No --sweep was given: one point per policy.")
     sections.append(sweep)
@@ -265,7 +306,8 @@ def build_sections(results: list[PointResult], base: dict, sweep_keys: list[str]
 def scenario_intro(results: list[PointResult], base: dict, sets: dict | None = None) -> str:
     best = best_per_policy(results)
     rows = [[p, r.point.label, r.metrics["tokens_per_s"], r.metrics["speedup_vs_ar"],
-             r.metrics["mean_tokens_per_step"], r.metrics["step_latency_s"] * 1e3]
+             r.metrics["mean_tokens_per_step"], r.metrics["step_latency_s"] * 1e3,
+             _ms(r.metrics.get("ttft_s")), _ms(r.metrics.get("tpot_s"))]
             for p, r in sorted(best.items(), key=lambda kv: -kv[1].metrics["tokens_per_s"])]
     acc = ", ".join(f"{k}={v}" for k, v in base.get("acceptance", {}).items())
     head = (f"<p>Platform <b>{html.escape(base['platform'])}</b>, target "
@@ -277,7 +319,8 @@ def scenario_intro(results: list[PointResult], base: dict, sets: dict | None = N
         head += ("<p>Settings for every policy that takes them: " + html.escape(", ".join(
             f"{k}={v}" for k, v in sets.items())) + ".</p>")
     return head + _table(rows, ["policy", "fastest setting", "tokens/s", "speedup vs AR",
-                                "tokens/step", "step latency [ms]"])
+                                "tokens/step", "step latency [ms]", "TTFT [ms]",
+                                "per output token [ms]"])
 
 
 def fastest(results: list[PointResult]) -> PointResult | None:

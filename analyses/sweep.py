@@ -2,7 +2,9 @@
 
 A grid is every policy crossed with every combination of the swept values. A
 swept or fixed key that a policy does not take (``gamma`` for ``ar``) is dropped
-for that policy, which then runs once. Points run in worker processes (or on a
+for that policy, which then runs once. Run options sweep like policy parameters
+and apply to every policy: ``prompt_tokens=128,1024,8192`` gives each point its
+prompt's prefill (``ttft_s``) and its decoding at that context. Points run in worker processes (or on a
 Ray cluster) and come back in the grid's order, so the same inputs always give
 the same report. A point whose policy does not apply to the scenario (a missing
 draft, a model that does not fit, no storage tier) comes back with its error

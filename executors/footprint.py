@@ -2,8 +2,8 @@
 
 The executor must know which models run on which placement roles, and how deep,
 to start the right devices with the right weights and to fill their KV caches
-with the prompt before the clock starts (the simulator assumes the prompt is
-already cached). A policy is a plain generator, so a dry run costs nothing:
+with the prompt before the clock starts (the simulator's prologue finds the
+same caches the same way, ``policies.prefill``). A policy is a plain generator, so a dry run costs nothing:
 drive a fresh schedule with stand-in results for its first steps and note
 every Forward's (device role, model, deepest layer).
 """

@@ -53,14 +53,28 @@ def summarise(config, results: list[BatchResult], max_new: int) -> dict:
            "tokens_per_s": tokens / wall_s if wall_s else 0.0, "steps": steps,
            "mean_tokens_per_step": tokens / steps / (rows / len(results)),
            "step_latency_s": wall_s / steps, "max_new_tokens": max_new,
+           "prompt_tokens": config.prompt_tokens,
            "mean_accepted": accepted / len(verifies) / (rows / len(results))
            if verifies else 0.0,
            "acceptance_rate": accepted / proposed if proposed else None}
+    out.update(latency_metrics(results, tokens, wall_s, rows))
     events = [a for r in results for a in r.acceptance if "event" in a]
     for name in sorted({e["event"] for e in events}):  # per row, as recorded
         held = [h for e in events if e["event"] == name for h in held_rows(e)]
         out[f"{name}_rate"] = sum(held) / len(held)
     return out
+
+
+def latency_metrics(results: list[BatchResult], tokens: int, wall_s: float,
+                    rows: int) -> dict:
+    """A request's view, measured: ``ttft_s``, the mean over prompt batches of the
+    prefill (every cache the schedule reads, streamed layers loaded once) plus the
+    decoding up to the first committed token; ``tpot_s``, decoding time per
+    generated token of a sequence (the prefill excluded)."""
+    firsts = [r.ttft_s for r in results if r.ttft_s is not None]
+    return {"prefill_s": sum(r.prefill_s for r in results) / len(results),
+            "ttft_s": sum(firsts) / len(firsts) if firsts else None,
+            "tpot_s": wall_s * rows / len(results) / tokens if tokens else None}
 
 
 def as_spans(results: list[BatchResult]) -> list[Span]:

@@ -48,6 +48,20 @@ class BatchResult:
     spans: list[dict]
     acceptance: list[dict]
     stats: dict
+    prefill_s: float = 0.0  # the prompt's prefill, before the clock of wall_s starts
+
+    @property
+    def first_token_s(self) -> float | None:
+        """When the first Verify committed tokens, on the decoding's clock."""
+        ends = [s["end_s"] for s in self.spans if s["op"]["type"] == "Verify"]
+        return min(ends) if ends else None
+
+    @property
+    def ttft_s(self) -> float | None:
+        """Time to first token: the prefill, then the decoding up to its first
+        committed token (the prefill leaves the prompt's last token to that step)."""
+        first = self.first_token_s
+        return None if first is None else self.prefill_s + first
 
 
 def physical_map(platform, placement: dict[str, str], physical: dict[str, str]):
@@ -158,8 +172,10 @@ class Session:
                             temperature=self.opts.temperature, observers=OBSERVERS,
                             hints=hints_for(policy, parsed))
         hints = coord.hints
+        start_s = time.perf_counter()  # streamed layers load once for the prefill
         self._streams(streams, hints.get("buffer_layers", 1), restore=True)
         self._prefill(coord, uses)
+        prefill_s = time.perf_counter() - start_s
         self._streams(streams, hints.get("buffer_layers", 1), restore=False)
         coord.t0 = time.perf_counter()
         stats = coord.run(build(policy, ctx, parsed))
@@ -174,7 +190,7 @@ class Session:
         coord.drain()
         generated = [seqs.generated(r) for r in range(seqs.batch)]
         return BatchResult(generated, wall_s, coord.steps, coord.spans, coord.acceptance,
-                           stats if isinstance(stats, dict) else {})
+                           stats if isinstance(stats, dict) else {}, prefill_s)
 
     def _devices(self, uses, batch: int) -> dict:
         needed = {}

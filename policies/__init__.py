@@ -4,8 +4,8 @@ Nothing here imports simpy or torch: the same schedule runs in the simulator
 and in the real executor.
 """
 
-from policies.base import (PolicyContext, PolicyError, PolicyParams, build, entry, names,
-                           parse_params, register)
+from policies.base import (PolicyContext, PolicyError, PolicyParams, build, build_prefill,
+                           entry, names, parse_params, register)
 
-__all__ = ["PolicyContext", "PolicyError", "PolicyParams", "build", "entry", "names",
-           "parse_params", "register"]
+__all__ = ["PolicyContext", "PolicyError", "PolicyParams", "build", "build_prefill", "entry",
+           "names", "parse_params", "register"]

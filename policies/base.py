@@ -41,6 +41,8 @@ class PolicyContext:
     ``expected_outcomes``: verdicts and outcomes are expectations (deterministic
     simulation), so a schedule charges the laws' idealised work and none of the
     catch-up positions that depend on whole outcomes.
+    ``prefill_chunk``: positions per prefill pass (None: the whole prompt in
+    one pass); see ``policies.prefill``.
     """
 
     target: ModelSpec
@@ -50,6 +52,7 @@ class PolicyContext:
     prompt_tokens: int = 128
     fixed_context: bool = False
     expected_outcomes: bool = False
+    prefill_chunk: int | None = None
 
     def context(self, generated_per_row: float) -> int:
         if self.fixed_context:
@@ -137,6 +140,15 @@ def build(name: str, ctx: PolicyContext, params: PolicyParams | dict) -> Generat
     if e.needs_draft:
         ctx.need_draft(name)
     return e.fn(ctx, params)
+
+
+def build_prefill(name: str, ctx: PolicyContext, params: PolicyParams | dict) -> Generator:
+    """The prologue of schedule ``name``: the prompt's prefill of every cache its
+    decoding reads (``policies.prefill``), as ordinary operations. ``build``
+    returns the decoding alone, whose metrics exclude the prefill."""
+    from policies.prefill import prologue
+
+    return prologue(build(name, ctx, params), ctx)
 
 
 def names() -> list[str]:

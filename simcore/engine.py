@@ -29,6 +29,9 @@ class SimResult:
     spans: list[Span]
     stats: dict = field(default_factory=dict)
     outcome_rates: dict = field(default_factory=dict)
+    first_token_s: float | None = None  # when the first Verify committed a token
+    prefill_s: float = 0.0  # the prologue's time, run before (outside) time_s
+    prefill_spans: list[Span] = field(default_factory=list)
 
 
 class Simulator:
@@ -55,6 +58,7 @@ class Simulator:
         self.spans: list[Span] = []
         self.tokens = 0.0
         self.steps = 0
+        self.first_token_s: float | None = None
         self._members: dict[str, tuple[str, ...]] = {}
         self._links: dict[tuple[str, str, str], Stream] = {}
         self._routes: dict[tuple[str, str], tuple] = {}
@@ -71,7 +75,8 @@ class Simulator:
         self.env.run()
         stats = main.value if isinstance(main.value, dict) else {}
         rates = {e: self.outcomes.rate(e) for e in self.outcomes.asked}
-        return SimResult(self.env.now, self.tokens, self.steps, self.spans, stats, rates)
+        return SimResult(self.env.now, self.tokens, self.steps, self.spans, stats, rates,
+                         self.first_token_s)
 
     def _drive(self, schedule):
         value = None
@@ -271,6 +276,8 @@ class Simulator:
 
     def _verify(self, op: Verify):
         verdict = self.outcomes.verify(op)
+        if self.first_token_s is None and verdict.tokens > 0:
+            self.first_token_s = self.env.now
         self.tokens += verdict.tokens
         self.steps += 1
         return verdict

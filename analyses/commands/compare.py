@@ -186,4 +186,6 @@ def _summary(results, path) -> dict:
             "fastest": best.point.label if best else None,
             "speedup_vs_ar": best.metrics["speedup_vs_ar"] if best else None,
             "tokens_per_s": best.metrics["tokens_per_s"] if best else None,
+            "ttft_s": best.metrics.get("ttft_s") if best else None,
+            "tpot_s": best.metrics.get("tpot_s") if best else None,
             "skipped": skipped, "points": len(results)}

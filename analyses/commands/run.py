@@ -109,6 +109,10 @@ def _run(args) -> int:
               f"tokens/s, {out['mean_tokens_per_step']:.2f} tokens/step, step "
               f"{out['step_latency_s'] * 1e3:.2f} ms"
               + (f", speedup vs AR {speedup:.2f}x" if speedup else ""))
+        if out.get("ttft_s") is not None:
+            print(f"  time to first token {out['ttft_s'] * 1e3:.2f} ms (prefill "
+                  f"{out['prefill_s'] * 1e3:.2f} ms), {out['tpot_s'] * 1e3:.2f} ms per "
+                  "output token")
         print(f"run record: {out['run_record']}")
     return 0
 

@@ -44,4 +44,11 @@ def _simulate(args) -> int:
               f"{m['mean_tokens_per_step']:.2f} tokens/step, step "
               f"{m['step_latency_s'] * 1e3:.3f} ms, speedup vs AR "
               f"{m['speedup_vs_ar']:.2f}x")
+        print(f"  {config.prompt_tokens}-token prompt: time to first token "
+              f"{_ms(m['ttft_s'])} (prefill {_ms(m['prefill_s'])}), "
+              f"{_ms(m['tpot_s'])} per output token")
     return 0
+
+
+def _ms(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds * 1e3:.3f} ms"
