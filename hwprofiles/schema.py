@@ -502,9 +502,14 @@ class ModelSpec(_Sourced):
 
     # FLOPs ----------------------------------------------------------------
     def layer_flops(self, n_tokens: int, context: int) -> float:
-        """FLOPs of one layer over n_tokens new positions attending to context+n."""
+        """FLOPs of one layer over n_tokens new positions after ``context`` cached
+        ones, under a causal mask: the i-th new position (1-based) attends to
+        context + i positions, so a pass scores n*context + n(n+1)/2 pairs (a
+        prompt of P positions costs P(P+1)/2, not P^2, and chunking it costs the
+        same pairs as one pass)."""
         dense = 2 * (self.layer_active_params - 2 * self.hidden) * n_tokens
-        attn = 4 * self.n_heads * self.dim_per_head * n_tokens * (context + n_tokens)
+        pairs = n_tokens * context + n_tokens * (n_tokens + 1) / 2
+        attn = 4 * self.n_heads * self.dim_per_head * pairs
         return dense + attn
 
     def head_flops(self, n_tokens: int) -> float:
