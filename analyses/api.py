@@ -93,15 +93,15 @@ def run_schedule(config: SimConfig, *, record_spans: bool = True,
     placement = {**platform.placement, **config.placement}
     if not pol.streams_weights:
         check_fit(platform, models, placement)
+    acc = acceptance.build(**config.acceptance)
     ctx = PolicyContext(target=models["target"], draft=models.get("draft"),
                         tokens=config.tokens, batch=config.batch,
                         prompt_tokens=config.prompt_tokens,
                         fixed_context=config.fixed_context,
-                        expected_outcomes=config.deterministic)
+                        expected_outcomes=config.deterministic, acceptance=acc)
     schedule = build(config.policy, ctx, params)
     if rewrite is not None:
         schedule = rewrite(schedule)
-    acc = acceptance.build(**config.acceptance)
     outcomes = outcomes_factory(acc, seed=config.seed,
                                 deterministic=config.deterministic)
     sim = Simulator(platform, models, outcomes, placement=config.placement,

@@ -15,6 +15,8 @@ from typing import Annotated
 
 from pydantic import ConfigDict, Field, ValidationError, validate_call
 
+from policies.tree import tree_law  # token trees: the closed form lives with the schedule
+
 MAX_COUNT = 1_000_000  # larger token, layer or batch counts are typing slips, not designs
 
 Probability = Annotated[float, Field(ge=0, le=1)]
@@ -176,4 +178,4 @@ def _checked(name: str, law):
 
 LAWS = {name: _checked(name, law) for name, law in
         {"leviathan": leviathan, "mirror": mirror, "ssd": ssd, "ppsd": ppsd, "cats": cats,
-         "kangaroo": kangaroo}.items()}
+         "kangaroo": kangaroo, "tree": tree_law}.items()}

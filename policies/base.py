@@ -41,6 +41,9 @@ class PolicyContext:
     ``expected_outcomes``: verdicts and outcomes are expectations (deterministic
     simulation), so a schedule charges the laws' idealised work and none of the
     catch-up positions that depend on whole outcomes.
+    ``acceptance``: the simulated run's acceptance model (None in the executor),
+    for a schedule whose proposal is not a chain (a token tree) to turn into a
+    modelled mean (``Verify.expected``).
     """
 
     target: ModelSpec
@@ -50,6 +53,7 @@ class PolicyContext:
     prompt_tokens: int = 128
     fixed_context: bool = False
     expected_outcomes: bool = False
+    acceptance: Any = None
 
     def context(self, generated_per_row: float) -> int:
         if self.fixed_context:
@@ -122,6 +126,9 @@ def parse_params(name: str, values: dict[str, Any]) -> PolicyParams:
     except ValidationError as err:
         first = err.errors()[0]
         field = ".".join(str(p) for p in first["loc"])
+        if not field:  # a check across fields: the message names them
+            raise PolicyError(f"policy '{name}': "
+                              f"{first['msg'].removeprefix('Value error, ')}") from None
         if first["type"] == "extra_forbidden":
             raise PolicyError(
                 f"policy '{name}' has no parameter '{field}'; its parameters are "
