@@ -37,7 +37,9 @@ E[accepted] = sum over nodes of the product of p along the node's path
 equal this acceptance (EAGLE-2's premise), so its shape follows from p.
 
 Deterministic simulation verifies with that mean (``Verify.expected``); random
-simulation draws accepted lengths with that mean; the executor walks the real
+simulation draws accepted lengths with that mean; an acceptance ``trace``
+(record it from a tree run: ``hetspec run --policy tree``) is replayed as
+recorded, its lengths being tree walks already. The executor walks the real
 tree (``executors.tokentree``): greedy, or at temperature > 0 the target samples
 its token at each node and the walk follows it while it is a child, which keeps
 the target's distribution exactly (the draft's candidates are fixed, not
@@ -200,13 +202,15 @@ def closed_form(params: TreeParams, alphas: list[float]) -> dict:
 
 
 # the schedule --------------------------------------------------------------------
-@register("tree", TreeParams, needs_draft=False)
+@register("tree", TreeParams)
 def tree(ctx: PolicyContext, params: TreeParams):
     """Token-tree speculation: a static or dynamic draft tree, one tree-masked verify."""
     model, layers, head = draft_source(ctx, params.draft_layers, "tree")
     passes, depth = draft_passes(params), tree_depth(params)
     expected, n_nodes = None, len(tree_nodes(params, None))
-    if ctx.acceptance is not None:  # simulation: the tree's modelled mean
+    # simulation: the tree's modelled mean; a trace (recorded from a tree run)
+    # already holds the tree's accepted lengths and is replayed as it is
+    if ctx.acceptance is not None and getattr(ctx.acceptance, "kind", "") != "trace":
         form = closed_form(params, depth_alphas(ctx.acceptance, depth))
         expected, n_nodes = form["expected_accepted"], form["nodes"]
     if params.width is not None and n_nodes < params.nodes:
@@ -254,7 +258,10 @@ def tree_law(alpha: Probability | None = None, alphas: tuple[float, ...] | None 
              if x is not None}
     from policies.base import parse_params
 
-    params = parse_params("tree", given)
+    try:
+        params = parse_params("tree", given)
+    except PolicyError as err:
+        raise ValueError(str(err).replace("policy 'tree'", "law 'tree'", 1)) from None
     if (alpha is None) == (alphas is None) and rank_alphas is None:
         raise ValueError("law 'tree' needs the acceptance: give alpha (i.i.d.) or alphas "
                          "(per depth), e.g. --set alpha=0.8")

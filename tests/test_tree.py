@@ -169,6 +169,13 @@ def test_random_mode_converges_to_the_expected_length():
                                                       ["expected_tokens_per_step"], rel=0.03)
 
 
+def test_a_trace_of_tree_walks_is_replayed_as_recorded(tmp_path):
+    path = tmp_path / "acceptance.jsonl"
+    path.write_text('{"accepted": [3]}\n{"accepted": [0]}\n{"accepted": [2]}\n')
+    m = _sim({"tree": (2, 2, 2)}, {"kind": "trace", "path": str(path)})
+    assert m["mean_tokens_per_step"] == pytest.approx(5 / 3 + 1, rel=1e-9)
+
+
 def test_self_draft_tree_on_one_device():
     m = _sim({"tree": (2, 2), "draft_layers": 8}, {"kind": "iid", "alpha": 0.8}, draft=None)
     assert m["mean_tokens_per_step"] == pytest.approx(
