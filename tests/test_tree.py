@@ -212,6 +212,13 @@ def test_greedy_tree_equals_ar_token_for_token(close_draft, params):
     assert forwards and all(op["n_tokens"] == op["n_fed"] for op in forwards)
 
 
+def test_trees_in_worker_processes_equal_ar(close_draft, tiny):
+    """Draft and target in their own processes: the commands travel pickled."""
+    with session(tiny, "self:5", mode="processes", placement=STAGES) as s:
+        runs = [s.decode("tree", p, PROMPTS) for p in TREES[:3]]
+    assert all([g[:12] for g in r.generated] == close_draft.reference for r in runs)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_far_draft_takes_side_branches_and_stays_lossless(tiny, seed):
     """A 1-layer draft's first guess is often wrong and a lower-ranked sibling
@@ -287,6 +294,18 @@ def test_the_walk_follows_the_targets_token_and_compaction_keeps_the_path(tiny):
         held = len(seq) - 1
         assert torch.allclose(cache.k[layer][0, :, :held], plain.k[layer][0, :, :held],
                               atol=1e-4)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_a_cuda_target_scores_trees_losslessly(tiny):
+    from executors.session import Options, Session
+
+    opts = Options(max_new_tokens=12, mode="processes", physical={"target": "cuda:0"})
+    with Session("cpu-local", f"random:{tiny}", "self:5", options=opts) as s:
+        ref = s.decode("ar", {}, PROMPTS[:2]).generated
+        runs = [s.decode("tree", p, PROMPTS[:2]) for p in TREES[:3]]
+    assert all([g[:12] for g in r.generated] == [g[:12] for g in ref] for r in runs)
+    assert {x["physical"] for x in runs[0].spans} >= {"cuda:0", "cpu:1"}
 
 
 def test_tree_at_temperature_one_samples_the_target_distribution(tmp_path):
