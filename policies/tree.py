@@ -171,6 +171,17 @@ def _dynamic(params: TreeParams, p) -> list[tuple]:
             for v, d, par, i in (cands[j] for j in keep)]
 
 
+def check_budget(params: TreeParams) -> None:
+    """A dynamic tree must grow at least the nodes it is asked to score."""
+    if params.width is None:
+        return
+    grown = params.width + (params.depth - 1) * params.width ** 2
+    if grown < params.nodes:
+        raise PolicyError(f"tree: a dynamic tree of width {params.width} and depth "
+                          f"{params.depth} grows {grown} nodes, fewer than nodes="
+                          f"{params.nodes}; lower nodes or raise width or depth")
+
+
 def draft_passes(params: TreeParams) -> list[tuple[int, int]]:
     """(positions, top-k) of each draft pass: the nodes it expands, their children."""
     if params.width is None:
@@ -189,6 +200,7 @@ def tree_depth(params: TreeParams) -> int:
 
 def closed_form(params: TreeParams, alphas: list[float]) -> dict:
     """The tree's expected accepted length and its work, from per-depth alphas."""
+    check_budget(params)
     depth = tree_depth(params)
     if len(alphas) < depth:
         alphas = list(alphas) + [alphas[-1]] * (depth - len(alphas))
@@ -206,6 +218,7 @@ def closed_form(params: TreeParams, alphas: list[float]) -> dict:
 def tree(ctx: PolicyContext, params: TreeParams):
     """Token-tree speculation: a static or dynamic draft tree, one tree-masked verify."""
     model, layers, head = draft_source(ctx, params.draft_layers, "tree")
+    check_budget(params)
     passes, depth = draft_passes(params), tree_depth(params)
     expected, n_nodes = None, len(tree_nodes(params, None))
     # simulation: the tree's modelled mean; a trace (recorded from a tree run)
@@ -213,11 +226,15 @@ def tree(ctx: PolicyContext, params: TreeParams):
     if ctx.acceptance is not None and getattr(ctx.acceptance, "kind", "") != "trace":
         form = closed_form(params, depth_alphas(ctx.acceptance, depth))
         expected, n_nodes = form["expected_accepted"], form["nodes"]
-    if params.width is not None and n_nodes < params.nodes:
-        raise PolicyError(f"tree: a dynamic tree of width {params.width} and depth "
-                          f"{params.depth} grows {n_nodes} nodes, fewer than nodes="
-                          f"{params.nodes}; lower nodes or raise width or depth")
-    b, n = ctx.batch, ctx.target.n_layers
+    if max(k for _, k in passes) > ctx.target.vocab:
+        raise PolicyError(f"tree: a node cannot have more children than the "
+                          f"{ctx.target.vocab} tokens of the vocabulary; lower tree or width")
+    return _steps(ctx, params, (model, layers, head), expected, n_nodes)
+
+
+def _steps(ctx: PolicyContext, params: TreeParams, source: tuple, expected, n_nodes: int):
+    (model, layers, head), passes = source, draft_passes(params)
+    b, n, depth = ctx.batch, ctx.target.n_layers, tree_depth(params)
     done, steps, behind = 0.0, 0, 1
     while done < ctx.budget:
         context, fed = ctx.context(done / b), 0
@@ -260,6 +277,7 @@ def tree_law(alpha: Probability | None = None, alphas: tuple[float, ...] | None 
 
     try:
         params = parse_params("tree", given)
+        check_budget(params)
     except PolicyError as err:
         raise ValueError(str(err).replace("policy 'tree'", "law 'tree'", 1)) from None
     if (alpha is None) == (alphas is None) and rank_alphas is None:

@@ -16,7 +16,7 @@ from executors.layers import Positions, Stack
 from hwprofiles import load_model, load_platform
 from policies import PolicyError, parse_params
 from policies.acceptance import IID, Histogram, Positional
-from policies.tree import closed_form, depth_alphas, tree_nodes, rank_probs
+from policies.tree import depth_alphas, draft_passes, rank_probs, tree_nodes
 from simcore import RooflineCost
 from tests.test_executor import (PROMPTS, STAGES, _chi2_p, _joint, _peaky, session,
                                  tiny_spec)
@@ -98,6 +98,18 @@ def test_bad_tree_parameters_are_one_sentence(bad, match):
     assert "\n" not in str(err.value)
 
 
+def test_a_dynamic_tree_too_small_for_its_budget_is_refused():
+    with pytest.raises(ValueError, match="grows 5 nodes, fewer than nodes=32"):
+        law("tree", alpha=0.8, width=1, depth=5)
+
+def test_more_children_than_the_vocabulary_is_refused_before_any_step(tiny):
+    from policies import PolicyContext, build
+
+    spec = models.spec_of(f"random:{tiny}")  # 48 tokens
+    with pytest.raises(PolicyError, match="48 tokens of the vocabulary; lower tree"):
+        build("tree", PolicyContext(target=spec, draft=spec), {"tree": (50,)})
+
+
 # deterministic simulation == closed form ------------------------------------------
 def _sim(params, acceptance, draft="llama-3.2-1b", deterministic=True, tokens=400):
     cfg = SimConfig(platform="h100-sxm-5x", target="llama-3.1-70b", draft=draft,
@@ -110,9 +122,8 @@ def _step_s(params, draft="llama-3.2-1b"):
     """The step the law composes, from the cost model: one draft pass per depth over
     that depth's nodes (each attending to the nodes fed before it), the tree's trip,
     one target pass over root + nodes, the verdict's trip; and one AR step."""
-    from policies.tree import draft_passes, tree_nodes
-
-    platform, cost = load_platform("h100-sxm-5x"), RooflineCost(load_platform("h100-sxm-5x"))
+    platform = load_platform("h100-sxm-5x")
+    cost = RooflineCost(platform)
     target, spec = load_model("llama-3.1-70b"), load_model(draft)
     p = parse_params("tree", params)
     n_nodes, fed, t_draft = len(tree_nodes(p, None)), 0, 0.0
