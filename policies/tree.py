@@ -20,8 +20,9 @@ Shapes:
     at each later depth the W most confident nodes of the depth before
     (confidence: the product of draft probabilities along the path) expand into
     their top-W candidates, ``depth`` passes in all; the target scores the
-    ``nodes`` most confident of all candidates (a set closed under ancestors,
-    since confidence only falls along a path).
+    ``nodes`` most confident of all W + (depth-1) W^2 candidates (all of them
+    when fewer; a set closed under ancestors, since confidence only falls along
+    a path).
 
 Acceptance by sibling rank: given its parent was accepted, the node whose token
 is the draft's rank-i candidate (0-based) is accepted with probability
@@ -70,8 +71,8 @@ class TreeParams(PolicyParams):
     width: int | None = Field(None, ge=1, le=32, description="dynamic tree (EAGLE-2): "
                               "nodes expanded per depth, each into its top-width candidates")
     depth: int = Field(5, ge=1, le=32, description="dynamic tree: depth (draft passes)")
-    nodes: int = Field(32, ge=1, le=MAX_NODES, description="dynamic tree: nodes the "
-                       "target scores (the most confident)")
+    nodes: int = Field(32, ge=1, le=MAX_NODES, description="dynamic tree: the most "
+                       "nodes the target scores (the most confident of those grown)")
     rank_alphas: tuple[float, ...] | None = Field(
         None, min_length=1, description="P(target's token is the draft's rank-i candidate) "
                                         "per sibling rank; default: from the acceptance model")
@@ -171,17 +172,6 @@ def _dynamic(params: TreeParams, p) -> list[tuple]:
             for v, d, par, i in (cands[j] for j in keep)]
 
 
-def check_budget(params: TreeParams) -> None:
-    """A dynamic tree must grow at least the nodes it is asked to score."""
-    if params.width is None:
-        return
-    grown = params.width + (params.depth - 1) * params.width ** 2
-    if grown < params.nodes:
-        raise PolicyError(f"tree: a dynamic tree of width {params.width} and depth "
-                          f"{params.depth} grows {grown} nodes, fewer than nodes="
-                          f"{params.nodes}; lower nodes or raise width or depth")
-
-
 def draft_passes(params: TreeParams) -> list[tuple[int, int]]:
     """(positions, top-k) of each draft pass: the nodes it expands, their children."""
     if params.width is None:
@@ -200,7 +190,6 @@ def tree_depth(params: TreeParams) -> int:
 
 def closed_form(params: TreeParams, alphas: list[float]) -> dict:
     """The tree's expected accepted length and its work, from per-depth alphas."""
-    check_budget(params)
     depth = tree_depth(params)
     if len(alphas) < depth:
         alphas = list(alphas) + [alphas[-1]] * (depth - len(alphas))
@@ -218,7 +207,6 @@ def closed_form(params: TreeParams, alphas: list[float]) -> dict:
 def tree(ctx: PolicyContext, params: TreeParams):
     """Token-tree speculation: a static or dynamic draft tree, one tree-masked verify."""
     model, layers, head = draft_source(ctx, params.draft_layers, "tree")
-    check_budget(params)
     passes, depth = draft_passes(params), tree_depth(params)
     expected, n_nodes = None, len(tree_nodes(params, None))
     # simulation: the tree's modelled mean; a trace (recorded from a tree run)
@@ -277,7 +265,6 @@ def tree_law(alpha: Probability | None = None, alphas: tuple[float, ...] | None 
 
     try:
         params = parse_params("tree", given)
-        check_budget(params)
     except PolicyError as err:
         raise ValueError(str(err).replace("policy 'tree'", "law 'tree'", 1)) from None
     if (alpha is None) == (alphas is None) and rank_alphas is None:

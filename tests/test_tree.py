@@ -98,9 +98,11 @@ def test_bad_tree_parameters_are_one_sentence(bad, match):
     assert "\n" not in str(err.value)
 
 
-def test_a_dynamic_tree_too_small_for_its_budget_is_refused():
-    with pytest.raises(ValueError, match="grows 5 nodes, fewer than nodes=32"):
-        law("tree", alpha=0.8, width=1, depth=5)
+def test_a_dynamic_tree_scores_at_most_the_nodes_it_grows():
+    out = law("tree", alpha=0.8, width=1, depth=5)  # nodes=32 by default
+    assert out["nodes"] == 5 and out["expected_tokens_per_step"] == pytest.approx(
+        leviathan(0.8, 5)["expected_tokens_per_step"], rel=1e-12)
+    assert _sim({"width": 2, "depth": 3}, {"kind": "iid", "alpha": 0.8})["tree_nodes"] == 10
 
 def test_more_children_than_the_vocabulary_is_refused_before_any_step(tiny):
     from policies import PolicyContext, build
