@@ -84,16 +84,16 @@ def run_schedule(config: SimConfig, *, record_spans: bool = True,
         check_fit(platform, models, placement,
                   Run(config.policy, params, config.prompt_tokens, grown, config.batch,
                       pol.streams_weights))
+    acc = acceptance.build(**config.acceptance)
     ctx = PolicyContext(target=models["target"], draft=models.get("draft"),
                         tokens=config.tokens, batch=config.batch,
                         prompt_tokens=config.prompt_tokens,
                         fixed_context=config.fixed_context,
                         expected_outcomes=config.deterministic,
-                        prefill_chunk=config.prefill_chunk)
+                        prefill_chunk=config.prefill_chunk, acceptance=acc)
     schedule = build(config.policy, ctx, params)
     if rewrite is not None:
         schedule = rewrite(schedule)
-    acc = acceptance.build(**config.acceptance)
     outcomes = outcomes_factory(acc, seed=config.seed,
                                 deterministic=config.deterministic)
 

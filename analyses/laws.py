@@ -16,6 +16,7 @@ from typing import Annotated
 from pydantic import ConfigDict, Field, ValidationError, validate_call
 
 from hwprofiles.closedforms import expected_tokens
+from policies.tree import tree_law  # token trees: the closed form lives with the schedule
 
 MAX_COUNT = 1_000_000  # larger token, layer or batch counts are typing slips, not designs
 
@@ -185,4 +186,4 @@ def _checked(name: str, law):
 LAWS = {name: _checked(name, law) for name, law in
         {"leviathan": leviathan, "mirror": mirror, "ssd": ssd, "ppsd": ppsd,
          "ppsd_cost": ppsd_cost, "eesd_cost": eesd_cost, "cats": cats,
-         "kangaroo": kangaroo}.items()}
+         "kangaroo": kangaroo, "tree": tree_law}.items()}

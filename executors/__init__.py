@@ -10,6 +10,8 @@ registered policies run unchanged, their operations become real computation.
   each Forward feeds, proposals, speculation trees, rollback.
 * ``branches``    — CATS's correction branches: sibling cache slots under a tree
   mask, verified in the target's one pass, compacted onto the committed path.
+* ``tokentree``   — token trees (Medusa/EAGLE): drafted depth by depth, scored in
+  one tree-masked target pass, walked by the Verify, the path compacted.
 * ``coordinator``, ``loop``, ``observers`` — operations to device commands; the
   task loop that runs fork/join branches concurrently; real Outcome events.
 * ``device``, ``clients``, ``workers`` — a device's weights, caches and commands,

@@ -77,6 +77,7 @@ class Sequences:
     prompt_lens: list[int]
     proposals: dict[int, Proposal] = field(default_factory=dict)
     wide: dict[int, Wide] = field(default_factory=dict)
+    trees: dict[int, object] = field(default_factory=dict)  # executors.tokentree
 
     @classmethod
     def start(cls, prompts: list[list[int]]) -> "Sequences":

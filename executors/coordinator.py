@@ -17,7 +17,10 @@ Conventions beyond the operations' own docstrings:
     after the first pre-speculation step takes the tokens of all K);
   * a ``emit="sample"`` Forward emits ``n_tokens`` tokens, one pass each;
   * with ``hints['corrections']`` (CATS), a verifier's candidates become
-    correction branches verified beside the proposal (``executors.branches``).
+    correction branches verified beside the proposal (``executors.branches``);
+  * a Forward that does not sample on a branch other than 0 drafts (``emit=
+    "topk"``) or scores a token tree, and a Verify on that branch walks it
+    (``executors.tokentree``).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from executors import branches
+from executors import branches, tokentree
 from executors.book import CacheBook, Proposal, Sequences, Wide
 from executors.device import SleepCmd, VerifyCmd
 from executors.feeds import HandleInfo, hidden_command, hidden_inputs, token_command
@@ -158,12 +161,15 @@ class Coordinator:
             for info in infos:
                 cmds += self.move(info, client)
             cmd, fed = hidden_command(op, handle, book, infos, self._lens(width), **extra)
+        elif tokentree.expands(self, op):
+            cmd, fed = tokentree.expand_command(self, op, handle, client, **extra)
         else:
             seqs, extra["pick"] = self._sequences(op, width, wide, client)
-            extras = branches.take(self, op, width, wide)
+            extras = branches.take(self, op, width, wide) or tokentree.scoring(self, op)
             cmd, fed = token_command(op, handle, book, seqs, self._lens(width, wide), extras,
                                      **extra)
         branches.note_pass(self, client, op.model, width, op.layers, fed)
+        tokentree.note_pass(self, op, client, width, fed)
         info = HandleInfo(handle, client, op.device, op.model, width, op.layers,
                           at={client}, head=op.head, emit=op.emit, branch=op.branch,
                           wide=wide, **fed)
@@ -217,6 +223,8 @@ class Coordinator:
     def _emitted(self, op: Forward, info: HandleInfo, book: CacheBook, result: dict) -> None:
         if op.emit == "topk":
             info.topk = result["topk"]
+            if tokentree.emitted(self, op, result):
+                return
             branches.note_verifier(self, op, info, result)
             if not info.wide and info.width == 1:
                 self.last_topk = info
@@ -266,6 +274,9 @@ class Coordinator:
     def verify(self, op: Verify) -> Pending:
         self._materialise()
         info = self.handles[op.target.id]
+        tree = self.seqs.trees.get(op.branch)
+        if tree is not None and tree.scored is not None:
+            return tokentree.verify(self, op, info)
         prop = self.seqs.proposal(op.branch)
         gamma = [len(t) if op.bonus else min(op.gamma, len(t)) for t in prop.tokens]
         if op.row_gamma is not None:  # rows verify proposals of their own lengths

@@ -60,6 +60,7 @@ class VerifyCmd:
     offsets: list[int] | None = None
     bonus: bool = True
     branches: list | None = None  # per row: (i, token, logits row) correction siblings
+    tree: list | None = None  # per row: (token, parent or -1) per token-tree node
 
 
 @dataclass
@@ -149,9 +150,13 @@ class LocalDevice:
             if cmd.emit == "sample":
                 out = self._emit(stack, cache, cmd, logits)
             elif cmd.emit == "topk":
-                out = {"topk": [torch.topk(lg[-1], cmd.k).indices.tolist() for lg in logits]}
+                ranked = [torch.topk(lg, cmd.k).indices for lg in logits]
+                out = {"topk": [r[-1].tolist() for r in ranked],
+                       # the candidates' probabilities: a draft's confidence in each
+                       "topk_p": [torch.softmax(lg, -1).gather(-1, r).tolist()
+                                  for lg, r in zip(logits, ranked)]}
                 if any(lg.shape[0] > 1 for lg in logits):  # a verifier over several positions
-                    out["topk_all"] = [torch.topk(lg, cmd.k).indices.tolist() for lg in logits]
+                    out["topk_all"] = [r.tolist() for r in ranked]
         self.keep(cmd.handle, entry)
         if self.collectives is not None and self.collectives.timings:
             out["collectives"] = self.collectives.take()  # (start, end, bytes) each
@@ -168,6 +173,8 @@ class LocalDevice:
 
     def _VerifyCmd(self, cmd: VerifyCmd):
         logits = self.store[cmd.handle]["logits"]
+        if cmd.tree is not None:
+            return self._walk_trees(cmd, logits)
         accepted, tokens, margin, via = [], [], [], []
         for b, proposal in enumerate(cmd.proposals):
             g = len(proposal)
@@ -190,6 +197,40 @@ class LocalDevice:
             tokens.append(tok)
             margin.append(float(top2[0] - top2[1]))
         return {"accepted": accepted, "bonus": tokens, "margin": margin, "via": via}
+
+    def _walk_trees(self, cmd: VerifyCmd, logits) -> dict:
+        """Per row, follow the target's own token down a token tree from the root
+        (logits row ``offset``; node j's at ``offset + 1 + j``) while it is a child;
+        the path is accepted and the token where it leaves the tree is the bonus.
+        At temperature > 0 the token is sampled at each node: the draft's children
+        are fixed, so the committed tokens follow the target's distribution."""
+        accepted, tokens, margin, paths = [], [], [], []
+        for b, nodes in enumerate(cmd.tree):
+            off, lg = cmd.offsets[b], logits[b]
+            if off < 0 or lg.shape[0] < off + 1 + len(nodes):
+                raise RuntimeError(f"a tree of {len(nodes)} nodes needs {len(nodes) + 1} "
+                                   f"target positions from {off}; the pass has {lg.shape[0]}")
+            children: dict[int, dict[int, int]] = {}
+            for j, (token, parent) in enumerate(nodes):
+                children.setdefault(parent, {})[token] = j
+            node, path = -1, []
+            while True:
+                row = lg[off + 1 + node]
+                if cmd.temperature <= 0:
+                    tok = int(row.argmax())
+                else:
+                    p = torch.softmax(row / cmd.temperature, -1)
+                    tok = int(torch.multinomial(p, 1, generator=self.gen))
+                node = children.get(node, {}).get(tok)
+                if node is None:
+                    break
+                path.append(node)
+            top2 = torch.topk(row, 2).values
+            accepted.append(len(path))
+            tokens.append(tok)
+            margin.append(float(top2[0] - top2[1]))
+            paths.append(path)
+        return {"accepted": accepted, "bonus": tokens, "margin": margin, "path": paths}
 
     @torch.inference_mode()
     def _CompactCmd(self, cmd: CompactCmd):

@@ -73,7 +73,9 @@ def token_command(op: Forward, handle: int, book, seqs: list[tuple],
                   committed_lens: list[int | None], extras: list | None = None,
                   **extra) -> tuple[FwdCmd, dict]:
     """Feed each row's sequence past what the layers hold; ``extras[r]``: branch
-    tokens ``(token, rope)`` fed after it, each seeing the slots below ``rope``.
+    tokens ``(token, rope)`` fed after it, each seeing the slots below ``rope``, or
+    ``(token, rope, limit, ancestors)``: seeing the slots below ``limit`` and those
+    of the extras it names (indices into ``extras[r]``, a token tree).
     A sampled Forward with ``head_tokens=1`` samples one token from one pass
     over its positions (a draft catching up on positions it never fed)."""
     if op.emit == "sample" and op.head_tokens == 1:
@@ -88,9 +90,8 @@ def token_command(op: Forward, handle: int, book, seqs: list[tuple],
         more = extras[r] if extras else []
         starts.append(start)
         n_fed.append(len(seq) - start + len(more))
-        tokens.append(list(seq[start:]) + [t for t, _ in more])
-        branches.append([(len(seq) - start + j, rope, rope) for j, (_, rope) in
-                         enumerate(more)])
+        tokens.append(list(seq[start:]) + [e[0] for e in more])
+        branches.append([_branch(len(seq), start, j, *e) for j, e in enumerate(more)])
         n_logits.append(_n_logits(op, seq, committed_lens[r], n_fed[-1] - len(more))
                         + (len(more) if op.head else 0))
         book.wrote(op.layers, r, seq, len(seq))
@@ -101,6 +102,14 @@ def token_command(op: Forward, handle: int, book, seqs: list[tuple],
                  op.emit, op.k, tuple(n_logits), branches=branches, **extra)
     return cmd, {"start": starts, "n_fed": n_fed, "seqs": seqs, "n_logits": tuple(n_logits),
                  "branches": branches}
+
+
+def _branch(end: int, start: int, j: int, _token, rope: int, limit: int | None = None,
+            ancestors=()) -> tuple:
+    """Extra j's branch entry: its index among the fed positions, its rotary
+    position, the slots it sees below, and its ancestors' slots."""
+    return (end - start + j, rope, rope if limit is None else limit,
+            *(end + a for a in ancestors))
 
 
 def hidden_command(op: Forward, handle: int, book, infos: list[HandleInfo],
@@ -116,8 +125,7 @@ def hidden_command(op: Forward, handle: int, book, infos: list[HandleInfo],
                 raise RuntimeError(f"the inputs of Forward '{op.label}' are not "
                                    "consecutive positions")
             if info.branches:  # branch tokens come last, past the main positions
-                row += [(end - starts[r] + i, rope, limit)
-                        for i, rope, limit in info.branches[r]]
+                row += [(end - starts[r] + i, *rest) for i, *rest in info.branches[r]]
             end += info.n_fed[r]
         n_fed.append(end - starts[r])
         branches.append(row)

@@ -59,10 +59,11 @@ class KVCache:
 class Positions:
     """Where each row's new tokens go, and the attention mask that follows.
 
-    ``branches[b]``: ``(i, rope, limit)`` per branch token of row b: new token i
-    takes rotary position ``rope`` and sees only the cache slots below ``limit``
-    and its own slot (a correction branch: a sibling of the main-branch token at
-    position ``rope``, placed in a slot past the main branch).
+    ``branches[b]``: ``(i, rope, limit, *seen)`` per branch token of row b: new
+    token i takes rotary position ``rope`` and sees only the cache slots below
+    ``limit``, the slots ``seen`` and its own slot (a correction branch: a sibling
+    of the main-branch token at position ``rope``, placed in a slot past the main
+    branch; a token-tree node: ``seen`` are its ancestors' slots).
     """
 
     def __init__(self, start: list[int], n_fed: list[int], tree: torch.Tensor | None = None,
@@ -78,7 +79,7 @@ class Positions:
         if self.branches is not None:
             self.rope = self.pos.clone()
             for b, row in enumerate(self.branches):
-                for i, rope, _ in row:
+                for i, rope, *_ in row:
                     self.rope[b, i] = rope
         self.mask = self._mask(tree, device)
 
@@ -91,9 +92,10 @@ class Positions:
             for b, s in enumerate(self.start):
                 mask[b, :, s:s + self.n] &= tree[b, :self.n, :self.n]
         for b, row in enumerate(self.branches or ()):
-            for i, _, limit in row:
+            for i, _, limit, *seen in row:
                 mask[b, i] = keys < limit
                 mask[b, i, self.start[b] + i] = True
+                mask[b, i, list(seen)] = True
         return mask[:, None]  # [B, 1, n, S]
 
 

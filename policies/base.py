@@ -43,6 +43,9 @@ class PolicyContext:
     catch-up positions that depend on whole outcomes.
     ``prefill_chunk``: positions per prefill pass (None: the whole prompt in
     one pass); see ``policies.prefill``.
+    ``acceptance``: the simulated run's acceptance model (None in the executor),
+    for a schedule whose proposal is not a chain (a token tree) to turn into a
+    modelled mean (``Verify.expected``).
     """
 
     target: ModelSpec
@@ -53,6 +56,7 @@ class PolicyContext:
     fixed_context: bool = False
     expected_outcomes: bool = False
     prefill_chunk: int | None = None
+    acceptance: Any = None
 
     def context(self, generated_per_row: float) -> int:
         if self.fixed_context:
@@ -125,6 +129,9 @@ def parse_params(name: str, values: dict[str, Any]) -> PolicyParams:
     except ValidationError as err:
         first = err.errors()[0]
         field = ".".join(str(p) for p in first["loc"])
+        if not field:  # a check across fields: the message names them
+            raise PolicyError(f"policy '{name}': "
+                              f"{first['msg'].removeprefix('Value error, ')}") from None
         if first["type"] == "extra_forbidden":
             raise PolicyError(
                 f"policy '{name}' has no parameter '{field}'; its parameters are "

@@ -13,7 +13,8 @@ def register(sub) -> None:
                        description="Evaluate one schedule's closed-form law.\n\n" + lines,
                        formatter_class=__import__("argparse").RawDescriptionHelpFormatter,
                        epilog="example: hetspec law leviathan --set alpha=0.8 "
-                              "--set gamma=5 --set c=0 --json")
+                              "--set gamma=5 --set c=0 --json\n"
+                              "         hetspec law tree --set alpha=0.8 --set tree=4,2,2,1")
     p.add_argument("name", choices=sorted(LAWS), help="which law")
     p.add_argument("--set", dest="sets", action="append", metavar="KEY=VALUE",
                    help="a law parameter (repeat)")

@@ -1,0 +1,280 @@
+"""Tree-based drafting and verification (Medusa/EAGLE static trees, EAGLE-2
+dynamic trees, SpecInfer's tree attention).
+
+Each step the draft expands a token tree one depth at a time: one draft pass
+over the nodes it expands at that depth (the root first: the last committed
+token), whose top-k candidates become their children. The target then scores
+the root and every node in ONE pass under a tree mask (each node sees the
+committed context and its own ancestors): ``n_tokens = 1 + nodes`` positions
+over the committed context. The longest root path whose every token is the
+target's own next token is accepted, plus the target's token after it (the
+bonus), so one step commits between 1 and depth + 1 tokens.
+
+Shapes:
+  * static (``tree=4,2,2,1``, the default): every node at depth d-1 has
+    ``tree[d-1]`` children, its draft's top candidates; draft pass d runs over
+    the prod(tree[:d-1]) nodes of depth d-1. The default 4,2,2,1 (44 nodes)
+    spends its width where the draft is least sure, near the root, and has
+    sd's default depth (gamma=4), so the two compare at equal depth.
+  * dynamic (``width=W``, EAGLE-2): the root's top-W candidates are depth 1;
+    at each later depth the W most confident nodes of the depth before
+    (confidence: the product of draft probabilities along the path) expand into
+    their top-W candidates, ``depth`` passes in all; the target scores the
+    ``nodes`` most confident of all W + (depth-1) W^2 candidates (all of them
+    when fewer; a set closed under ancestors, since confidence only falls along
+    a path).
+
+Acceptance by sibling rank: given its parent was accepted, the node whose token
+is the draft's rank-i candidate (0-based) is accepted with probability
+p_{d,i}. By default each candidate, in the draft's rank order, matches the
+target's token with the run's per-depth acceptance alpha_d given the ones ranked
+above it did not: p_{d,i} = alpha_d (1 - alpha_d)^i, with alpha_d = P(A >= d) /
+P(A >= d-1) of the run's acceptance model (alpha for ``iid``, alphas[d-1] for
+``positional``, and as implied by a histogram or trace). ``rank_alphas``
+replaces it with measured per-rank probabilities (the same at every depth; 0
+past the list). Siblings are exclusive events (the target names one token), so
+E[accepted] = sum over nodes of the product of p along the node's path
+(``expected_accepted``). A dynamic tree in simulation takes draft confidence to
+equal this acceptance (EAGLE-2's premise), so its shape follows from p.
+
+Deterministic simulation verifies with that mean (``Verify.expected``); random
+simulation draws accepted lengths with that mean; an acceptance ``trace``
+(record it from a tree run: ``hetspec run --policy tree``) is replayed as
+recorded, its lengths being tree walks already. The executor walks the real
+tree (``executors.tokentree``): greedy, or at temperature > 0 the target samples
+its token at each node and the walk follows it while it is a child, which keeps
+the target's distribution exactly (the draft's candidates are fixed, not
+sampled). The draft's caches keep no tree slots: its next root pass re-feeds
+the accepted path and the bonus token (declared from the verdict; with
+expected outcomes one position, as the laws take it).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated
+
+from pydantic import Field, field_validator, model_validator
+
+from policies.base import MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyParams, register
+from policies.ops import Forward, Transfer, Verify
+from policies.sd import TOKEN_BYTES, VERDICT_BYTES, draft_source, first_draft_op
+
+TREE = 1  # the speculation branch the token tree grows on
+MAX_NODES = 1024  # a larger tree is a typing slip, not a design
+
+
+class TreeParams(PolicyParams):
+    tree: tuple[int, ...] = Field((4, 2, 2, 1), min_length=1, max_length=32,
+                                  description="static tree: children per node at each "
+                                              "depth, e.g. 4,2,2,1")
+    width: int | None = Field(None, ge=1, le=32, description="dynamic tree (EAGLE-2): "
+                              "nodes expanded per depth, each into its top-width candidates")
+    depth: int = Field(5, ge=1, le=32, description="dynamic tree: depth (draft passes)")
+    nodes: int = Field(32, ge=1, le=MAX_NODES, description="dynamic tree: the most "
+                       "nodes the target scores (the most confident of those grown)")
+    rank_alphas: tuple[float, ...] | None = Field(
+        None, min_length=1, description="P(target's token is the draft's rank-i candidate) "
+                                        "per sibling rank; default: from the acceptance model")
+    draft_layers: int | None = Field(
+        None, ge=1, description="self-speculate with the target's first N layers + exit head")
+    draft_collectives: int | None = Field(
+        2, ge=0, le=MAX_COLLECTIVES, description="all-reduces per draft pass on a group "
+                                                 "(none: two per layer)")
+
+    @field_validator("tree", "rank_alphas", mode="before")
+    @classmethod
+    def _one_value(cls, v):
+        return (v,) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+
+    @field_validator("tree")
+    @classmethod
+    def _branching(cls, v):
+        if any(b < 1 for b in v):
+            raise ValueError("every branching factor must be >= 1, e.g. tree=4,2,2,1")
+        if sum(math.prod(v[:d + 1]) for d in range(len(v))) > MAX_NODES:
+            raise ValueError(f"the tree holds more than {MAX_NODES} nodes; use smaller "
+                             "branching factors or fewer depths")
+        return v
+
+    @field_validator("rank_alphas")
+    @classmethod
+    def _ranks(cls, v):
+        if v is not None and (any(not 0 <= p <= 1 for p in v) or sum(v) > 1 + 1e-9):
+            raise ValueError("rank probabilities must lie in [0, 1] and sum to at most 1 "
+                             "(the target's token is one candidate at most)")
+        return v
+
+    @model_validator(mode="after")
+    def _one_shape(self):
+        if self.width is not None and "tree" in self.model_fields_set:
+            raise ValueError("tree (static) and width (dynamic) choose different shapes; "
+                             "set one of them")
+        if self.width is None and self.model_fields_set & {"depth", "nodes"}:
+            raise ValueError("depth and nodes shape a dynamic tree; set width too, or use "
+                             "tree=... for a static one")
+        return self
+
+
+# the tree's shape and its closed form ---------------------------------------------
+def depth_alphas(model, depth: int) -> list[float]:
+    """alpha_d = P(A >= d) / P(A >= d-1) for d = 1..depth of an acceptance model."""
+    means = [model.expected(j) for j in range(depth + 1)]
+    survive = [1.0] + [max(0.0, means[j] - means[j - 1]) for j in range(1, depth + 1)]
+    return [survive[d] / survive[d - 1] if survive[d - 1] > 0 else 0.0
+            for d in range(1, depth + 1)]
+
+
+def rank_probs(alphas: list[float], ranks: int,
+               rank_alphas: tuple[float, ...] | None = None) -> list[list[float]]:
+    """p[d-1][i]: acceptance of a depth-d node of sibling rank i given its parent."""
+    if rank_alphas is not None:
+        row = [rank_alphas[i] if i < len(rank_alphas) else 0.0 for i in range(ranks)]
+        return [row for _ in alphas]
+    return [[a * (1 - a) ** i for i in range(ranks)] for a in alphas]
+
+
+def tree_nodes(params: TreeParams, probs: list[list[float]] | None) -> list[tuple]:
+    """The nodes the target scores, parents before children: (value, depth, parent
+    index or -1, rank). A dynamic tree ranks candidates by ``value`` (the model's
+    confidence); without probabilities (the executor) all values are 1."""
+    def p(d, i):
+        return 1.0 if probs is None else probs[d - 1][i]
+
+    if params.width is None:
+        nodes, level = [], [-1]
+        for d, b in enumerate(params.tree, start=1):
+            nxt = []
+            for parent in level:
+                base = 1.0 if parent < 0 else nodes[parent][0]
+                for i in range(b):
+                    nodes.append((base * p(d, i), d, parent, i))
+                    nxt.append(len(nodes) - 1)
+            level = nxt
+        return nodes
+    return _dynamic(params, p)
+
+
+def _dynamic(params: TreeParams, p) -> list[tuple]:
+    w, cands, level = params.width, [], [-1]
+    for d in range(1, params.depth + 1):
+        new = []
+        for parent in level:
+            base = 1.0 if parent < 0 else cands[parent][0]
+            for i in range(w):
+                cands.append((base * p(d, i), d, parent, i))
+                new.append(len(cands) - 1)
+        level = sorted(new, key=lambda j: (-cands[j][0], j))[:w]
+    keep = sorted(sorted(range(len(cands)), key=lambda j: (-cands[j][0], cands[j][1], j))
+                  [:params.nodes])
+    index = {j: n for n, j in enumerate(keep)}
+    return [(v, d, index[par] if par >= 0 else -1, i)
+            for v, d, par, i in (cands[j] for j in keep)]
+
+
+def draft_passes(params: TreeParams) -> list[tuple[int, int]]:
+    """(positions, top-k) of each draft pass: the nodes it expands, their children."""
+    if params.width is None:
+        return [(math.prod(params.tree[:d]), b) for d, b in enumerate(params.tree)]
+    return [(1, params.width)] + [(params.width, params.width)] * (params.depth - 1)
+
+
+def expected_accepted(nodes: list[tuple]) -> float:
+    """E[accepted] = sum over nodes of the product of p along the path (its value)."""
+    return sum(v for v, *_ in nodes)
+
+
+def tree_depth(params: TreeParams) -> int:
+    return len(params.tree) if params.width is None else params.depth
+
+
+def closed_form(params: TreeParams, alphas: list[float]) -> dict:
+    """The tree's expected accepted length and its work, from per-depth alphas."""
+    depth = tree_depth(params)
+    if len(alphas) < depth:
+        alphas = list(alphas) + [alphas[-1]] * (depth - len(alphas))
+    ranks = max(params.tree) if params.width is None else params.width
+    nodes = tree_nodes(params, rank_probs(alphas[:depth], ranks, params.rank_alphas))
+    passes = draft_passes(params)
+    e = expected_accepted(nodes)
+    return {"expected_accepted": e, "expected_tokens_per_step": e + 1, "nodes": len(nodes),
+            "depth": depth, "draft_passes": len(passes),
+            "draft_positions": sum(n for n, _ in passes)}
+
+
+# the schedule --------------------------------------------------------------------
+@register("tree", TreeParams)
+def tree(ctx: PolicyContext, params: TreeParams):
+    """Token-tree speculation: a static or dynamic draft tree, one tree-masked verify."""
+    model, layers, head = draft_source(ctx, params.draft_layers, "tree")
+    passes, depth = draft_passes(params), tree_depth(params)
+    expected, n_nodes = None, len(tree_nodes(params, None))
+    # simulation: the tree's modelled mean; a trace (recorded from a tree run)
+    # already holds the tree's accepted lengths and is replayed as it is
+    if ctx.acceptance is not None and getattr(ctx.acceptance, "kind", "") != "trace":
+        form = closed_form(params, depth_alphas(ctx.acceptance, depth))
+        expected, n_nodes = form["expected_accepted"], form["nodes"]
+    if max(k for _, k in passes) > ctx.target.vocab:
+        raise PolicyError(f"tree: a node cannot have more children than the "
+                          f"{ctx.target.vocab} tokens of the vocabulary; lower tree or width")
+    return _steps(ctx, params, (model, layers, head), expected, n_nodes)
+
+
+def _steps(ctx: PolicyContext, params: TreeParams, source: tuple, expected, n_nodes: int):
+    (model, layers, head), passes = source, draft_passes(params)
+    b, n, depth = ctx.batch, ctx.target.n_layers, tree_depth(params)
+    done, steps, behind = 0.0, 0, 1
+    while done < ctx.budget:
+        context, fed = ctx.context(done / b), 0
+        for d, (count, k) in enumerate(passes):
+            op = Forward(model, "draft", layers, count, b, context + fed, head=head,
+                         emit="topk", k=k, branch=TREE, collectives=params.draft_collectives,
+                         label="tree draft")
+            yield first_draft_op(op, behind) if d == 0 else op
+            fed += count
+        # each node: its token id and its parent's index
+        yield Transfer("draft", "target", b * n_nodes * 2 * TOKEN_BYTES, label="tree")
+        logits = yield Forward("target", "target", (0, n), 1 + n_nodes, b, context,
+                               head="lm", branch=TREE, label="verify")
+        verdict = yield Verify(depth, b, target=logits, branch=TREE, expected=expected,
+                               label="verify")
+        behind = 1 if ctx.expected_outcomes else int(max(verdict.accepted)) + 1
+        yield Transfer("target", "draft", b * VERDICT_BYTES, label="verdict")
+        done += verdict.tokens
+        steps += 1
+    return {"steps": steps, "tokens": done, "tree_nodes": n_nodes}
+
+
+# the law (``hetspec law tree``) ---------------------------------------------------
+Probability = Annotated[float, Field(ge=0, le=1)]
+
+
+def tree_law(alpha: Probability | None = None, alphas: tuple[float, ...] | None = None,
+             tree: tuple[int, ...] | int | None = None, width: int | None = None,
+             depth: int | None = None, nodes: int | None = None,
+             rank_alphas: tuple[float, ...] | float | None = None,
+             c: Annotated[float, Field(ge=0)] = 0.0,
+             v: Annotated[float, Field(gt=0)] = 1.0) -> dict:
+    """Token tree: E[accepted] = sum over nodes of the product of sibling-rank
+    acceptances along its path; speedup (E+1)/(passes c + v), c one draft pass and
+    v the tree verify over one target step."""
+    given = {k: x for k, x in (("tree", tree), ("width", width), ("depth", depth),
+                               ("nodes", nodes), ("rank_alphas", rank_alphas))
+             if x is not None}
+    from policies.base import parse_params
+
+    try:
+        params = parse_params("tree", given)
+    except PolicyError as err:
+        raise ValueError(str(err).replace("policy 'tree'", "law 'tree'", 1)) from None
+    if (alpha is None) == (alphas is None) and rank_alphas is None:
+        raise ValueError("law 'tree' needs the acceptance: give alpha (i.i.d.) or alphas "
+                         "(per depth), e.g. --set alpha=0.8")
+    if alpha is not None and alphas is not None:
+        raise ValueError("law 'tree' takes alpha or alphas, not both; keep one")
+    per_depth = [alpha if alpha is not None else 1.0] if alphas is None else list(alphas)
+    if any(not 0 <= a <= 1 for a in per_depth):
+        raise ValueError("law 'tree' parameter 'alphas': every alpha must lie in [0, 1]")
+    out = closed_form(params, per_depth)
+    out["speedup"] = out["expected_tokens_per_step"] / (out["draft_passes"] * c + v)
+    return out
