@@ -78,14 +78,17 @@ def _models(config: SimConfig) -> dict[str, ModelSpec]:
 
 
 def run_schedule(config: SimConfig, *, record_spans: bool = True,
-                 outcomes_factory=Outcomes, rewrite=None) -> SimResult:
+                 outcomes_factory=Outcomes, rewrite=None,
+                 platform: Platform | None = None) -> SimResult:
     """Simulate one configuration and return the engine's raw result.
 
     ``outcomes_factory(acceptance_model, seed=, deterministic=)`` builds the
     outcome source; pass an Outcomes subclass to observe or replay outcomes.
     ``rewrite(schedule) -> schedule`` wraps the policy's generator (a replay
-    gives Forwards the work a measured run did for them)."""
-    platform = load_platform(config.platform)
+    gives Forwards the work a measured run did for them). ``platform``, when
+    given, is simulated instead of loading ``config.platform`` (a calibration
+    tries candidate profiles in memory)."""
+    platform = platform if platform is not None else load_platform(config.platform)
     models = _models(config)
     pol = entry(config.policy)
     params = parse_params(config.policy, config.params)
