@@ -45,16 +45,28 @@ def check_placement(platform: Platform, placement: dict[str, str]) -> None:
                              f"{', '.join(names)}")
 
 
+def _homes(role: str, spec: ModelSpec, placement: dict[str, str],
+           stage_layers: int | None) -> list[tuple[str, float]]:
+    """(role it lives on, share of its weights): a pipelined target's layers are
+    spread over the stage roles, E layers each."""
+    if role != "target" or not stage_layers:
+        return [(placement.get(role, role), 1.0)]
+    n = spec.n_layers
+    return [(placement.get(f"stage{k}", f"stage{k}"), (min(a + stage_layers, n) - a) / n)
+            for k, a in enumerate(range(0, n, stage_layers))]
+
+
 def check_fit(platform: Platform, models: dict[str, ModelSpec],
-              placement: dict[str, str]) -> None:
-    """Raise ValueError when resident weights overflow a memory tier."""
+              placement: dict[str, str], stage_layers: int | None = None) -> None:
+    """Raise ValueError when resident weights overflow a memory tier
+    (``stage_layers``: the target runs as a pipeline of stages that many layers)."""
     need: dict[str, float] = {}
     for role, spec in models.items():
-        where = placement.get(role, role)
-        members = platform.members(where)
-        for m in members:
-            tier = platform.device(m).memory
-            need[tier] = need.get(tier, 0.0) + spec.weight_bytes / len(members)
+        for where, share in _homes(role, spec, placement, stage_layers):
+            members = platform.members(where)
+            for m in members:
+                tier = platform.device(m).memory
+                need[tier] = need.get(tier, 0.0) + share * spec.weight_bytes / len(members)
     streams = any(d.storage for d in platform.devices)
     for tier_name, nbytes in need.items():
         tier = platform.tier(tier_name)
@@ -95,7 +107,7 @@ def run_schedule(config: SimConfig, *, record_spans: bool = True,
     check_placement(platform, config.placement)
     placement = {**platform.placement, **config.placement}
     if not pol.streams_weights:
-        check_fit(platform, models, placement)
+        check_fit(platform, models, placement, getattr(params, "stage_layers", None))
     ctx = PolicyContext(target=models["target"], draft=models.get("draft"),
                         tokens=config.tokens, batch=config.batch,
                         prompt_tokens=config.prompt_tokens,

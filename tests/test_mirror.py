@@ -316,7 +316,11 @@ def grid():
                       placement)
             t["step"] = law_of(t)["step_latency_s"]
             t["ratio"] = t["fallback"] / t["step"]
-            sim = {"sd": _tokens_per_s(setup, placement, "sd", {"gamma": GAMMA}, batch)}
+            # SD's draft sharded as Mirror's (SPD-style, 2 all-reduces per draft
+            # step), so the two compare on equal terms; vanilla SD's default is
+            # Megatron's two per layer
+            sim = {"sd": _tokens_per_s(setup, placement, "sd",
+                                       {"gamma": GAMMA, "draft_collectives": 2}, batch)}
             for name, extra in (("stall", {"batch_fallback": "stall"}),
                                 ("skip", {"batch_fallback": "skip"}),
                                 ("auto", {"rollout_ratio": t["ratio"]})):
