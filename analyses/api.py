@@ -48,12 +48,16 @@ def check_placement(platform: Platform, placement: dict[str, str]) -> None:
 def _homes(role: str, spec: ModelSpec, placement: dict[str, str],
            stage_layers: int | None) -> list[tuple[str, float]]:
     """(role it lives on, share of its weights): a pipelined target's layers are
-    spread over the stage roles, E layers each."""
-    if role != "target" or not stage_layers:
-        return [(placement.get(role, role), 1.0)]
+    spread over the stage roles, E layers each (when every stage is placed; the
+    schedule names a missing one or a bad exit layer itself)."""
     n = spec.n_layers
-    return [(placement.get(f"stage{k}", f"stage{k}"), (min(a + stage_layers, n) - a) / n)
-            for k, a in enumerate(range(0, n, stage_layers))]
+    if role != "target" or not stage_layers or stage_layers >= n:
+        return [(placement.get(role, role), 1.0)]
+    starts = range(0, n, stage_layers)
+    if any(f"stage{k}" not in placement for k in range(len(starts))):
+        return [(placement.get(role, role), 1.0)]
+    return [(placement[f"stage{k}"], (min(a + stage_layers, n) - a) / n)
+            for k, a in enumerate(starts)]
 
 
 def check_fit(platform: Platform, models: dict[str, ModelSpec],
