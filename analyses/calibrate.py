@@ -1,17 +1,24 @@
 """Fit a platform's cost-model parameters to measured spans.
 
-Every measured operation is re-predicted with ``simcore.RooflineCost`` on a
-"unit" copy of the platform (efficiencies 1, one second of launch per kernel,
-no optional terms), which splits its time into terms that scale with one
-parameter each (see ``analyses.costfit``):
+Every measured operation is turned into its cost terms by the simulator's own
+cost model (``simcore.costmodel``): a Forward into the device passes the
+executor ran for it, each with the coefficients ``RooflineCost.terms`` gives
+(kernels, calls, FLOPs, bytes, rows, peak, tier bandwidth) and the collectives
+it pays; ``analyses.costfit`` evaluates them with the same ``pass_seconds``:
 
     Forward        call_overhead_s + per pass: launch_overhead_s * kernels
-                   + roofline(memory / me [* multirow_memory_factor], compute / ce,
-                              roofline_exponent)
+                   + roofline(memory, compute, roofline_exponent)
                    + collectives * (alpha * a + b / bandwidth)
     Transfer       sum over hops of latency + bytes / bandwidth
     AllReduce      count * (alpha * a + b / bandwidth)
-    StreamWeights  latency + bytes / flash bandwidth [+ bytes / stream_host_gb_s]
+    StreamWeights  latency + requests * request_latency_s / queue_depth
+                   + bytes / flash bandwidth [+ bytes / stream_host_gb_s]
+
+The optional efficiency terms (``costfit.OPTIONAL_FIELDS``: size-dependent
+bandwidth and FLOP rates, a per-engine bandwidth cap, flash request latency)
+are fitted when asked for (``fit_terms``) and otherwise keep the profile's
+values. A fitted bandwidth cap stands in for its tier's memory efficiency,
+which is then kept (the two scale the same bytes).
 
 What a span is compared with is the time the operation held the critical path
 of the executor: its own span, plus, for a Forward, Transfer or StreamWeights,
@@ -33,7 +40,8 @@ from __future__ import annotations
 
 import bisect
 
-from analyses.costfit import EXPONENT_STARTS, Fit, Param, Pass, Term, params_of
+from analyses.costfit import (EXPONENT_STARTS, OPTIONAL_FIELDS, Fit, Param, Pass, Term,
+                              params_of)
 from analyses.costfit import fit as _fit
 from analyses.costfit import op_kind_errors  # noqa: F401  (re-exported)
 from analyses.replay import MeasuredRun, model_name
@@ -57,22 +65,11 @@ def device_classes(platform: Platform, tie: bool = True) -> dict[str, str]:
 def current_value(platform: Platform, p: Param) -> float:
     lookup = {"device": platform.device, "tier": platform.tier, "group": platform.group,
               "link": lambda n: next(l for l in platform.links if l.name == n)}[p.kind]
-    value = getattr(lookup(p.names[0]), p.field)
+    obj = lookup(p.names[0])
+    value = getattr(obj, p.field)
+    if value is None and p.field == "memory_bandwidth_gb_s":  # None: the tier's own
+        return platform.tier(obj.memory).bandwidth_gb_s
     return EXPONENT_STARTS[0] if value is None else float(value)  # None: the max
-
-
-def _unit_platform(platform: Platform) -> Platform:
-    """The platform with efficiencies 1, 1 s launch, no optional terms and free
-    collectives."""
-    devices = tuple(d.model_copy(update={
-        "compute_efficiency": 1.0, "launch_overhead_s": 1.0, "call_overhead_s": 0.0,
-        "roofline_exponent": None, "multirow_memory_factor": 1.0}) for d in platform.devices)
-    tiers = tuple(t.model_copy(update={"memory_efficiency": 1.0})
-                  for t in platform.memory_tiers)
-    groups = tuple(g.model_copy(update={"alpha_s": 0.0, "bandwidth_gb_s": 1e30})
-                   for g in platform.groups)
-    return platform.model_copy(update={"devices": devices, "memory_tiers": tiers,
-                                       "groups": groups})
 
 
 def _collective(platform: Platform, group: str, nbytes: float, count: float,
@@ -166,7 +163,7 @@ class Terms:
 
     def __init__(self, platform: Platform, *, tie: bool = True):
         self.platform = platform
-        self.unit = RooflineCost(_unit_platform(platform))
+        self.cost = RooflineCost(platform)
         self.classes = device_classes(platform, tie)
         self._models: dict[str, object] = {}
 
@@ -208,14 +205,12 @@ class Terms:
         where = placement.get(op["device"], op["device"])
         members = self.platform.members(where)
         device = self.platform.device(members[0])
-        term.device, term.tier, term.calls = self.classes[device.name], device.memory, 1
-        term.passes = list(executor_passes(self.unit, spec, where, op))
-        if len(members) > 1:
-            n_layers = op["layers"][1] - op["layers"][0]
-            count = 2 * n_layers if op.get("collectives") is None else op["collectives"]
-            rows = op.get("n_tokens", 1) * op.get("batch", 1)
-            _collective(self.platform, where, rows * spec.hidden * spec.dtype_bytes, count,
-                        term)
+        term.device, term.tier = self.classes[device.name], device.memory
+        term.passes = list(executor_passes(self.cost, spec, where, op))
+        if len(members) > 1:  # the collectives the Forward as scheduled pays
+            t = self.cost.terms(spec, where, tuple(op["layers"]), op.get("n_tokens", 1),
+                                op.get("batch", 1), op.get("head"), op.get("collectives"))
+            _collective(self.platform, where, t.message_bytes, t.collectives, term)
 
     def _transfer(self, op: dict, placement: dict, term: Term) -> bool:
         src = self.platform.members(placement.get(op["src"], op["src"]))[0]
@@ -232,6 +227,10 @@ class Terms:
         device = self.platform.device(self.platform.members(where)[0])
         tier = self.platform.tier(device.storage)
         term.fixed_s = tier.latency_s
+        if tier.request_bytes is not None:
+            term.linear.append((Param("tier", tier.name, "request_latency_s"),
+                                RooflineCost.requests_s(tier.model_copy(
+                                    update={"request_latency_s": 1.0}), float(op["nbytes"]))))
         term.inverse.append((Param("tier", tier.name, "bandwidth_gb_s"),
                              float(op["nbytes"]) / 1e9 / tier.memory_efficiency))
         if device.stream_host_gb_s is not None:  # the device installs them itself
@@ -245,11 +244,11 @@ def stepped(op: dict) -> bool:
     return op.get("emit") == "sample" and op.get("head_tokens") != 1
 
 
-def executor_passes(unit: RooflineCost, spec, where: str, op: dict):
-    """The device passes the executor ran for a measured Forward, as unit costs: a
+def executor_passes(cost: RooflineCost, spec, where: str, op: dict):
+    """The device passes the executor ran for a measured Forward, as cost terms: a
     sampled Forward of k tokens is k passes (``stepped``), the first feeding
     ``n_fed`` positions per row, the others one; a sampled or top-k head projects
-    one position per row."""
+    one position per row. The first pass carries the Forward's one call."""
     n_fed = op.get("n_fed") or op.get("n_tokens", 1)
     batch = op.get("batch", 1)
     context = op.get("context_measured", op.get("context", 0)) or 0
@@ -257,20 +256,36 @@ def executor_passes(unit: RooflineCost, spec, where: str, op: dict):
     head_tokens = 1 if op.get("emit") in ("sample", "topk") else op.get("head_tokens")
     widths = [n_fed] + [1] * ((op.get("n_tokens", 1) - 1) if sample else 0)
     for i, width in enumerate(widths):
-        c = unit.forward(spec, where, tuple(op["layers"]), width, batch,
-                         context + (n_fed + i - 1 if i else 0), op.get("head"),
-                         op.get("collectives"),
-                         head_tokens if op.get("head") and head_tokens else None)
-        yield Pass(c.launch_s, c.compute_s, c.memory_s, width * batch)
+        t = cost.terms(spec, where, tuple(op["layers"]), width, batch, op.get("head"),
+                       op.get("collectives"),
+                       head_tokens if op.get("head") and head_tokens else None)
+        ctx = context + (n_fed + i - 1 if i else 0)
+        yield Pass(t.kernels, 0 if i else 1, t.flops(ctx), t.nbytes(ctx), width * batch,
+                   t.peak_flops, t.tier_bytes_s)
 
 
 def initial_values(platform: Platform, terms: list[Term]) -> dict[Param, float]:
     return {p: current_value(platform, p) for p in params_of(terms)}
 
 
-def fit(platform: Platform, terms: list[Term], *, fixed=frozenset()) -> Fit:
-    """Least-squares fit of every parameter the terms use (``analyses.costfit``)."""
-    return _fit(terms, initial_values(platform, terms), frozenset(fixed))
+def fit(platform: Platform, terms: list[Term], *, fixed=frozenset(),
+        fit_terms=frozenset()) -> Fit:
+    """Least-squares fit of every parameter the terms use (``analyses.costfit``);
+    of the optional efficiency terms only those named in ``fit_terms``. Fitting a
+    flash tier's request latency keeps its bandwidth (a sequential-read
+    measurement), fitting a device's bandwidth cap keeps its tier's efficiency."""
+    unknown = set(fit_terms) - set(OPTIONAL_FIELDS)
+    if unknown:
+        raise ValueError(f"--fit-terms names {', '.join(sorted(unknown))}, which is not an "
+                         f"optional term; use any of {', '.join(OPTIONAL_FIELDS)}")
+    keep = set(fixed) | (set(OPTIONAL_FIELDS) - set(fit_terms))
+    if "memory_bandwidth_gb_s" in fit_terms:
+        keep.add("memory_efficiency")  # a cap and the efficiency scale the same bytes
+    if "request_latency_s" in fit_terms:  # streams of one size cannot tell a per-request
+        keep.update(Param("tier", t.name, "bandwidth_gb_s")  # time from a per-byte one:
+                    for t in platform.memory_tiers  # the measured bandwidth is kept
+                    if t.request_bytes is not None)
+    return _fit(terms, initial_values(platform, terms), frozenset(keep))
 
 
 def apply(platform: Platform, values: dict[Param, float], source: str) -> Platform:

@@ -3,18 +3,16 @@
 Each measured operation becomes a ``Term``: its predicted seconds written as a
 function of the profile parameters it depends on. A Forward is a list of
 device passes (the executor runs a sampled Forward of k tokens as k passes),
-each costed on a "unit" platform (efficiency 1, full bandwidth), so that
-
-    pass_s = launch_overhead_s * kernels + (m^p + c^p)^(1/p)
-    m = memory_s / memory_efficiency * (multirow_memory_factor if rows > 1 else 1)
-    c = compute_s / compute_efficiency,  p = roofline_exponent
-
-and the Forward adds ``call_overhead_s`` once. Transfers, all-reduces and weight
-streams are sums of ``value * coef`` and ``coef / value`` terms (a stream on a
-device that installs its weights itself adds bytes / ``stream_host_gb_s``). The problem is
-evaluated with numpy over all terms at once, and ``fit`` solves it in log space
-with ``scipy.optimize.least_squares`` and a robust (Cauchy) loss, so a few
-disturbed spans (a page fault, a preempted core) do not drag the fit.
+each holding the coefficients ``simcore.costmodel.RooflineCost.terms`` gives
+it (kernels, calls, FLOPs, bytes, rows, peak FLOP/s, tier bandwidth), and is
+evaluated by the simulator's own ``pass_seconds`` and ``roofline`` on arrays
+of every pass at once: there is one cost formula, not a copy of it.
+Transfers, all-reduces and weight streams are sums of ``value * coef`` and
+``coef / value`` terms (a stream on a device that installs its weights itself
+adds bytes / ``stream_host_gb_s``; a flash tier with per-request latency adds
+requests * ``request_latency_s`` / queue depth). ``fit`` solves the problem in
+log space with ``scipy.optimize.least_squares`` and a robust (Cauchy) loss, so
+a few disturbed spans (a page fault, a preempted core) do not drag the fit.
 
 ``ExecutorWork`` is the same mapping in the other direction: it rewrites a
 schedule's Forwards into the passes the executor ran for them, so a replay can
@@ -30,14 +28,22 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from policies.ops import Delay, Forward, Parallel, Spawn, Verify
+from simcore.costmodel import Values, pass_seconds, roofline
 
 BOUNDS = {"compute_efficiency": (1e-4, 1.0), "memory_efficiency": (1e-4, 1.0),
           "launch_overhead_s": (1e-9, 0.1), "call_overhead_s": (1e-9, 0.5),
           "roofline_exponent": (1.0, 64.0), "multirow_memory_factor": (0.1, 10.0),
           "latency_s": (1e-9, 1.0), "alpha_s": (1e-9, 1.0), "bandwidth_gb_s": (1e-3, 1e5),
-          "stream_host_gb_s": (1e-3, 1e5)}
+          "stream_host_gb_s": (1e-3, 1e5), "memory_half_bytes": (1.0, 1e10),
+          "compute_half_flops": (1.0, 1e13), "memory_bandwidth_gb_s": (1e-3, 1e5),
+          "request_latency_s": (1e-9, 1.0)}
 DEVICE_FIELDS = ("launch_overhead_s", "call_overhead_s", "compute_efficiency",
-                 "roofline_exponent", "multirow_memory_factor")
+                 "roofline_exponent", "multirow_memory_factor", "memory_half_bytes",
+                 "compute_half_flops", "memory_bandwidth_gb_s")
+# Efficiency terms fitted only when asked for (``hetspec calibrate --fit-terms``);
+# otherwise they keep the profile's value (default: off) and are charged as such.
+OPTIONAL_FIELDS = ("memory_half_bytes", "compute_half_flops", "memory_bandwidth_gb_s",
+                   "request_latency_s")
 LOSS = "cauchy"  # robust: a span 3x off weighs ~1/500 of a good one
 LOSS_SCALE = 0.05  # residuals (log units) beyond ~5% count as outliers
 COMPUTE_STARTS = (None, 0.3, 0.05, 0.01)  # compute efficiencies the fit starts from
@@ -65,12 +71,15 @@ class Param:
 
 @dataclass(frozen=True)
 class Pass:
-    """One device pass of a Forward, costed on the unit platform."""
+    """One device pass of a Forward: its cost coefficients, per member."""
 
     kernels: float
-    compute_s: float  # at peak FLOP/s
-    memory_s: float  # at the tier's full bandwidth
+    calls: int  # Forward calls it starts (1 for the first pass, 0 for the others)
+    flops: float
+    nbytes: float
     rows: int  # positions fed x batch rows
+    peak_flops: float
+    tier_bytes_s: float  # the tier's full bandwidth
 
 
 @dataclass
@@ -84,7 +93,6 @@ class Term:
     device: str | None = None  # the (tied) device name of its passes' parameters
     tier: str | None = None
     passes: list[Pass] = field(default_factory=list)
-    calls: int = 0
     linear: list[tuple[Param, float]] = field(default_factory=list)  # value * coef
     inverse: list[tuple[Param, float]] = field(default_factory=list)  # coef / value
 
@@ -112,23 +120,15 @@ class Problem:
         self.measured = np.array([t.measured_s for t in terms])
         self.fixed = np.array([t.fixed_s for t in terms])
         rows = [(i, t, p) for i, t in enumerate(terms) for p in t.passes]
-        col = {f: [index[Param("device", t.device, f)] for _, t, _ in rows]
-               for f in DEVICE_FIELDS}
         self.p_term = np.array([i for i, _, _ in rows], dtype=int)
-        self.p_launch = np.array(col["launch_overhead_s"], dtype=int)
-        self.p_ce = np.array(col["compute_efficiency"], dtype=int)
-        self.p_ex = np.array(col["roofline_exponent"], dtype=int)
-        self.p_mf = np.array(col["multirow_memory_factor"], dtype=int)
-        self.p_me = np.array([index[Param("tier", t.tier, "memory_efficiency")]
-                              for _, t, _ in rows], dtype=int)
-        self.kernels = np.array([p.kernels for _, _, p in rows])
-        self.compute = np.array([p.compute_s for _, _, p in rows])
-        self.memory = np.array([p.memory_s for _, _, p in rows])
-        self.multirow = np.array([p.rows > 1 for _, _, p in rows])
-        calls = [(i, index[Param("device", t.device, "call_overhead_s")], t.calls)
-                 for i, t in enumerate(terms) if t.passes]
-        self.c_term, self.c_param, self.c_count = (np.array(x) for x in zip(*calls)) \
-            if calls else (np.zeros(0, int),) * 3
+        self.p_col = {f: np.array([index[Param("device", t.device, f)] for _, t, _ in rows],
+                                  dtype=int) for f in DEVICE_FIELDS}
+        self.p_col["memory_efficiency"] = np.array(
+            [index[Param("tier", t.tier, "memory_efficiency")] for _, t, _ in rows], dtype=int)
+        self.p_mf = self.p_col["multirow_memory_factor"]
+        for name in ("kernels", "calls", "flops", "nbytes", "peak_flops", "tier_bytes_s"):
+            setattr(self, name, np.array([getattr(p, name) for _, _, p in rows], dtype=float))
+        self.multirow = np.array([p.rows > 1 for _, _, p in rows], dtype=bool)
         self.lin = self._pairs([(i, index[p], k) for i, t in enumerate(terms)
                                 for p, k in t.linear])
         self.inv = self._pairs([(i, index[p], k) for i, t in enumerate(terms)
@@ -141,16 +141,24 @@ class Problem:
         a, b, c = zip(*items)
         return np.array(a, dtype=int), np.array(b, dtype=int), np.array(c, dtype=float)
 
+    def values(self, v: np.ndarray) -> Values:
+        """Each pass's parameter values, gathered from the parameter vector."""
+        col = {f: v[i] for f, i in self.p_col.items()}
+        return Values(col["launch_overhead_s"], col["call_overhead_s"],
+                      col["compute_efficiency"], col["memory_efficiency"],
+                      col["multirow_memory_factor"], col["roofline_exponent"],
+                      col["memory_half_bytes"], col["compute_half_flops"],
+                      col["memory_bandwidth_gb_s"] * 1e9)
+
     def predict(self, v: np.ndarray) -> np.ndarray:
         out = self.fixed.copy()
         if len(self.p_term):
-            m = self.memory / v[self.p_me] * np.where(self.multirow, v[self.p_mf], 1.0)
-            c = self.compute / v[self.p_ce]
-            longer, p = np.maximum(m, c), v[self.p_ex]
-            roof = longer * ((m / longer) ** p + (c / longer) ** p) ** (1.0 / p)
-            np.add.at(out, self.p_term, v[self.p_launch] * self.kernels + roof)
-        if len(self.c_term):
-            np.add.at(out, self.c_term, v[self.c_param] * self.c_count)
+            values = self.values(v)
+            launch, compute, memory = pass_seconds(
+                self.kernels, self.calls, self.flops, self.nbytes, self.multirow,
+                self.peak_flops, self.tier_bytes_s, values)
+            np.add.at(out, self.p_term,
+                      launch + roofline(compute, memory, values.roofline_exponent))
         for (t, p, k), inverse in ((self.lin, False), (self.inv, True)):
             if len(t):
                 np.add.at(out, t, k / v[p] if inverse else v[p] * k)
@@ -170,6 +178,7 @@ class Fit:
     log_residuals: np.ndarray
     terms: list[Term]
     success: bool
+    held: list[Param] = field(default_factory=list)  # optional terms not asked for
 
     @property
     def median_abs_error(self) -> float:
@@ -182,6 +191,11 @@ def _starts(params: list[Param], x0: np.ndarray, lo: np.ndarray, hi: np.ndarray)
     memory-bound would barely feel the compute terms."""
     ce = [i for i, p in enumerate(params) if p.field == "compute_efficiency"]
     ex = [i for i, p in enumerate(params) if p.field == "roofline_exponent"]
+    # a bandwidth cap starting at the tier's bandwidth has no gradient (min(bw, cap)):
+    # start it at half, where it binds
+    cap = [i for i, p in enumerate(params) if p.field == "memory_bandwidth_gb_s"]
+    x0 = x0.copy()
+    x0[cap] = np.maximum(x0[cap] - np.log(2.0), lo[cap] + 1e-9)
     for value in COMPUTE_STARTS if ce else (None,):
         for exponent in EXPONENT_STARTS if ex else (None,):
             x = x0.copy()
@@ -195,24 +209,29 @@ def _starts(params: list[Param], x0: np.ndarray, lo: np.ndarray, hi: np.ndarray)
 def fit(terms: list[Term], initial: dict[Param, float],
         fixed: frozenset[str] = frozenset()) -> Fit:
     """Least-squares fit, in log space, of every parameter the terms use (except
-    fields named in ``fixed``, which keep their initial values)."""
+    fields named in ``fixed``, and parameters in it, which keep their initial
+    values)."""
     if not terms:
         raise ValueError("the fitting runs hold no Forward, Transfer, AllReduce or "
                          "StreamWeights spans to fit; record runs with 'hetspec run'")
     params = params_of(terms)
     problem = Problem(terms, params)
     idle = set(unidentifiable(problem, np.array([initial[p] for p in params])))
-    free = np.array([p.field not in fixed and p not in idle for p in params])
+    free = np.array([p.field not in fixed and p not in fixed and p not in idle
+                     for p in params])
     lo_all = np.log([BOUNDS[p.field][0] for p in params])
     hi_all = np.log([BOUNDS[p.field][1] for p in params])
-    x_all = np.clip(np.log([max(initial[p], 1e-30) for p in params]), lo_all + 1e-9,
+    x_all = np.clip(np.log([min(max(initial[p], 1e-30), 1e30) for p in params]),
+                    lo_all + 1e-9,
                     hi_all - 1e-9)
     fitted = [p for p, f in zip(params, free) if f]
 
-    def full(x):
-        out = x_all.copy()
-        out[free] = x
-        return np.exp(out)
+    kept = np.array([initial[p] for p in params], dtype=float)
+
+    def full(x):  # parameters not fitted keep their exact values (0, inf included)
+        out = kept.copy()
+        out[free] = np.exp(x)
+        return out
 
     def residuals(x):
         return problem.log_residuals(full(x))
@@ -230,8 +249,9 @@ def fit(terms: list[Term], initial: dict[Param, float],
     values = dict(zip(params, full(sol.x)))
     values.update({p: initial[p] for p, f in zip(params, free) if not f})  # kept exactly
     vector = np.array([values[p] for p in params])
+    held = [p for p in params if p.field in OPTIONAL_FIELDS and p.field in fixed]
     return Fit({p: float(v) for p, v in values.items()}, {p: initial[p] for p in params},
-               unconstrained, problem.log_residuals(vector), terms, bool(sol.success))
+               unconstrained, problem.log_residuals(vector), terms, bool(sol.success), held)
 
 
 def unidentifiable(problem: Problem, v: np.ndarray, share: float = 0.02) -> list[Param]:
@@ -254,6 +274,8 @@ def unidentifiable(problem: Problem, v: np.ndarray, share: float = 0.02) -> list
         if param.field == "stream_host_gb_s":
             if _shadowed_by_bandwidth(problem, i):
                 out.append(param)
+            continue
+        if param.field in OPTIONAL_FIELDS:  # asked for by name: fitted from 0
             continue
         parts = [(t, v[p] * k) for t, p, k in zip(*problem.lin) if p == i] + \
             [(t, k / v[p]) for t, p, k in zip(*problem.inv) if p == i]

@@ -168,8 +168,10 @@ def profile_text(platform: Platform, header: str) -> str:
 
 
 def calibrate(runs_dir, profile: str, output, *,
-              fit_policies: tuple[str, ...] = ("ar", "ar_stream", "sd")) -> dict:
-    """Fit ``profile`` to the runs under ``runs_dir`` and write ``output``."""
+              fit_policies: tuple[str, ...] = ("ar", "ar_stream", "sd"),
+              fit_terms: tuple[str, ...] = ()) -> dict:
+    """Fit ``profile`` to the runs under ``runs_dir`` and write ``output``; the
+    optional efficiency terms named in ``fit_terms`` are fitted too."""
     runs = [load_run(p) for p in find_runs(runs_dir)]
     platform = load_platform(profile)
     for run in runs:
@@ -177,12 +179,14 @@ def calibrate(runs_dir, profile: str, output, *,
     check_same_models(runs)
     fitting, held = split_runs(runs, list(fit_policies))
     terms = Terms(platform)
-    result = fit(platform, [t for run in fitting for t in terms.of_run(run)])
+    result = fit(platform, [t for run in fitting for t in terms.of_run(run)],
+                 fit_terms=frozenset(fit_terms))
     date = _dt.date.today().isoformat()
     source = (f"calibrated: hetspec calibrate on runs {', '.join(r.name for r in fitting)}"
               f" ({date}), median |residual| {result.median_abs_error:.1%} over "
               f"{len(result.terms)} spans")
-    changed = {p: v for p, v in result.values.items() if p not in result.unconstrained}
+    changed = {p: v for p, v in result.values.items()
+               if p not in result.unconstrained and p not in result.held}
     fitted = apply(platform, changed, source)
     fitted = fitted.model_copy(update={"description": (
         f"{platform.description.strip()} Calibrated by hetspec calibrate on {date} "
@@ -198,6 +202,6 @@ def calibrate(runs_dir, profile: str, output, *,
             "median_abs_residual": result.median_abs_error, "converged": result.success,
             "parameters": {p.label: {"before": result.initial[p], "after": result.values[p],
                                      "constrained": p not in result.unconstrained}
-                           for p in result.values},
+                           for p in result.values if p not in result.held},
             "fit_op_kinds": op_kind_errors(result.terms, result.values), **{
                 "held_out": evaluation}}

@@ -15,6 +15,9 @@ from typing import Annotated
 
 from pydantic import ConfigDict, Field, ValidationError, validate_call
 
+from hwprofiles import closedforms
+from hwprofiles.closedforms import expected_tokens
+
 MAX_COUNT = 1_000_000  # larger token, layer or batch counts are typing slips, not designs
 
 Probability = Annotated[float, Field(ge=0, le=1)]
@@ -39,7 +42,7 @@ def leviathan(alpha: Probability, gamma: Count, c: NonNegative = 0.0,
     _check(c_hat is None or c_hat >= 0, "c_hat (draft/target cost ratio) must be >= 0")
     gamma = int(gamma)
     c_hat = c if c_hat is None else c_hat
-    expected = gamma + 1.0 if alpha == 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
+    expected = expected_tokens(alpha, gamma)
     return {"expected_tokens_per_step": expected,
             "speedup": expected / (gamma * c + 1),
             "operations_factor": (gamma * c_hat + gamma + 1) / expected}
@@ -73,7 +76,8 @@ def mirror(t_prefix_s: NonNegative, t_suffix_s: NonNegative, t_draft_s: NonNegat
 def allreduce_alpha_beta(alpha_s: float, beta_s_per_byte: float, group: int,
                          nbytes: float) -> float:
     """One all-reduce under the alpha-beta model: alpha log2 G + beta M."""
-    return alpha_s * math.log2(group) + beta_s_per_byte * nbytes if group > 1 else 0.0
+    return closedforms.allreduce_s("alpha_beta", alpha_s, 1.0 / beta_s_per_byte, group,
+                                   nbytes)
 
 
 def ssd(hit_rate: Probability, e_hit: NonNegative, e_miss: NonNegative, t_p: NonNegative,
@@ -95,14 +99,12 @@ def ssd_fanout(f0: float, acceptance: float, r: float, k_max: int) -> list[float
     """Geometric fan-out: F_k = F0 a^(k/(1+r)) for k < K, and
     F_K = F0 a^(K/(1+r)) (1-a)^(-1/(1+r))."""
     _check(0 < acceptance < 1, "acceptance must lie in (0, 1) for the geometric fan-out")
-    out = [f0 * acceptance ** (k / (1 + r)) for k in range(k_max)]
-    out.append(f0 * acceptance ** (k_max / (1 + r)) * (1 - acceptance) ** (-1 / (1 + r)))
-    return out
+    return [f0 * w for w in closedforms.geometric_fanout_shape(acceptance, r, k_max)]
 
 
 def ssd_miss_rate(fanout: float, r: float) -> float:
     """Power-law miss rate of a speculation cache: F^(-r) (capped at 1)."""
-    return min(1.0, fanout ** (-r)) if fanout > 0 else 1.0
+    return closedforms.miss_rate(fanout, r)
 
 
 def ppsd(n_layers: Count, exit_layer: Count, alpha: Probability,
@@ -116,11 +118,37 @@ def ppsd(n_layers: Count, exit_layer: Count, alpha: Probability,
     out = {"speedup": rho_star, "stages": math.ceil(n / e)}
     if gamma is not None:
         _check(gamma >= 1, "gamma must be >= 1")
-        tokens = gamma + 1 if alpha == 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
+        tokens = expected_tokens(alpha, gamma)
         rho = tokens * n / (gamma * e + n)
         bound = 1.0 if alpha == 1 else alpha * (1 - alpha ** gamma) / ((1 - alpha) * gamma)
         out.update({"eesd_speedup": rho, "alpha_all_bound": bound, "lambda": rho_star / rho})
     return out
+
+
+def ppsd_cost(alpha: Probability, t_ar_s: Positive, t_match_s: Positive,
+              t_flush_s: Positive) -> dict:
+    """PPSD eq. 6 with step times from the cost model: each token leaving the
+    pipeline commits one, one bottleneck stage time ``t_match_s`` after the one
+    before it on a match, the pipeline's refill ``t_flush_s`` (correction
+    message, every stage, every activation hop, the heads) on a mismatch:
+    rho* = T_AR / (a T_match + (1-a) T_flush). With layer times only (T_AR = N,
+    T_match = E, T_flush = ceil(N/E) E) it is eq. 6."""
+    _check(0 <= alpha <= 1, "alpha must lie in [0, 1]")
+    per_token = alpha * t_match_s + (1 - alpha) * t_flush_s
+    return {"speedup": t_ar_s / per_token, "time_per_token_s": per_token}
+
+
+def eesd_cost(alpha: Probability, gamma: Count, t_ar_s: Positive, t_draft_s: NonNegative,
+              t_verify_s: Positive) -> dict:
+    """EESD eq. 4 with step times from the cost model: gamma exit-head drafts (their
+    total ``t_draft_s``) and one verify of gamma + 1 positions per step:
+    rho = E[tokens] T_AR / (T_draft + T_verify). With layer times only
+    (T_draft = gamma E, T_verify = T_AR = N) it is eq. 4."""
+    _check(0 <= alpha <= 1, "alpha must lie in [0, 1]")
+    tokens = expected_tokens(alpha, gamma)
+    step = t_draft_s + t_verify_s
+    return {"speedup": tokens * t_ar_s / step, "expected_tokens_per_step": tokens,
+            "step_latency_s": step}
 
 
 def cats(layer_gb: Positive, n_layers: Count, gamma: Count, l_dm: Count,
@@ -175,5 +203,6 @@ def _checked(name: str, law):
 
 
 LAWS = {name: _checked(name, law) for name, law in
-        {"leviathan": leviathan, "mirror": mirror, "ssd": ssd, "ppsd": ppsd, "cats": cats,
+        {"leviathan": leviathan, "mirror": mirror, "ssd": ssd, "ppsd": ppsd,
+         "ppsd_cost": ppsd_cost, "eesd_cost": eesd_cost, "cats": cats,
          "kangaroo": kangaroo}.items()}

@@ -9,6 +9,7 @@ draws the laws with these terms and places the simulated runs on them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +19,7 @@ from hwprofiles import load_model, load_platform
 from policies import PolicyContext, PolicyError, acceptance, parse_params
 from policies import cats as cats_policy
 from policies import mirror as mirror_policy
+from policies import ppsd as ppsd_policy
 from policies import ssd as ssd_policy
 from policies.mirror import ENTRY_BYTES, VERDICT_BYTES
 from simcore import RooflineCost
@@ -215,3 +217,73 @@ def stream_terms(cfg) -> StreamTerms:
     else:  # the total does not depend on L_SV (any valid one gives it)
         law = laws.cats(layer_gb, n, prm.gamma, prm.l_dm, mean, prm.l_sv or prm.l_dm + 1)
     return StreamTerms(cfg.policy, prm, ctx, layer_gb, mean, law["bytes_per_token_gb"])
+
+
+@dataclass(frozen=True)
+class EarlyExitTerms:
+    """PPSD's and EESD's step times (seconds) for one run, from the cost model:
+    the heads and the links included, which eq. 6 and eq. 4 leave out."""
+
+    t_ar_s: float  # one AR token: all N layers and the LM head on the target
+    t_match_s: float  # PPSD: between two outputs on a match (the bottleneck)
+    t_flush_s: float  # PPSD: from a mismatch to its correction's output
+    t_draft_s: float  # EESD: gamma exit-head drafts
+    t_verify_s: float  # EESD: one verify pass of gamma + 1 positions
+    match_rate: float  # every row's draft matches: alpha^batch
+
+    def ppsd(self) -> dict:
+        return laws.ppsd_cost(self.match_rate, self.t_ar_s, self.t_match_s, self.t_flush_s)
+
+    def eesd(self, alpha: float, gamma: int) -> dict:
+        return laws.eesd_cost(alpha, gamma, self.t_ar_s, self.t_draft_s, self.t_verify_s)
+
+
+def _ppsd_pipeline_s(s: Scenario, e: int, head: str) -> tuple[float, float]:
+    """(T_match, T_flush) of the pipeline (``policies.ppsd``): on a match the
+    next output follows after the busiest resource's share of a token (stage 0:
+    exit head + its layers, which the schedule runs one token at a time; a later
+    stage; a link; or the whole journey over the tokens in flight); on a
+    mismatch the correction travels to stage 0 and through every stage and hop,
+    while the schedule refills the pipeline behind it."""
+    n, b, c = s.target.n_layers, s.batch, s.context
+    bounds = [(a, min(a + e, n)) for a in range(0, n, e)]
+    last = len(bounds) - 1
+    roles = [f"stage{k}" for k in range(len(bounds))]
+
+    def stage_s(k: int, head_name=None, layers=None) -> float:
+        where = s.placement.get(roles[k], roles[k])
+        return s.cost.forward(s.target, where, layers or bounds[k], 1, b, c, head_name,
+                              None).total_s
+
+    stages = [stage_s(k, "lm" if k == last else None) for k in range(len(bounds))]
+    exit_s = stage_s(0, head, (e, e))
+    act = s.target.hidden * s.target.dtype_bytes * b
+    hops = [s.trip_s(roles[k - 1], roles[k], act) for k in range(1, len(bounds))]
+    after = sum(hops) + sum(stages[1:])  # from the end of stage 0 to the verdict
+    entry = exit_s + stages[0]  # the schedule drafts and enters one token at a time
+    correction = s.trip_s(roles[last], roles[0], ppsd_policy.TOKEN_ID_BYTES * b)
+    match = max([entry, *stages[1:], *hops, (entry + after) / len(bounds)])
+    # after a flush the schedule refills the pipeline one entry at a time until the
+    # correction's verdict arrives (or the pipeline is full), then takes it
+    entries = min(len(bounds) - 1, math.ceil(after / entry))
+    return match, correction + stages[0] + max(after, entries * entry)
+
+
+def early_exit_terms(cfg) -> EarlyExitTerms:
+    """The cost model's times for a ppsd or eesd run's settings (exit layer, head,
+    gamma), at the run's context."""
+    s = Scenario(cfg)
+    prm = parse_params(cfg.policy, cfg.params)
+    e, n, b, c = prm.exit_layer, s.target.n_layers, s.batch, s.context
+    head = ppsd_policy.EXIT_HEADS[prm.exit_head]
+    t_ar = s.target_s((0, n), 1, "lm")
+    match = flush = draft = verify = float("nan")
+    if cfg.policy == "ppsd":
+        match, flush = _ppsd_pipeline_s(s, e, head)
+    else:
+        where = s.placement.get("target", "target")
+        draft = sum(s.cost.forward(s.target, where, (0, e), 1, b, c + i, head, None).total_s
+                    for i in range(prm.gamma))
+        verify = s.target_s((0, n), prm.gamma + 1, "lm")
+    alpha = s.acceptance.expected(1)  # P(one draft matches)
+    return EarlyExitTerms(t_ar, match, flush, draft, verify, alpha ** b)

@@ -11,6 +11,29 @@ Numbers are finite numbers (``hwprofiles.numbers``: no true/false, no .inf or
 real hardware and published models stay far within. A value outside them is a
 typo or a unit slip, and would overflow or underflow the cost model's arithmetic
 (``bandwidth_gb_s * 1e9``, ``bytes / rate``) to inf or 0.
+
+Efficiency terms real hardware has, each optional with a default that leaves
+the roofline as it is (``simcore.costmodel`` charges them; ``hetspec calibrate``
+fits them where spans constrain them). Like every number, a value set in a file
+needs a source (a measurement, a calibration, a paper's table):
+
+- ``Device.call_overhead_s`` (s): host time per Forward call (framework dispatch,
+  result handling), charged once per Forward on top of per-kernel launches.
+- ``Device.memory_half_bytes`` (bytes per kernel): the operation size at which a
+  kernel reaches half its peak bandwidth; a pass of k kernels reading b bytes
+  takes (b + k * memory_half_bytes) / rate, so small GEMVs reach a small fraction
+  of peak (0: every kernel streams at peak).
+- ``Device.compute_half_flops`` (FLOPs per kernel): the same for compute time.
+- ``Device.memory_bandwidth_gb_s`` (GB/s): the most of its memory tier's bandwidth
+  this engine can draw (an SoC's GPU reaching part of the shared DRAM's peak);
+  None: the tier's full bandwidth.
+- ``MemoryTier.memory_efficiency`` (fraction): achieved over peak bandwidth; on a
+  flash tier its read efficiency.
+- ``MemoryTier.request_latency_s`` (s), ``request_bytes`` (bytes) and
+  ``queue_depth`` (requests): a flash read of b bytes is ceil(b / request_bytes)
+  requests, ``queue_depth`` of them outstanding at once, each adding
+  ``request_latency_s``: the read takes latency_s + b / (bandwidth *
+  memory_efficiency) + ceil(b / request_bytes) * request_latency_s / queue_depth.
 """
 
 from __future__ import annotations
@@ -21,6 +44,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from hwprofiles.closedforms import allreduce_s
 from hwprofiles.numbers import StrictModel
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
@@ -34,6 +58,9 @@ MAX_GB_S = 1e12  # 1 ZB/s: above any real bandwidth; room for idealised links
 MIN_FLOPS, MAX_FLOPS = 1e6, 1e21  # 1 MFLOP/s .. 1 ZFLOP/s per device and dtype
 MAX_TIME_S = 1e3  # no latency or per-call overhead lasts a quarter of an hour
 MIN_EFFICIENCY = 1e-6  # a fitted efficiency is >= 1e-4 (analyses.costfit)
+MAX_QUEUE_DEPTH = 65536  # NVMe allows 64K commands per queue
+MAX_HALF_BYTES = 1e12  # a kernel needing a terabyte to reach half its bandwidth is a slip
+MAX_HALF_FLOPS = 1e18
 MAX_LAYERS = 1000  # the deepest published decoders have a few hundred layers
 MAX_WIDTH = 1_000_000  # hidden and head sizes; published models stay below 1e5
 MAX_FFN = 10_000_000
@@ -77,6 +104,18 @@ class MemoryTier(_Sourced):
     bandwidth_gb_s: float = Field(ge=MIN_GB_S, le=MAX_GB_S)
     latency_s: float = Field(default=0.0, ge=0, le=MAX_TIME_S)
     memory_efficiency: float = Field(default=1.0, ge=MIN_EFFICIENCY, le=1)
+    # per-request cost of reads (flash): see the module docstring
+    request_latency_s: float = Field(default=0.0, ge=0, le=MAX_TIME_S)
+    request_bytes: float | None = Field(default=None, ge=512, le=MAX_CAPACITY_BYTES)
+    queue_depth: int = Field(default=1, ge=1, le=MAX_QUEUE_DEPTH)
+
+    @model_validator(mode="after")
+    def _requests_sized(self):
+        if self.request_latency_s > 0 and self.request_bytes is None:
+            raise ValueError(f"memory tier {self.name} sets request_latency_s but no "
+                             "request_bytes; set the size of one read request and its "
+                             "source")
+        return self
 
     @property
     def bandwidth_bytes_s(self) -> float:
@@ -105,6 +144,10 @@ class Device(_Sourced):
     # StreamWeights holds the device after its read for bytes / this rate (see
     # simcore.engine); None: a DMA engine streams beside compute.
     stream_host_gb_s: float | None = Field(default=None, ge=MIN_GB_S, le=MAX_GB_S)
+    # size-dependent efficiency and a per-engine bandwidth cap (module docstring)
+    memory_half_bytes: float = Field(default=0.0, ge=0, le=MAX_HALF_BYTES)
+    compute_half_flops: float = Field(default=0.0, ge=0, le=MAX_HALF_FLOPS)
+    memory_bandwidth_gb_s: float | None = Field(default=None, ge=MIN_GB_S, le=MAX_GB_S)
 
     @model_validator(mode="after")
     def _positive_peaks(self):
@@ -156,15 +199,8 @@ class CollectiveGroup(_Sourced):
         return len(self.members)
 
     def allreduce_s(self, nbytes: float) -> float:
-        g = self.size
-        if g == 1:
-            return 0.0
-        bw = self.bandwidth_gb_s * 1e9
-        if self.algorithm == "alpha_beta":
-            return self.alpha_s * math.log2(g) + nbytes / bw
-        if self.algorithm == "ring":
-            return 2 * (g - 1) * self.alpha_s + 2 * (g - 1) / g * nbytes / bw
-        return 2 * math.log2(g) * (self.alpha_s + nbytes / bw)
+        return allreduce_s(self.algorithm, self.alpha_s, self.bandwidth_gb_s * 1e9,
+                           self.size, nbytes)
 
 
 class Platform(_Sourced):

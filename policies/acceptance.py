@@ -15,6 +15,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from policies.traces import TraceError, read_acceptance
+from hwprofiles.closedforms import expected_accepted
 
 
 class _Params(BaseModel):
@@ -32,8 +33,7 @@ class IID(_Params):
     alpha: float = Field(0.8, ge=0, le=1)
 
     def expected(self, gamma: int, position: int = 0) -> float:
-        a = self.alpha
-        return sum(a ** j for j in range(1, gamma + 1))
+        return expected_accepted(self.alpha, gamma)
 
     def sample(self, gamma: int, batch: int, rng: np.random.Generator,
                position: int = 0) -> tuple[int, ...]:

@@ -54,6 +54,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from hwprofiles.closedforms import expected_accepted, geometric_fanout_shape, miss_rate
 from hwprofiles.schema import MAX_TIME_S
 from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyParams,
                            register)
@@ -118,8 +119,7 @@ def fanout_of(params: SSDParams) -> tuple[int, ...]:
     if params.r is None:
         raise PolicyError("shape=geometric needs the miss-rate exponent; set r=EXPONENT")
     budget = params.budget if params.budget is not None else (k + 1) * params.fanout
-    a, e = params.a_p, 1 / (1 + params.r)
-    shape = [a ** (i * e) for i in range(k)] + [a ** (k * e) * (1 - a) ** -e]
+    shape = geometric_fanout_shape(params.a_p, params.r, k)
     return _largest_remainder([budget * w / sum(shape) for w in shape], budget)
 
 
@@ -133,7 +133,7 @@ def base_hit_rate(params: SSDParams, fanout: tuple[int, ...]) -> float:
         raise PolicyError("policy 'ssd' needs a hit model: set hit_rate=P, r=EXPONENT "
                           "(miss = F^-r) or hit_trace=PATH")
     weights = planning_weights(params.a_p, params.k)
-    return sum(w * (1 - f ** -params.r) for w, f in zip(weights, fanout) if f > 0)
+    return sum(w * (1 - miss_rate(f, params.r)) for w, f in zip(weights, fanout) if f > 0)
 
 
 def saguaro(params: SSDParams, hit: float) -> tuple[float, float]:
@@ -168,7 +168,7 @@ def plan(ctx: PolicyContext, params: SSDParams) -> SSDPlan:
     draft = ctx.need_draft("ssd")
     fanout = fanout_of(params)
     hit_row, scale = saguaro(params, base_hit_rate(params, fanout))
-    fast_expected = sum(params.fast_alpha ** j for j in range(1, params.k + 1))
+    fast_expected = expected_accepted(params.fast_alpha, params.k)
     return SSDPlan(params.k, fanout, hit_row, scale, params.backup, fast_expected,
                    params.fast_backup_s, ctx.target.n_layers, draft.n_layers,
                    params.draft_collectives)

@@ -1,22 +1,108 @@
-"""Roofline cost model: launch + max(flops / (peak * eff), bytes / (bw * eff)).
+"""The one cost model: operations -> cost terms -> seconds.
 
-Efficiency factors and launch overheads live in the platform profile, where
-calibration fits them. A Forward on a collective group is sharded evenly over
-its members (tensor parallel) and pays its all-reduces on top. Optional device
-terms, off by default: a per-call overhead, a roofline exponent (memory and
-compute time combine as a p-norm instead of a max: they partly add), a
-memory factor for passes over more than one row, and the host time of
-installing streamed weights on a device without a DMA engine.
+``RooflineCost.terms`` turns a Forward (layers, head, rows, group) into its
+``ForwardTerms``: per member, FLOPs and bytes as linear functions of the KV
+context, kernels, calls, and the collectives it pays (count and message
+bytes). ``pass_seconds`` is the one place that turns a pass's coefficients
+and the profile's parameter values (``Values``) into seconds; it works on
+floats (the simulator, the laws' terms) and on numpy arrays (calibration fits
+every measured pass at once with it). A pass of k kernels costs
+
+    launch    k * launch_overhead_s + calls * call_overhead_s
+    compute   (flops + k * compute_half_flops) / (peak * compute_efficiency)
+    memory    (bytes + k * memory_half_bytes)
+              / (min(tier bandwidth, memory_bandwidth_gb_s) * memory_efficiency
+                 [/ multirow_memory_factor for a pass over several rows])
+    busy      launch + roofline(compute, memory, roofline_exponent)
+
+with roofline the max, or the p-norm (c^p + m^p)^(1/p) where the device sets an
+exponent. A Forward on a collective group is sharded evenly over its members
+(tensor parallel) and pays its all-reduces on top: 2 per layer unless the
+operation says how many, each of rows * hidden * dtype bytes. Transfers,
+all-reduces and weight streams are sums of ``value * coef`` and ``coef /
+value``: ``hop_s``, ``allreduce_s`` and ``stream_read_s`` write them once.
+Every optional term's default (0, 1, None) leaves the roofline exactly as it
+was (x + 0.0 and x / 1.0 are exact in floating point).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from hwprofiles.schema import Link, MemoryTier, ModelSpec, Platform
+
+import numpy as np
+
+from hwprofiles.schema import Device, Link, MemoryTier, ModelSpec, Platform
+
+COLLECTIVES_PER_LAYER = 2  # Mirror-SD: two all-reduces per transformer block
 
 
 class CostError(ValueError):
     """The platform cannot run an operation as asked; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Values:
+    """The parameter values one pass depends on: floats, or arrays over passes."""
+
+    launch_overhead_s: object
+    call_overhead_s: object
+    compute_efficiency: object
+    memory_efficiency: object
+    multirow_memory_factor: object
+    roofline_exponent: object  # None: the max (scalar only)
+    memory_half_bytes: object
+    compute_half_flops: object
+    bandwidth_cap_bytes_s: object  # inf: the tier's full bandwidth
+
+    @classmethod
+    def of(cls, device: Device, tier: MemoryTier) -> "Values":
+        cap = device.memory_bandwidth_gb_s
+        return cls(device.launch_overhead_s, device.call_overhead_s,
+                   device.compute_efficiency, tier.memory_efficiency,
+                   device.multirow_memory_factor, device.roofline_exponent,
+                   device.memory_half_bytes, device.compute_half_flops,
+                   math.inf if cap is None else cap * 1e9)
+
+
+def flop_rate(peak_flops, v: Values):
+    """FLOP/s a pass reaches at large size."""
+    return peak_flops * v.compute_efficiency
+
+
+def byte_rate(tier_bytes_s, multirow, v: Values):
+    """Bytes/s a pass reaches at large size: the tier's bandwidth, capped at what the
+    engine can draw, times the efficiency, over the multi-row factor."""
+    if isinstance(multirow, np.ndarray):
+        rate = np.minimum(tier_bytes_s, v.bandwidth_cap_bytes_s) * v.memory_efficiency
+        return rate / np.where(multirow, v.multirow_memory_factor, 1.0)
+    rate = min(tier_bytes_s, v.bandwidth_cap_bytes_s) * v.memory_efficiency
+    if multirow and v.multirow_memory_factor != 1.0:
+        rate /= v.multirow_memory_factor
+    return rate
+
+
+def pass_seconds(kernels, calls, flops, nbytes, multirow, peak_flops, tier_bytes_s,
+                 v: Values):
+    """(launch_s, compute_s, memory_s) of one device pass (module docstring)."""
+    launch = kernels * v.launch_overhead_s + calls * v.call_overhead_s
+    compute = (flops + kernels * v.compute_half_flops) / flop_rate(peak_flops, v)
+    memory = (nbytes + kernels * v.memory_half_bytes) / byte_rate(tier_bytes_s, multirow, v)
+    return launch, compute, memory
+
+
+def roofline(compute_s, memory_s, exponent):
+    """max(c, m), or the smooth (c^p + m^p)^(1/p): p = 1 adds them, p -> inf is max.
+    Floats or numpy arrays (then ``exponent`` is an array of p)."""
+    if isinstance(compute_s, np.ndarray):
+        longer = np.maximum(np.maximum(compute_s, memory_s), 1e-300)
+        p = exponent
+        return longer * ((compute_s / longer) ** p + (memory_s / longer) ** p) ** (1.0 / p)
+    longer = max(compute_s, memory_s)
+    if exponent is None or longer <= 0:
+        return longer
+    return longer * ((compute_s / longer) ** exponent
+                     + (memory_s / longer) ** exponent) ** (1.0 / exponent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +120,7 @@ class ForwardCost:
 
     @property
     def busy_s(self) -> float:
-        """Launch plus the roofline term, without collectives: max(compute, memory),
-        or with a roofline exponent p, (compute^p + memory^p)^(1/p)."""
+        """Launch plus the roofline term, without collectives."""
         return self.launch_s + roofline(self.compute_s, self.memory_s, self.exponent)
 
     @property
@@ -43,13 +128,31 @@ class ForwardCost:
         return self.busy_s + self.collective_s
 
 
-def roofline(compute_s: float, memory_s: float, exponent: float | None) -> float:
-    """max(c, m), or the smooth (c^p + m^p)^(1/p): p = 1 adds them, p -> inf is max."""
-    longer = max(compute_s, memory_s)
-    if exponent is None or longer <= 0:
-        return longer
-    return longer * ((compute_s / longer) ** exponent
-                     + (memory_s / longer) ** exponent) ** (1.0 / exponent)
+@dataclass(frozen=True, slots=True)
+class ForwardTerms:
+    """A Forward's cost coefficients, per member, context-free: FLOPs and bytes are
+    linear in the KV context (``flops0 + flops_ctx * context``)."""
+
+    flops0: float
+    flops_ctx: float
+    bytes0: float
+    bytes_ctx: float
+    members: int
+    kernels: int
+    rows: int
+    peak_flops: float
+    tier_bytes_s: float
+    device: str
+    tier: str
+    group: str | None
+    collectives: int  # all-reduces on top (0 on one device)
+    message_bytes: float  # bytes of each all-reduce
+
+    def flops(self, context: int) -> float:
+        return (self.flops0 + self.flops_ctx * context) / self.members
+
+    def nbytes(self, context: int) -> float:
+        return (self.bytes0 + self.bytes_ctx * context) / self.members
 
 
 def _peak(device, dtype: str) -> float:
@@ -61,76 +164,104 @@ def _peak(device, dtype: str) -> float:
                     f"peak_flops.{dtype} to the platform file")
 
 
+def forward_shape(spec: ModelSpec, layers: tuple[int, int], n_tokens: int, batch: int,
+                  head: str | None, head_tokens: int | None):
+    """(flops0, flops_ctx, bytes0, bytes_ctx, kernels) of a Forward over all members.
+    The head projects ``head_tokens`` positions per row (None: all n_tokens); its
+    weights are read once either way. An "exit_layer" head adds a decoder layer."""
+    n_layers = layers[1] - layers[0]
+    if n_layers < 0 or layers[0] < 0 or layers[1] > spec.n_layers:
+        raise CostError(f"layers {layers} fall outside {spec.name}'s "
+                        f"{spec.n_layers} layers")
+    rows = n_tokens * batch
+    layer0 = spec.layer_flops(n_tokens, 0) * batch
+    layer_ctx = (spec.layer_flops(n_tokens, 1) - spec.layer_flops(n_tokens, 0)) * batch
+    kv = spec.kv_bytes_per_token_layer()
+    flops0, flops_ctx = n_layers * layer0, n_layers * layer_ctx
+    bytes0 = n_layers * (spec.layer_bytes + kv * n_tokens * batch)
+    bytes_ctx = n_layers * kv * batch
+    kernels = n_layers
+    if head is not None:
+        flops0 += spec.head_flops(rows if head_tokens is None else head_tokens * batch)
+        bytes0 += spec.head_bytes
+        kernels += 1
+    if head == "exit_layer":  # an early-exit head with a decoder layer of its own
+        flops0 += layer0
+        flops_ctx += layer_ctx
+        bytes0 += spec.layer_bytes + kv * n_tokens * batch
+        bytes_ctx += kv * batch
+        kernels += 1
+    return flops0, flops_ctx, bytes0, bytes_ctx, kernels
+
+
 class RooflineCost:
     """Predicts seconds for each operation kind on one platform."""
 
     def __init__(self, platform: Platform):
         self.platform = platform
         self._cache: dict[tuple, tuple] = {}
+        self._terms: dict[tuple, ForwardTerms] = {}
+
+    def terms(self, spec: ModelSpec, where: str, layers: tuple[int, int], n_tokens: int,
+              batch: int, head: str | None, collectives: int | None,
+              head_tokens: int | None = None) -> ForwardTerms:
+        """The cost coefficients of a Forward on a device or group (cached)."""
+        key = (spec.name, where, layers, n_tokens, batch, head, collectives, head_tokens)
+        found = self._terms.get(key)
+        if found is None:
+            found = self._terms[key] = self._make_terms(
+                spec, where, layers, n_tokens, batch, head, collectives, head_tokens)
+        return found
+
+    def _make_terms(self, spec, where, layers, n_tokens, batch, head, collectives,
+                    head_tokens) -> ForwardTerms:
+        p = self.platform
+        members = p.members(where)
+        device = p.device(members[0])
+        tier = p.tier(device.memory)
+        flops0, flops_ctx, bytes0, bytes_ctx, kernels = forward_shape(
+            spec, layers, n_tokens, batch, head, head_tokens)
+        rows = n_tokens * batch
+        count = 0
+        if len(members) > 1:
+            per_layer = COLLECTIVES_PER_LAYER * (layers[1] - layers[0])
+            count = per_layer if collectives is None else collectives
+        return ForwardTerms(flops0, flops_ctx, bytes0, bytes_ctx, len(members), kernels,
+                            rows, _peak(device, spec.dtype), tier.bandwidth_bytes_s,
+                            device.name, tier.name, where if len(members) > 1 else None,
+                            count, rows * spec.hidden * spec.dtype_bytes)
 
     def forward(self, spec: ModelSpec, where: str, layers: tuple[int, int],
                 n_tokens: int, batch: int, context: int, head: str | None,
                 collectives: int | None, head_tokens: int | None = None) -> ForwardCost:
         """Cost of running layers of spec over n_tokens new positions per row that
-        attend to ``context`` cached ones, on a device or a group. The head projects
-        ``head_tokens`` positions per row (None: all n_tokens); its weights are read
-        once either way."""
+        attend to ``context`` cached ones, on a device or a group."""
         key = (spec.name, where, layers, n_tokens, batch, head, collectives, head_tokens)
         shape = self._cache.get(key)
         if shape is None:
-            shape = self._cache[key] = self._shape(spec, where, layers, n_tokens, batch,
-                                                   head, collectives, head_tokens)
-        (flops0, flops_ctx, bytes0, bytes_ctx, g, flop_rate, byte_rate, launch_s,
-         collective_s, tier, exponent) = shape
-        flops = (flops0 + flops_ctx * context) / g
-        nbytes = (bytes0 + bytes_ctx * context) / g
-        return ForwardCost(launch_s, flops / flop_rate, nbytes / byte_rate, collective_s,
-                           flops, nbytes, tier, exponent)
+            shape = self._cache[key] = self._shape(self.terms(
+                spec, where, layers, n_tokens, batch, head, collectives, head_tokens))
+        (t, flop_rate_, byte_rate_, half_flops, half_bytes, launch_s, collective_s,
+         exponent) = shape
+        flops = (t.flops0 + t.flops_ctx * context) / t.members
+        nbytes = (t.bytes0 + t.bytes_ctx * context) / t.members
+        return ForwardCost(launch_s, (flops + half_flops) / flop_rate_,
+                           (nbytes + half_bytes) / byte_rate_, collective_s, flops, nbytes,
+                           t.tier, exponent)
 
-    def _shape(self, spec: ModelSpec, where: str, layers: tuple[int, int], n_tokens: int,
-               batch: int, head: str | None, collectives: int | None,
-               head_tokens: int | None = None) -> tuple:
-        """The context-free part of a Forward's cost; FLOPs and bytes are linear in
-        context, so a step only adds context times the per-position terms."""
-        p = self.platform
-        members = p.members(where)
-        g = len(members)
-        device = p.device(members[0])
-        tier = p.tier(device.memory)
-        n_layers = layers[1] - layers[0]
-        if n_layers < 0 or layers[0] < 0 or layers[1] > spec.n_layers:
-            raise CostError(f"layers {layers} fall outside {spec.name}'s "
-                            f"{spec.n_layers} layers")
-        rows = n_tokens * batch
-        flops0 = n_layers * spec.layer_flops(n_tokens, 0) * batch
-        flops_ctx = n_layers * (spec.layer_flops(n_tokens, 1) - spec.layer_flops(n_tokens, 0)) * batch
-        kv = spec.kv_bytes_per_token_layer()
-        bytes0 = n_layers * (spec.layer_bytes + kv * n_tokens * batch)
-        bytes_ctx = n_layers * kv * batch
-        kernels = n_layers
-        if head is not None:
-            flops0 += spec.head_flops(rows if head_tokens is None else head_tokens * batch)
-            bytes0 += spec.head_bytes
-            kernels += 1
-        if head == "exit_layer":  # an early-exit head with a decoder layer of its own
-            flops0 += spec.layer_flops(n_tokens, 0) * batch
-            flops_ctx += (spec.layer_flops(n_tokens, 1) - spec.layer_flops(n_tokens, 0)) * batch
-            bytes0 += spec.layer_bytes + kv * n_tokens * batch
-            bytes_ctx += kv * batch
-            kernels += 1
+    def _shape(self, t: ForwardTerms) -> tuple:
+        """The context-free evaluation of a Forward's terms: the rates and fixed parts
+        of ``pass_seconds``, so a step only adds context times the per-position terms."""
+        device = self.platform.device(t.device)
+        v = Values.of(device, self.platform.tier(t.tier))
+        launch_s = t.kernels * v.launch_overhead_s + v.call_overhead_s
         collective_s = 0.0
-        if g > 1:
-            count = 2 * n_layers if collectives is None else collectives
-            collective_s = count * p.group(where).allreduce_s(rows * spec.hidden * spec.dtype_bytes)
-        byte_rate = tier.bandwidth_bytes_s * tier.memory_efficiency
-        if rows > 1 and device.multirow_memory_factor != 1.0:
-            byte_rate /= device.multirow_memory_factor
-        launch_s = device.launch_overhead_s * kernels
-        if device.call_overhead_s:
-            launch_s += device.call_overhead_s
-        return (flops0, flops_ctx, bytes0, bytes_ctx, g,
-                _peak(device, spec.dtype) * device.compute_efficiency,
-                byte_rate, launch_s, collective_s, tier.name, device.roofline_exponent)
+        if t.collectives:
+            collective_s = t.collectives * self.platform.group(t.group).allreduce_s(
+                t.message_bytes)
+        return (t, flop_rate(t.peak_flops, v), byte_rate(t.tier_bytes_s, t.rows > 1, v),
+                t.kernels * v.compute_half_flops, t.kernels * v.memory_half_bytes,
+                launch_s, collective_s, v.roofline_exponent)
 
     @staticmethod
     def hop_s(link: Link, nbytes: float) -> float:
@@ -151,5 +282,15 @@ class RooflineCost:
         return 0.0 if rate is None else nbytes / (rate * 1e9)
 
     @staticmethod
-    def tier_s(tier: MemoryTier, nbytes: float) -> float:
-        return tier.latency_s + nbytes / (tier.bandwidth_bytes_s * tier.memory_efficiency)
+    def requests_s(tier: MemoryTier, nbytes: float) -> float:
+        """The per-request part of reading nbytes from a tier: ceil(b / request_bytes)
+        requests, queue_depth outstanding at once, each request_latency_s."""
+        if not tier.request_latency_s:
+            return 0.0
+        return math.ceil(nbytes / tier.request_bytes) * tier.request_latency_s / tier.queue_depth
+
+    @classmethod
+    def tier_s(cls, tier: MemoryTier, nbytes: float) -> float:
+        """A read alone on its tier: latency, requests, bytes at the achieved rate."""
+        return (tier.latency_s + cls.requests_s(tier, nbytes)
+                + nbytes / (tier.bandwidth_bytes_s * tier.memory_efficiency))

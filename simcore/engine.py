@@ -169,7 +169,9 @@ class Simulator:
         rate (``multirow_memory_factor`` included), the memory time is how long
         they take under sharing, and compute and memory combine as the device's
         roofline does (max, or the p-norm), so a pass alone on its tier takes
-        exactly ``busy_s``."""
+        exactly ``busy_s``. The size-dependent part (``memory_half_bytes``) and a
+        device's bandwidth cap are in ``memory_s``, so they shrink its share the
+        same way (the cap is not a per-flow limit under sharing)."""
         env = self.env
         yield env.timeout(c.launch_s)
         start = env.now
@@ -218,7 +220,8 @@ class Simulator:
                    0.0, op.nbytes * op.count)
 
     def _stream(self, op: StreamWeights):
-        """Latency plus bytes over the flash tier's fair-shared bandwidth. On a
+        """Latency, the per-request time of the read (``RooflineCost.requests_s``),
+        then bytes over the flash tier's fair-shared bandwidth. On a
         device with ``stream_host_gb_s`` installing the weights read is the
         device's own work: after the read it takes the device's compute stream
         (FIFO, after work queued before it) for bytes / stream_host_gb_s.
@@ -237,8 +240,9 @@ class Simulator:
                             "no storage tier to stream weights from; set its 'storage'")
         tier = self.platform.tier(device.storage)
         start = self.env.now
-        if tier.latency_s:
-            yield self.env.timeout(tier.latency_s)
+        wait_s = tier.latency_s + self.cost.requests_s(tier, op.nbytes)
+        if wait_s:
+            yield self.env.timeout(wait_s)
         yield self._bandwidth[tier.name].transfer(op.nbytes)
         if device.stream_host_gb_s is not None:
             yield from self._acquire(members)

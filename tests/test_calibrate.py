@@ -42,7 +42,16 @@ TRUE_DISK_GB_S = 1.2  # unlike the profile's 3.15; the cores' stream_host_gb_s i
 CORES = "cpu0,cpu1"
 
 
-def true_platform():
+def true_platform(device: dict | None = None, tiers: dict | None = None):
+    """The true platform; ``device`` and ``tiers`` (tier name -> fields) override it."""
+    p = _true_platform()
+    devices = tuple(d.model_copy(update=device or {}) for d in p.devices)
+    new_tiers = tuple(t.model_copy(update=(tiers or {}).get(t.name, {}))
+                      for t in p.memory_tiers)
+    return p.model_copy(update={"devices": devices, "memory_tiers": new_tiers})
+
+
+def _true_platform():
     p = load_platform("cpu-local")
     devices = tuple(d.model_copy(update=TRUE_DEVICE) for d in p.devices)
     tiers = tuple(t.model_copy(update={"memory_efficiency": TRUE_MEMORY_EFFICIENCY}
@@ -64,12 +73,12 @@ def _op_fields(op) -> dict:
 def make_measured_run(out: Path, policy: str, params: dict, *, seed: int, tokens: int = 60,
                       alpha: float = 0.7, noise: float = 0.03, verify_s: float = 0.0,
                       target: str = "smollm2-135m", prompt_tokens: int = 40,
-                      outliers: float = 0.02) -> Path:
+                      outliers: float = 0.02, truth=None) -> Path:
     """Run a schedule against the true platform's costs and write a measured run.
     Each Verify takes ``verify_s`` (sampling, which the simulator has no term for).
     Operations run one after another, a spawned branch at once (as a device that
     streams its weights on its own core does)."""
-    plat, rng = true_platform(), np.random.default_rng(seed)
+    plat, rng = truth or true_platform(), np.random.default_rng(seed)
     cost, models = RooflineCost(plat), {"target": load_model(target),
                                         "draft": load_model("smollm2-135m")}
     ctx = PolicyContext(models["target"], models["draft"], tokens=tokens,
@@ -207,6 +216,9 @@ def test_robust_loss_ignores_outliers(tmp_path):
 
 def _truth() -> dict:
     out = {Param("device", CORES, k): v for k, v in TRUE_DEVICE.items()}
+    for field, off in (("memory_half_bytes", 0.0), ("compute_half_flops", 0.0),
+                       ("memory_bandwidth_gb_s", float("inf"))):  # the optional terms, off
+        out[Param("device", CORES, field)] = off
     out[Param("tier", "dram", "memory_efficiency")] = TRUE_MEMORY_EFFICIENCY
     out[Param("link", "ipc-cpu0-cpu1", "latency_s")] = TRUE_LINK_LATENCY_S
     out[Param("link", "ipc-cpu0-cpu1", "bandwidth_gb_s")] = 6.19
@@ -282,8 +294,9 @@ def test_executor_passes_and_critical_times():
     op = {"type": "Forward", "model": "draft", "device": "draft", "layers": [0, 30],
           "n_tokens": 3, "n_fed": 4, "batch": 2, "context": 50, "head": "lm",
           "emit": "sample"}
-    passes = list(executor_passes(Terms(plat).unit, spec, "cpu1", op))  # 1 s per kernel
+    passes = list(executor_passes(Terms(plat).cost, spec, "cpu1", op))
     assert [p.rows for p in passes] == [8, 2, 2] and all(p.kernels == 31 for p in passes)
+    assert [p.calls for p in passes] == [1, 0, 0]  # one call overhead per Forward
     fwd = {"type": "Forward", "model": "target", "device": "target", "layers": [0, 30],
            "n_tokens": 5, "label": "verify"}
     spans = [{"op": fwd, "device": "cpu0", "start_s": 0.001, "end_s": 0.010},
@@ -433,3 +446,73 @@ def test_new_cost_terms_default_to_the_roofline():
     one_row = RooflineCost(other).forward(spec, "cpu0", (0, 30), 1, 1, 40, "lm", None)
     assert one_row.memory_s == pytest.approx(RooflineCost(plat).forward(
         spec, "cpu0", (0, 30), 1, 1, 40, "lm", None).memory_s)
+
+
+# The optional efficiency terms: each generated with a known value on top of the
+# true platform, then fitted (asked for with fit_terms) from noise-free spans.
+OPTIONAL_TRUTHS = [
+    # a kernel reaches half its bandwidth at 2 MB: layers of ~7 MB run at ~78%
+    ("memory_half_bytes", 2e6, {}, {}),
+    # half its FLOP rate at 40 MFLOP per kernel: a one-row layer (~14 MFLOP) at ~26%
+    ("compute_half_flops", 4e7, {}, {}),
+    # a core that draws 12 of the DRAM's 34.2 GB/s (efficiency 1: the cap stands in)
+    ("memory_bandwidth_gb_s", 12.0, {}, {"dram": {"memory_efficiency": 1.0}}),
+]
+
+
+def _optional_runs(root: Path, truth) -> list:
+    for i, (policy, params, prompt) in enumerate(RUNS):
+        make_measured_run(root / f"{policy}-{i}", policy, params, seed=i, prompt_tokens=prompt,
+                          noise=0.0, outliers=0.0, truth=truth)
+    return [load_run(p) for p in sorted(root.glob("*/record.json"))]
+
+
+@pytest.mark.parametrize("field,value,device,tiers", OPTIONAL_TRUTHS)
+def test_fit_recovers_each_optional_efficiency_term(tmp_path, field, value, device, tiers):
+    truth = true_platform({**device, field: value}, tiers)
+    runs = _optional_runs(tmp_path, truth)
+    plat = load_platform("cpu-local")
+    terms = [t for r in runs for t in Terms(plat).of_run(r)]
+    result = fit(plat, terms, fit_terms={field})
+    assert result.values[Param("device", CORES, field)] == pytest.approx(value, rel=0.01)
+    assert result.median_abs_error < 1e-4
+    # not asked for: kept off (the other terms absorb what they can; per-kernel
+    # bytes look much like per-kernel launches, so the gap can be small)
+    without = fit(plat, terms)
+    assert Param("device", CORES, field) in without.held
+    assert without.values[Param("device", CORES, field)] == result.initial[
+        Param("device", CORES, field)]
+    if field == "memory_bandwidth_gb_s":  # without a cap, the tier's efficiency takes it
+        assert without.values[Param("tier", "dram", "memory_efficiency")] == pytest.approx(
+            value / 34.2, rel=0.01)
+    else:
+        assert without.median_abs_error > 1e3 * result.median_abs_error
+
+
+def test_fit_recovers_the_flash_request_latency(tmp_path):
+    """Streams of 1 MiB requests, two outstanding, 0.4 ms each: with the flash
+    bandwidth known (a sequential-read measurement), the per-request latency
+    comes back; the layers of SmolLM2 (~7 MB) and its head (~57 MB) are reads of
+    different request counts."""
+    disk = {"request_latency_s": 4e-4, "request_bytes": 2.0 ** 20, "queue_depth": 2,
+            "bandwidth_gb_s": 3.15}
+    truth = true_platform(tiers={"disk": disk})
+    for i, (policy, params) in enumerate((("ar", {}), ("ar_stream", {"dram_budget_gb": 0.2}))):
+        make_measured_run(tmp_path / f"{policy}-{i}", policy, params, seed=i, tokens=12,
+                          noise=0.0, outliers=0.0, truth=truth)
+    base = load_platform("cpu-local")
+    tiers = tuple(t.model_copy(update={"request_bytes": 2.0 ** 20, "queue_depth": 2})
+                  if t.name == "disk" else t for t in base.memory_tiers)
+    plat = base.model_copy(update={"memory_tiers": tiers})
+    runs = [load_run(p) for p in sorted(tmp_path.glob("*/record.json"))]
+    terms = [t for r in runs for t in Terms(plat).of_run(r)]
+    result = fit(plat, terms, fit_terms={"request_latency_s"})
+    assert result.values[Param("tier", "disk", "request_latency_s")] == pytest.approx(
+        4e-4, rel=0.01)
+    assert result.values[Param("tier", "disk", "bandwidth_gb_s")] == 3.15  # kept
+
+
+def test_unknown_fit_term_is_one_sentence():
+    plat = load_platform("cpu-local")
+    with pytest.raises(ValueError, match="not an optional term"):
+        fit(plat, [], fit_terms={"launch_overhead_s"})

@@ -5,6 +5,7 @@ import math
 import pytest
 
 from hwprofiles import ModelSpec, Platform
+from hwprofiles.schema import MemoryTier
 from policies.acceptance import IID
 from policies.ops import AllReduce, Delay, Forward, Parallel, StreamWeights, Transfer
 from simcore import Outcomes, Simulator
@@ -224,3 +225,51 @@ def test_host_stream_install_waits_for_compute_queued_before_it():
     install_start = 0.8 + 0.1  # both delays were queued on a before the install asked
     assert stream.end_s == pytest.approx(install_start + nbytes / 2e9, rel=1e-12)
 
+
+
+def _with(p, device=None, tier=None, **fields):
+    """The fixture with fields set on one device or tier (each with a source)."""
+    if device:
+        d = p.device(device)
+        d = d.model_copy(update={**fields, "sources": {**d.sources, **{k: SRC for k in fields}}})
+        return p.model_copy(update={"devices": tuple(d if x.name == device else x
+                                                     for x in p.devices)})
+    t = p.tier(tier)
+    t = t.model_copy(update={**fields, "sources": {**t.sources, **{k: SRC for k in fields}}})
+    return p.model_copy(update={"memory_tiers": tuple(t if x.name == tier else x
+                                                      for x in p.memory_tiers)})
+
+
+def test_forward_pays_call_overhead_size_efficiency_and_bandwidth_cap():
+    """call_overhead_s once per Forward; memory time (bytes + kernels * half) over
+    min(tier, cap) * efficiency; compute time (flops + kernels * half) over peak."""
+    p = _with(platform(), device="a", call_overhead_s=3e-5, memory_half_bytes=1e6,
+              compute_half_flops=5e9, memory_bandwidth_gb_s=40.0)
+
+    def sched():
+        yield Forward("target", "a", (0, 4), n_tokens=1, context=100)
+
+    res = run(sched, plat=p)
+    flops = 4 * MODEL.layer_flops(1, 100)
+    nbytes = 4 * (MODEL.layer_bytes + MODEL.kv_bytes_per_token_layer() * 101)
+    expected = 4e-6 + 3e-5 + max((flops + 4 * 5e9) / 100e12, (nbytes + 4 * 1e6) / 40e9)
+    assert res.time_s == pytest.approx(expected, rel=1e-12)
+
+
+def test_flash_read_pays_its_requests_over_the_queue_depth():
+    p = _with(platform(), tier="flash", request_latency_s=2e-4, request_bytes=2.0 ** 20,
+              queue_depth=4, memory_efficiency=0.5)
+    nbytes = 10.5 * 2 ** 20  # 11 requests
+
+    def sched():
+        yield StreamWeights("a", "target", (0, 1), nbytes)
+
+    res = run(sched, plat=p)
+    assert res.time_s == pytest.approx(1e-4 + 11 * 2e-4 / 4 + nbytes / 1e9, rel=1e-12)
+
+
+def test_request_latency_without_a_request_size_is_refused():
+    flash = _sourced(name="flash", kind="flash", capacity_bytes=1e12, bandwidth_gb_s=2.0,
+                     request_latency_s=2e-4)
+    with pytest.raises(ValueError, match="request_bytes"):
+        MemoryTier.model_validate(flash)

@@ -12,6 +12,7 @@ from analyses.api import law, simulate
 from analyses.cli import main
 from analyses.config import SimConfig
 from analyses.laws import ppsd as ppsd_law
+from analyses.lawterms import early_exit_terms
 from hwprofiles import Platform, load_model
 from policies import PolicyContext, acceptance, build
 from simcore import Outcomes, Simulator
@@ -107,6 +108,66 @@ def test_real_links_and_exit_heads_fall_below_eq6(alpha):
     norm, transformer = _a100(alpha, "norm"), _a100(alpha, "transformer")
     assert transformer["speedup_vs_ar"] < norm["speedup_vs_ar"] < eq6
     assert norm["speedup_vs_ar"] > 0.9 * eq6  # the heads and links cost a few percent
+
+
+# Shipped platforms a pipeline runs on: the A100 node's eight GPUs, and the eight
+# M2 Ultra nodes over Thunderbolt (stage k on node k's GPU).
+PIPELINES = [("a100-sxm-8x", "vicuna-7b", {}),
+             ("m2-ultra-8x", "qwen3-32b", {f"stage{i}": f"gpu{i}" for i in range(8)})]
+# Every shipped platform, a target that fits it.
+TARGETS = {"a100-sxm-8x": "vicuna-7b", "h100-sxm-5x": "llama-3.1-70b",
+           "m2-ultra-8x": "qwen3-32b", "jetson-agx-orin-64gb": "vicuna-7b",
+           "snapdragon-8-gen3": "llama-3.2-1b", "cpu-local": "smollm2-135m"}
+
+
+def _cost_law_case(platform, target, policy, params, alpha, placement=None, batch=1):
+    config = SimConfig(platform=platform, target=target, policy=policy, params=params,
+                       acceptance={"kind": "iid", "alpha": alpha}, tokens=2000, batch=batch,
+                       deterministic=True, fixed_context=True, placement=placement or {})
+    return simulate(config).metrics, early_exit_terms(config)
+
+
+@pytest.mark.parametrize("platform,target,placement", PIPELINES)
+@pytest.mark.parametrize("exit_layer,head,alpha,batch", [
+    (8, "norm", 0.3226, 1), (8, "transformer", 0.6738, 1), (4, "transformer", 0.6738, 1),
+    (16, "norm", 0.95, 1), (8, "norm", 0.8, 2)])
+def test_ppsd_equals_its_law_with_heads_and_links_on_shipped_platforms(
+        platform, target, placement, exit_layer, head, alpha, batch):
+    """Eq. 6 with the cost model's times (exit head on stage 0, LM head on the last
+    stage, activation hops, the correction's trip, the refill behind it): the
+    deterministic simulation equals it within 0.5% (the pipeline's first fill is
+    the rest)."""
+    if platform == "m2-ultra-8x" and exit_layer == 4:
+        exit_layer = 8  # Qwen3-32B's 64 layers in 4-layer stages need 16 devices
+    metrics, terms = _cost_law_case(platform, target, "ppsd",
+                                    {"exit_layer": exit_layer, "exit_head": head}, alpha,
+                                    placement, batch)
+    assert metrics["speedup_vs_ar"] == pytest.approx(terms.ppsd()["speedup"], rel=5e-3)
+
+
+@pytest.mark.parametrize("platform", sorted(TARGETS))
+@pytest.mark.parametrize("gamma,head,alpha", [(3, "norm", 0.5), (5, "transformer", 0.8)])
+def test_eesd_equals_its_law_with_heads_on_every_shipped_platform(platform, gamma, head,
+                                                                    alpha):
+    """Eq. 4 with the cost model's draft (E layers + exit head) and verify (N layers
+    + LM head over gamma + 1 positions) times: exact in deterministic mode."""
+    metrics, terms = _cost_law_case(platform, TARGETS[platform], "eesd",
+                                    {"exit_layer": 8, "gamma": gamma, "exit_head": head},
+                                    alpha)
+    assert metrics["speedup_vs_ar"] == pytest.approx(terms.eesd(alpha, gamma)["speedup"],
+                                                     rel=1e-9)
+
+
+def test_cost_laws_reduce_to_eq6_and_eq4_with_layer_times():
+    """With one time unit per layer and free heads and links, the cost forms are the
+    papers' equations."""
+    for alpha in (0.0, 0.3226, 0.9):
+        eq = ppsd_law(32, 8, alpha, 5)
+        assert law("ppsd_cost", alpha=alpha, t_ar_s=32.0, t_match_s=8.0,
+                   t_flush_s=32.0)["speedup"] == pytest.approx(eq["speedup"], rel=1e-12)
+        assert law("eesd_cost", alpha=alpha, gamma=5, t_ar_s=32.0, t_draft_s=40.0,
+                   t_verify_s=32.0)["speedup"] == pytest.approx(eq["eesd_speedup"],
+                                                                rel=1e-12)
 
 
 def test_random_mode_is_seeded_and_tracks_alpha():

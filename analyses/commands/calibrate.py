@@ -31,6 +31,12 @@ def register(sub) -> None:
                    help="schedules whose runs are fitted (default ar,ar_stream,sd: AR "
                         "resident and streaming from flash, and SD); the others' runs "
                         "are held out")
+    p.add_argument("--fit-terms", default="", metavar="FIELDS",
+                   help="optional efficiency terms to fit as well, comma-separated: "
+                        "memory_half_bytes, compute_half_flops (size-dependent bandwidth "
+                        "and FLOP rate), memory_bandwidth_gb_s (a device's bandwidth cap), "
+                        "request_latency_s (flash per-request latency); default none "
+                        "(they keep the profile's values)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=_calibrate)
 
@@ -51,7 +57,9 @@ def _calibrate(args) -> int:
     # the uncalibrated --profile is an input too: a calibration never replaces it
     check_outputs({"--output": args.output},
                   profile_inputs(profile=args.profile) + runs_inputs(args.runs))
-    summary = calibrate(args.runs, args.profile, args.output, fit_policies=policies)
+    fit_terms = tuple(t.strip() for t in args.fit_terms.split(",") if t.strip())
+    summary = calibrate(args.runs, args.profile, args.output, fit_policies=policies,
+                        fit_terms=fit_terms)
     if args.json:
         emit_json(summary)
         return 0
