@@ -13,23 +13,28 @@ from analyses.published import (Knob, calibrate_published, knobs_of, load_publis
 from hwprofiles import load_platform
 
 TRUTH = {"memory_efficiency": 0.72, "launch_overhead_s": 30e-6, "alpha_s": 1.6}
+START = {"memory_efficiency": 1.0, "launch_overhead_s": 5e-6, "alpha_s": 0.5}  # perturbed
 SHAPES = [("llama-2-7b", "gpu0"), ("llama-2-7b", "tp2"), ("llama-2-7b", "tp4"),
           ("llama-2-7b", "all8"), ("llama-2-70b", "tp2"), ("llama-2-70b", "tp4"),
           ("llama-2-70b", "all8"), ("vicuna-13b", "gpu0")]
 
 
-def _true_platform():
-    """a100-sxm-8x with known values: memory efficiency 0.72, launch 30 us, every
-    group's all-reduce latency x1.6."""
+def _platform_with(values):
+    """a100-sxm-8x with its memory efficiency and launch overhead set to ``values``
+    and every group's all-reduce latency scaled by values["alpha_s"]."""
     base = load_platform("a100-sxm-8x")
     knobs = knobs_of(base)
     x = []
     for k in knobs:
         start = getattr(next(o for o in (base.memory_tiers + base.devices + base.groups)
                              if o.name == k.names[0]), k.field)
-        x.append(math.log(TRUTH[k.field] / start) if k.field != "alpha_s"
-                 else math.log(TRUTH["alpha_s"]))
+        x.append(math.log(values[k.field] / start) if k.field != "alpha_s"
+                 else math.log(values["alpha_s"]))
     return scaled(base, knobs, x), knobs
+
+
+def _true_platform():
+    return _platform_with(TRUTH)
 
 
 def _rows(platform, split_every=2):
@@ -61,9 +66,8 @@ def _value(platform, kind, name, field):
 def test_fit_recovers_known_values_and_held_out_error_vanishes(tmp_path):
     truth, knobs = _true_platform()
     rows_file = _write_rows(tmp_path / "rows.yaml", _rows(truth))
-    # perturb: the shipped start (efficiency 1, launch 5 us, the NCCL latencies)
     start = tmp_path / "start.yaml"
-    start.write_text(profile_text(load_platform("a100-sxm-8x"), ""))
+    start.write_text(profile_text(_platform_with(START)[0], ""))
     out = tmp_path / "fitted.yaml"
     summary = calibrate_published(rows_file, str(start), out)
     fitted = load_platform(str(out))
