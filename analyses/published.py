@@ -41,7 +41,15 @@ SENSITIVE = 1e-6  # relative change in a row's tokens/s that counts as sensitive
 DEFAULT_FIELDS = ("memory_efficiency", "launch_overhead_s", "alpha_s")
 FIELD_KINDS = {"memory_efficiency": "tier", "compute_efficiency": "device",
                "launch_overhead_s": "device", "call_overhead_s": "device",
-               "alpha_s": "group", "bandwidth_gb_s": "group", "latency_s": "link"}
+               "alpha_s": "group", "bandwidth_gb_s": "group", "latency_s": "link",
+               # the optional efficiency terms (hwprofiles.schema's module docstring)
+               "memory_half_bytes": "device", "compute_half_flops": "device",
+               "memory_bandwidth_gb_s": "device", "request_latency_s": "tier"}
+# Where a field that is off (0) starts when fitted: a value at which it matters, so
+# the fit can tell whether the rows want it (a factor cannot move a zero).
+OFF_STARTS = {"call_overhead_s": 1e-5, "memory_half_bytes": 1e6,
+              "compute_half_flops": 1e9, "request_latency_s": 1e-4,
+              "launch_overhead_s": 1e-6, "alpha_s": 1e-6, "latency_s": 1e-6}
 
 
 class Measurement(StrictModel):
@@ -197,11 +205,19 @@ def knobs_of(platform: Platform, fields=DEFAULT_FIELDS) -> list[Knob]:
 
 
 def _start(platform: Platform, knob: Knob) -> dict[str, float]:
-    """Each tied object's starting value (a zero starts at the field's lower bound,
-    which a factor can scale)."""
-    lo = BOUNDS[knob.field][0]
-    return {o.name: max(float(getattr(o, knob.field)), lo)
-            for o in _objects(platform, knob.kind) if o.name in knob.names}
+    """Each tied object's starting value: its own, a field that is off (0) at
+    ``OFF_STARTS``, a device's unset bandwidth cap at its memory tier's bandwidth."""
+    out = {}
+    for o in _objects(platform, knob.kind):
+        if o.name not in knob.names:
+            continue
+        value = getattr(o, knob.field)
+        if value is None and knob.field == "memory_bandwidth_gb_s":
+            value = platform.tier(o.memory).bandwidth_gb_s
+        if not value:
+            value = OFF_STARTS.get(knob.field, BOUNDS[knob.field][0])
+        out[o.name] = float(value)
+    return out
 
 
 def _log_bounds(platform: Platform, knob: Knob) -> tuple[float, float]:
@@ -229,12 +245,14 @@ def scaled(platform: Platform, knobs: list[Knob], x) -> Platform:
 
 
 def sensitive_knobs(platform: Platform, knobs: list[Knob], rows) -> list[Knob]:
-    """The knobs some row's simulated speed changes with (10% nudge)."""
-    base = [simulate_row(r, platform) for r in rows]
+    """The knobs some row's simulated speed changes with (10% nudge down from the
+    start; up where the start is the lower bound)."""
+    start = scaled(platform, knobs, np.zeros(len(knobs)))
+    base = [simulate_row(r, start) for r in rows]
     keep = []
     for k, knob in enumerate(knobs):
         x = np.zeros(len(knobs))
-        x[k] = math.log(1.1) if _log_bounds(platform, knob)[1] > 0.1 else -math.log(1.1)
+        x[k] = -math.log(1.1) if _log_bounds(platform, knob)[0] < -0.1 else math.log(1.1)
         nudged = scaled(platform, knobs, x)
         if any(abs(simulate_row(r, nudged) / b - 1) > SENSITIVE for r, b in zip(rows, base)):
             keep.append(knob)
@@ -319,7 +337,7 @@ def _sourced(fitted: Platform, original: Platform, knobs: list[Knob], source: st
             return obj
         old = getattr(was, field)
         sources = dict(obj.sources)
-        sources[field] = f"{source}; was {old:.4g}" + (
+        sources[field] = f"{source}; was " + ("unset" if old is None else f"{old:.4g}") + (
             f" ({was.sources[field]})" if field in was.sources else "")
         return obj.model_copy(update={"sources": sources})
 

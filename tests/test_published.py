@@ -167,3 +167,28 @@ def test_cli_shipped_fit_prints_table_and_is_byte_identical(tmp_path, capsys):
     assert a.read_bytes() == b.read_bytes()
     assert "calibrated: hetspec calibrate --published measurements.yaml on rows " \
            "ssd-h100-llama70b-ar-tp4" in a.read_text()
+
+
+def test_fit_recovers_a_size_dependent_bandwidth_term_that_starts_off(tmp_path):
+    """memory_half_bytes (the costmodel's size-dependent bandwidth) is 0 in the start
+    profile: the fit starts it at OFF_STARTS and finds the true 20 MB per kernel."""
+    base = load_platform("a100-sxm-8x")
+    fields = ("memory_efficiency", "memory_half_bytes")
+    truth = base.model_copy(update={
+        "memory_tiers": tuple(t.model_copy(update={"memory_efficiency": 0.8})
+                              for t in base.memory_tiers),
+        "devices": tuple(d.model_copy(update={"memory_half_bytes": 20e6, "sources": {
+            **d.sources, "memory_half_bytes": "synthetic truth"}}) for d in base.devices)})
+    start = base.model_copy(update={
+        "memory_tiers": tuple(t.model_copy(update={"memory_efficiency": 1.0})
+                              for t in base.memory_tiers)})
+    rows_file = _write_rows(tmp_path / "rows.yaml", _rows(truth))
+    (tmp_path / "start.yaml").write_text(profile_text(start, ""))
+    out = tmp_path / "fitted.yaml"
+    summary = calibrate_published(rows_file, str(tmp_path / "start.yaml"), out,
+                                  fields=fields)
+    fitted = load_platform(str(out))
+    assert fitted.device("gpu5").memory_half_bytes == pytest.approx(20e6, rel=0.01)
+    assert fitted.tier("hbm2").memory_efficiency == pytest.approx(0.8, rel=0.01)
+    assert summary["median_abs_error_held_out"] < 1e-3
+    assert "was 0" in fitted.device("gpu0").sources["memory_half_bytes"]

@@ -23,7 +23,9 @@ def register(sub) -> None:
     p.add_argument("--fit-fields", default=None, metavar="F1,F2",
                    help="with --published: profile fields to scale (default "
                         "memory_efficiency,launch_overhead_s,alpha_s; also "
-                        "compute_efficiency, call_overhead_s, bandwidth_gb_s, latency_s)")
+                        "compute_efficiency, call_overhead_s, bandwidth_gb_s, latency_s "
+                        "and the optional terms memory_half_bytes, compute_half_flops, "
+                        "memory_bandwidth_gb_s, request_latency_s)")
     p.add_argument("--profile", required=True, help="platform to calibrate (name or YAML)")
     p.add_argument("-o", "--output", default="calibrated.yaml",
                    help="calibrated platform YAML (default calibrated.yaml)")
