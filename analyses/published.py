@@ -206,14 +206,15 @@ def knobs_of(platform: Platform, fields=DEFAULT_FIELDS) -> list[Knob]:
 
 def _start(platform: Platform, knob: Knob) -> dict[str, float]:
     """Each tied object's starting value: its own, a field that is off (0) at
-    ``OFF_STARTS``, a device's unset bandwidth cap at its memory tier's bandwidth."""
+    ``OFF_STARTS``, a device's unset bandwidth cap at 90% of its memory tier's
+    bandwidth (at 100% the cap is not binding and its slope upward is zero)."""
     out = {}
     for o in _objects(platform, knob.kind):
         if o.name not in knob.names:
             continue
         value = getattr(o, knob.field)
         if value is None and knob.field == "memory_bandwidth_gb_s":
-            value = platform.tier(o.memory).bandwidth_gb_s
+            value = 0.9 * platform.tier(o.memory).bandwidth_gb_s
         if not value:
             value = OFF_STARTS.get(knob.field, BOUNDS[knob.field][0])
         out[o.name] = float(value)
@@ -329,16 +330,20 @@ def _median_abs(table, split: str) -> float | None:
 
 def _sourced(fitted: Platform, original: Platform, knobs: list[Knob], source: str):
     """``fitted`` with a source naming the fit on every field a knob changed."""
-    touched = {(k.kind, n): k.field for k in knobs for n in k.names}
+    touched: dict[tuple[str, str], list[str]] = {}
+    for k in knobs:
+        for n in k.names:
+            touched.setdefault((k.kind, n), []).append(k.field)
 
     def update(obj, was, kind):
-        field = touched.get((kind, obj.name))
-        if field is None:
+        fields = touched.get((kind, obj.name))
+        if not fields:
             return obj
-        old = getattr(was, field)
         sources = dict(obj.sources)
-        sources[field] = f"{source}; was " + ("unset" if old is None else f"{old:.4g}") + (
-            f" ({was.sources[field]})" if field in was.sources else "")
+        for field in fields:
+            old = getattr(was, field)
+            sources[field] = (f"{source}; was " + ("unset" if old is None else f"{old:.4g}")
+                              + (f" ({was.sources[field]})" if field in was.sources else ""))
         return obj.model_copy(update={"sources": sources})
 
     def each(name, kind):
