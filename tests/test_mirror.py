@@ -480,10 +480,10 @@ def test_shared_dram_contention_bends_the_max_law():
         assert off[-1] == pytest.approx(law, rel=1e-9)
         bends[setup[0]] = on[-1] / law - 1
     # the draft's DRAM reads slow the target suffix that hides them; on the M2
-    # Ultra, whose GPU reaches 668 of the DRAM's 800 GB/s (calibrated on published
+    # Ultra, whose GPU reaches 695 of the DRAM's 800 GB/s (calibrated on published
     # measurements), the ANE draft's reads fit in the rest (no bend)
     assert bends["snapdragon-8-gen3"] > 0.1
-    assert 0 <= bends["m2-ultra-8x"] < bends["snapdragon-8-gen3"]
+    assert -1e-12 < bends["m2-ultra-8x"] < bends["snapdragon-8-gen3"]  # -1e-12: round-off
 
 
 class _Driver:
