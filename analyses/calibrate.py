@@ -6,7 +6,7 @@ executor ran for it, each with the coefficients ``RooflineCost.terms`` gives
 (kernels, calls, FLOPs, bytes, rows, peak, tier bandwidth) and the collectives
 it pays; ``analyses.costfit`` evaluates them with the same ``pass_seconds``:
 
-    Forward        call_overhead_s + per pass: launch_overhead_s * kernels
+    Forward        per pass: call_overhead_s + launch_overhead_s * kernels
                    + roofline(memory, compute, roofline_exponent)
                    + collectives * (alpha * a + b / bandwidth)
     Transfer       sum over hops of latency + bytes / bandwidth
@@ -47,6 +47,8 @@ from analyses.costfit import op_kind_errors  # noqa: F401  (re-exported)
 from analyses.replay import MeasuredRun, model_name
 from hwprofiles import Platform, load_model
 from simcore import RooflineCost
+from simcore.costmodel import LinearTerms, allreduce_terms, hop_terms, stream_terms
+from simcore.costmodel import executor_passes as passes_of
 
 __all__ = ["Param", "Terms", "fit", "apply", "current_value", "op_kind", "op_kind_errors",
            "device_classes", "params_of"]
@@ -72,13 +74,14 @@ def current_value(platform: Platform, p: Param) -> float:
     return EXPONENT_STARTS[0] if value is None else float(value)  # None: the max
 
 
-def _collective(platform: Platform, group: str, nbytes: float, count: float,
-                term: Term) -> None:
-    g = platform.group(group)
-    alpha_coef = g.model_copy(update={"alpha_s": 1.0, "bandwidth_gb_s": 1e30}).allreduce_s(nbytes)
-    beta_coef = g.model_copy(update={"alpha_s": 0.0, "bandwidth_gb_s": 1.0}).allreduce_s(nbytes)
-    term.linear.append((Param("group", group, "alpha_s"), count * alpha_coef))
-    term.inverse.append((Param("group", group, "bandwidth_gb_s"), count * beta_coef))
+def _add(term: Term, terms: LinearTerms, classes: dict) -> None:
+    """A transfer's, all-reduce's or stream's cost-model terms as fitted parameters
+    (devices under their tied class name)."""
+    term.fixed_s += terms.fixed_s
+    for entries, into in ((terms.linear, term.linear), (terms.inverse, term.inverse)):
+        for kind, name, field, coef in entries:
+            into.append((Param(kind, classes[name] if kind == "device" else name, field),
+                         coef))
 
 
 def op_kind(op: dict, placement: dict) -> str:
@@ -192,8 +195,9 @@ class Terms:
             if not self._transfer(op, placement, term):
                 return None  # both ends on one device: no link to fit
         elif kind == "AllReduce":
-            group = placement.get(op["group"], op["group"])
-            _collective(self.platform, group, float(op["nbytes"]), op.get("count", 1), term)
+            group = self.platform.group(placement.get(op["group"], op["group"]))
+            _add(term, allreduce_terms(group, float(op["nbytes"]), op.get("count", 1)),
+                 self.classes)
         elif kind == "StreamWeights":
             self._stream(op, placement, term)
         else:
@@ -210,57 +214,51 @@ class Terms:
         if len(members) > 1:  # the collectives the Forward as scheduled pays
             t = self.cost.terms(spec, where, tuple(op["layers"]), op.get("n_tokens", 1),
                                 op.get("batch", 1), op.get("head"), op.get("collectives"))
-            _collective(self.platform, where, t.message_bytes, t.collectives, term)
+            _add(term, allreduce_terms(self.platform.group(where), t.message_bytes,
+                                       t.collectives), self.classes)
 
     def _transfer(self, op: dict, placement: dict, term: Term) -> bool:
         src = self.platform.members(placement.get(op["src"], op["src"]))[0]
         dst = self.platform.members(placement.get(op["dst"], op["dst"]))[0]
         route = self.platform.route(src, dst)
         for link in route:
-            term.linear.append((Param("link", link.name, "latency_s"), 1.0))
-            term.inverse.append((Param("link", link.name, "bandwidth_gb_s"),
-                                 float(op["nbytes"]) / 1e9))
+            _add(term, hop_terms(link, float(op["nbytes"])), self.classes)
         return bool(route)
 
     def _stream(self, op: dict, placement: dict, term: Term) -> None:
         where = placement.get(op["device"], op["device"])
         device = self.platform.device(self.platform.members(where)[0])
         tier = self.platform.tier(device.storage)
-        term.fixed_s = tier.latency_s
-        if tier.request_bytes is not None:
-            term.linear.append((Param("tier", tier.name, "request_latency_s"),
-                                RooflineCost.requests_s(tier.model_copy(
-                                    update={"request_latency_s": 1.0}), float(op["nbytes"]))))
-        term.inverse.append((Param("tier", tier.name, "bandwidth_gb_s"),
-                             float(op["nbytes"]) / 1e9 / tier.memory_efficiency))
-        if device.stream_host_gb_s is not None:  # the device installs them itself
-            term.inverse.append((Param("device", self.classes[device.name],
-                                       "stream_host_gb_s"), float(op["nbytes"]) / 1e9))
+        _add(term, stream_terms(tier, device, float(op["nbytes"])), self.classes)
+
+
+def _passes(op: dict) -> tuple[tuple[int, ...], int | None]:
+    """``simcore.costmodel.executor_passes`` of a measured Forward."""
+    n_tokens = op.get("n_tokens", 1)
+    return passes_of(n_tokens, op.get("n_fed") or n_tokens, op.get("emit"), op.get("head"),
+                     op.get("head_tokens"))
 
 
 def stepped(op: dict) -> bool:
-    """Whether the executor ran a sampled Forward of k tokens as k passes (it runs
-    one with ``head_tokens=1`` as one pass over its positions, sampling once)."""
-    return op.get("emit") == "sample" and op.get("head_tokens") != 1
+    """Whether the executor ran a measured Forward as more than one pass."""
+    return len(_passes(op)[0]) > 1
 
 
 def executor_passes(cost: RooflineCost, spec, where: str, op: dict):
     """The device passes the executor ran for a measured Forward, as cost terms: a
     sampled Forward of k tokens is k passes (``stepped``), the first feeding
     ``n_fed`` positions per row, the others one; a sampled or top-k head projects
-    one position per row. The first pass carries the Forward's one call."""
-    n_fed = op.get("n_fed") or op.get("n_tokens", 1)
-    batch = op.get("batch", 1)
+    one position per row. Each pass is one model call and pays call_overhead_s,
+    as the replay's rewrite (``costfit.ExecutorWork``) charges it: one simulated
+    Forward per pass."""
+    widths, head_tokens = _passes(op)
+    n_fed, batch = widths[0], op.get("batch", 1)
     context = op.get("context_measured", op.get("context", 0)) or 0
-    sample = stepped(op)
-    head_tokens = 1 if op.get("emit") in ("sample", "topk") else op.get("head_tokens")
-    widths = [n_fed] + [1] * ((op.get("n_tokens", 1) - 1) if sample else 0)
     for i, width in enumerate(widths):
         t = cost.terms(spec, where, tuple(op["layers"]), width, batch, op.get("head"),
-                       op.get("collectives"),
-                       head_tokens if op.get("head") and head_tokens else None)
+                       op.get("collectives"), head_tokens or None)
         ctx = context + (n_fed + i - 1 if i else 0)
-        yield Pass(t.kernels, 0 if i else 1, t.flops(ctx), t.nbytes(ctx), width * batch,
+        yield Pass(t.kernels, 1, t.flops(ctx), t.nbytes(ctx), width * batch,
                    t.peak_flops, t.tier_bytes_s)
 
 

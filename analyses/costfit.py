@@ -28,7 +28,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from policies.ops import Delay, Forward, Parallel, Spawn, Verify
-from simcore.costmodel import Values, pass_seconds, roofline
+from simcore.costmodel import Values, executor_passes, pass_seconds, roofline
 
 BOUNDS = {"compute_efficiency": (1e-4, 1.0), "memory_efficiency": (1e-4, 1.0),
           "launch_overhead_s": (1e-9, 0.1), "call_overhead_s": (1e-9, 0.5),
@@ -74,7 +74,7 @@ class Pass:
     """One device pass of a Forward: its cost coefficients, per member."""
 
     kernels: float
-    calls: int  # Forward calls it starts (1 for the first pass, 0 for the others)
+    calls: int  # model calls it makes (each pays call_overhead_s)
     flops: float
     nbytes: float
     rows: int  # positions fed x batch rows
@@ -178,7 +178,7 @@ class Fit:
     log_residuals: np.ndarray
     terms: list[Term]
     success: bool
-    held: list[Param] = field(default_factory=list)  # optional terms not asked for
+    held: list[Param] = field(default_factory=list)  # kept by request: not fitted
 
     @property
     def median_abs_error(self) -> float:
@@ -249,7 +249,7 @@ def fit(terms: list[Term], initial: dict[Param, float],
     values = dict(zip(params, full(sol.x)))
     values.update({p: initial[p] for p, f in zip(params, free) if not f})  # kept exactly
     vector = np.array([values[p] for p in params])
-    held = [p for p in params if p.field in OPTIONAL_FIELDS and p.field in fixed]
+    held = [p for p in params if p.field in fixed or p in fixed]
     return Fit({p: float(v) for p, v in values.items()}, {p: initial[p] for p in params},
                unconstrained, problem.log_residuals(vector), terms, bool(sol.success), held)
 
@@ -363,10 +363,9 @@ class ExecutorWork:
         done = self.table.get(key + (i,))
         if done is None:
             return (yield op)
-        n_fed = done.get("n_fed") or op.n_tokens
-        sample = op.emit == "sample" and op.head_tokens != 1  # k passes (k tokens)
-        one = 1 if op.head and op.emit in ("sample", "topk") else op.head_tokens
-        result = yield replace(op, n_tokens=n_fed, head_tokens=one)
-        for j in range(1, op.n_tokens if sample else 1):
+        widths, one = executor_passes(op.n_tokens, done.get("n_fed") or op.n_tokens,
+                                      op.emit, op.head, op.head_tokens)
+        result = yield replace(op, n_tokens=widths[0], head_tokens=one)
+        for j in range(1, len(widths)):
             result = yield replace(op, n_tokens=1, context=op.context + j, head_tokens=one)
         return result

@@ -15,7 +15,6 @@ from typing import Annotated
 
 from pydantic import ConfigDict, Field, ValidationError, validate_call
 
-from hwprofiles import closedforms
 from hwprofiles.closedforms import expected_tokens
 
 MAX_COUNT = 1_000_000  # larger token, layer or batch counts are typing slips, not designs
@@ -73,13 +72,6 @@ def mirror(t_prefix_s: NonNegative, t_suffix_s: NonNegative, t_draft_s: NonNegat
             "draft_hidden": t_draft_s <= delta, "mirror_wins": t_rv < min(delta, t_draft_s)}
 
 
-def allreduce_alpha_beta(alpha_s: float, beta_s_per_byte: float, group: int,
-                         nbytes: float) -> float:
-    """One all-reduce under the alpha-beta model: alpha log2 G + beta M."""
-    return closedforms.allreduce_s("alpha_beta", alpha_s, 1.0 / beta_s_per_byte, group,
-                                   nbytes)
-
-
 def ssd(hit_rate: Probability, e_hit: NonNegative, e_miss: NonNegative, t_p: NonNegative,
         t_b: NonNegative, batch: Count = 1) -> dict:
     """SSD expected speedup, times normalised by the verify time:
@@ -93,18 +85,6 @@ def ssd(hit_rate: Probability, e_hit: NonNegative, e_miss: NonNegative, t_p: Non
     time = p * max(1.0, t_p) + (1 - p) * (1 + t_b)
     return {"speedup": tokens / time, "all_hit_rate": p, "tokens_per_round": tokens,
             "round_time_over_verify": time}
-
-
-def ssd_fanout(f0: float, acceptance: float, r: float, k_max: int) -> list[float]:
-    """Geometric fan-out: F_k = F0 a^(k/(1+r)) for k < K, and
-    F_K = F0 a^(K/(1+r)) (1-a)^(-1/(1+r))."""
-    _check(0 < acceptance < 1, "acceptance must lie in (0, 1) for the geometric fan-out")
-    return [f0 * w for w in closedforms.geometric_fanout_shape(acceptance, r, k_max)]
-
-
-def ssd_miss_rate(fanout: float, r: float) -> float:
-    """Power-law miss rate of a speculation cache: F^(-r) (capped at 1)."""
-    return closedforms.miss_rate(fanout, r)
 
 
 def ppsd(n_layers: Count, exit_layer: Count, alpha: Probability,

@@ -20,6 +20,7 @@ from policies import PolicyContext, PolicyError, acceptance, parse_params
 from policies import cats as cats_policy
 from policies import mirror as mirror_policy
 from policies import ppsd as ppsd_policy
+from policies import sd as sd_policy
 from policies import ssd as ssd_policy
 from policies.mirror import ENTRY_BYTES, VERDICT_BYTES
 from simcore import RooflineCost
@@ -231,8 +232,10 @@ class EarlyExitTerms:
     t_verify_s: float  # EESD: one verify pass of gamma + 1 positions
     match_rate: float  # every row's draft matches: alpha^batch
 
-    def ppsd(self) -> dict:
-        return laws.ppsd_cost(self.match_rate, self.t_ar_s, self.t_match_s, self.t_flush_s)
+    def ppsd(self, match_rate: float | None = None) -> dict:
+        """Eq. 6 with these times, at the run's match rate or the one given."""
+        rate = self.match_rate if match_rate is None else match_rate
+        return laws.ppsd_cost(rate, self.t_ar_s, self.t_match_s, self.t_flush_s)
 
     def eesd(self, alpha: float, gamma: int) -> dict:
         return laws.eesd_cost(alpha, gamma, self.t_ar_s, self.t_draft_s, self.t_verify_s)
@@ -287,3 +290,42 @@ def early_exit_terms(cfg) -> EarlyExitTerms:
         verify = s.target_s((0, n), prm.gamma + 1, "lm")
     alpha = s.acceptance.expected(1)  # P(one draft matches)
     return EarlyExitTerms(t_ar, match, flush, draft, verify, alpha ** b)
+
+
+@dataclass(frozen=True)
+class SDTerms:
+    """Leviathan's law with the cost model's step times (seconds): gamma draft steps
+    with the proposal's and the verdict's trips (``t_draft_s``), one verify of
+    gamma + 1 positions, one AR token."""
+
+    t_ar_s: float
+    t_draft_s: float
+    t_verify_s: float
+    gamma: int
+
+    @property
+    def c(self) -> float:
+        """Leviathan's c: one draft step (its share of the trips included) over T_AR."""
+        return self.t_draft_s / self.gamma / self.t_ar_s
+
+    def law(self, alpha: float) -> dict:
+        """Eq. with T_target(gamma+1) as the cost model has it (the paper takes it
+        equal to T_AR; a compute-bound target pays for its gamma + 1 positions)."""
+        return laws.eesd_cost(alpha, self.gamma, self.t_ar_s, self.t_draft_s,
+                              self.t_verify_s)
+
+
+def sd_terms(cfg) -> SDTerms:
+    """The cost model's times of an sd run's step at the run's context."""
+    s = Scenario(cfg)
+    prm = parse_params("sd", cfg.params)
+    model, layers, head = sd_policy.draft_source(s.policy_context(), prm.draft_layers, "sd")
+    spec = s.draft if model == "draft" else s.target
+    n, b, c, g = s.target.n_layers, s.batch, s.context, prm.gamma
+    where = s.placement.get("draft", "draft")
+    drafts = sum(s.cost.forward(spec, where, layers, 1, b, c + i, head,
+                                prm.draft_collectives).total_s for i in range(g))
+    trips = (s.trip_s("draft", "target", b * g * sd_policy.TOKEN_BYTES)
+             + s.trip_s("target", "draft", b * sd_policy.VERDICT_BYTES))
+    return SDTerms(s.target_s((0, n), 1, "lm"), drafts + trips,
+                   s.target_s((0, n), g + 1, "lm"), g)

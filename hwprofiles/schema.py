@@ -22,7 +22,9 @@ needs a source (a measurement, a calibration, a paper's table):
 - ``Device.memory_half_bytes`` (bytes per kernel): the operation size at which a
   kernel reaches half its peak bandwidth; a pass of k kernels reading b bytes
   takes (b + k * memory_half_bytes) / rate, so small GEMVs reach a small fraction
-  of peak (0: every kernel streams at peak).
+  of peak (0: every kernel streams at peak). The cost model counts one kernel per
+  decoder layer and one per head (as ``launch_overhead_s`` does), so the value is
+  per layer's worth of GEMVs.
 - ``Device.compute_half_flops`` (FLOPs per kernel): the same for compute time.
 - ``Device.memory_bandwidth_gb_s`` (GB/s): the most of its memory tier's bandwidth
   this engine can draw (an SoC's GPU reaching part of the shared DRAM's peak);

@@ -14,8 +14,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from policies.traces import TraceError, read_acceptance
 from hwprofiles.closedforms import expected_accepted
+from policies.traces import TraceError, read_acceptance
 
 
 class _Params(BaseModel):

@@ -5,8 +5,10 @@
 context, kernels, calls, and the collectives it pays (count and message
 bytes). ``pass_seconds`` is the one place that turns a pass's coefficients
 and the profile's parameter values (``Values``) into seconds; it works on
-floats (the simulator, the laws' terms) and on numpy arrays (calibration fits
-every measured pass at once with it). A pass of k kernels costs
+floats and on numpy arrays (calibration fits every measured pass at once with
+it). ``RooflineCost.forward``, the simulator's and the laws' hot path, caches
+its rates and evaluates the same expressions (a test holds the two equal bit
+for bit on every shipped platform). A pass of k kernels costs
 
     launch    k * launch_overhead_s + calls * call_overhead_s
     compute   (flops + k * compute_half_flops) / (peak * compute_efficiency)
@@ -20,7 +22,10 @@ exponent. A Forward on a collective group is sharded evenly over its members
 (tensor parallel) and pays its all-reduces on top: 2 per layer unless the
 operation says how many, each of rows * hidden * dtype bytes. Transfers,
 all-reduces and weight streams are sums of ``value * coef`` and ``coef /
-value``: ``hop_s``, ``allreduce_s`` and ``stream_read_s`` write them once.
+value``: ``hop_terms``, ``allreduce_terms`` and ``stream_terms`` give their
+coefficients per profile parameter (``LinearTerms``, what calibration fits);
+``hop_s``, ``allreduce_s``, ``requests_s`` and ``tier_s`` evaluate them on the
+simulator's path.
 Every optional term's default (0, 1, None) leaves the roofline exactly as it
 was (x + 0.0 and x / 1.0 are exact in floating point).
 """
@@ -29,10 +34,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
-from hwprofiles.schema import Device, Link, MemoryTier, ModelSpec, Platform
+from hwprofiles.closedforms import allreduce_s
+from hwprofiles.schema import CollectiveGroup, Device, Link, MemoryTier, ModelSpec, Platform
 
 COLLECTIVES_PER_LAYER = 2  # Mirror-SD: two all-reduces per transformer block
 
@@ -105,9 +112,10 @@ def roofline(compute_s, memory_s, exponent):
                      + (memory_s / longer) ** exponent) ** (1.0 / exponent)
 
 
-@dataclass(frozen=True, slots=True)
-class ForwardCost:
-    """Per-member cost of one Forward (members of a group work in parallel)."""
+class ForwardCost(NamedTuple):
+    """Per-member cost of one Forward (members of a group work in parallel). A
+    named tuple: the simulator builds one per Forward, and a tuple is the
+    cheapest immutable record to build."""
 
     launch_s: float
     compute_s: float
@@ -117,6 +125,9 @@ class ForwardCost:
     nbytes: float
     tier: str
     exponent: float | None = None  # the device's roofline_exponent
+    # bytes/s the pass streams at on a device with a bandwidth cap (None: uncapped);
+    # under contention its flow takes at most this much of the shared tier
+    rate_cap: float | None = None
 
     @property
     def busy_s(self) -> float:
@@ -194,6 +205,77 @@ def forward_shape(spec: ModelSpec, layers: tuple[int, int], n_tokens: int, batch
     return flops0, flops_ctx, bytes0, bytes_ctx, kernels
 
 
+@dataclass(frozen=True)
+class LinearTerms:
+    """An operation's seconds as fixed_s + sum(value * coef) over ``linear`` +
+    sum(coef / value) over ``inverse``; each entry is (kind, name, field, coef),
+    naming the profile parameter (kind: device, tier, link or group). Transfers,
+    all-reduces and weight streams are written so, once: calibration fits the
+    named parameters, ``seconds`` evaluates them (equal to ``hop_s``, ``tier_s``
+    and ``allreduce_s`` to rounding; a test holds them together)."""
+
+    fixed_s: float = 0.0
+    linear: tuple = ()
+    inverse: tuple = ()
+
+    def seconds(self, platform: Platform) -> float:
+        def value(kind, name, field):
+            obj = {"device": platform.device, "tier": platform.tier,
+                   "group": platform.group,
+                   "link": lambda n: next(l for l in platform.links if l.name == n)}[kind](name)
+            return getattr(obj, field)
+        return (self.fixed_s + sum(value(k, n, f) * c for k, n, f, c in self.linear)
+                + sum(c / value(k, n, f) for k, n, f, c in self.inverse))
+
+    def __add__(self, other: "LinearTerms") -> "LinearTerms":
+        return LinearTerms(self.fixed_s + other.fixed_s, self.linear + other.linear,
+                           self.inverse + other.inverse)
+
+
+def hop_terms(link: Link, nbytes: float) -> LinearTerms:
+    """One hop: latency + bytes / bandwidth."""
+    return LinearTerms(0.0, (("link", link.name, "latency_s", 1.0),),
+                       (("link", link.name, "bandwidth_gb_s", nbytes / 1e9),))
+
+
+def allreduce_terms(group: CollectiveGroup, nbytes: float, count: float = 1) -> LinearTerms:
+    """count all-reduces of nbytes: the group's algorithm split into its alpha part
+    and its per-byte part (``hwprofiles.closedforms.allreduce_s``)."""
+    g, alg = group.size, group.algorithm
+    alpha_coef = count * allreduce_s(alg, 1.0, math.inf, g, nbytes)
+    beta_coef = count * allreduce_s(alg, 0.0, 1e9, g, nbytes)  # seconds at 1 GB/s
+    return LinearTerms(0.0, (("group", group.name, "alpha_s", alpha_coef),),
+                       (("group", group.name, "bandwidth_gb_s", beta_coef),))
+
+
+def stream_terms(tier: MemoryTier, device: Device, nbytes: float) -> LinearTerms:
+    """A weight stream: the tier's latency, its requests (``requests_s``), bytes at
+    the tier's achieved bandwidth and, on a device that installs the weights
+    itself, bytes at its host rate."""
+    linear = ()
+    if tier.request_bytes is not None:
+        linear = (("tier", tier.name, "request_latency_s",
+                   math.ceil(nbytes / tier.request_bytes) / tier.queue_depth),)
+    inverse = (("tier", tier.name, "bandwidth_gb_s", nbytes / 1e9 / tier.memory_efficiency),)
+    if device.stream_host_gb_s is not None:
+        inverse += (("device", device.name, "stream_host_gb_s", nbytes / 1e9),)
+    return LinearTerms(tier.latency_s, linear, inverse)
+
+
+def executor_passes(n_tokens: int, n_fed: int, emit: str | None, head: str | None,
+                    head_tokens: int | None) -> tuple[tuple[int, ...], int | None]:
+    """The device passes a runtime that samples one token per pass runs for a
+    Forward (the torch executor does): (positions fed per row in each pass, head
+    positions each pass projects). A sampled Forward of k tokens is k passes, the
+    first feeding ``n_fed`` positions, the others one each, unless it asks for
+    ``head_tokens=1`` (one pass over its positions, one token sampled); a
+    sampled or top-k head projects one position per row. Calibration costs
+    measured Forwards this way and a replay rewrites simulated ones so."""
+    stepped = emit == "sample" and head_tokens != 1
+    head_rows = 1 if head and emit in ("sample", "topk") else head_tokens
+    return (n_fed,) + (1,) * ((n_tokens - 1) if stepped else 0), head_rows
+
+
 class RooflineCost:
     """Predicts seconds for each operation kind on one platform."""
 
@@ -242,12 +324,12 @@ class RooflineCost:
             shape = self._cache[key] = self._shape(self.terms(
                 spec, where, layers, n_tokens, batch, head, collectives, head_tokens))
         (t, flop_rate_, byte_rate_, half_flops, half_bytes, launch_s, collective_s,
-         exponent) = shape
+         exponent, rate_cap) = shape
         flops = (t.flops0 + t.flops_ctx * context) / t.members
         nbytes = (t.bytes0 + t.bytes_ctx * context) / t.members
         return ForwardCost(launch_s, (flops + half_flops) / flop_rate_,
                            (nbytes + half_bytes) / byte_rate_, collective_s, flops, nbytes,
-                           t.tier, exponent)
+                           t.tier, exponent, rate_cap)
 
     def _shape(self, t: ForwardTerms) -> tuple:
         """The context-free evaluation of a Forward's terms: the rates and fixed parts
@@ -259,9 +341,11 @@ class RooflineCost:
         if t.collectives:
             collective_s = t.collectives * self.platform.group(t.group).allreduce_s(
                 t.message_bytes)
-        return (t, flop_rate(t.peak_flops, v), byte_rate(t.tier_bytes_s, t.rows > 1, v),
+        rate = byte_rate(t.tier_bytes_s, t.rows > 1, v)
+        return (t, flop_rate(t.peak_flops, v), rate,
                 t.kernels * v.compute_half_flops, t.kernels * v.memory_half_bytes,
-                launch_s, collective_s, v.roofline_exponent)
+                launch_s, collective_s, v.roofline_exponent,
+                None if device.memory_bandwidth_gb_s is None else rate)
 
     @staticmethod
     def hop_s(link: Link, nbytes: float) -> float:

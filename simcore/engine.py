@@ -169,19 +169,28 @@ class Simulator:
         rate (``multirow_memory_factor`` included), the memory time is how long
         they take under sharing, and compute and memory combine as the device's
         roofline does (max, or the p-norm), so a pass alone on its tier takes
-        exactly ``busy_s``. The size-dependent part (``memory_half_bytes``) and a
-        device's bandwidth cap are in ``memory_s``, so they shrink its share the
-        same way (the cap is not a per-flow limit under sharing)."""
+        exactly ``busy_s``. A device with a bandwidth cap draws at most its own
+        rate from the tier (``_flow``): two capped engines whose caps fit in the
+        tier's bandwidth do not slow each other."""
         env = self.env
         yield env.timeout(c.launch_s)
         start = env.now
-        flows = [self._bandwidth[t].transfer(c.memory_s * self._bandwidth[t].bandwidth)
-                 for t in tiers]
+        flows = [self._flow(self._bandwidth[t], c) for t in tiers]
         yield simpy.AllOf(env, flows)
         memory_s = env.now - start
         rest = roofline(c.compute_s, memory_s, c.exponent) - memory_s
         if rest > 0:
             yield env.timeout(rest)
+
+    @staticmethod
+    def _flow(shared: SharedBandwidth, c):
+        """A pass's memory traffic on a shared tier: the bytes its memory time
+        streams at the tier's rate, or, on a device with a bandwidth cap, at its own
+        rate with that rate as the flow's cap (alone it takes memory_s either way)."""
+        if c.rate_cap is None:
+            return shared.transfer(c.memory_s * shared.bandwidth)
+        cap = min(c.rate_cap, shared.bandwidth)
+        return shared.transfer(c.memory_s * cap, cap)
 
     def _route(self, src: str, dst: str):
         key = (src, dst)

@@ -4,7 +4,10 @@
 event, which roughly halves the events per operation against ``simpy.Resource``
 (the simulator's hot path is a stream grab, one timeout and a release).
 ``SharedBandwidth`` is processor sharing: n concurrent flows each progress at
-bandwidth / n, re-planned whenever a flow starts or ends.
+bandwidth / n, re-planned whenever a flow starts or ends. A flow may have a
+rate cap (an engine that cannot draw more than part of a shared DRAM): then
+the bandwidth is water-filled, capped flows take at most their cap and the
+others share what is left equally.
 """
 
 from __future__ import annotations
@@ -60,14 +63,15 @@ class SharedBandwidth:
         self._last = env.now
         self._generation = 0
 
-    def transfer(self, nbytes: float) -> simpy.Event:
-        """An event that fires when nbytes have crossed at the fair-share rate."""
+    def transfer(self, nbytes: float, cap_bytes_s: float | None = None) -> simpy.Event:
+        """An event that fires when nbytes have crossed at the fair-share rate (at
+        most ``cap_bytes_s``)."""
         done = self.env.event()
         if nbytes <= 0:
             done.succeed()
             return done
         self._advance()
-        self.flows[self._next_id] = [float(nbytes), done]
+        self.flows[self._next_id] = [float(nbytes), done, cap_bytes_s]
         self._next_id += 1
         self._plan()
         return done
@@ -76,10 +80,29 @@ class SharedBandwidth:
     def active(self) -> int:
         return len(self.flows)
 
+    def _rates(self) -> dict[int, float] | None:
+        """Per flow, its water-filled rate; None when no flow is capped (all share
+        equally, the common case, kept on its own exact path)."""
+        capped = sorted((f[2], i) for i, f in self.flows.items() if f[2] is not None)
+        if not capped:
+            return None
+        left, n, rates = self.bandwidth, len(self.flows), {}
+        for cap, i in capped:
+            if cap >= left / n:
+                break
+            rates[i], left, n = cap, left - cap, n - 1
+        share = left / n if n else 0.0
+        return {i: rates.get(i, share) for i in self.flows}
+
     def _advance(self) -> None:
         elapsed = self.env.now - self._last
         self._last = self.env.now
         if elapsed > 0 and self.flows:
+            rates = self._rates()
+            if rates is not None:
+                for i, flow in self.flows.items():
+                    flow[0] -= elapsed * rates[i]
+                return
             moved = elapsed * self.bandwidth / len(self.flows)
             for flow in self.flows.values():
                 flow[0] -= moved
@@ -88,10 +111,17 @@ class SharedBandwidth:
         self._generation += 1
         if not self.flows:
             return
-        rate = self.bandwidth / len(self.flows)
-        fewest_bytes = min(f[0] for f in self.flows.values())
-        planned = tuple(i for i, f in self.flows.items() if f[0] == fewest_bytes)
-        timer = self.env.timeout(max(fewest_bytes, 0.0) / rate)
+        rates = self._rates()
+        if rates is None:
+            rate = self.bandwidth / len(self.flows)
+            fewest_bytes = min(f[0] for f in self.flows.values())
+            planned = tuple(i for i, f in self.flows.items() if f[0] == fewest_bytes)
+            wait_s = max(fewest_bytes, 0.0) / rate
+        else:
+            times = {i: max(f[0], 0.0) / rates[i] for i, f in self.flows.items()}
+            wait_s = min(times.values())
+            planned = tuple(i for i, t in times.items() if t == wait_s)
+        timer = self.env.timeout(wait_s)
         generation = self._generation
         timer.callbacks.append(lambda _e: self._on_timer(generation, planned))
 
@@ -99,10 +129,14 @@ class SharedBandwidth:
         if generation != self._generation:
             return  # a newer plan replaced this one
         self._advance()
-        rate = self.bandwidth / len(self.flows)
-        tie_bytes = rate * max(1e-12, 4 * math.ulp(self.env.now))
+        rates = self._rates()
+        resolution = max(1e-12, 4 * math.ulp(self.env.now))
         finished = set(planned)
-        finished.update(i for i, f in self.flows.items() if f[0] <= tie_bytes)
+        if rates is None:
+            tie_bytes = self.bandwidth / len(self.flows) * resolution
+            finished.update(i for i, f in self.flows.items() if f[0] <= tie_bytes)
+        else:
+            finished.update(i for i, f in self.flows.items() if f[0] <= rates[i] * resolution)
         for i in sorted(finished):
             self.flows.pop(i)[1].succeed()
         self._plan()

@@ -296,7 +296,7 @@ def test_executor_passes_and_critical_times():
           "emit": "sample"}
     passes = list(executor_passes(Terms(plat).cost, spec, "cpu1", op))
     assert [p.rows for p in passes] == [8, 2, 2] and all(p.kernels == 31 for p in passes)
-    assert [p.calls for p in passes] == [1, 0, 0]  # one call overhead per Forward
+    assert [p.calls for p in passes] == [1, 1, 1]  # each pass is one model call
     fwd = {"type": "Forward", "model": "target", "device": "target", "layers": [0, 30],
            "n_tokens": 5, "label": "verify"}
     spans = [{"op": fwd, "device": "cpu0", "start_s": 0.001, "end_s": 0.010},
@@ -516,3 +516,18 @@ def test_unknown_fit_term_is_one_sentence():
     plat = load_platform("cpu-local")
     with pytest.raises(ValueError, match="not an optional term"):
         fit(plat, [], fit_terms={"launch_overhead_s"})
+
+
+def test_calibrate_cli_fits_named_efficiency_terms_and_refuses_unknown_ones(runs_dir,
+                                                                           tmp_path, capsys):
+    out = tmp_path / "calibrated.yaml"
+    assert main(["calibrate", "--runs", str(runs_dir), "--profile", "cpu-local", "-o",
+                 str(out), "--fit-terms", "compute_half_flops", "--json"]) == 0
+    params = json.loads(capsys.readouterr().out)["parameters"]
+    assert f"device {CORES}.compute_half_flops" in params
+    assert f"device {CORES}.memory_half_bytes" not in params  # not asked for: not shown
+    load_platform(out)  # valid, whatever the fit found
+    assert main(["calibrate", "--runs", str(runs_dir), "--profile", "cpu-local", "-o",
+                 str(tmp_path / "other.yaml"), "--fit-terms", "launch_overhead_s"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hetspec: error:") and "memory_half_bytes" in err

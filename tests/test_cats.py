@@ -41,6 +41,19 @@ def test_cats_bytes_per_token_law():
     assert m["bytes_per_token_gb"] == pytest.approx(law, rel=1e-9)
 
 
+FLASH_PLATFORMS = ["jetson-agx-orin-64gb", "snapdragon-8-gen3", "cpu-local"]
+
+
+@pytest.mark.parametrize("platform", FLASH_PLATFORMS)
+@pytest.mark.parametrize("policy,params,l_sv", [("cats", CATS, 15), ("kangaroo", KANGAROO, None)])
+def test_bytes_per_token_law_on_every_platform_with_flash(platform, policy, params, l_sv):
+    """The law counts bytes, so every shipped platform that streams from flash gives
+    it exactly in deterministic mode (its speed changes, not its bytes)."""
+    m = _run(policy, params, platform).metrics
+    law = cats_law(LAYER_GB, 32, 5, 3, params["mean_accepted"], l_sv=l_sv)
+    assert m["bytes_per_token_gb"] == pytest.approx(law["bytes_per_token_gb"], rel=1e-9)
+
+
 def test_kangaroo_bytes_per_token_law():
     m = _run("kangaroo", KANGAROO).metrics
     assert m["mean_tokens_per_step"] == pytest.approx(2.27)

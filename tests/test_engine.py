@@ -4,11 +4,12 @@ import math
 
 import pytest
 
-from hwprofiles import ModelSpec, Platform
+from hwprofiles import ModelSpec, Platform, list_names, load_model, load_platform
 from hwprofiles.schema import MemoryTier
 from policies.acceptance import IID
 from policies.ops import AllReduce, Delay, Forward, Parallel, StreamWeights, Transfer
-from simcore import Outcomes, Simulator
+from simcore import Outcomes, RooflineCost, Simulator
+from simcore.costmodel import Values, pass_seconds
 from simcore.resources import SharedBandwidth
 
 SRC = "test fixture"
@@ -273,3 +274,90 @@ def test_request_latency_without_a_request_size_is_refused():
                      request_latency_s=2e-4)
     with pytest.raises(ValueError, match="request_bytes"):
         MemoryTier.model_validate(flash)
+
+
+def test_capped_flows_are_water_filled():
+    """A flow capped at 20 B/s of 100 takes its cap; the uncapped one takes the
+    other 80; once the capped flow ends the other has all 100."""
+    import simpy
+
+    env = simpy.Environment()
+    bw = SharedBandwidth(env, 100.0)
+    ends = {}
+
+    def flow(name, nbytes, cap):
+        yield bw.transfer(nbytes, cap)
+        ends[name] = env.now
+
+    env.process(flow("capped", 20.0, 20.0))
+    env.process(flow("free", 180.0, None))
+    env.run()
+    assert ends["capped"] == pytest.approx(1.0, rel=1e-12)
+    assert ends["free"] == pytest.approx(1.0 + 100.0 / 100.0, rel=1e-12)
+
+
+def test_capped_engines_on_one_dram_slow_each_other_only_past_the_tier():
+    """Two engines capped at 40 GB/s on a 100 GB/s DRAM both run at their caps;
+    capped at 80 GB/s they share the 100 fairly (50 each)."""
+    layers = (0, 4)
+
+    def both():
+        yield Parallel((seq(Forward("target", "a", layers)),
+                        seq(Forward("target", "b", layers))))
+
+    for cap_gb_s, share_gb_s in ((40.0, 40.0), (80.0, 50.0)):
+        p = _with(_with(platform(), device="a", memory_bandwidth_gb_s=cap_gb_s),
+                  device="b", memory_bandwidth_gb_s=cap_gb_s)
+        solo = run(lambda: seq(Forward("target", "a", layers)), contention=True, plat=p)
+        launch = 4e-6
+        assert solo.time_s - launch == pytest.approx(
+            4 * (MODEL.layer_bytes + MODEL.kv_bytes_per_token_layer()) / (cap_gb_s * 1e9),
+            rel=1e-12)
+        res = run(both, contention=True, plat=p)
+        assert res.time_s - launch == pytest.approx(
+            (solo.time_s - launch) * cap_gb_s / share_gb_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("name", list_names("platforms"))
+def test_simulator_forward_is_pass_seconds_bit_for_bit(name):
+    """The simulator's cached Forward cost and the cost model's one formula (which
+    calibration evaluates on arrays) agree exactly, optional terms on or off."""
+    plat = load_platform(name)
+    spec = load_model("llama-3.2-1b").model_copy(update={"dtype": "fp16"})
+    on = {"call_overhead_s": 2e-5, "memory_half_bytes": 3e5, "compute_half_flops": 7e7,
+          "memory_bandwidth_gb_s": 0.3 * plat.tier(plat.devices[0].memory).bandwidth_gb_s,
+          "multirow_memory_factor": 1.2, "launch_overhead_s": 4e-6}
+    for update in ({}, on):
+        p = plat.model_copy(update={"devices": tuple(d.model_copy(update=update)
+                                                     for d in plat.devices)})
+        cost = RooflineCost(p)
+        for where in (d.name for d in p.devices):
+            for rows, head in ((1, "lm"), (5, None), (3, "exit_layer")):
+                c = cost.forward(spec, where, (0, 4), rows, 2, 77, head, None)
+                t = cost.terms(spec, where, (0, 4), rows, 2, head, None)
+                v = Values.of(p.device(where), p.tier(t.tier))
+                assert (c.launch_s, c.compute_s, c.memory_s) == pass_seconds(
+                    t.kernels, 1, t.flops(77), t.nbytes(77), t.rows > 1, t.peak_flops,
+                    t.tier_bytes_s, v)
+
+
+@pytest.mark.parametrize("name", list_names("platforms"))
+def test_linear_terms_are_the_simulators_hop_stream_and_allreduce(name):
+    """The coefficient forms calibration fits (hop, stream, all-reduce) evaluate to
+    the simulator's own seconds for them."""
+    from simcore.costmodel import allreduce_terms, hop_terms, stream_terms
+
+    p = load_platform(name)
+    for link in p.links:
+        for nbytes in (8.0, 3e6):
+            assert hop_terms(link, nbytes).seconds(p) == pytest.approx(
+                RooflineCost.hop_s(link, nbytes), rel=1e-12)
+    for group in p.groups:
+        assert allreduce_terms(group, 2e5, 3).seconds(p) == pytest.approx(
+            RooflineCost(p).allreduce_s(group.name, 2e5, 3), rel=1e-12)
+    for d in p.devices:
+        if d.storage is not None:
+            tier = p.tier(d.storage)
+            assert stream_terms(tier, d, 1.4e7).seconds(p) == pytest.approx(
+                RooflineCost.tier_s(tier, 1.4e7) + RooflineCost.stream_host_s(d, 1.4e7),
+                rel=1e-12)

@@ -164,3 +164,40 @@ def test_stream_host_rate_without_source_names_the_field(tmp_path):
     with pytest.raises(ProfileError) as err:
         load_platform(_write(tmp_path, "zero-host-rate", data))
     assert "stream_host_gb_s" in str(err.value)
+
+
+@pytest.mark.parametrize("where,field,good,bad", [
+    ("devices", "memory_half_bytes", 2e6, -1.0),
+    ("devices", "compute_half_flops", 1e9, 1e30),
+    ("devices", "memory_bandwidth_gb_s", 51.0, 0.0),
+    ("devices", "call_overhead_s", 1e-4, 1e4),
+    ("memory_tiers", "request_latency_s", 1e-4, -1e-4),
+    ("memory_tiers", "queue_depth", 32, 0),
+])
+def test_efficiency_terms_need_a_source_and_a_sane_value(tmp_path, where, field, good, bad):
+    """Each optional efficiency term is a number like the others: refused without a
+    source, refused out of range (naming the field), loaded with both."""
+    data = _tiny_platform()
+    obj = data[where][0]
+    if field == "request_latency_s":  # a request latency needs the request's size
+        obj["request_bytes"], obj["sources"]["request_bytes"] = 2.0 ** 20, "test"
+    obj[field] = good
+    with pytest.raises(ProfileError) as err:
+        load_platform(_write(tmp_path, "no-source", data))
+    assert field in str(err.value) and "no source" in str(err.value)
+    obj["sources"][field] = "test"
+    assert getattr(getattr(load_platform(_write(tmp_path, "ok", data)), where)[0],
+                   field) == good
+    obj[field] = bad
+    with pytest.raises(ProfileError) as err:
+        load_platform(_write(tmp_path, "bad", data))
+    assert field in str(err.value)
+
+
+def test_request_latency_without_request_size_names_request_bytes(tmp_path):
+    data = _tiny_platform()
+    tier = data["memory_tiers"][0]
+    tier["request_latency_s"], tier["sources"]["request_latency_s"] = 1e-4, "test"
+    with pytest.raises(ProfileError) as err:
+        load_platform(_write(tmp_path, "no-size", data))
+    assert "request_bytes" in str(err.value)

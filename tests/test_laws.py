@@ -5,6 +5,7 @@ import math
 import pytest
 
 from analyses import laws
+from hwprofiles import closedforms
 
 # Leviathan et al. 2023, table (c = c_hat = 0): (alpha, gamma) -> (speed, operations)
 LEVIATHAN_TABLE = [
@@ -48,10 +49,11 @@ def test_ssd_speedup_formula_and_batch():
 
 
 def test_ssd_geometric_fanout_shape():
-    f = laws.ssd_fanout(4.0, 0.8, 0.5, 3)
+    f = [4.0 * w for w in closedforms.geometric_fanout_shape(0.8, 0.5, 3)]
     assert f[:3] == pytest.approx([4.0 * 0.8 ** (k / 1.5) for k in range(3)])
     assert f[3] == pytest.approx(4.0 * 0.8 ** (3 / 1.5) * 0.2 ** (-1 / 1.5))
-    assert laws.ssd_miss_rate(4.0, 0.5) == pytest.approx(0.5)
+    assert closedforms.miss_rate(4.0, 0.5) == pytest.approx(0.5)
+    assert closedforms.miss_rate(0.5, 0.5) == 1.0 and closedforms.miss_rate(0, 0.5) == 1.0
 
 
 def test_ppsd_paper_example_and_eesd():
@@ -71,9 +73,19 @@ def test_cats_and_kangaroo_bytes_per_token():
 
 
 def test_alpha_beta_allreduce():
-    assert laws.allreduce_alpha_beta(14e-6, 1 / 236e9, 4, 1e6) == pytest.approx(
+    assert closedforms.allreduce_s("alpha_beta", 14e-6, 236e9, 4, 1e6) == pytest.approx(
         28e-6 + 1e6 / 236e9)
-    assert math.isclose(laws.allreduce_alpha_beta(1e-5, 1e-9, 1, 1e6), 0.0)
+    assert math.isclose(closedforms.allreduce_s("alpha_beta", 1e-5, 1e9, 1, 1e6), 0.0)
+    assert closedforms.allreduce_s("ring", 1e-6, 1e9, 4, 4e6) == pytest.approx(
+        6e-6 + 1.5 * 4e6 / 1e9)
+    assert closedforms.allreduce_s("tree", 1e-6, 1e9, 4, 4e6) == pytest.approx(
+        4 * (1e-6 + 4e6 / 1e9))
+
+
+def test_expected_accepted_is_the_geometric_sum():
+    assert closedforms.expected_accepted(0.8, 3) == pytest.approx(0.8 + 0.64 + 0.512)
+    assert closedforms.expected_tokens(0.7, 4) == pytest.approx((1 - 0.7 ** 5) / 0.3)
+    assert closedforms.expected_tokens(1.0, 4) == 5.0
 
 
 @pytest.mark.parametrize("bad", [dict(alpha=1.5, gamma=3), dict(alpha=0.5, gamma=0)])

@@ -156,6 +156,8 @@ H100_DET = dict(platform="h100-sxm-5x", target="llama-3.1-70b", draft="llama-3.2
                 tokens=300, deterministic=True, acceptance={"kind": "iid", "alpha": 0.8})
 JETSON_DET = dict(platform="jetson-agx-orin-64gb", target="vicuna-7b", draft=None,
                   tokens=200, deterministic=True, acceptance={"kind": "iid", "alpha": 0.8})
+A100_DET = dict(platform="a100-sxm-8x", target="vicuna-7b", draft=None, tokens=1000,
+                deterministic=True, acceptance={"kind": "iid", "alpha": 0.8})
 LAW_GRIDS = {  # name: (base, policies, sweeps, fixed sets)
     "m2 default models": (M2_DET, "ssd,mirror", ["gamma=2,8"], {"hit_rate": 0.7}),
     "m2 batch 8, skip and stall": (
@@ -170,8 +172,12 @@ LAW_GRIDS = {  # name: (base, policies, sweeps, fixed sets)
                          {}),
     "jetson, draft on the target's device": (
         {**JETSON_DET, "draft": "qwen3-0.6b"}, "mirror", ["gamma=3,15"], {}),
+    "a100 pipeline, heads and links": (A100_DET, "ppsd", ["alpha=0.3,0.9",
+                                                          "exit_head=norm,transformer"],
+                                       {"exit_layer": 8}),
 }
-POINTS_PER_RUN = {"ssd": 1, "mirror": 1, "cats": 2, "kangaroo": 2, "ar_stream": 2}
+POINTS_PER_RUN = {"ssd": 1, "mirror": 1, "cats": 2, "kangaroo": 2, "ar_stream": 2,
+                  "ppsd": 1}
 
 
 @functools.lru_cache(maxsize=None)

@@ -4,6 +4,7 @@ import pytest
 
 from analyses.api import SimConfig, simulate
 from analyses.laws import leviathan
+from analyses.lawterms import sd_terms
 from hwprofiles import load_model, load_platform
 from simcore import RooflineCost
 
@@ -93,3 +94,35 @@ def test_positional_and_histogram_acceptance_expectations():
     # with gamma=3 the mass of k=4 folds onto k=3
     assert simulate(hist).metrics["mean_tokens_per_step"] == pytest.approx(
         1 + 0.3 + 0.2 + 3 * 0.4)
+
+
+# Every shipped platform with a target that fits it and a draft its draft device runs
+# (None: a 4-layer self-draft; the phone's NPU has no fp32 for SmolLM2's weights).
+SHIPPED = {"a100-sxm-8x": ("vicuna-7b", "llama-3.2-1b"),
+           "h100-sxm-5x": ("llama-3.1-70b", "llama-3.2-1b"),
+           "m2-ultra-8x": ("qwen3-32b", "qwen3-0.6b"),
+           "jetson-agx-orin-64gb": ("vicuna-7b", "llama-3.2-1b"),
+           "snapdragon-8-gen3": ("llama-3.2-1b", None),
+           "cpu-local": ("smollm2-135m", "smollm2-135m")}
+
+
+@pytest.mark.parametrize("platform", sorted(SHIPPED))
+@pytest.mark.parametrize("alpha,gamma", [(0.6, 3), (0.9, 5)])
+def test_sd_equals_its_law_with_cost_model_times_on_every_shipped_platform(platform, alpha,
+                                                                           gamma):
+    """Leviathan's law with the cost model's step times (lawterms.sd_terms: gamma
+    draft steps and both trips, one verify of gamma + 1 positions, one AR token)
+    is what the deterministic simulation gives, on every shipped platform; the
+    plain law (T_target(gamma+1) = T_AR) stays within 0.5% where the verify's extra
+    positions cost next to nothing."""
+    target, draft = SHIPPED[platform]
+    params = {"gamma": gamma} if draft else {"gamma": gamma, "draft_layers": 4}
+    cfg = SimConfig(platform=platform, target=target, draft=draft, policy="sd",
+                    params=params, acceptance={"kind": "iid", "alpha": alpha}, tokens=400,
+                    deterministic=True, fixed_context=True, prompt_tokens=CONTEXT)
+    terms = sd_terms(cfg)
+    simulated = simulate(cfg).metrics["speedup_vs_ar"]
+    assert simulated == pytest.approx(terms.law(alpha)["speedup"], rel=1e-9)
+    if terms.t_verify_s <= 1.005 * terms.t_ar_s:
+        assert simulated == pytest.approx(leviathan(alpha, gamma, c=terms.c)["speedup"],
+                                          rel=5e-3)

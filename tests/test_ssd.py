@@ -8,9 +8,10 @@ import sys
 import pytest
 
 from analyses.api import SimConfig, simulate
+from analyses.lawterms import ssd_terms
 from analyses.laws import ssd as ssd_law
-from analyses.laws import ssd_fanout
 from hwprofiles import load_model, load_platform
+from hwprofiles.closedforms import geometric_fanout_shape
 from policies import PolicyContext, PolicyError, build
 from policies.acceptance import IID
 from policies.mirror import ENTRY_BYTES, VERDICT_BYTES
@@ -153,7 +154,8 @@ def test_geometric_fanout_follows_the_formula_under_the_budget():
     params = SSDParams(k=7, shape="geometric", budget=30, r=1.5, a_p=0.8)
     f = fanout_of(params)
     assert sum(f) == 30 and len(f) == 8
-    real = ssd_fanout(1.0, 0.8, 1.5, 7)
+    real = [0.8 ** (k / 2.5) for k in range(7)] + [0.8 ** (7 / 2.5) * 0.2 ** (-1 / 2.5)]
+    assert geometric_fanout_shape(0.8, 1.5, 7) == pytest.approx(real, rel=1e-12)
     real = [30 * x / sum(real) for x in real]
     assert all(abs(a - b) < 1 for a, b in zip(f, real))
     assert list(f[:7]) == sorted(f[:7], reverse=True) and f[7] > f[6]
@@ -257,3 +259,31 @@ def test_cli_lines_of_the_issue():
          "--set", "batch=1", "--json"], capture_output=True, text=True, check=True)
     expected = (0.88 * 5.7 + 0.12 * 4.0) / (0.88 * 1.0 + 0.12 * 1.8)
     assert json.loads(law.stdout)["speedup"] == pytest.approx(expected)
+
+
+# Every shipped platform with the draft on a device of its own (the Jetson's one GPU
+# runs both in turn: no pre-speculation overlaps the verify, no law to match).
+SHIPPED = {"a100-sxm-8x": ("vicuna-7b", "llama-3.2-1b"),
+           "h100-sxm-5x": ("llama-3.1-70b", "llama-3.2-1b"),
+           "m2-ultra-8x": ("qwen3-32b", "qwen3-0.6b"),
+           "snapdragon-8-gen3": ("llama-3.2-1b", "qwen3-0.6b"),
+           "cpu-local": ("smollm2-135m", "smollm2-135m")}
+
+
+@pytest.mark.parametrize("platform", sorted(SHIPPED))
+@pytest.mark.parametrize("params,batch", [({"k": 4, "fanout": 2, "hit_rate": 0.6}, 1),
+                                          ({"k": 7, "fanout": 3, "hit_rate": 0.9,
+                                            "backup": "fast"}, 4)])
+def test_ssd_equals_its_law_on_every_shipped_platform(platform, params, batch):
+    """The closed form with analyses.lawterms' terms (the cost model's verify,
+    pre-speculation and backup times, trips included) is the deterministic run's
+    speedup within 0.5% (the start-up round is the rest)."""
+    target, draft = SHIPPED[platform]
+    cfg = SimConfig(platform=platform, target=target, draft=draft, policy="ssd",
+                    params=params, acceptance={"kind": "iid", "alpha": ALPHA}, tokens=1200,
+                    batch=batch, deterministic=True, fixed_context=True)
+    m = simulate(cfg, baseline=False).metrics
+    terms = ssd_terms(cfg)
+    assert not terms.shared
+    simulated = m["mean_tokens_per_step"] * terms.t_v_s / m["step_latency_s"]
+    assert simulated == pytest.approx(terms.speedup(params["hit_rate"] ** batch), rel=5e-3)
