@@ -32,7 +32,7 @@ from scipy.optimize import least_squares
 
 from analyses.config import SimConfig
 from analyses.costfit import BOUNDS
-from hwprofiles import Platform, load_platform
+from hwprofiles import Platform
 from hwprofiles.numbers import StrictModel
 
 MAX_PUBLISHED_BYTES = 1_000_000  # a few hundred rows are ~100 KB
@@ -171,7 +171,7 @@ class Knob:
         return f"{self.kind} {','.join(self.names)}.{self.field}"
 
 
-def _objects(platform: Platform, kind: str):
+def objects_of(platform: Platform, kind: str):
     return {"tier": platform.memory_tiers, "device": platform.devices,
             "group": [g for g in platform.groups if g.size > 1],
             "link": platform.links}[kind]
@@ -198,7 +198,7 @@ def knobs_of(platform: Platform, fields=DEFAULT_FIELDS) -> list[Knob]:
                              f"can scale; choose from {', '.join(FIELD_KINDS)}")
         kind = FIELD_KINDS[field]
         groups: dict = {}
-        for obj in _objects(platform, kind):
+        for obj in objects_of(platform, kind):
             groups.setdefault(_tie_key(obj, kind, field), []).append(obj.name)
         knobs += [Knob(kind, tuple(names), field) for names in groups.values()]
     return knobs
@@ -209,7 +209,7 @@ def _start(platform: Platform, knob: Knob) -> dict[str, float]:
     ``OFF_STARTS``, a device's unset bandwidth cap at 90% of its memory tier's
     bandwidth (at 100% the cap is not binding and its slope upward is zero)."""
     out = {}
-    for o in _objects(platform, knob.kind):
+    for o in objects_of(platform, knob.kind):
         if o.name not in knob.names:
             continue
         value = getattr(o, knob.field)
@@ -323,85 +323,6 @@ def evaluate(platform: Platform, before: Platform, rows) -> list[dict]:
     return table
 
 
-def _median_abs(table, split: str) -> float | None:
+def median_abs_error(table, split: str) -> float | None:
     errs = [abs(t["error_after"]) for t in table if t["split"] == split]
     return float(np.median(errs)) if errs else None
-
-
-def _sourced(fitted: Platform, original: Platform, knobs: list[Knob], source: str):
-    """``fitted`` with a source naming the fit on every field a knob changed."""
-    touched: dict[tuple[str, str], list[str]] = {}
-    for k in knobs:
-        for n in k.names:
-            touched.setdefault((k.kind, n), []).append(k.field)
-
-    def update(obj, was, kind):
-        fields = touched.get((kind, obj.name))
-        if not fields:
-            return obj
-        sources = dict(obj.sources)
-        for field in fields:
-            old = getattr(was, field)
-            sources[field] = (f"{source}; was " + ("unset" if old is None else f"{old:.4g}")
-                              + (f" ({was.sources[field]})" if field in was.sources else ""))
-        return obj.model_copy(update={"sources": sources})
-
-    def each(name, kind):
-        return tuple(update(o, w, kind) for o, w in zip(getattr(fitted, name),
-                                                       getattr(original, name)))
-
-    return fitted.model_copy(update={
-        "devices": each("devices", "device"), "memory_tiers": each("memory_tiers", "tier"),
-        "links": each("links", "link"), "groups": each("groups", "group")})
-
-
-def _header(path, result: PublishedFit, table, flips) -> str:
-    lines = [f"Calibrated by 'hetspec calibrate --published {Path(path).name}'",
-             "fitted on rows: " + ", ".join(t["id"] for t in table if t["split"] == "fit"),
-             "held-out rows: " + (", ".join(t["id"] for t in table
-                                            if t["split"] == "held_out") or "none")]
-    for knob, x in zip(result.knobs, result.x):
-        lines.append(f"  {knob.label}: x{math.exp(x):.4g}")
-    for knob in result.fixed:
-        lines.append(f"  {knob.label}: kept (no fitted row depends on it)")
-    for t in table:
-        lines.append(f"  {t['id']} ({t['split']}): published {t['published_tokens_per_s']:.4g}"
-                     f" tok/s, simulated {t['before_tokens_per_s']:.4g} -> "
-                     f"{t['after_tokens_per_s']:.4g} ({t['error_after']:+.1%})")
-    lines.append("ranking flips among held-out rows: " + (
-        ", ".join(f"{a} vs {b}" for a, b in flips) or "none"))
-    return "".join(f"# {line}\n" for line in lines)
-
-
-def calibrate_published(path, profile: str, output, *, fields=DEFAULT_FIELDS) -> dict:
-    """Fit ``profile`` to its rows in the file at ``path``, judge the held-out rows,
-    and write the calibrated platform YAML to ``output`` (atomically)."""
-    from analyses.heldout import profile_text
-    from simcore.records import atomic_write_text
-
-    platform = load_platform(profile)
-    rows = rows_for(load_published(path), platform.name)
-    fitting = [r for r in rows if r.split == "fit"]
-    result = fit_rows(platform, fitting, fields)
-    table = evaluate(result.platform, platform, rows)
-    after = {t["id"]: t["after_tokens_per_s"] for t in table}
-    flips = ranking_flips(rows, after)
-    held = _median_abs(table, "held_out")
-    source = (f"calibrated: hetspec calibrate --published {Path(path).name} on rows "
-              f"{', '.join(r.id for r in fitting)}; held-out median |error| "
-              + ("n/a" if held is None else f"{held:.1%}"))
-    fitted = _sourced(result.platform, platform, result.knobs, source)
-    fitted = fitted.model_copy(update={"description": (
-        f"{platform.description.strip()} Calibrated against published measurements "
-        f"({', '.join(r.id for r in fitting)}).").strip()})
-    atomic_write_text(output, profile_text(fitted, _header(path, result, table, flips)))
-    return {"profile": str(output), "platform": platform.name,
-            "fitted_rows": [r.id for r in fitting],
-            "held_out_rows": [r.id for r in rows if r.split == "held_out"],
-            "converged": result.success,
-            "parameters": {k.label: {"factor": math.exp(x)}
-                           for k, x in zip(result.knobs, result.x)},
-            "kept": [k.label for k in result.fixed], "rows": table,
-            "median_abs_error_fit": _median_abs(table, "fit"),
-            "median_abs_error_held_out": held,
-            "ranking_flips": [list(f) for f in flips]}

@@ -8,7 +8,8 @@ import yaml
 
 from analyses.cli import main
 from analyses.heldout import profile_text
-from analyses.published import (Knob, calibrate_published, knobs_of, load_published,
+from analyses.publishedcal import calibrate_published
+from analyses.published import (Knob, knobs_of, load_published,
                                 ranking_flips, scaled, shipped_file, simulate_row)
 from hwprofiles import load_platform
 

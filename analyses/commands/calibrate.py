@@ -80,7 +80,8 @@ def _calibrate(args) -> int:
 def _calibrate_published(args) -> int:
     from analyses.cli import emit_json
     from analyses.outputs import check_outputs, profile_inputs
-    from analyses.published import DEFAULT_FIELDS, calibrate_published, shipped_file
+    from analyses.published import DEFAULT_FIELDS, shipped_file
+    from analyses.publishedcal import calibrate_published
 
     path = shipped_file() if args.published == "shipped" else args.published
     fields = DEFAULT_FIELDS if args.fit_fields is None else tuple(
@@ -96,7 +97,8 @@ def _calibrate_published(args) -> int:
     print(f"wrote {summary['profile']}: {summary['platform']} fitted on "
           f"{len(summary['fitted_rows'])} published rows")
     for label, p in summary["parameters"].items():
-        print(f"  {label:48s} x{p['factor']:.4g}")
+        before = "unset" if p["before"] is None else f"{p['before']:.4g}"
+        print(f"  {label:48s} {before} -> {p['after']:.4g}")
     for label in summary["kept"]:
         print(f"  {label:48s} kept (no fitted row depends on it)")
     print(f"  {'row':36s} {'split':8s} {'published':>9s} {'before':>8s} {'after':>8s} "
