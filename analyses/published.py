@@ -7,8 +7,8 @@ tokens/s and where it was printed. Each row names the shipped platform that
 simulates it and whether it is fitted (``split: fit``) or held out to judge the
 fit (``split: held_out``): the split is data, written by whoever adds the row.
 
-``calibrate_published`` fits a platform to its rows as ``hetspec calibrate``
-fits measured spans: least squares (scipy) in log space on log(simulated /
+``fit_rows`` fits a platform to its rows (``analyses.publishedcal`` runs the
+whole session) as ``hetspec calibrate`` fits measured spans: least squares (scipy) in log space on log(simulated /
 published), where every row is simulated deterministically with its own
 settings. What is fitted are *knobs*: a knob scales one profile field on every
 object it ties together (all HBM tiers of one spec, all devices of one kind,
