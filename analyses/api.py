@@ -59,7 +59,8 @@ def _models(config: SimConfig) -> dict[str, ModelSpec]:
 
 def run_schedule(config: SimConfig, *, record_spans: bool = True,
                  outcomes_factory=Outcomes, rewrite=None,
-                 prefill: bool = True) -> SimResult:
+                 prefill: bool = True,
+                 platform: Platform | None = None) -> SimResult:
     """Simulate one configuration and return the engine's raw result.
 
     ``outcomes_factory(acceptance_model, seed=, deterministic=)`` builds the
@@ -70,8 +71,11 @@ def run_schedule(config: SimConfig, *, record_spans: bool = True,
     With ``prefill`` the schedule's prologue (the prompt's prefill) runs first,
     in a simulation of its own on idle hardware, and its time is the result's
     ``prefill_s``: decoding then starts at time 0 from the same state as without
-    it, so every decode metric is the same with or without the prefill."""
-    platform = load_platform(config.platform)
+    it, so every decode metric is the same with or without the prefill.
+
+    ``platform``, when given, is simulated instead of loading ``config.platform``
+    (a calibration tries candidate profiles in memory)."""
+    platform = platform if platform is not None else load_platform(config.platform)
     models = _models(config)
     pol = entry(config.policy)
     params = parse_params(config.policy, config.params)

@@ -93,8 +93,11 @@ def pieces(platform: Platform, models: dict[str, ModelSpec], placement: dict[str
     target = models["target"]
     width = positions_per_pass(run.params)
     exit_layer_head = 1 if _param(run.params, "exit_head") == "transformer" else 0
-    if run.policy == "ppsd":
-        return _stages(target, placement, run, exit_layer_head)
+    stage_layers = getattr(run.params, "stage_layers", None)
+    if stage_layers and all(f"stage{k}" in placement
+                            for k in range(-(-target.n_layers // stage_layers))):
+        return _stages(target, placement, stage_layers,
+                       exit_layer_head if run.policy == "ppsd" else None)
     main = dict(role="target", where=placement.get("target", "target"), spec=target,
                 layers=target.n_layers, lm_head=True, embed=True, positions=width)
     out = []
@@ -120,9 +123,11 @@ def pieces(platform: Platform, models: dict[str, ModelSpec], placement: dict[str
     return [Piece(**main)] + out
 
 
-def _stages(target: ModelSpec, placement: dict[str, str], run: Run,
-            exit_layer_head: int) -> list[Piece]:
-    per_stage = _param(run.params, "exit_layer", 8)
+def _stages(target: ModelSpec, placement: dict[str, str], per_stage: int,
+            exit_layer_head: int | None) -> list[Piece]:
+    """A pipelined target: stages of ``per_stage`` layers on roles stage0, stage1,
+    ...; stage 0 holds the early-exit head when ``exit_layer_head`` is not None
+    (ppsd; the pipelined AR baseline has none)."""
     bounds = [(a, min(a + per_stage, target.n_layers))
               for a in range(0, target.n_layers, per_stage)]
     out = []
@@ -130,8 +135,8 @@ def _stages(target: ModelSpec, placement: dict[str, str], run: Run,
         role = f"stage{k}"
         out.append(Piece(role, placement.get(role, role), target, b - a,
                          lm_head=k == len(bounds) - 1, embed=k == 0,
-                         exit_heads=1 if k == 0 else 0,
-                         exit_layers=exit_layer_head if k == 0 else 0))
+                         exit_heads=int(k == 0 and exit_layer_head is not None),
+                         exit_layers=(exit_layer_head or 0) if k == 0 else 0))
     return out
 
 

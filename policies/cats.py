@@ -4,7 +4,12 @@ Kangaroo, and autoregressive decoding under the same DRAM budget.
 The DRAM budget (``dram_budget_gb``) is what the schedule may spend on decoder
 layers: a streaming buffer of ``buffer_chunks`` chunks of ``chunk_layers``
 layers, and resident layers 1..P with P as large as the rest allows (embedding,
-LM head, adapters and KV cache are outside the budget). Layers P+1..N stream
+LM head, adapters and KV cache are outside the budget). With
+``buffer_in_budget=false`` the budget counts resident layers only and the buffer
+comes on top of it (peak decoder-layer DRAM = budget + buffer): a budget the
+size of a few layers, as the papers' 2 GB for a 7B model (0.40 GB a layer),
+then still pins the draft and shallow-verifier layers, where counting the
+buffer inside it would leave two resident layers beside a double buffer. Layers P+1..N stream
 from the device's storage tier into the buffer chunk by chunk, in layer order,
 one chunk after another (never two at once), every cycle. A chunk starts
 streaming as soon as a buffer slot is free, so the next cycle's first chunks
@@ -61,6 +66,9 @@ class StreamParams(PolicyParams):
     chunk_layers: int = Field(1, ge=1, description="layers per streamed chunk")
     buffer_chunks: int = Field(2, ge=1, description="chunks the streaming buffer holds "
                                                     "(2: double buffering)")
+    buffer_in_budget: bool = Field(
+        True, description="the streaming buffer counts against dram_budget_gb (false: "
+                          "the budget holds resident layers only, the buffer is extra)")
 
 
 class KangarooParams(StreamParams):
@@ -83,7 +91,8 @@ class CATSParams(KangarooParams):
 
 def _stream_baseline(p: StreamParams) -> tuple[str, dict]:
     return "ar_stream", {"dram_budget_gb": p.dram_budget_gb, "chunk_layers": p.chunk_layers,
-                         "buffer_chunks": p.buffer_chunks}
+                         "buffer_chunks": p.buffer_chunks,
+                         "buffer_in_budget": p.buffer_in_budget}
 
 
 def _self_baseline(p: StreamParams) -> tuple[str, dict]:
@@ -113,8 +122,10 @@ def plan_memory(ctx: PolicyContext, p: StreamParams, policy: str, pinned: int = 
     if p.dram_budget_gb is None:
         raise PolicyError(f"{policy} needs dram_budget_gb, the DRAM its decoder layers may "
                           "use; pass e.g. --set dram_budget_gb=8")
-    fit = int(p.dram_budget_gb * 1e9 // layer_bytes)
     buffer_layers = p.chunk_layers * p.buffer_chunks
+    # layers the budget holds, counted as if the buffer were inside it
+    fit = int(p.dram_budget_gb * 1e9 // layer_bytes) + (0 if p.buffer_in_budget
+                                                         else buffer_layers)
     resident = n if fit >= n else max(0, fit - buffer_layers)
     if fit < n and fit < buffer_layers:
         raise PolicyError(
@@ -124,11 +135,15 @@ def plan_memory(ctx: PolicyContext, p: StreamParams, policy: str, pinned: int = 
             "buffer_chunks / chunk_layers")
     if resident < pinned:
         def need_gb(layers: int) -> float:
-            return (layers + buffer_layers) * layer_bytes / 1e9 + 0.005
+            counted = layers + (buffer_layers if p.buffer_in_budget else 0)
+            return counted * layer_bytes / 1e9 + 0.005
         fix = (f"choose {pin_name} <= {resident} or raise dram_budget_gb to at least "
                f"{need_gb(pinned):.2f}" if resident >= smallest else
                f"even the smallest {pin_name}={smallest} needs dram_budget_gb >= "
                f"{need_gb(smallest):.2f}")
+        if p.buffer_in_budget:
+            fix += (f" (or {need_gb(pinned) - buffer_layers * layer_bytes / 1e9:.2f} with "
+                    "buffer_in_budget=false, the buffer outside the budget)")
         raise PolicyError(
             f"{policy}: dram_budget_gb={p.dram_budget_gb:g} holds {resident} resident layers "
             f"of {spec.name} ({layer_bytes / 1e9:.4f} GB each) beside a {buffer_layers}-layer "

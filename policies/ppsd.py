@@ -53,9 +53,18 @@ class PPSDParams(PolicyParams):
         "norm", description="exit head: norm + vocabulary projection, or one decoder "
                             "layer before them")
 
+    @property
+    def stage_layers(self) -> int | None:
+        """Layers per pipeline stage: the target's weights live on the stage roles."""
+        return self.exit_layer
+
 
 class EESDParams(PPSDParams):
     gamma: int = Field(5, ge=1, le=64, description="draft tokens per verification")
+
+    @property
+    def stage_layers(self) -> None:  # sequential: the target runs on its own role
+        return None
 
 
 def _check_exit(ctx: PolicyContext, exit_layer: int, policy: str) -> int:
@@ -127,7 +136,13 @@ class _Pipeline:
         return False
 
 
-@register("ppsd", PPSDParams)
+def _pipelined_baseline(p: PPSDParams) -> tuple[str, dict]:
+    """AR through the same stages: one token costs all N layer times (eq. 6's
+    denominator), not a tensor-parallel AR on whatever role ``target`` names."""
+    return "ar", {"pipeline_layers": p.exit_layer}
+
+
+@register("ppsd", PPSDParams, baseline=_pipelined_baseline)
 def ppsd(ctx: PolicyContext, params: PPSDParams):
     """Pipeline-parallel early-exit SD: verify-while-draft over ceil(N/E) stages."""
     _check_exit(ctx, params.exit_layer, "ppsd")

@@ -6,7 +6,10 @@ prefix plus one token from the target: T = T_draft(gamma) + T_target(gamma+1),
 plus, when draft and target sit on different devices, the proposal's trip to
 the target and the verdict's trip back (zero on one device).
 The draft is a separate model, or (``draft_layers``) the target's own first
-layers followed by an early-exit head.
+layers followed by an early-exit head. A draft placed on a tensor-parallel group
+pays Megatron's two all-reduces per layer, as vanilla SD deployments shard it;
+``draft_collectives=2`` gives it Mirror-SD's SPD-style sharding instead (two per
+draft step), which a comparison of the two on equal terms asks for explicitly.
 
 Each Forward declares the positions the step must compute (``DraftCache``).
 The draft samples its last proposed token without ever feeding it; when a row
@@ -37,10 +40,10 @@ class SDParams(PolicyParams):
     draft_layers: int | None = Field(
         None, ge=1, description="self-speculate with the target's first N layers + exit head")
     draft_collectives: int | None = Field(
-        2, ge=0, le=MAX_COLLECTIVES,
+        None, ge=0, le=MAX_COLLECTIVES,
         description="all-reduces per draft step when the draft runs on a group "
-                    "(2: SPD-style, as Mirror-SD's draft, so the two compare on "
-                    "equal terms; none: Megatron's two per layer)")
+                    "(default none: Megatron's two per layer; 2: SPD-style sharding, "
+                    "as Mirror-SD's draft, to compare the two on equal terms)")
 
 
 def draft_source(ctx: PolicyContext, draft_layers: int | None, policy: str):

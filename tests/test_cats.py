@@ -81,13 +81,18 @@ def _slow_flash_platform(tmp_path, factor: float) -> str:
 
 
 def test_flash_bound_speedup_approaches_tokens_per_cycle(tmp_path):
+    """The slower the flash, the closer the speedup to the tokens per cycle: flash
+    time dominates CATS and its AR baseline alike. On the shipped Orin, whose GPU is
+    calibrated to the DRAM bandwidth it reaches in published measurements, the
+    GPU's passes still show (the speedup stays clearly below the tokens per cycle,
+    as the papers measured)."""
+    slow = _slow_flash_platform(tmp_path, 10)
     nvme = _run("cats", CATS).metrics["speedup_vs_ar"] / 3.05
-    slower = _run("cats", CATS, _slow_flash_platform(tmp_path, 10)).metrics
-    slower_ratio = slower["speedup_vs_ar"] / 3.05
-    assert 0.98 < nvme < 1.0
+    slower_ratio = _run("cats", CATS, slow).metrics["speedup_vs_ar"] / 3.05
     assert nvme < slower_ratio < 1.0 and slower_ratio > 0.999
     kangaroo = _run("kangaroo", KANGAROO).metrics["speedup_vs_ar"] / 2.27
-    assert 0.98 < kangaroo < 1.0
+    kangaroo_slower = _run("kangaroo", KANGAROO, slow).metrics["speedup_vs_ar"] / 2.27
+    assert kangaroo < kangaroo_slower < 1.0 and kangaroo_slower > 0.99
 
 
 def test_baseline_is_ar_under_the_same_budget():
@@ -97,7 +102,10 @@ def test_baseline_is_ar_under_the_same_budget():
                                 deterministic=True, fixed_context=True))
     assert m["ar_tokens_per_s"] == pytest.approx(ar.tokens / ar.time_s, rel=1e-12)
     plain = _run("ar", {}).metrics["tokens_per_s"]
-    assert m["ar_tokens_per_s"] < plain / 10  # streaming 15 layers a token is slow
+    # streaming 15 layers a token is slow: no faster than the flash delivers them
+    flash_gb_s = load_platform(JETSON).tier("nvme").bandwidth_gb_s
+    assert m["ar_tokens_per_s"] <= flash_gb_s / (15 * LAYER_GB)
+    assert m["ar_tokens_per_s"] < plain / 5
 
 
 def test_ar_stream_with_room_for_everything_is_plain_ar():

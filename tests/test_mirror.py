@@ -319,7 +319,11 @@ def grid():
                       placement)
             t["step"] = law_of(t)["step_latency_s"]
             t["ratio"] = t["fallback"] / t["step"]
-            sim = {"sd": _tokens_per_s(setup, placement, "sd", {"gamma": GAMMA}, batch)}
+            # SD's draft sharded as Mirror's (SPD-style, 2 all-reduces per draft
+            # step), so the two compare on equal terms; vanilla SD's default is
+            # Megatron's two per layer
+            sim = {"sd": _tokens_per_s(setup, placement, "sd",
+                                       {"gamma": GAMMA, "draft_collectives": 2}, batch)}
             for name, extra in (("stall", {"batch_fallback": "stall"}),
                                 ("skip", {"batch_fallback": "skip"}),
                                 ("auto", {"rollout_ratio": t["ratio"]})):
@@ -416,15 +420,21 @@ def test_mirror_beats_sd_where_its_premises_hold(schedule):
             assert lead < 1, (name, batch, lead)  # the overheads decide it
 
 
-# Where the lead rises with B after all, and why: on jetson-agx-orin-64gb, from
-# B = 8 to 16 with skip kappa halves, so the window keeps its 64 rows while SD's
-# serial draft grows with B more than the weight-bound target pass does; from
-# B = 16 to 32 the target prefix turns compute-bound and hides the exit head's
-# weight read, which the weight-bound prefix paid in full until then.
+# Where the lead rises with B after all, and why. On jetson-agx-orin-64gb (its GPU
+# capped at the DRAM bandwidth it reaches in published measurements): from B = 8
+# to 16 auto switches from stall to skip; from 16 to 32 with skip kappa halves, so
+# the window keeps its rows while SD's serial draft grows with B more than the
+# weight-bound target pass does; from B = 32 to 64 the target prefix turns
+# compute-bound and hides the exit head's weight read, which the weight-bound
+# prefix paid in full until then.
 ROWS_KEPT, HEAD_HIDDEN = "window keeps its rows", "prefix turns compute-bound"
-RISES = {("jetson-agx-orin-64gb", "auto", 8): ROWS_KEPT,
-         ("jetson-agx-orin-64gb", "auto", 16): HEAD_HIDDEN,
-         ("jetson-agx-orin-64gb", "stall", 16): HEAD_HIDDEN}
+SWITCHED = "auto switches from stall to skip"
+RISES = {("jetson-agx-orin-64gb", "auto", 8): SWITCHED,
+         ("jetson-agx-orin-64gb", "auto", 16): ROWS_KEPT,
+         # the A100 calibrated on published rows (hetspec calibrate --published):
+         # SD's draft time grows faster from B = 8 to 16 than the target's, as on Orin
+         ("a100-sxm-8x", "auto", 8): ROWS_KEPT,
+         ("jetson-agx-orin-64gb", "stall", 32): HEAD_HIDDEN}
 
 
 def assert_rise_cause(cause, lo, hi) -> None:
@@ -434,6 +444,8 @@ def assert_rise_cause(cause, lo, hi) -> None:
         assert chosen(t0, b0) == chosen(t1, b1) == "skip"
         assert default_kappa(b0) * b0 == default_kappa(b1) * b1
         assert t1["sd_draft"] - t0["sd_draft"] > t1["full"] - t0["full"]
+    elif cause == SWITCHED:
+        assert chosen(t0, b0) == "stall" and chosen(t1, b1) == "skip"
     else:
         assert not t0["prefix_compute_bound"] and t1["prefix_compute_bound"]
         assert exit_head_s(t1) < exit_head_s(t0)
@@ -470,9 +482,11 @@ def test_shared_dram_contention_bends_the_max_law():
                               contention=True))
         assert off[-1] == pytest.approx(law, rel=1e-9)
         bends[setup[0]] = on[-1] / law - 1
-    # the draft's DRAM reads slow the target suffix that hides them
-    assert bends["m2-ultra-8x"] > 0.01
+    # the draft's DRAM reads slow the target suffix that hides them; on the M2
+    # Ultra, whose GPU reaches 695 of the DRAM's 800 GB/s (calibrated on published
+    # measurements), the ANE draft's reads fit in the rest (no bend)
     assert bends["snapdragon-8-gen3"] > 0.1
+    assert -1e-12 < bends["m2-ultra-8x"] < bends["snapdragon-8-gen3"]  # -1e-12: round-off
 
 
 class _Driver:

@@ -13,8 +13,19 @@ def register(sub) -> None:
                     "platform YAML with its provenance.",
         epilog="example: hetspec calibrate --runs runs/ --profile cpu-local "
                "-o calibrated.yaml")
-    p.add_argument("--runs", required=True, metavar="DIR",
+    p.add_argument("--runs", metavar="DIR",
                    help="directory of measured runs (each a folder with record.json)")
+    p.add_argument("--published", metavar="FILE",
+                   help="fit to published measurements instead of measured runs: a YAML "
+                        "file of rows (platform, models, schedule, settings, tokens/s, "
+                        "source, split fit/held_out); 'shipped' names the file hetspec "
+                        "ships (hwprofiles/data/published/measurements.yaml)")
+    p.add_argument("--fit-fields", default=None, metavar="F1,F2",
+                   help="with --published: profile fields to scale (default "
+                        "memory_efficiency,launch_overhead_s,alpha_s; also "
+                        "compute_efficiency, call_overhead_s, bandwidth_gb_s, latency_s "
+                        "and the optional terms memory_half_bytes, compute_half_flops, "
+                        "memory_bandwidth_gb_s, request_latency_s)")
     p.add_argument("--profile", required=True, help="platform to calibrate (name or YAML)")
     p.add_argument("-o", "--output", default="calibrated.yaml",
                    help="calibrated platform YAML (default calibrated.yaml)")
@@ -37,6 +48,11 @@ def _calibrate(args) -> int:
     from analyses.heldout import calibrate
     from analyses.outputs import check_outputs, profile_inputs, runs_inputs
 
+    if (args.runs is None) == (args.published is None):
+        raise ValueError("calibrate needs exactly one of --runs DIR (measured runs) or "
+                         "--published FILE (published measurements)")
+    if args.published is not None:
+        return _calibrate_published(args)
     policies = tuple(p.strip() for p in args.fit_policies.split(",") if p.strip())
     if not policies:
         raise ValueError("--fit-policies is empty; name at least one, e.g. ar,sd")
@@ -58,4 +74,42 @@ def _calibrate(args) -> int:
     for policy, s in summary["held_out"]["schedules"].items():
         print(f"held-out {policy}: tokens/s error {s['tokens_per_s_error']:+.1%}, median "
               f"step-latency error {s['median_step_latency_error']:+.1%} ({s['runs']} runs)")
+    return 0
+
+
+def _calibrate_published(args) -> int:
+    from analyses.cli import emit_json
+    from analyses.outputs import check_outputs, profile_inputs
+    from analyses.published import DEFAULT_FIELDS, shipped_file
+    from analyses.publishedcal import calibrate_published
+
+    path = shipped_file() if args.published == "shipped" else args.published
+    fields = DEFAULT_FIELDS if args.fit_fields is None else tuple(
+        f.strip() for f in args.fit_fields.split(",") if f.strip())
+    if not fields:
+        raise ValueError("--fit-fields is empty; name at least one, e.g. memory_efficiency")
+    check_outputs({"--output": args.output},
+                  profile_inputs(profile=args.profile) + [("--published", path)])
+    summary = calibrate_published(path, args.profile, args.output, fields=fields)
+    if args.json:
+        emit_json(summary)
+        return 0
+    print(f"wrote {summary['profile']}: {summary['platform']} fitted on "
+          f"{len(summary['fitted_rows'])} published rows")
+    for label, p in summary["parameters"].items():
+        before = "unset" if p["before"] is None else f"{p['before']:.4g}"
+        print(f"  {label:48s} {before} -> {p['after']:.4g}")
+    for label in summary["kept"]:
+        print(f"  {label:48s} kept (no fitted row depends on it)")
+    print(f"  {'row':36s} {'split':8s} {'published':>9s} {'before':>8s} {'after':>8s} "
+          f"{'error':>7s}")
+    for t in summary["rows"]:
+        print(f"  {t['id']:36s} {t['split']:8s} {t['published_tokens_per_s']:9.4g} "
+              f"{t['before_tokens_per_s']:8.4g} {t['after_tokens_per_s']:8.4g} "
+              f"{t['error_after']:+7.1%}")
+    held = summary["median_abs_error_held_out"]
+    print("held-out median |error|: " + ("n/a (no held-out rows)" if held is None
+                                         else f"{held:.1%}"))
+    flips = summary["ranking_flips"]
+    print("ranking flips: " + (", ".join(f"{a} vs {b}" for a, b in flips) or "none"))
     return 0

@@ -1,0 +1,328 @@
+"""Published measurements as data, and a platform profile fitted to them.
+
+A published-measurements file (``hwprofiles/data/published/measurements.yaml``
+is the shipped one) lists decode speeds that papers and public benchmarks
+printed: the hardware, the models, the schedule and its settings, the measured
+tokens/s and where it was printed. Each row names the shipped platform that
+simulates it and whether it is fitted (``split: fit``) or held out to judge the
+fit (``split: held_out``): the split is data, written by whoever adds the row.
+
+``fit_rows`` fits a platform to its rows (``analyses.publishedcal`` runs the
+whole session) as ``hetspec calibrate`` fits measured spans: least squares (scipy) in log space on log(simulated /
+published), where every row is simulated deterministically with its own
+settings. What is fitted are *knobs*: a knob scales one profile field on every
+object it ties together (all HBM tiers of one spec, all devices of one kind,
+all collective groups), so eight identical GPUs get one efficiency. A small
+pull toward the starting values (``PRIOR_WEIGHT``, in log units) keeps a knob
+the fitted rows cannot tell apart from another where it was; a knob no fitted
+row is sensitive to is not fitted at all and says so.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import yaml
+from pydantic import Field, ValidationError, model_validator
+from scipy.optimize import least_squares
+
+from analyses.config import SimConfig
+from analyses.costfit import BOUNDS
+from hwprofiles import Platform
+from hwprofiles.numbers import StrictModel
+
+MAX_PUBLISHED_BYTES = 1_000_000  # a few hundred rows are ~100 KB
+PRIOR_WEIGHT = 1e-3  # log-units residual per log-unit a knob moves from its start
+SENSITIVE = 1e-6  # relative change in a row's tokens/s that counts as sensitive
+DEFAULT_FIELDS = ("memory_efficiency", "launch_overhead_s", "alpha_s")
+FIELD_KINDS = {"memory_efficiency": "tier", "compute_efficiency": "device",
+               "launch_overhead_s": "device", "call_overhead_s": "device",
+               "alpha_s": "group", "bandwidth_gb_s": "group", "latency_s": "link",
+               # the optional efficiency terms (hwprofiles.schema's module docstring)
+               "memory_half_bytes": "device", "compute_half_flops": "device",
+               "memory_bandwidth_gb_s": "device", "request_latency_s": "tier"}
+# Where a field that is off (0) starts when fitted: a value at which it matters, so
+# the fit can tell whether the rows want it (a factor cannot move a zero).
+OFF_STARTS = {"call_overhead_s": 1e-5, "memory_half_bytes": 1e6,
+              "compute_half_flops": 1e9, "request_latency_s": 1e-4,
+              "launch_overhead_s": 1e-6, "alpha_s": 1e-6, "latency_s": 1e-6}
+
+
+class Measurement(StrictModel):
+    """One published decode speed and the settings that reproduce it."""
+
+    id: str = Field(min_length=1)
+    platform: str = Field(min_length=1)  # the shipped platform that simulates it
+    hardware: str = Field(min_length=1)  # what was measured, in words
+    target: str = Field(min_length=1)
+    draft: str | None = None
+    policy: str = "ar"
+    params: dict[str, Any] = Field(default_factory=dict)
+    acceptance: dict[str, Any] = Field(default_factory=lambda: {"kind": "iid", "alpha": 0.8})
+    batch: int = Field(1, ge=1)
+    prompt_tokens: int = Field(128, ge=0)
+    tokens: int = Field(128, ge=1, le=100_000)
+    placement: dict[str, str] = Field(default_factory=dict)
+    tokens_per_s: float = Field(gt=0, le=1e9)
+    split: Literal["fit", "held_out"]
+    ranking: str | None = None  # rows measured with one setup, compared by order
+    source: str = Field(min_length=1)
+    url: str | None = None
+    notes: str = ""
+
+    @model_validator(mode="after")
+    def _acceptance_for_speculation(self):
+        if self.policy != "ar" and "acceptance" not in self.model_fields_set:
+            raise ValueError(f"row {self.id}: a {self.policy} row needs the acceptance "
+                             "its source measured (alpha or a histogram of accepted "
+                             "lengths); add an acceptance mapping")
+        return self
+
+    def config(self) -> SimConfig:
+        return SimConfig(platform=self.platform, target=self.target, draft=self.draft,
+                         policy=self.policy, params=self.params, acceptance=self.acceptance,
+                         tokens=self.tokens, batch=self.batch,
+                         prompt_tokens=self.prompt_tokens, deterministic=True,
+                         placement=self.placement)
+
+
+class PublishedSet(StrictModel):
+    measurements: tuple[Measurement, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_ids(self):
+        seen = set()
+        for row in self.measurements:
+            if row.id in seen:
+                raise ValueError(f"row id '{row.id}' appears twice; give each row its own id")
+            seen.add(row.id)
+        return self
+
+
+def shipped_file() -> Path:
+    from importlib import resources
+
+    return Path(str(resources.files("hwprofiles") / "data" / "published" /
+                    "measurements.yaml"))
+
+
+def load_published(path) -> tuple[Measurement, ...]:
+    """The rows of a published-measurements file; ValueError in one sentence."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"published measurements {path} is not a file; give the path "
+                         "of a YAML file with a 'measurements' list")
+    if path.stat().st_size > MAX_PUBLISHED_BYTES:
+        raise ValueError(f"published measurements {path} is over "
+                         f"{MAX_PUBLISHED_BYTES:,} bytes; split it or give the right file")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        first = str(err).splitlines()[0]
+        raise ValueError(f"published measurements {path} is not valid YAML ({first}); "
+                         "fix the syntax") from None
+    try:
+        return PublishedSet.model_validate(data).measurements
+    except ValidationError as err:
+        e = err.errors()[0]
+        where = ".".join(str(p) for p in e["loc"]) or "the file"
+        msg = e["msg"].removeprefix("Value error, ")
+        raise ValueError(f"published measurements {path}: {where}: {msg}") from None
+
+
+def rows_for(rows, platform_name: str) -> list[Measurement]:
+    mine = [r for r in rows if r.platform == platform_name]
+    if not mine:
+        named = sorted({r.platform for r in rows})
+        raise ValueError(f"the published measurements have no row for platform "
+                         f"{platform_name}; they name {', '.join(named)}; pass one of "
+                         "those with --profile")
+    if not any(r.split == "fit" for r in mine):
+        raise ValueError(f"no row for platform {platform_name} has split: fit; mark at "
+                         "least one row to fit")
+    return mine
+
+
+def simulate_row(row: Measurement, platform: Platform) -> float:
+    """Simulated tokens/s of one row on ``platform`` (deterministic)."""
+    from analyses.api import run_schedule
+
+    result = run_schedule(row.config(), record_spans=False, platform=platform)
+    return result.tokens / result.time_s
+
+
+# knobs ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Knob:
+    """A multiplicative factor on ``field`` of the objects named in ``names``."""
+
+    kind: str  # tier | device | group | link
+    names: tuple[str, ...]
+    field: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} {','.join(self.names)}.{self.field}"
+
+
+def objects_of(platform: Platform, kind: str):
+    return {"tier": platform.memory_tiers, "device": platform.devices,
+            "group": [g for g in platform.groups if g.size > 1],
+            "link": platform.links}[kind]
+
+
+def _tie_key(obj, kind: str, field: str):
+    """Objects with equal keys are one knob: identical hardware cannot be told
+    apart by end-to-end speeds. Groups are tied whatever their size: one knob
+    scales every all-reduce latency of the platform."""
+    if kind == "tier":
+        return (obj.kind, obj.capacity_bytes, obj.bandwidth_gb_s)
+    if kind == "device":
+        return (obj.kind, tuple(sorted(obj.peak_flops.items())))
+    if kind == "link":
+        return (obj.latency_s, obj.bandwidth_gb_s)
+    return ("groups",)
+
+
+def knobs_of(platform: Platform, fields=DEFAULT_FIELDS) -> list[Knob]:
+    knobs = []
+    for field in fields:
+        if field not in FIELD_KINDS:
+            raise ValueError(f"--fit-fields: '{field}' is not a field the published fit "
+                             f"can scale; choose from {', '.join(FIELD_KINDS)}")
+        kind = FIELD_KINDS[field]
+        groups: dict = {}
+        for obj in objects_of(platform, kind):
+            groups.setdefault(_tie_key(obj, kind, field), []).append(obj.name)
+        knobs += [Knob(kind, tuple(names), field) for names in groups.values()]
+    return knobs
+
+
+def _start(platform: Platform, knob: Knob) -> dict[str, float]:
+    """Each tied object's starting value: its own, a field that is off (0) at
+    ``OFF_STARTS``, a device's unset bandwidth cap at 90% of its memory tier's
+    bandwidth (at 100% the cap is not binding and its slope upward is zero)."""
+    out = {}
+    for o in objects_of(platform, knob.kind):
+        if o.name not in knob.names:
+            continue
+        value = getattr(o, knob.field)
+        if value is None and knob.field == "memory_bandwidth_gb_s":
+            value = 0.9 * platform.tier(o.memory).bandwidth_gb_s
+        if not value:
+            value = OFF_STARTS.get(knob.field, BOUNDS[knob.field][0])
+        out[o.name] = float(value)
+    return out
+
+
+def _log_bounds(platform: Platform, knob: Knob) -> tuple[float, float]:
+    lo, hi = BOUNDS[knob.field]
+    starts = _start(platform, knob).values()
+    return (max(math.log(lo / v) for v in starts), min(math.log(hi / v) for v in starts))
+
+
+def scaled(platform: Platform, knobs: list[Knob], x) -> Platform:
+    """``platform`` with each knob's field multiplied by exp(x[k])."""
+    changes: dict[tuple[str, str], dict[str, float]] = {}
+    for knob, xk in zip(knobs, x):
+        for name, start in _start(platform, knob).items():
+            changes.setdefault((knob.kind, name), {})[knob.field] = start * math.exp(xk)
+
+    def update(obj, kind):
+        change = changes.get((kind, obj.name))
+        return obj.model_copy(update=change) if change else obj
+
+    return platform.model_copy(update={
+        "devices": tuple(update(d, "device") for d in platform.devices),
+        "memory_tiers": tuple(update(t, "tier") for t in platform.memory_tiers),
+        "links": tuple(update(l, "link") for l in platform.links),
+        "groups": tuple(update(g, "group") for g in platform.groups)})
+
+
+def sensitive_knobs(platform: Platform, knobs: list[Knob], rows) -> list[Knob]:
+    """The knobs some row's simulated speed changes with (10% nudge down from the
+    start; up where the start is the lower bound)."""
+    start = scaled(platform, knobs, np.zeros(len(knobs)))
+    base = [simulate_row(r, start) for r in rows]
+    keep = []
+    for k, knob in enumerate(knobs):
+        x = np.zeros(len(knobs))
+        x[k] = -math.log(1.1) if _log_bounds(platform, knob)[0] < -0.1 else math.log(1.1)
+        nudged = scaled(platform, knobs, x)
+        if any(abs(simulate_row(r, nudged) / b - 1) > SENSITIVE for r, b in zip(rows, base)):
+            keep.append(knob)
+    return keep
+
+
+@dataclass
+class PublishedFit:
+    knobs: list[Knob]
+    x: np.ndarray
+    fixed: list[Knob]  # knobs no fitted row is sensitive to (kept)
+    platform: Platform
+    success: bool
+
+
+def fit_rows(platform: Platform, rows, fields=DEFAULT_FIELDS) -> PublishedFit:
+    """Least-squares fit of the knobs on ``fields`` to the rows (all of them fitted)."""
+    all_knobs = knobs_of(platform, fields)
+    knobs = sensitive_knobs(platform, all_knobs, rows)
+    fixed = [k for k in all_knobs if k not in knobs]
+    if not knobs:
+        raise ValueError("no fitted row's speed depends on the fields to fit; fit other "
+                         "fields with --fit-fields")
+    published = np.log([r.tokens_per_s for r in rows])
+    bounds = np.array([_log_bounds(platform, k) for k in knobs]).T
+
+    def residuals(x):
+        trial = scaled(platform, knobs, x)
+        sim = np.log([simulate_row(r, trial) for r in rows])
+        return np.concatenate([sim - published, PRIOR_WEIGHT * x])
+
+    # a start on a bound stalls trf (its scaling by the distance to the bounds)
+    x0 = np.clip(np.zeros(len(knobs)), bounds[0] + 0.05, bounds[1] - 0.05)
+    sol = least_squares(residuals, x0, bounds=(bounds[0], bounds[1]), method="trf",
+                        diff_step=1e-6, ftol=1e-12, xtol=1e-12, gtol=1e-12)
+    return PublishedFit(knobs, sol.x, fixed, scaled(platform, knobs, sol.x),
+                        bool(sol.success))
+
+
+def ranking_flips(rows, simulated: dict[str, float]) -> list[tuple[str, str]]:
+    """Pairs of rows with one ranking key, at least one held out, whose simulated
+    order differs from the published order."""
+    flips = []
+    for i, a in enumerate(rows):
+        for b in rows[i + 1:]:
+            if a.ranking is None or a.ranking != b.ranking:
+                continue
+            if a.split == "fit" and b.split == "fit":
+                continue
+            published = a.tokens_per_s - b.tokens_per_s
+            sim = simulated[a.id] - simulated[b.id]
+            if published * sim < 0:
+                flips.append((a.id, b.id))
+    return flips
+
+
+def evaluate(platform: Platform, before: Platform, rows) -> list[dict]:
+    """Per row: published, simulated before and after, relative errors."""
+    table = []
+    for r in rows:
+        pre, post = simulate_row(r, before), simulate_row(r, platform)
+        table.append({"id": r.id, "split": r.split, "target": r.target, "policy": r.policy,
+                      "published_tokens_per_s": r.tokens_per_s,
+                      "before_tokens_per_s": pre, "after_tokens_per_s": post,
+                      "error_before": pre / r.tokens_per_s - 1,
+                      "error_after": post / r.tokens_per_s - 1})
+    return table
+
+
+def median_abs_error(table, split: str) -> float | None:
+    errs = [abs(t["error_after"]) for t in table if t["split"] == split]
+    return float(np.median(errs)) if errs else None

@@ -1,0 +1,68 @@
+"""Simulated against published tokens/s for every shipped platform.
+
+Every row of the shipped published-measurements file
+(hwprofiles/data/published/measurements.yaml) is simulated deterministically on
+its shipped platform profile with the row's models, schedule and settings; the
+table gives published and simulated tokens/s and the error, marks the rows the
+profile was not fitted on (held out), and lists, per platform, the largest
+held-out error and any pair of rows whose simulated order contradicts the
+published one. Platforms without rows are listed as such.
+
+    python benchmarks/bench_published.py [--markdown]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from analyses.published import load_published, ranking_flips, shipped_file, simulate_row
+from hwprofiles import load_platform
+from hwprofiles.loader import list_names
+
+
+def table(markdown: bool) -> list[str]:
+    rows = load_published(shipped_file())
+    out = []
+    if markdown:
+        out += ["| platform | row | split | published tok/s | simulated tok/s | error |",
+                "|---|---|---|---:|---:|---:|"]
+    else:
+        out.append(f"{'platform':22s} {'row':34s} {'split':9s} {'published':>9s} "
+                   f"{'simulated':>9s} {'error':>7s}")
+    summary = []
+    for name in list_names("platforms"):
+        mine = [r for r in rows if r.platform == name]
+        if not mine:
+            summary.append(f"{name}: no published rows")
+            continue
+        platform = load_platform(name)
+        simulated = {r.id: simulate_row(r, platform) for r in mine}
+        held = []
+        for r in mine:
+            err = simulated[r.id] / r.tokens_per_s - 1
+            split = "held out" if r.split == "held_out" else "fit"
+            if r.split == "held_out":
+                held.append(abs(err))
+            if markdown:
+                out.append(f"| {name} | {r.id} | {split} | {r.tokens_per_s:.4g} | "
+                           f"{simulated[r.id]:.4g} | {err:+.1%} |")
+            else:
+                out.append(f"{name:22s} {r.id:34s} {split:9s} {r.tokens_per_s:9.4g} "
+                           f"{simulated[r.id]:9.4g} {err:+7.1%}")
+        flips = ranking_flips(mine, simulated)
+        worst = f"{max(held):.1%}" if held else "n/a"
+        summary.append(f"{name}: {len(mine)} rows, largest held-out |error| {worst}, "
+                       f"ranking flips: " + (", ".join(f"{a} vs {b}" for a, b in flips)
+                                             or "none"))
+    return out + [""] + summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    args = parser.parse_args()
+    print("\n".join(table(args.markdown)))
+
+
+if __name__ == "__main__":
+    main()

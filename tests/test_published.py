@@ -1,0 +1,195 @@
+"""Calibration against published measurements: synthetic rows of known answer,
+the shipped data file, and the refusals of `hetspec calibrate --published`."""
+
+import math
+
+import pytest
+import yaml
+
+from analyses.cli import main
+from analyses.heldout import profile_text
+from analyses.publishedcal import calibrate_published
+from analyses.published import (Knob, knobs_of, load_published,
+                                ranking_flips, scaled, shipped_file, simulate_row)
+from hwprofiles import load_platform
+
+TRUTH = {"memory_efficiency": 0.72, "launch_overhead_s": 30e-6, "alpha_s": 1.6}
+START = {"memory_efficiency": 1.0, "launch_overhead_s": 5e-6, "alpha_s": 0.5}  # perturbed
+SHAPES = [("llama-2-7b", "gpu0"), ("llama-2-7b", "tp2"), ("llama-2-7b", "tp4"),
+          ("llama-2-7b", "all8"), ("llama-2-70b", "tp2"), ("llama-2-70b", "tp4"),
+          ("llama-2-70b", "all8"), ("vicuna-13b", "gpu0")]
+
+
+def _platform_with(values):
+    """a100-sxm-8x with its memory efficiency and launch overhead set to ``values``
+    and every group's all-reduce latency scaled by values["alpha_s"]."""
+    base = load_platform("a100-sxm-8x")
+    knobs = knobs_of(base)
+    x = []
+    for k in knobs:
+        start = getattr(next(o for o in (base.memory_tiers + base.devices + base.groups)
+                             if o.name == k.names[0]), k.field)
+        x.append(math.log(values[k.field] / start) if k.field != "alpha_s"
+                 else math.log(values["alpha_s"]))
+    return scaled(base, knobs, x), knobs
+
+
+def _true_platform():
+    return _platform_with(TRUTH)
+
+
+def _rows(platform, split_every=2):
+    from analyses.published import Measurement
+
+    rows = []
+    for i, (target, where) in enumerate(SHAPES):
+        row = Measurement(id=f"syn-{i}", platform="a100-sxm-8x", hardware="synthetic",
+                          target=target, placement={"target": where}, prompt_tokens=5,
+                          tokens=64, tokens_per_s=1.0, ranking="syn",
+                          split="held_out" if i % split_every else "fit",
+                          source="simulated from the known profile")
+        rows.append(row.model_copy(update={"tokens_per_s": simulate_row(row, platform)}))
+    return rows
+
+
+def _write_rows(path, rows):
+    path.write_text(yaml.safe_dump({"measurements": [r.model_dump(mode="json")
+                                                     for r in rows]}, sort_keys=False))
+    return path
+
+
+def _value(platform, kind, name, field):
+    objs = {"tier": platform.memory_tiers, "device": platform.devices,
+            "group": platform.groups}[kind]
+    return getattr(next(o for o in objs if o.name == name), field)
+
+
+def test_fit_recovers_known_values_and_held_out_error_vanishes(tmp_path):
+    truth, knobs = _true_platform()
+    rows_file = _write_rows(tmp_path / "rows.yaml", _rows(truth))
+    start = tmp_path / "start.yaml"
+    start.write_text(profile_text(_platform_with(START)[0], ""))
+    out = tmp_path / "fitted.yaml"
+    summary = calibrate_published(rows_file, str(start), out)
+    fitted = load_platform(str(out))
+    for kind, name, field in [("tier", "hbm0", "memory_efficiency"),
+                              ("tier", "hbm5", "memory_efficiency"),
+                              ("device", "gpu3", "launch_overhead_s"),
+                              ("group", "tp2", "alpha_s"), ("group", "all8", "alpha_s")]:
+        want = _value(truth, kind, name, field)
+        assert _value(fitted, kind, name, field) == pytest.approx(want, rel=0.01), field
+    for row in summary["rows"]:
+        assert abs(row["error_after"]) < 1e-3, row
+        assert abs(row["error_before"]) > 0.05  # the start really was off
+    assert summary["ranking_flips"] == []
+    assert summary["median_abs_error_held_out"] < 1e-3
+    text = out.read_text()
+    assert "syn-0, syn-2, syn-4, syn-6" in text  # provenance names the fitted rows
+    assert "syn-1 (held_out)" in text
+
+
+def test_knobs_tie_identical_hardware():
+    knobs = knobs_of(load_platform("a100-sxm-8x"))
+    assert Knob("tier", tuple(f"hbm{i}" for i in range(8)), "memory_efficiency") in knobs
+    assert len([k for k in knobs if k.field == "launch_overhead_s"]) == 1
+    assert [k.names for k in knobs if k.field == "alpha_s"] == [("all8", "tp4", "tp2")]
+
+
+def test_ranking_flip_detected_only_with_a_held_out_row():
+    from analyses.published import Measurement
+
+    def row(i, tps, split):
+        return Measurement(id=f"r{i}", platform="p", hardware="h", target="t",
+                           tokens_per_s=tps, split=split, ranking="k", source="s")
+
+    rows = [row(0, 10.0, "fit"), row(1, 20.0, "fit"), row(2, 30.0, "held_out")]
+    assert ranking_flips(rows, {"r0": 25.0, "r1": 20.0, "r2": 40.0}) == []  # fit pair only
+    assert ranking_flips(rows, {"r0": 10.0, "r1": 35.0, "r2": 30.0}) == [("r1", "r2")]
+
+
+def test_shipped_rows_load_and_simulate():
+    rows = load_published(shipped_file())
+    assert len(rows) >= 9
+    for platform in {r.platform for r in rows}:
+        plat = load_platform(platform)
+        for r in (r for r in rows if r.platform == platform):
+            assert r.source and simulate_row(r, plat) > 0
+
+
+@pytest.mark.parametrize("text, words", [
+    ("measurements: []", "measurements"),
+    ("measurements:\n  - {id: a, platform: p, hardware: h, target: t, tokens_per_s: -1, "
+     "split: fit, source: s}", "tokens_per_s"),
+    ("measurements:\n  - {id: a, platform: p, hardware: h, target: t, tokens_per_s: 1, "
+     "split: maybe, source: s}", "split"),
+    ("measurements:\n  - {id: a, platform: p, hardware: h, target: t, tokens_per_s: 1, "
+     "split: fit, source: s, policy: sd}", "needs the acceptance"),
+    ("measurements:\n  - {id: a, platform: p, hardware: h, target: t, tokens_per_s: 1, "
+     "split: fit, source: s}\n  - {id: a, platform: p, hardware: h, target: t, "
+     "tokens_per_s: 2, split: fit, source: s}", "appears twice"),
+    ("measurements: [", "not valid YAML"),
+])
+def test_bad_files_refused_in_one_sentence(tmp_path, capsys, text, words):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    rc = main(["calibrate", "--published", str(bad), "--profile", "a100-sxm-8x",
+               "-o", str(tmp_path / "out.yaml")])
+    err = capsys.readouterr().err
+    assert rc == 2 and words in err and err.count("\n") == 1
+    assert not (tmp_path / "out.yaml").exists()
+
+
+def test_cli_refusals(tmp_path, capsys):
+    out = str(tmp_path / "out.yaml")
+    assert main(["calibrate", "--profile", "a100-sxm-8x", "-o", out]) == 2
+    assert "exactly one of --runs" in capsys.readouterr().err
+    assert main(["calibrate", "--published", "shipped", "--profile", "cpu-local",
+                 "-o", out]) == 2
+    assert "no row for platform cpu-local" in capsys.readouterr().err
+    assert main(["calibrate", "--published", "shipped", "--profile", "a100-sxm-8x",
+                 "--fit-fields", "colour", "-o", out]) == 2
+    assert "'colour'" in capsys.readouterr().err
+    rows = tmp_path / "rows.yaml"
+    rows.write_text(shipped_file().read_text())
+    assert main(["calibrate", "--published", str(rows), "--profile", "a100-sxm-8x",
+                 "-o", str(rows)]) == 2  # the output is the file it reads
+    assert "which this command reads" in capsys.readouterr().err
+    assert not (tmp_path / "out.yaml").exists()
+
+
+def test_cli_shipped_fit_prints_table_and_is_byte_identical(tmp_path, capsys):
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    assert main(["calibrate", "--published", "shipped", "--profile", "h100-sxm-5x",
+                 "-o", str(a)]) == 0
+    printed = capsys.readouterr().out
+    assert "ssd-h100-qwen32b-ar-tp4" in printed and "held_out" in printed
+    assert main(["calibrate", "--published", "shipped", "--profile", "h100-sxm-5x",
+                 "-o", str(b)]) == 0
+    assert a.read_bytes() == b.read_bytes()
+    assert "calibrated: hetspec calibrate --published measurements.yaml on rows " \
+           "ssd-h100-llama70b-ar-tp4" in a.read_text()
+
+
+def test_fit_recovers_a_size_dependent_bandwidth_term_that_starts_off(tmp_path):
+    """memory_half_bytes (the costmodel's size-dependent bandwidth) is 0 in the start
+    profile: the fit starts it at OFF_STARTS and finds the true 20 MB per kernel."""
+    base = load_platform("a100-sxm-8x")
+    fields = ("memory_efficiency", "memory_half_bytes")
+    truth = base.model_copy(update={
+        "memory_tiers": tuple(t.model_copy(update={"memory_efficiency": 0.8})
+                              for t in base.memory_tiers),
+        "devices": tuple(d.model_copy(update={"memory_half_bytes": 20e6, "sources": {
+            **d.sources, "memory_half_bytes": "synthetic truth"}}) for d in base.devices)})
+    start = base.model_copy(update={
+        "memory_tiers": tuple(t.model_copy(update={"memory_efficiency": 1.0})
+                              for t in base.memory_tiers)})
+    rows_file = _write_rows(tmp_path / "rows.yaml", _rows(truth))
+    (tmp_path / "start.yaml").write_text(profile_text(start, ""))
+    out = tmp_path / "fitted.yaml"
+    summary = calibrate_published(rows_file, str(tmp_path / "start.yaml"), out,
+                                  fields=fields)
+    fitted = load_platform(str(out))
+    assert fitted.device("gpu5").memory_half_bytes == pytest.approx(20e6, rel=0.01)
+    assert fitted.tier("hbm2").memory_efficiency == pytest.approx(0.8, rel=0.01)
+    assert summary["median_abs_error_held_out"] < 1e-3
+    assert "was 0" in fitted.device("gpu0").sources["memory_half_bytes"]
