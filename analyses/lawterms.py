@@ -225,7 +225,7 @@ class EarlyExitTerms:
     """PPSD's and EESD's step times (seconds) for one run, from the cost model:
     the heads and the links included, which eq. 6 and eq. 4 leave out."""
 
-    t_ar_s: float  # one AR token: all N layers and the LM head on the target
+    t_ar_s: float  # one token of the schedule's AR baseline (ppsd: through its stages)
     t_match_s: float  # PPSD: between two outputs on a match (the bottleneck)
     t_flush_s: float  # PPSD: from a mismatch to its correction's output
     t_draft_s: float  # EESD: gamma exit-head drafts
@@ -241,13 +241,15 @@ class EarlyExitTerms:
         return laws.eesd_cost(alpha, gamma, self.t_ar_s, self.t_draft_s, self.t_verify_s)
 
 
-def _ppsd_pipeline_s(s: Scenario, e: int, head: str) -> tuple[float, float]:
-    """(T_match, T_flush) of the pipeline (``policies.ppsd``): on a match the
+def _ppsd_pipeline_s(s: Scenario, e: int, head: str) -> tuple[float, float, float]:
+    """(T_match, T_flush, T_AR) of the pipeline (``policies.ppsd``): on a match the
     next output follows after the busiest resource's share of a token (stage 0:
     exit head + its layers, which the schedule runs one token at a time; a later
     stage; a link; or the whole journey over the tokens in flight); on a
     mismatch the correction travels to stage 0 and through every stage and hop,
-    while the schedule refills the pipeline behind it."""
+    while the schedule refills the pipeline behind it. T_AR is ppsd's baseline,
+    AR through the same stages (``policies.ar`` with ``pipeline_layers``): a token
+    passes every stage and hop, and its id travels back to stage 0."""
     n, b, c = s.target.n_layers, s.batch, s.context
     bounds = [(a, min(a + e, n)) for a in range(0, n, e)]
     last = len(bounds) - 1
@@ -269,7 +271,8 @@ def _ppsd_pipeline_s(s: Scenario, e: int, head: str) -> tuple[float, float]:
     # after a flush the schedule refills the pipeline one entry at a time until the
     # correction's verdict arrives (or the pipeline is full), then takes it
     entries = min(len(bounds) - 1, math.ceil(after / entry))
-    return match, correction + stages[0] + max(after, entries * entry)
+    t_ar = stages[0] + after + (correction if last else 0.0)
+    return match, correction + stages[0] + max(after, entries * entry), t_ar
 
 
 def early_exit_terms(cfg) -> EarlyExitTerms:
@@ -279,10 +282,10 @@ def early_exit_terms(cfg) -> EarlyExitTerms:
     prm = parse_params(cfg.policy, cfg.params)
     e, n, b, c = prm.exit_layer, s.target.n_layers, s.batch, s.context
     head = ppsd_policy.EXIT_HEADS[prm.exit_head]
-    t_ar = s.target_s((0, n), 1, "lm")
+    t_ar = s.target_s((0, n), 1, "lm")  # eesd's baseline: AR on the target role
     match = flush = draft = verify = float("nan")
     if cfg.policy == "ppsd":
-        match, flush = _ppsd_pipeline_s(s, e, head)
+        match, flush, t_ar = _ppsd_pipeline_s(s, e, head)
     else:
         where = s.placement.get("target", "target")
         draft = sum(s.cost.forward(s.target, where, (0, e), 1, b, c + i, head, None).total_s
