@@ -1,0 +1,108 @@
+"""Seeded golden runs: the CLI's outputs, byte for byte, against stored files.
+
+Each case runs ``hetspec`` in a fresh folder and compares its stdout and every file
+it writes with tests/golden/<case>/. The stored files were recorded before the
+architecture rework (issue 15) and guard "behaviour stays identical": a refactor
+that changes one float, one span or one report figure fails here.
+
+Two parts are normalised because they are the environment, not the run: a
+record's ``versions`` block (installed package versions) and the plotly.js
+library a report inlines (the same figures, whatever plotly release is installed).
+Everything else, figures and their JSON included, is compared byte for byte.
+
+Rewriting the fixture is deliberate: ``HETSPEC_UPDATE_GOLDEN=1 python -m pytest
+tests/test_golden.py`` records the current outputs instead of comparing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = ROOT / "tests" / "golden"
+UPDATE = os.environ.get("HETSPEC_UPDATE_GOLDEN") == "1"
+
+SIM = ["simulate", "--json", "--tokens", "60", "--record", "run.json", "--trace", "trace.json"]
+H100 = ["--platform", "h100-sxm-5x", "--target", "llama-3.1-70b", "--draft", "llama-3.2-1b"]
+M2 = ["--platform", "m2-ultra-8x", "--target", "qwen3-32b", "--draft", "qwen3-0.6b"]
+
+# case name -> (arguments, files the command writes besides stdout)
+CASES = {
+    "sd-h100": (SIM + H100 + ["--policy", "sd", "--seed", "3"], ["run.json", "trace.json"]),
+    "sd-trace": (SIM + H100 + ["--policy", "sd", "--set", "gamma=4", "--set",
+                               "trace=acceptance.jsonl", "--seed", "9"],
+                 ["run.json", "trace.json"]),
+    "mirror-m2": (SIM + M2 + ["--policy", "mirror", "--seed", "5"], ["run.json", "trace.json"]),
+    "mirror-omega-trace": (SIM + M2 + ["--policy", "mirror", "--set",
+                                       "omega_trace=acceptance.jsonl", "--seed", "9"],
+                           ["run.json", "trace.json"]),
+    "ssd-batch": (SIM + H100 + ["--policy", "ssd", "--set", "hit_rate=0.7", "--batch", "4",
+                                "--seed", "7"], ["run.json", "trace.json"]),
+    "ppsd-a100": (SIM + ["--platform", "a100-sxm-8x", "--target", "llama-2-13b",
+                         "--policy", "ppsd", "--set", "alpha=0.7", "--seed", "2"],
+                  ["run.json", "trace.json"]),
+    "cats-orin": (SIM + ["--platform", "jetson-agx-orin-64gb", "--target", "vicuna-7b",
+                         "--policy", "cats", "--set", "dram_budget_gb=8", "--seed", "1"],
+                  ["run.json", "trace.json"]),
+    "tree-positional": (SIM + H100 + ["--policy", "tree", "--set", "alphas=0.9,0.7",
+                                      "--seed", "4"], ["run.json", "trace.json"]),
+    "ar-moe-deterministic": (SIM + ["--platform", "h100-sxm-5x", "--target", "qwen3-30b-a3b",
+                                    "--policy", "ar", "--deterministic", "--fixed-context",
+                                    "--set", "contention=on"], ["run.json", "trace.json"]),
+    "law-leviathan": (["law", "leviathan", "--set", "alpha=0.8", "--set", "gamma=5",
+                       "--set", "c=0.05", "--json"], []),
+    "compare-h100": (["compare"] + H100 + ["--policies", "ar,sd,ssd", "--sweep", "gamma=2,4",
+                                           "--tokens", "60", "--jobs", "1", "-o",
+                                           "report.html", "--json"], ["report.html"]),
+}
+
+_PLOTLY_JS = re.compile(r'<script type="text/javascript">.*?</script>', re.S)
+
+
+def _normalised(name: str, data: bytes) -> bytes:
+    """The environment's part of an output replaced by a fixed marker."""
+    if name == "run.json":
+        record = json.loads(data)
+        record["versions"] = "<installed versions>"
+        return (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
+    if name.endswith(".html"):
+        # plotly.js is inlined once, first, as the only typed script element
+        text, count = _PLOTLY_JS.subn("<script>/* plotly.js */</script>", data.decode(), 1)
+        assert count == 1, "the report no longer inlines plotly.js where expected"
+        return text.encode()
+    return data
+
+
+def _run(case: str, folder: Path) -> dict[str, bytes]:
+    args, files = CASES[case]
+    shutil.copy(GOLDEN / "acceptance.jsonl", folder / "acceptance.jsonl")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "analyses.cli", *args], cwd=folder, env=env,
+                         capture_output=True, timeout=300)
+    assert out.returncode == 0, out.stderr.decode()
+    outputs = {"stdout": out.stdout}
+    for name in files:
+        outputs[name] = _normalised(name, (folder / name).read_bytes())
+    return outputs
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_outputs_are_byte_identical_to_the_recorded_ones(case, tmp_path):
+    outputs = _run(case, tmp_path)
+    stored = GOLDEN / case
+    if UPDATE:
+        stored.mkdir(parents=True, exist_ok=True)
+        for name, data in outputs.items():
+            (stored / name).write_bytes(data)
+    for name, data in outputs.items():
+        expected = (stored / name).read_bytes()
+        assert data == expected, f"{case}/{name} differs from tests/golden/{case}/{name}"
+    assert sorted(p.name for p in stored.iterdir()) == sorted(outputs)
