@@ -19,9 +19,10 @@ from analyses.config import SimConfig
 from analyses.fit import Run, check_fit  # noqa: F401  (check_fit: part of the API)
 from hwprofiles import ModelSpec, Platform, load_model, load_platform
 from policies import PolicyContext, acceptance, build, build_prefill, entry, parse_params
+from policies.runs.metrics import add_speedup, baseline_of, run_metrics
+from policies.runs.records import write_record
+from policies.runs.spans import write_chrome_trace
 from simcore import Outcomes, SimResult, Simulator
-from simcore.records import write_record
-from simcore.trace import write_chrome_trace
 
 
 @dataclass
@@ -115,18 +116,9 @@ def run_schedule(config: SimConfig, *, record_spans: bool = True,
 
 def metrics_of(config: SimConfig, result: SimResult) -> dict:
     steps = result.stats.get("steps", result.steps) or 1
-    out = {
-        "policy": config.policy, "platform": config.platform, "target": config.target,
-        "draft": config.draft, "batch": config.batch, "seed": config.seed,
-        "deterministic": config.deterministic,
-        "tokens": result.tokens,
-        "simulated_time_s": result.time_s,
-        "tokens_per_s": result.tokens / result.time_s if result.time_s else 0.0,
-        "steps": steps,
-        "mean_tokens_per_step": result.tokens / (steps * config.batch),
-        "step_latency_s": result.time_s / steps,
-        **latency_metrics(config, result),
-    }
+    out = run_metrics(config, tokens=result.tokens, time_s=result.time_s, steps=steps,
+                      rows_per_step=config.batch)
+    out.update(latency_metrics(config, result))
     for key, value in result.stats.items():
         out.setdefault(key, value)
     for event, rate in sorted(result.outcome_rates.items()):
@@ -161,12 +153,19 @@ def timeline_spans(result: SimResult) -> list:
 
 
 def baseline_config(config: SimConfig) -> SimConfig:
-    """The autoregressive run a configuration's speedup is measured against."""
-    params = parse_params(config.policy, config.params)
-    name, base_params = entry(config.policy).baseline(params)
+    """The autoregressive run a configuration's speedup is measured against (the
+    configuration itself when it is its own baseline)."""
+    name, base_params = (baseline_of(config.policy, config.params)
+                         or (config.policy, config.params))
     return config.model_copy(update={"policy": name, "params": base_params, "draft": None,
                                      "placement": {k: v for k, v in config.placement.items()
                                                    if k != "draft"}})
+
+
+def baseline_tokens_per_s(config: SimConfig) -> float:
+    """Tokens/s of the configuration's baseline, simulated without spans."""
+    base = run_schedule(baseline_config(config), record_spans=False)
+    return base.tokens / base.time_s
 
 
 def simulate(config: SimConfig, *, trace_path: str | Path | None = None,
@@ -176,14 +175,8 @@ def simulate(config: SimConfig, *, trace_path: str | Path | None = None,
     result = run_schedule(config)
     metrics = metrics_of(config, result)
     if baseline:
-        base_cfg = baseline_config(config)
-        if base_cfg.policy == config.policy and base_cfg.params == config.params:
-            metrics["speedup_vs_ar"] = 1.0
-        else:
-            base = run_schedule(base_cfg, record_spans=False)
-            base_tps = base.tokens / base.time_s
-            metrics["ar_tokens_per_s"] = base_tps
-            metrics["speedup_vs_ar"] = metrics["tokens_per_s"] / base_tps
+        own = baseline_of(config.policy, config.params) is None
+        add_speedup(metrics, None if own else baseline_tokens_per_s(config), own_baseline=own)
     if trace_path is not None:
         write_chrome_trace(trace_path, timeline_spans(result),
                            process=f"simulated {config.policy}",

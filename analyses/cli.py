@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
 def emit_json(obj) -> None:
     """Print one JSON object. JSON has no NaN or Infinity: a value that is not a
     finite number prints as null (the text output shows it as nan or inf)."""
-    from simcore.records import json_safe
+    from policies.runs.records import json_safe
 
     print(json.dumps(json_safe(obj), indent=2, sort_keys=True, default=str,
                      allow_nan=False))
@@ -62,7 +62,7 @@ def emit_json(obj) -> None:
 def _os_sentence(exc: OSError) -> str | None:
     """'cannot write PATH (reason)' for an output, 'cannot read PATH (reason)' for
     any other file; None when the error names no file."""
-    from simcore.records import WriteError
+    from policies.runs.records import WriteError
 
     if not exc.filename:
         return None

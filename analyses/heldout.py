@@ -19,7 +19,8 @@ import yaml
 from analyses.calibrate import Terms, apply, fit, initial_values, op_kind_errors, stepped
 from analyses.replay import MeasuredRun, check_run_fits, find_runs, load_run, replay
 from hwprofiles import Platform, load_platform
-from simcore.records import atomic_write_text, scratch_dir
+from policies.runs.metrics import elapsed_s
+from policies.runs.records import atomic_write_text, scratch_dir
 
 
 def _configuration(run: MeasuredRun) -> str:
@@ -106,7 +107,7 @@ def unmodelled_shares(run: MeasuredRun) -> dict[str, float]:
     """Shares of a run's measured decoding time that the cost model has no term
     for: Verify (sampling, acceptance) spans, which the simulator takes as
     instant, and host time between operations, when no device is busy."""
-    wall_s = float(run.metrics.get("simulated_time_s") or 0.0)
+    wall_s = elapsed_s(run.metrics) or 0.0
     if wall_s <= 0 or not run.spans:
         return {}
     verify_s = sum(s["end_s"] - s["start_s"] for s in run.spans if s["op"]["type"] == "Verify")

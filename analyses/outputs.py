@@ -3,7 +3,7 @@
 An output must not be any file the command reads (a profile, an acceptance trace,
 a measured run's record, spans or acceptance lines, any file of a run under
 ``--runs``), two outputs must not be one file, and each output must be writable
-(``simcore.records.check_writable``). A refusal is one sentence naming the
+(``policies.runs.records.check_writable``). A refusal is one sentence naming the
 option, the path and the fix, and nothing has been read or written yet.
 """
 
@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from simcore.records import check_writable, read_record
+from policies.runs.records import check_writable, read_record
 
 # Files a command writes into a measured run's directory itself; overwriting a
 # previous one is expected (replay's default side-by-side trace).

@@ -32,10 +32,11 @@ from analyses.config import SimConfig
 from analyses.costfit import STEP_END, ExecutorWork
 from analyses.runrecord import check_record, read_spans, run_file
 from hwprofiles import load_model, load_platform
+from policies.runs.metrics import elapsed_s
+from policies.runs.records import read_record, scratch_dir
+from policies.runs.spans import measured_span
 from policies.traces import held_rows, read_acceptance
 from simcore import Outcomes
-from simcore.records import read_record, scratch_dir
-from simcore.trace import Span
 
 RUN_FIELDS = ("platform", "target", "draft", "policy", "params", "tokens", "batch", "seed",
               "prompt_tokens", "fixed_context", "contention", "placement")
@@ -238,15 +239,15 @@ class Replay:
             "median_step_latency": self.median_step_error}
         for key in ("tokens_per_s", "step_latency_s", "simulated_time_s"):
             m, p = self.measured.get(key), self.predicted.get(key)
+            if key == "simulated_time_s":  # the run's time: measured wall time
+                m = elapsed_s(self.measured)
             if isinstance(m, (int, float)) and isinstance(p, (int, float)) and m > 0:
                 out[key] = p / m - 1.0
         return out
 
 
 def measured_span_tuples(run: MeasuredRun) -> list[tuple]:
-    return [(s.get("name") or s["op"].get("label") or s["op"]["type"],
-             s.get("kind", "compute"), s.get("device", s["op"].get("device", "?")),
-             float(s["start_s"]), float(s["end_s"])) for s in run.spans]
+    return [tuple(measured_span(s)[:5]) for s in run.spans]
 
 
 def measured_steps(spans: list[dict]) -> list[float]:
@@ -343,9 +344,9 @@ def replay_dir(directory, profile: str | None = None) -> list[Replay]:
 
 def side_by_side_trace(rep: Replay, run: MeasuredRun) -> dict:
     """One Chrome trace: the measured run as process 1, the simulation as 2."""
-    from simcore.trace import chrome_trace
+    from policies.runs.spans import chrome_trace
 
-    measured = chrome_trace([Span(*t) for t in measured_span_tuples(run)],
+    measured = chrome_trace([measured_span(s) for s in run.spans],
                             process=f"measured {rep.label}")
     simulated = chrome_trace(rep.sim_spans, process=f"simulated on {rep.config.platform}")
     for event in simulated["traceEvents"]:

@@ -54,7 +54,8 @@ class RunMetrics(_Checked):
     steps: Positive
     tokens_per_s: NonNegative
     step_latency_s: NonNegative
-    simulated_time_s: NonNegative | None = None
+    wall_s: NonNegative | None = None
+    simulated_time_s: NonNegative | None = None  # records before wall_s
 
 
 class RunRecord(_Checked):

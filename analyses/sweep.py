@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from analyses.config import RUN_KEYS, SimConfig, parse_value, split_sets
 from policies import acceptance, entry
+from policies.runs.metrics import add_speedup
 
 TIMELINE_STEPS = 4  # decoding steps of each point kept for the Gantt view
 
@@ -184,23 +185,12 @@ def _recording_outcomes():
     return Recording
 
 
-_BASELINES: dict[str, float] = {}
-
-
-def _baseline_tokens_per_s(config: SimConfig) -> float:
-    from analyses.api import baseline_config, run_schedule
-
-    base = baseline_config(config)
-    key = base.model_dump_json()
-    if key not in _BASELINES:
-        result = run_schedule(base, record_spans=False)
-        _BASELINES[key] = result.tokens / result.time_s
-    return _BASELINES[key]
-
-
-def run_point(point: Point, base: dict, timeline_steps: int = TIMELINE_STEPS) -> PointResult:
-    """Simulate one point (and its AR baseline); user errors become ``error``."""
-    from analyses.api import metrics_of, run_schedule
+def run_point(point: Point, base: dict, timeline_steps: int = TIMELINE_STEPS,
+              ar_tokens_per_s: float | str | None = None) -> PointResult:
+    """Simulate one point; user errors become ``error``. ``ar_tokens_per_s`` is its
+    baseline's tokens/s (or the baseline's error message) when the grid ran the
+    baselines already; without it the baseline is simulated here."""
+    from analyses.api import baseline_tokens_per_s, metrics_of, run_schedule
 
     holder = {}
 
@@ -212,8 +202,12 @@ def run_point(point: Point, base: dict, timeline_steps: int = TIMELINE_STEPS) ->
         config = point_config(point, base)
         result = run_schedule(config, outcomes_factory=factory)
         metrics = metrics_of(config, result)
-        metrics["ar_tokens_per_s"] = _baseline_tokens_per_s(config)
-        metrics["speedup_vs_ar"] = metrics["tokens_per_s"] / metrics["ar_tokens_per_s"]
+        if ar_tokens_per_s is None:
+            ar_tokens_per_s = baseline_tokens_per_s(config)
+        if isinstance(ar_tokens_per_s, str):
+            raise ValueError(ar_tokens_per_s)
+        # every point gets its baseline's tokens/s, the AR point its own rerun
+        add_speedup(metrics, ar_tokens_per_s)
     except ValueError as exc:  # PolicyError, CostError, ProfileError, ValidationError
         return PointResult(point, error=str(exc).splitlines()[0])
     horizon_s = timeline_steps * metrics["step_latency_s"]
@@ -224,6 +218,33 @@ def run_point(point: Point, base: dict, timeline_steps: int = TIMELINE_STEPS) ->
 
 def _run_packed(args) -> PointResult:
     return run_point(*args)
+
+
+def _baseline_key(point: Point, base: dict) -> str:
+    from analyses.api import baseline_config
+
+    return baseline_config(point_config(point, base)).model_dump_json()
+
+
+def _baseline_packed(key: str) -> float | str:
+    """Tokens/s of one baseline configuration, or its error's first line."""
+    from analyses.api import run_schedule
+
+    try:
+        result = run_schedule(SimConfig.model_validate_json(key), record_spans=False)
+    except ValueError as exc:
+        return str(exc).splitlines()[0]
+    return result.tokens / result.time_s
+
+
+def _tasks(points: list[Point], base: dict, mapper) -> list[tuple]:
+    """Each point's arguments, its baseline's tokens/s among them: the distinct
+    baselines of the grid (many points share one AR run) are simulated once,
+    through ``mapper`` (the pool's map), before the points."""
+    keys = [_baseline_key(p, base) for p in points]
+    unique = sorted(set(keys))
+    rates = dict(zip(unique, mapper(_baseline_packed, unique)))
+    return [(p, base, TIMELINE_STEPS, rates[k]) for p, k in zip(points, keys)]
 
 
 def _progress(total: int, quiet: bool):
@@ -245,19 +266,21 @@ def run_grid(points: list[Point], base: dict, *, jobs: int | None = None,
     if backend != "local":
         raise ValueError(f"unknown --backend '{backend}'; choose local or ray")
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(points)))
-    tasks = [(p, base) for p in points]
-    with _progress(len(points), quiet) as bar:
-        if jobs == 1:
-            out = []
-            for task in tasks:
-                out.append(_run_packed(task))
-                bar.update()
-            return out
-        import multiprocessing
+    if jobs == 1:
+        return _run_all(_tasks(points, base, map), map, quiet)
+    import multiprocessing
 
-        with multiprocessing.get_context("fork").Pool(jobs) as pool:
-            out = []
-            for res in pool.imap(_run_packed, tasks, chunksize=1):
-                out.append(res)
-                bar.update()
-            return out
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        def mapper(fn, items):
+            return pool.imap(fn, items, chunksize=1)
+
+        return _run_all(_tasks(points, base, mapper), mapper, quiet)
+
+
+def _run_all(tasks: list[tuple], mapper, quiet: bool) -> list[PointResult]:
+    out = []
+    with _progress(len(tasks), quiet) as bar:
+        for res in mapper(_run_packed, tasks):
+            out.append(res)
+            bar.update()
+    return out

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from analyses.sweep import Point, PointResult, _progress, _run_packed
+from analyses.sweep import Point, PointResult, _progress, _run_packed, _tasks
 
 
 def _ray():
@@ -26,8 +26,12 @@ def run_grid_ray(points: list[Point], base: dict, *, address: str | None = None,
     if not ray.is_initialized():
         ray.init(address=address or os.environ.get("RAY_ADDRESS"),
                  include_dashboard=False, log_to_driver=False)
+    def mapper(fn, items):
+        remote = ray.remote(fn)
+        return ray.get([remote.remote(item) for item in items])
+
     remote = ray.remote(_run_packed)
-    refs = [remote.remote((p, base)) for p in points]
+    refs = [remote.remote(task) for task in _tasks(points, base, mapper)]
     pending = list(refs)
     with _progress(len(refs), quiet) as bar:
         while pending:

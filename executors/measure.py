@@ -18,10 +18,11 @@ import yaml
 from executors.models import default_draft
 from executors.prompts import BUILTIN, encode
 from executors.session import BatchResult, Options, Session
-from policies import entry, parse_params
+from policies import entry
+from policies.runs.metrics import add_speedup, baseline_of, run_metrics
+from policies.runs.records import atomic_write_text, write_record
+from policies.runs.spans import Span, measured_span, write_chrome_trace
 from policies.traces import held_rows
-from simcore.records import atomic_write_text, write_record
-from simcore.trace import Span, write_chrome_trace
 
 
 def default_run_dir(policy: str, seed: int) -> Path:
@@ -46,17 +47,12 @@ def summarise(config, results: list[BatchResult], max_new: int) -> dict:
     verifies = [a for r in results for a in r.acceptance if "accepted" in a]
     proposed = sum(sum(a["proposed"]) for a in verifies)
     accepted = sum(sum(a["accepted"]) for a in verifies)
-    out = {"policy": config.policy, "platform": config.platform, "target": config.target,
-           "draft": config.draft, "batch": config.batch, "seed": config.seed,
-           "deterministic": False, "measured": True, "tokens": tokens,
-           "simulated_time_s": wall_s, "wall_s": wall_s,
-           "tokens_per_s": tokens / wall_s if wall_s else 0.0, "steps": steps,
-           "mean_tokens_per_step": tokens / steps / (rows / len(results)),
-           "step_latency_s": wall_s / steps, "max_new_tokens": max_new,
-           "prompt_tokens": config.prompt_tokens,
-           "mean_accepted": accepted / len(verifies) / (rows / len(results))
-           if verifies else 0.0,
-           "acceptance_rate": accepted / proposed if proposed else None}
+    out = run_metrics(config, tokens=tokens, time_s=wall_s, steps=steps,
+                      rows_per_step=rows / len(results), measured=True)
+    out.update({"max_new_tokens": max_new, "prompt_tokens": config.prompt_tokens,
+                "mean_accepted": accepted / len(verifies) / (rows / len(results))
+                if verifies else 0.0,
+                "acceptance_rate": accepted / proposed if proposed else None})
     out.update(latency_metrics(results, tokens, wall_s, rows))
     events = [a for r in results for a in r.acceptance if "event" in a]
     for name in sorted({e["event"] for e in events}):  # per row, as recorded
@@ -81,8 +77,7 @@ def as_spans(results: list[BatchResult]) -> list[Span]:
     """Measured spans of all batches on one timeline, as simulator spans."""
     out, offset_s = [], 0.0
     for r in results:
-        out += [Span(s["name"], s["kind"], f"{s['device']} ({s['physical']})",
-                     s["start_s"] + offset_s, s["end_s"] + offset_s) for s in r.spans]
+        out += [measured_span(s, offset_s, physical=True) for s in r.spans]
         offset_s += r.wall_s
     return out
 
@@ -115,7 +110,7 @@ def measure(config, options: Options, messages: list[list[dict]] | None = None, 
         config = config.model_copy(update={  # the mean prompt really in the caches
             "prompt_tokens": sum(map(len, prompts)) // len(prompts),
             "tokens": options.max_new_tokens})
-        base = _baseline(config) if baseline else None
+        base = baseline_of(config.policy, config.params) if baseline else None
         bar = _progress(progress, len(prompts), config.batch, 2 if base else 1)
         results = decode_all(session, config.policy, config.params, prompts,
                              config.batch, bar)
@@ -124,12 +119,10 @@ def measure(config, options: Options, messages: list[list[dict]] | None = None, 
         eos = getattr(session.tokenizer, "eos_token_id", None)
         outputs = outputs_of(results, options.max_new_tokens, eos)
         if base is None:
-            metrics["speedup_vs_ar"] = 1.0 if config.policy == "ar" else None
+            add_speedup(metrics, own_baseline=config.policy == "ar")
         else:
             ar = decode_all(session, *base, prompts, config.batch, bar)
-            ar_metrics = summarise(config, ar, options.max_new_tokens)
-            metrics["ar_tokens_per_s"] = ar_metrics["tokens_per_s"]
-            metrics["speedup_vs_ar"] = metrics["tokens_per_s"] / ar_metrics["tokens_per_s"]
+            add_speedup(metrics, summarise(config, ar, options.max_new_tokens)["tokens_per_s"])
             metrics["matches_ar"] = (outputs_of(results, options.max_new_tokens)
                                      == outputs_of(ar, options.max_new_tokens))
         if bar is not None:
@@ -174,13 +167,6 @@ def simulable_models(config, specs: dict, run_dir: Path) -> dict:
         atomic_write_text(path, yaml.safe_dump(data, sort_keys=False))
         out[role] = str(path)
     return out
-
-
-def _baseline(config):
-    name, params = entry(config.policy).baseline(parse_params(config.policy, config.params))
-    if name == config.policy and params == config.params:
-        return None
-    return name, params
 
 
 def _progress(enabled: bool, n_prompts: int, batch: int, passes: int):

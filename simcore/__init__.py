@@ -1,10 +1,10 @@
 """The discrete-event engine: resources, roofline costs, spans. It knows
 operations and hardware, nothing about speculative decoding."""
 
+from policies.runs.spans import Span, chrome_trace, write_chrome_trace
 from simcore.costmodel import CostError, ForwardCost, RooflineCost
 from simcore.engine import SimResult, Simulator
 from simcore.outcomes import Outcomes
-from simcore.trace import Span, chrome_trace, write_chrome_trace
 
 __all__ = ["CostError", "ForwardCost", "Outcomes", "RooflineCost", "SimResult", "Simulator",
            "Span", "chrome_trace", "write_chrome_trace"]

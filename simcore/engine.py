@@ -18,7 +18,7 @@ from policies.ops import (AllReduce, Delay, Forward, Join, Outcome, Parallel, Sp
 from simcore.costmodel import CostError, RooflineCost, roofline
 from simcore.outcomes import Outcomes
 from simcore.resources import SharedBandwidth, Stream
-from simcore.trace import Span
+from policies.runs.spans import Span
 
 
 @dataclass

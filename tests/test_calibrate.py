@@ -27,8 +27,8 @@ from hwprofiles import load_model, load_platform
 from policies import PolicyContext, acceptance, build
 from policies.ops import Forward, Join, Spawn, StreamWeights, Transfer, Verdict, Verify, drive
 from simcore import RooflineCost
-from simcore.records import write_record
-from simcore.trace import Span, chrome_trace
+from policies.runs.records import write_record
+from policies.runs.spans import Span, chrome_trace
 
 # The two cores of cpu-local have one spec, so they share their parameters. The
 # fake executor below feeds AR passes of one row, SD drafts of one row (8, 15 or

@@ -357,9 +357,10 @@ def test_measured_run_writes_the_record_contract(tiny, tmp_path):
     record = json.loads((tmp_path / "run" / "record.json").read_text())
     assert record["kind"] == "measured" and record["outputs"] == out["outputs"]
     assert record["inputs"]["max_new_tokens"] == 8 and out["matches_ar"] is True
-    for key in ("tokens", "simulated_time_s", "tokens_per_s", "mean_tokens_per_step",
+    for key in ("tokens", "wall_s", "tokens_per_s", "mean_tokens_per_step",
                 "step_latency_s", "steps", "seed", "speedup_vs_ar"):
         assert key in record["metrics"]
+    assert "simulated_time_s" not in record["metrics"]  # a measured run's time is wall time
     spans = [json.loads(x) for x in (tmp_path / "run" / record["spans"]).read_text().split(
         "\n") if x]
     forward = next(x for x in spans if x["op"]["type"] == "Forward")

@@ -74,7 +74,7 @@ def _import(args) -> int:
 
     from analyses.outputs import check_outputs
     from hwprofiles.importer import import_config
-    from simcore.records import atomic_write_text
+    from policies.runs.records import atomic_write_text
 
     config = Path(args.config)
     check_outputs({"-o": args.output}, [("the config.json", config)])

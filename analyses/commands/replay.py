@@ -32,7 +32,7 @@ def _replay(args) -> int:
     from analyses.cli import emit_json
     from analyses.outputs import check_outputs, profile_inputs, run_inputs
     from analyses.replay import load_run, replay, side_by_side_trace
-    from simcore.records import atomic_write_text
+    from policies.runs.records import atomic_write_text
 
     run = load_run(args.run)
     trace = Path(args.trace) if args.trace else run.path.parent / "replay-trace.json"

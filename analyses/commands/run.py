@@ -142,7 +142,7 @@ class prepared_run_dir:
 
     def __enter__(self):
         from analyses.outputs import check_outputs
-        from simcore.records import check_writable
+        from policies.runs.records import check_writable
 
         if self.run_dir.exists() and not self.run_dir.is_dir():
             raise ValueError(f"--out {self.run_dir} exists and is not a directory; give "

@@ -1,0 +1,15 @@
+"""What a run is, for the simulator and the executor alike.
+
+One span type (``spans.Span``, exported to Chrome traces), one run record with
+its atomic writer and reader (``records``), one set of run metrics with the one
+``speedup_vs_ar`` (``metrics``); the acceptance-trace reader is
+``policies.traces.read_acceptance``. simcore writes simulated runs and executors
+measured runs through these modules; analyses read them back.
+
+Why under policies/: the layering is hwprofiles, policies <- simcore, executors
+<- analyses, and simcore and executors must not import each other. A module both
+runtimes write through has to sit below both, and policies/ is the lower package
+that already speaks of runs (operations, timelines measured from spans by label,
+the acceptance trace); hwprofiles/ holds hardware and model data, no runs. Like
+every module of policies/, nothing here imports simpy or torch.
+"""

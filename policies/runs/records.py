@@ -1,0 +1,263 @@
+"""Run records: every simulated or measured run's inputs and outputs, and the
+writer every output file goes through.
+
+A record is one JSON file written atomically (temp file + rename), so a reader
+never sees half a record. The writer replaces only regular files: a directory,
+FIFO, device or socket at the output path is refused, and so is a symbolic link
+that points out of its own directory (a planted link must not redirect a write
+elsewhere); a link within its directory is followed and its target replaced, the
+link kept. A replaced file keeps its permissions. Write failures are raised as
+``WriteError`` naming the path the caller gave, never the hidden temp file, and
+the temp file is removed (on SIGKILL, the next write of that output removes it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import math
+import os
+import platform as _platform
+import shutil
+import socket
+import stat
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+
+class WriteError(OSError):
+    """An output could not be written; ``filename`` is the path the caller gave."""
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_KINDS = {stat.S_ISFIFO: "FIFO (named pipe)", stat.S_ISCHR: "character device",
+          stat.S_ISBLK: "block device", stat.S_ISSOCK: "socket"}
+
+
+def _special_kind(mode: int) -> str:
+    return next((kind for test, kind in _KINDS.items() if test(mode)), "special file")
+
+
+def _link_target(path: Path, label: str) -> Path:
+    """A symbolic link's final target, which must lie in the link's directory."""
+    try:
+        target = path.resolve()
+        home = path.parent.resolve()
+    except (OSError, RuntimeError):
+        raise ValueError(f"{label} {path} is a symbolic link that loops; remove it or "
+                         "give another path") from None
+    if not target.is_relative_to(home):
+        raise ValueError(f"{label} {path} is a symbolic link to {target}, outside its "
+                         "directory; give the target's own path or remove the link")
+    return target
+
+
+def output_target(path, label: str = "output") -> Path:
+    """The regular file a write to ``path`` replaces (the path, or the target of a
+    link within its directory); ValueError when that is not a regular file."""
+    path = Path(path)
+    target = _link_target(path, label) if path.is_symlink() else path
+    try:
+        mode = target.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):  # a new file (or a parent is a file)
+        return target
+    except OSError as exc:
+        raise WriteError(exc.errno, exc.strerror, str(path)) from None
+    if stat.S_ISDIR(mode):
+        raise ValueError(f"{label} {path} is a directory; give a file path, e.g. "
+                         f"{path / 'out'}")
+    if not stat.S_ISREG(mode):
+        raise ValueError(f"{label} {path} is a {_special_kind(mode)}, not a regular file; "
+                         "give the path of a regular file")
+    return target
+
+
+def check_writable(path, label: str = "output") -> None:
+    """Refuse, before any work, an output that cannot be written: a directory, a
+    special file, a link out of its directory, a parent that is a file, or a
+    directory this process cannot create files in (tested by creating one)."""
+    path = Path(path)
+    target = output_target(path, label)
+    folder = target.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise ValueError(f"{label} {path} cannot be written: {folder} is a file, not a "
+                         "directory; choose a path in a directory")
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".hetspec-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ValueError(f"{label} {path} cannot be written: {folder} does not take new "
+                         f"files ({exc.strerror}); choose a writable directory") from None
+
+
+_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def _temp_prefix(target: Path, pid: int | str) -> str:
+    return f".{target.name[:100]}.{_HOST}-{pid}."  # room for the suffix in NAME_MAX
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's process
+    return True
+
+
+def _remove_stale_temps(target: Path) -> None:
+    """Temp files a killed writer (SIGKILL) of this output on this host left."""
+    prefix = _temp_prefix(target, "")[:-1]  # up to the writer's process id
+    for leftover in target.parent.glob(f"{glob_escape(prefix)}*.tmp"):
+        pid = leftover.name[len(prefix):].split(".", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            leftover.unlink(missing_ok=True)
+
+
+def glob_escape(text: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[]" else c for c in text)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (where the filesystem supports it)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def atomic_write_text(path, text: str) -> Path:
+    """Write a file whole or not at all: a temp file beside it, fsync, rename, fsync
+    of the directory. A replaced file keeps its mode; a new one gets what a plain
+    open() would give (0666 less umask). Returns ``path`` as given."""
+    path = Path(path)
+    target = output_target(path)
+    tmp = None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temps(target)
+        mode = (stat.S_IMODE(target.stat().st_mode) if target.exists()
+                else 0o666 & ~_umask())
+        fd, tmp = tempfile.mkstemp(dir=target.parent,
+                                   prefix=_temp_prefix(target, os.getpid()), suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+        tmp = None
+        _fsync_dir(target.parent)
+    except OSError as exc:
+        raise WriteError(exc.errno, exc.strerror or str(exc), str(path)) from None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+    return path
+
+
+@contextlib.contextmanager
+def scratch_dir(purpose: str):
+    """A private temporary directory, removed on exit (also on KeyboardInterrupt and,
+    through the CLI's handler, SIGTERM); one a killed process left is removed by
+    the next process that asks for one with the same purpose."""
+    base = Path(tempfile.gettempdir())
+    prefix = f"hetspec-{purpose}-{_HOST}-"
+    for leftover in base.glob(f"{glob_escape(prefix)}*"):
+        pid = leftover.name[len(prefix):].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)) and leftover.is_dir():
+            shutil.rmtree(leftover, ignore_errors=True)
+    folder = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-")
+    try:
+        yield Path(folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def json_safe(obj):
+    """``obj`` with every non-finite float replaced by None: JSON has no NaN or
+    Infinity, so a quantity that is not a finite number is written as null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
+def versions() -> dict[str, str]:
+    out = {"python": _platform.python_version()}
+    for pkg in ("hetspec", "simpy", "numpy", "scipy", "pydantic", "torch", "transformers"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def write_record(path, *, kind: str, inputs: dict, metrics: dict, **extra) -> Path:
+    """Write a run record: kind ('simulated' | 'measured'), inputs, metrics, extras."""
+    record = {"schema": "hetspec.run/1", "kind": kind, "inputs": inputs,
+              "versions": versions(), "metrics": metrics, **extra}
+    text = json.dumps(json_safe(record), indent=2, sort_keys=True, allow_nan=False)
+    return atomic_write_text(path, text)
+
+
+# A run record holds its inputs (prompts included), metrics and generated tokens:
+# tens of KiB for the built-in prompts, a few MiB for thousands of prompts; a
+# larger file is refused before it is read into memory.
+MAX_RECORD_BYTES = 16 * 2**20
+
+
+def _record_text(path: Path) -> str:
+    fix = "pass the record.json that 'hetspec run' wrote"
+    try:
+        if path.is_dir():
+            raise ValueError(f"run record {path} is a directory, not a file; {fix}")
+        size = path.stat().st_size
+        if size > MAX_RECORD_BYTES:
+            raise ValueError(f"run record {path} holds {size / 2**20:.1f} MiB, over the "
+                             f"{MAX_RECORD_BYTES // 2**20} MiB a run record takes; {fix}")
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"run record {path} is not UTF-8 text (a binary file?); "
+                         f"{fix}") from None
+    except OSError as exc:
+        raise ValueError(f"run record {path} cannot be read ({exc.strerror}); "
+                         f"{fix}") from None
+
+
+def read_record(path) -> dict:
+    """A run record's JSON object; one-sentence ValueError when the file is not one."""
+    path = Path(path)
+    text = _record_text(path)
+    try:
+        record = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"run record {path} cannot be read ({exc.__class__.__name__}); "
+                         "pass a file written by 'hetspec run --json'") from None
+    if not isinstance(record, dict) or record.get("schema") != "hetspec.run/1":
+        raise ValueError(f"{path} is not a hetspec run record (schema hetspec.run/1); "
+                         "pass a file written by 'hetspec run --json'")
+    return record
