@@ -3,8 +3,8 @@
 Everything ``hetspec`` does on the command line is a call here, usable as is
 from a notebook::
 
-    from analyses.api import SimConfig, simulate
-    out = simulate(SimConfig(platform="h100-sxm-5x", target="llama-3.1-70b",
+    from analyses.api import RunConfig, simulate
+    out = simulate(RunConfig(platform="h100-sxm-5x", target="llama-3.1-70b",
                              draft="llama-3.2-1b", policy="sd",
                              params={"gamma": 5}, acceptance={"kind": "iid", "alpha": 0.8}))
     out.metrics["speedup_vs_ar"]
@@ -15,9 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from analyses.config import SimConfig
+from analyses.config import RunConfig, SimConfig  # noqa: F401 (SimConfig: the API's old name)
 from analyses.fit import Run, check_fit  # noqa: F401  (check_fit: part of the API)
 from hwprofiles import ModelSpec, Platform, load_model, load_platform
+from hwprofiles.placement import check_overrides, resolve
 from policies import PolicyContext, acceptance, build, build_prefill, entry, parse_params
 from policies.runs.metrics import add_speedup, baseline_of, run_metrics
 from policies.runs.records import write_record
@@ -29,25 +30,12 @@ from simcore import Outcomes, SimResult, Simulator
 class Simulation:
     """A finished simulated run: its config, metrics and raw engine result."""
 
-    config: SimConfig
+    config: RunConfig
     metrics: dict
     result: SimResult
 
 
-def check_placement(platform: Platform, placement: dict[str, str]) -> None:
-    """Raise ValueError when a placement names no device or group of the platform."""
-    names = [d.name for d in platform.devices] + [g.name for g in platform.groups]
-    for role, where in placement.items():
-        if not role.strip():
-            raise ValueError(f"placement '={where}' has no role; write ROLE=DEVICE, "
-                             "e.g. draft=gpu4")
-        if where not in names:
-            raise ValueError(f"placement {role}={where}: '{where}' is not a device or "
-                             f"group of platform {platform.name}; use one of "
-                             f"{', '.join(names)}")
-
-
-def _models(config: SimConfig) -> dict[str, ModelSpec]:
+def _models(config: RunConfig) -> dict[str, ModelSpec]:
     """The run's models at its precision and expert sharding (config.run_model)."""
     models = {"target": config.run_model(load_model(config.target))}
     if config.draft:
@@ -58,7 +46,7 @@ def _models(config: SimConfig) -> dict[str, ModelSpec]:
     return models
 
 
-def run_schedule(config: SimConfig, *, record_spans: bool = True,
+def run_schedule(config: RunConfig, *, record_spans: bool = True,
                  outcomes_factory=Outcomes, rewrite=None,
                  prefill: bool = True,
                  platform: Platform | None = None) -> SimResult:
@@ -80,8 +68,8 @@ def run_schedule(config: SimConfig, *, record_spans: bool = True,
     models = _models(config)
     pol = entry(config.policy)
     params = parse_params(config.policy, config.params)
-    check_placement(platform, config.placement)
-    placement = {**platform.placement, **config.placement}
+    check_overrides(platform, config.placement)
+    placement = resolve(platform, config.placement)
     # the KV cache holds the context the run models: with fixed_context every step
     # sees prompt_tokens, otherwise the cache grows by the generated tokens
     grown = 0 if config.fixed_context else config.tokens
@@ -114,7 +102,7 @@ def run_schedule(config: SimConfig, *, record_spans: bool = True,
     return result
 
 
-def metrics_of(config: SimConfig, result: SimResult) -> dict:
+def metrics_of(config: RunConfig, result: SimResult) -> dict:
     steps = result.stats.get("steps", result.steps) or 1
     out = run_metrics(config, tokens=result.tokens, time_s=result.time_s, steps=steps,
                       rows_per_step=config.batch)
@@ -130,7 +118,7 @@ def metrics_of(config: SimConfig, result: SimResult) -> dict:
     return out
 
 
-def latency_metrics(config: SimConfig, result: SimResult) -> dict:
+def latency_metrics(config: RunConfig, result: SimResult) -> dict:
     """A request's view: ``ttft_s``, the prefill plus the decoding up to the first
     committed token; ``tpot_s``, decoding time per generated token of a sequence
     (batch / tokens_per_s, the prefill excluded)."""
@@ -152,7 +140,7 @@ def timeline_spans(result: SimResult) -> list:
                                          for s in result.spans]
 
 
-def baseline_config(config: SimConfig) -> SimConfig:
+def baseline_config(config: RunConfig) -> RunConfig:
     """The autoregressive run a configuration's speedup is measured against (the
     configuration itself when it is its own baseline)."""
     name, base_params = (baseline_of(config.policy, config.params)
@@ -162,13 +150,13 @@ def baseline_config(config: SimConfig) -> SimConfig:
                                                    if k != "draft"}})
 
 
-def baseline_tokens_per_s(config: SimConfig) -> float:
+def baseline_tokens_per_s(config: RunConfig) -> float:
     """Tokens/s of the configuration's baseline, simulated without spans."""
     base = run_schedule(baseline_config(config), record_spans=False)
     return base.tokens / base.time_s
 
 
-def simulate(config: SimConfig, *, trace_path: str | Path | None = None,
+def simulate(config: RunConfig, *, trace_path: str | Path | None = None,
              record_path: str | Path | None = None, baseline: bool = True) -> Simulation:
     """Simulate a configuration; with ``baseline`` also its AR baseline for
     ``speedup_vs_ar``. Writes a Chrome trace and a run record when paths are given."""

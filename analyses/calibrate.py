@@ -46,6 +46,7 @@ from analyses.costfit import fit as _fit
 from analyses.costfit import op_kind_errors  # noqa: F401  (re-exported)
 from analyses.replay import MeasuredRun, model_name
 from hwprofiles import Platform, load_model
+from hwprofiles.placement import resolve
 from simcore import RooflineCost
 from simcore.costmodel import LinearTerms, allreduce_terms, hop_terms, stream_terms
 from simcore.costmodel import executor_passes as passes_of
@@ -177,7 +178,7 @@ class Terms:
         return self._models[name]
 
     def of_run(self, run: MeasuredRun) -> list[Term]:
-        placement = {**self.platform.placement, **run.inputs.get("placement", {})}
+        placement = resolve(self.platform, run.inputs.get("placement"))
         times = critical_times(run, placement, self.platform)
         out = []
         for span, observed in zip(run.spans, times):

@@ -38,8 +38,9 @@ CAPS = {"tokens": (MAX_TOKENS, "lower --tokens"), "batch": (MAX_BATCH, "lower --
         "prompt_tokens": (MAX_PROMPT_TOKENS, "lower prompt_tokens")}
 
 
-class SimConfig(StrictModel):
-    """Everything that determines a simulated run; written beside its results.
+class RunConfig(StrictModel):
+    """Everything that determines a run, simulated (analyses.api) or measured
+    (executors.measure); written beside its results.
 
     Frozen, no unknown fields, finite numbers (no true/false for a number), sizes
     under the caps above."""
@@ -49,7 +50,7 @@ class SimConfig(StrictModel):
     draft: str | None = None
     policy: str = "sd"
     params: dict[str, Any] = Field(default_factory=dict)
-    acceptance: dict[str, Any] = Field(default_factory=lambda: {"kind": "iid", "alpha": 0.8})
+    acceptance: dict[str, Any] = Field(default_factory=acceptance.default)
     tokens: int = Field(2000, ge=1)
     batch: int = Field(1, ge=1)
     seed: int = Field(0, ge=0)
@@ -122,6 +123,10 @@ class SimConfig(StrictModel):
                 raise ValueError(f"placement '{role}={where}' lacks a role or a device; "
                                  "write ROLE=DEVICE, e.g. draft=gpu4")
         return placement
+
+
+# The name the API had while it configured simulations only; kept for its users.
+SimConfig = RunConfig
 
 
 def parse_value(text: str) -> Any:

@@ -16,6 +16,7 @@ import numpy as np
 
 from analyses import laws
 from hwprofiles import load_model, load_platform
+from hwprofiles.placement import resolve
 from policies import PolicyContext, PolicyError, acceptance, parse_params
 from policies import cats as cats_policy
 from policies import mirror as mirror_policy
@@ -33,7 +34,7 @@ class Scenario:
     def __init__(self, cfg):
         self.cfg = cfg
         self.platform = load_platform(cfg.platform)
-        self.placement = {**self.platform.placement, **cfg.placement}
+        self.placement = resolve(self.platform, cfg.placement)
         self.target = cfg.run_model(load_model(cfg.target))
         self.draft = cfg.run_model(load_model(cfg.draft)) if cfg.draft else None
         self.cost = RooflineCost(self.platform)

@@ -30,7 +30,7 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 from scipy.optimize import least_squares
 
-from analyses.config import SimConfig
+from analyses.config import RunConfig
 from analyses.costfit import BOUNDS
 from hwprofiles import Platform
 from hwprofiles.numbers import StrictModel
@@ -82,8 +82,8 @@ class Measurement(StrictModel):
                              "lengths); add an acceptance mapping")
         return self
 
-    def config(self) -> SimConfig:
-        return SimConfig(platform=self.platform, target=self.target, draft=self.draft,
+    def config(self) -> RunConfig:
+        return RunConfig(platform=self.platform, target=self.target, draft=self.draft,
                          policy=self.policy, params=self.params, acceptance=self.acceptance,
                          tokens=self.tokens, batch=self.batch,
                          prompt_tokens=self.prompt_tokens, deterministic=True,

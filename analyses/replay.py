@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analyses.config import SimConfig
+from analyses.config import RunConfig
 from analyses.costfit import STEP_END, ExecutorWork
 from analyses.runrecord import check_record, read_spans, run_file
 from hwprofiles import load_model, load_platform
@@ -152,8 +152,8 @@ def _batch_spans(run: MeasuredRun, batch: int) -> list[dict]:
 
 
 def replay_config(run: MeasuredRun, profile: str | None = None, batch: int | None = None,
-                  trace_path: str | None = None) -> SimConfig:
-    """The SimConfig that re-simulates a run (or one prompt batch of it) on
+                  trace_path: str | None = None) -> RunConfig:
+    """The RunConfig that re-simulates a run (or one prompt batch of it) on
     ``profile`` (default: its own platform)."""
     fields = {k: run.inputs[k] for k in RUN_FIELDS if k in run.inputs}
     # measured devices that read one memory tier at once really share it
@@ -179,7 +179,7 @@ def replay_config(run: MeasuredRun, profile: str | None = None, batch: int | Non
     starts = _prompt_contexts(spans)
     if starts:  # the contexts the prompts really started decoding at
         fields["prompt_tokens"] = round(sum(starts) / len(starts))
-    return SimConfig(**fields)
+    return RunConfig(**fields)
 
 
 def _prompt_contexts(spans: list[dict]) -> list[int]:
@@ -227,7 +227,7 @@ class Replay:
     predicted: dict
     measured_spans: list[tuple]
     predicted_spans: list[tuple]
-    config: SimConfig
+    config: RunConfig
     sim_spans: list = field(default_factory=list, repr=False)  # all batches, in order
     median_step_error: float | None = None
     work: str = "schedule"

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from analyses.config import RUN_KEYS, SimConfig, parse_value, split_sets
+from analyses.config import RUN_KEYS, RunConfig, parse_value, split_sets
 from policies import acceptance, entry
 from policies.runs.metrics import add_speedup
 
@@ -126,15 +126,15 @@ def expand_grid(policies: list[str], sweeps: list[tuple[str, list]],
     return points
 
 
-def point_config(point: Point, base: dict) -> SimConfig:
-    """The SimConfig of one point; ``base`` holds platform, models, tokens, ..."""
+def point_config(point: Point, base: dict) -> RunConfig:
+    """The RunConfig of one point; ``base`` holds platform, models, tokens, ..."""
     params, acc, run = split_sets(point.policy, dict(point.sets))
     fields = {**base, "policy": point.policy, "params": params, "acceptance": acc, **run}
     if "acceptance" in base and not any(k in acceptance.KEYS for k, _ in point.sets):
         fields["acceptance"] = base["acceptance"]
     if point.policy == "ar":
         fields["draft"] = None
-    return SimConfig(**fields)
+    return RunConfig(**fields)
 
 
 def _why_invalid(exc: Exception) -> str:
@@ -152,7 +152,7 @@ def check_points(points: list[Point], base: dict) -> None:
     from policies import PolicyError, parse_params
 
     try:
-        SimConfig(**base)
+        RunConfig(**base)
     except ValidationError as exc:
         first = exc.errors()[0]
         option = "--" + "-".join(str(p) for p in first["loc"][:1]).replace("_", "-")
@@ -231,7 +231,7 @@ def _baseline_packed(key: str) -> float | str:
     from analyses.api import run_schedule
 
     try:
-        result = run_schedule(SimConfig.model_validate_json(key), record_spans=False)
+        result = run_schedule(RunConfig.model_validate_json(key), record_spans=False)
     except ValueError as exc:
         return str(exc).splitlines()[0]
     return result.tokens / result.time_s

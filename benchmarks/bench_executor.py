@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from analyses.config import SimConfig
+from analyses.config import RunConfig
 from executors.measure import decode_all, outputs_of, summarise
 from executors.models import load
 from executors.prompts import BUILTIN, encode
@@ -91,7 +91,7 @@ def part_two(max_new: int, threads: int) -> None:
         with Session("cpu-local", "smollm2-135m", draft, placement=STAGES,
                      options=opts) as s:
             prompts = [encode(m, s.tokenizer, 49152) for m in BUILTIN]
-            cfg = SimConfig(platform="cpu-local", target="smollm2-135m", policy="ar")
+            cfg = RunConfig(platform="cpu-local", target="smollm2-135m", policy="ar")
             ar = decode_all(s, "ar", {}, prompts, 1)
             ar_m = summarise(cfg, ar, max_new)
             for policy, params, _ in rows:

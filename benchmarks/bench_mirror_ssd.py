@@ -34,13 +34,13 @@ import argparse
 import os
 import time
 
-from analyses.api import SimConfig, run_schedule, simulate
+from analyses.api import RunConfig, run_schedule, simulate
 
-MIRROR = SimConfig(platform="m2-ultra-8x", target="qwen3-32b", draft="qwen3-0.6b",
+MIRROR = RunConfig(platform="m2-ultra-8x", target="qwen3-32b", draft="qwen3-0.6b",
                    policy="mirror", params={"gamma": 7, "kappa": 8, "exit_layer": 32,
                                             "omega": 0.9, "eta": 2},
                    acceptance={"kind": "iid", "alpha": 0.8}, tokens=2000, seed=1)
-SSD = SimConfig(platform="h100-sxm-5x", target="llama-3.1-70b", draft="llama-3.2-1b",
+SSD = RunConfig(platform="h100-sxm-5x", target="llama-3.1-70b", draft="llama-3.2-1b",
                 policy="ssd", params={"k": 7, "fanout": 3, "hit_rate": 0.88,
                                       "backup": "jit"},
                 acceptance={"kind": "iid", "alpha": 0.8}, tokens=2000, seed=1)
@@ -57,7 +57,7 @@ GRID_BATCHES = (1, 8, 16, 32, 64)
 
 def grid_rate(setup, placement, policy: str, params: dict, batch: int) -> float:
     name, target, draft = setup
-    cfg = SimConfig(platform=name, target=target, draft=draft, policy=policy,
+    cfg = RunConfig(platform=name, target=target, draft=draft, policy=policy,
                     params={"gamma": 7, **params}, acceptance={"kind": "iid", "alpha": 0.8},
                     tokens=2000, batch=batch, deterministic=True, fixed_context=True,
                     prompt_tokens=128, placement=placement)

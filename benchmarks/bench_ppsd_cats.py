@@ -20,23 +20,23 @@ import argparse
 import time
 
 from analyses.api import run_schedule, simulate
-from analyses.config import SimConfig
+from analyses.config import RunConfig
 from analyses.laws import ppsd as ppsd_law
 
 COMMANDS = {
-    "ppsd": (SimConfig(platform="a100-sxm-8x", target="vicuna-7b", policy="ppsd",
+    "ppsd": (RunConfig(platform="a100-sxm-8x", target="vicuna-7b", policy="ppsd",
                        params={"exit_layer": 8, "exit_head": "transformer"},
                        acceptance={"kind": "iid", "alpha": 0.6738}, tokens=2000, seed=1),
              10_000),
-    "eesd": (SimConfig(platform="a100-sxm-8x", target="vicuna-7b", policy="eesd",
+    "eesd": (RunConfig(platform="a100-sxm-8x", target="vicuna-7b", policy="eesd",
                        params={"exit_layer": 8, "gamma": 5},
                        acceptance={"kind": "iid", "alpha": 0.6738}, tokens=2000, seed=1),
              10_000),
-    "cats": (SimConfig(platform="jetson-agx-orin-64gb", target="vicuna-7b", policy="cats",
+    "cats": (RunConfig(platform="jetson-agx-orin-64gb", target="vicuna-7b", policy="cats",
                        params={"gamma": 5, "l_dm": 3, "l_sv": 15, "dram_budget_gb": 8,
                                "mean_accepted": 3.05}, tokens=300, seed=1),
              1_000),
-    "kangaroo": (SimConfig(platform="jetson-agx-orin-64gb", target="vicuna-7b",
+    "kangaroo": (RunConfig(platform="jetson-agx-orin-64gb", target="vicuna-7b",
                            policy="kangaroo",
                            params={"gamma": 5, "l_dm": 3, "dram_budget_gb": 8,
                                    "mean_accepted": 2.27}, tokens=300, seed=1),
@@ -44,7 +44,7 @@ COMMANDS = {
 }
 
 
-def speed(config: SimConfig, repeat: int) -> tuple[float, float, dict]:
+def speed(config: RunConfig, repeat: int) -> tuple[float, float, dict]:
     """Best tokens per wall-second of the whole simulate call and of the schedule
     alone (without its baseline run)."""
     simulate(config)  # warm-up: profile loads, imports, cost-model caches
@@ -65,7 +65,7 @@ def eq6_gap() -> None:
     print(f"{'exit head':>12} {'alpha':>7} {'simulated':>10} {'eq. 6':>7} {'gap':>7}")
     for head in ("norm", "transformer"):
         for alpha in (0.0, 0.3226, 0.6738, 1.0):
-            config = SimConfig(platform="a100-sxm-8x", target="vicuna-7b", policy="ppsd",
+            config = RunConfig(platform="a100-sxm-8x", target="vicuna-7b", policy="ppsd",
                                params={"exit_layer": 8, "exit_head": head},
                                acceptance={"kind": "iid", "alpha": alpha}, tokens=2000,
                                deterministic=True, fixed_context=True)

@@ -13,7 +13,7 @@ at 4,000: 0.11%). The tests hold each within 0.5%.
 
 from __future__ import annotations
 
-from analyses.api import SimConfig, simulate
+from analyses.api import RunConfig, simulate
 from analyses.lawterms import early_exit_terms, mirror_terms, sd_terms, ssd_terms
 
 PAIRS = {"a100-sxm-8x": ("vicuna-7b", "llama-3.2-1b"),
@@ -25,9 +25,9 @@ PAIRS = {"a100-sxm-8x": ("vicuna-7b", "llama-3.2-1b"),
 STAGES = {"m2-ultra-8x": {f"stage{i}": f"gpu{i}" for i in range(8)}}  # one stage per node
 
 
-def _cfg(platform, policy, params, alpha, draft=True, **kw) -> SimConfig:
+def _cfg(platform, policy, params, alpha, draft=True, **kw) -> RunConfig:
     target, d = PAIRS[platform]
-    return SimConfig(platform=platform, target=target, draft=d if draft else None,
+    return RunConfig(platform=platform, target=target, draft=d if draft else None,
                      policy=policy, params=params, acceptance={"kind": "iid", "alpha": alpha},
                      deterministic=True, fixed_context=True, **kw)
 

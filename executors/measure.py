@@ -98,7 +98,7 @@ def outputs_of(results: list[BatchResult], max_new: int, eos: int | None = None)
 
 def measure(config, options: Options, messages: list[list[dict]] | None = None, *,
             out_dir=None, baseline: bool = True, progress: bool = False) -> dict:
-    """Run ``config`` (a SimConfig) for real; returns the metrics (with ``outputs``
+    """Run ``config`` (a RunConfig) for real; returns the metrics (with ``outputs``
     and ``run_record``)."""
     messages = list(messages or BUILTIN)
     if entry(config.policy).needs_draft and config.draft is None:

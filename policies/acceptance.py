@@ -159,6 +159,12 @@ class Trace(_Params):
         return tuple(min(int(row[b % len(row)]), gamma) for b in range(batch))
 
 
+def default() -> dict:
+    """The acceptance model a run assumes when none is given: i.i.d. at the IID
+    model's default alpha (the one place that default is written)."""
+    return IID().model_dump()
+
+
 MODELS: dict[str, type[_Params]] = {m.model_fields["kind"].default: m
                                     for m in (IID, Positional, Histogram, Trace)}
 

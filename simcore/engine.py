@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
+from hwprofiles.placement import resolve
 from hwprofiles.schema import ModelSpec, Platform
 from policies.ops import (AllReduce, Delay, Forward, Join, Outcome, Parallel, Spawn,
                           StreamWeights, Transfer, Verify)
@@ -50,7 +51,7 @@ class Simulator:
         self.env = simpy.Environment()
         self.platform = platform
         self.models = models
-        self.placement = {**platform.placement, **(placement or {})}
+        self.placement = resolve(platform, placement)
         self.outcomes = outcomes
         self.cost = cost or RooflineCost(platform)
         self.record = record_spans

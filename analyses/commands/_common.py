@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from analyses.config import (MAX_BATCH, MAX_TOKENS, SimConfig, parse_placement, parse_sets,
+from analyses.config import (MAX_BATCH, MAX_TOKENS, RunConfig, parse_placement, parse_sets,
                              split_sets)
 from policies import names
 
@@ -33,11 +33,11 @@ def add_run_arguments(p, *, tokens_default: int = 2000) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def config_from_args(args, **overrides) -> SimConfig:
+def config_from_args(args, **overrides) -> RunConfig:
     params, acc, run = split_sets(args.policy, parse_sets(args.sets), args.acceptance)
     fields = dict(platform=args.platform, target=args.target, draft=args.draft,
                   policy=args.policy, params=params, acceptance=acc, tokens=args.tokens,
                   batch=args.batch, seed=args.seed,
                   placement=parse_placement(args.placement), **run)
     fields.update(overrides)
-    return SimConfig(**fields)
+    return RunConfig(**fields)

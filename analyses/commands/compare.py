@@ -70,7 +70,7 @@ def scenario(args) -> tuple[list[str], list, dict, dict]:
     """(policies, sweeps, fixed sets, base config fields) from the arguments."""
     from analyses.config import parse_placement, parse_sets
     from analyses.sweep import parse_sweep
-    from policies import entry, names
+    from policies import acceptance, entry, names
 
     policies = ([p.strip() for p in args.policies.split(",") if p.strip()]
                 if args.policies else names())
@@ -88,7 +88,7 @@ def scenario(args) -> tuple[list[str], list, dict, dict]:
                 tokens=args.tokens, batch=args.batch, seed=args.seed,
                 placement=parse_placement(args.placement))
     if "alpha" not in sets and not any(k == "alpha" for k, _ in sweeps):
-        base["acceptance"] = {"kind": "iid", "alpha": 0.8}
+        base["acceptance"] = acceptance.default()
     sets = {**required_defaults(policies, set(sets) | {k for k, _ in sweeps}, base),
             **sets}
     return policies, sweeps, sets, base
@@ -120,10 +120,10 @@ def required_defaults(policies: list[str], given: set[str], base: dict) -> dict:
 
 
 def _check_scenario(base: dict) -> None:
-    from analyses.api import check_placement
     from hwprofiles import load_model, load_platform
+    from hwprofiles.placement import check_overrides
 
-    check_placement(load_platform(base["platform"]), base["placement"])
+    check_overrides(load_platform(base["platform"]), base["placement"])
     load_model(base["target"])
     if base["draft"]:
         load_model(base["draft"])
