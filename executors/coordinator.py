@@ -325,9 +325,7 @@ class Coordinator:
                 result["accepted"], gamma, result["bonus"], self.last_topk.topk)]
             self.last_topk = None
         self.acceptance.append(line)
-        return Verdict(tuple(taken),
-                       {"bonus": result["bonus"], "bonus_rank": ranks},
-                       None if op.bonus else tuple(committed))
+        return Verdict(tuple(taken), None if op.bonus else tuple(committed))
 
     # the rest --------------------------------------------------------------------
     def delay(self, op: Delay) -> Pending:

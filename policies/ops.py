@@ -21,7 +21,7 @@ Results:
 from __future__ import annotations
 
 from collections.abc import Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -134,7 +134,6 @@ class Verdict:
     """Accepted draft tokens per row; floats only in deterministic simulation."""
 
     accepted: tuple[float, ...]
-    info: dict = field(default_factory=dict, compare=False)
     committed: tuple[float, ...] | None = None  # per row, when not accepted + 1
 
     @property
@@ -193,10 +192,6 @@ class Parallel:
     """Run sub-schedules concurrently and wait for all (fork/join)."""
 
     branches: tuple[Generator, ...]
-
-
-OPERATIONS = (Forward, Transfer, AllReduce, StreamWeights, Verify, Outcome, Delay,
-              Spawn, Join, Parallel)
 
 
 def drive(schedule: Generator, answer) -> Any:

@@ -24,8 +24,8 @@ operation says how many, each of rows * hidden * dtype bytes. Transfers,
 all-reduces and weight streams are sums of ``value * coef`` and ``coef /
 value``: ``hop_terms``, ``allreduce_terms`` and ``stream_terms`` give their
 coefficients per profile parameter (``LinearTerms``, what calibration fits);
-``hop_s``, ``allreduce_s``, ``requests_s`` and ``tier_s`` evaluate them on the
-simulator's path.
+``hop_s``, ``allreduce_s`` and ``requests_s`` evaluate them on the simulator's
+path.
 Every optional term's default (0, 1, None) leaves the roofline exactly as it
 was (x + 0.0 and x / 1.0 are exact in floating point).
 """
@@ -214,8 +214,9 @@ class LinearTerms:
     sum(coef / value) over ``inverse``; each entry is (kind, name, field, coef),
     naming the profile parameter (kind: device, tier, link or group). Transfers,
     all-reduces and weight streams are written so, once: calibration fits the
-    named parameters, ``seconds`` evaluates them (equal to ``hop_s``, ``tier_s``
-    and ``allreduce_s`` to rounding; a test holds them together)."""
+    named parameters, ``seconds`` evaluates them (equal to ``hop_s`` and
+    ``allreduce_s`` to rounding, and a weight stream to its closed form; tests hold
+    them together)."""
 
     fixed_s: float = 0.0
     linear: tuple = ()
@@ -383,9 +384,3 @@ class RooflineCost:
         if not tier.request_latency_s:
             return 0.0
         return math.ceil(nbytes / tier.request_bytes) * tier.request_latency_s / tier.queue_depth
-
-    @classmethod
-    def tier_s(cls, tier: MemoryTier, nbytes: float) -> float:
-        """A read alone on its tier: latency, requests, bytes at the achieved rate."""
-        return (tier.latency_s + cls.requests_s(tier, nbytes)
-                + nbytes / (tier.bandwidth_bytes_s * tier.memory_efficiency))

@@ -76,10 +76,6 @@ class SharedBandwidth:
         self._plan()
         return done
 
-    @property
-    def active(self) -> int:
-        return len(self.flows)
-
     def _rates(self) -> dict[int, float] | None:
         """Per flow, its water-filled rate; None when no flow is capped (all share
         equally, the common case, kept on its own exact path)."""

@@ -125,8 +125,10 @@ def _fake_steps(plat, cost, models, op):
     if isinstance(op, StreamWeights):
         device = plat.device(where)
         tier = plat.tier(device.storage)
-        return [(op, tier.name, RooflineCost.tier_s(tier, op.nbytes)
-                 + RooflineCost.stream_host_s(device, op.nbytes), "stream")]
+        alone_s = (tier.latency_s + RooflineCost.requests_s(tier, op.nbytes)  # a read alone
+                   + op.nbytes / (tier.bandwidth_bytes_s * tier.memory_efficiency))
+        return [(op, tier.name, alone_s + RooflineCost.stream_host_s(device, op.nbytes),
+                 "stream")]
     c = cost.forward(models[op.model], where, op.layers, op.n_tokens, op.batch,
                      op.context, op.head, op.collectives, op.head_tokens)
     return [(op, where, c.total_s, "compute")]

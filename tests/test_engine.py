@@ -359,5 +359,7 @@ def test_linear_terms_are_the_simulators_hop_stream_and_allreduce(name):
         if d.storage is not None:
             tier = p.tier(d.storage)
             assert stream_terms(tier, d, 1.4e7).seconds(p) == pytest.approx(
-                RooflineCost.tier_s(tier, 1.4e7) + RooflineCost.stream_host_s(d, 1.4e7),
+                tier.latency_s + RooflineCost.requests_s(tier, 1.4e7)  # a read alone
+                + 1.4e7 / (tier.bandwidth_bytes_s * tier.memory_efficiency)
+                + RooflineCost.stream_host_s(d, 1.4e7),
                 rel=1e-12)
