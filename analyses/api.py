@@ -46,7 +46,7 @@ def check_placement(platform: Platform, placement: dict[str, str]) -> None:
                              f"{', '.join(names)}")
 
 
-def _models(config: SimConfig) -> dict[str, ModelSpec]:
+def run_models(config: SimConfig) -> dict[str, ModelSpec]:
     """The run's models at its precision and expert sharding (config.run_model)."""
     models = {"target": config.run_model(load_model(config.target))}
     if config.draft:
@@ -72,7 +72,7 @@ def run_schedule(config: SimConfig, *, record_spans: bool = True,
     ``prefill_s``: decoding then starts at time 0 from the same state as without
     it, so every decode metric is the same with or without the prefill."""
     platform = load_platform(config.platform)
-    models = _models(config)
+    models = run_models(config)
     pol = entry(config.policy)
     params = parse_params(config.policy, config.params)
     check_placement(platform, config.placement)

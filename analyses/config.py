@@ -83,6 +83,16 @@ class SimConfig(StrictModel):
                              f"{', '.join(map(str, BITS))} (bits per stored number)")
         return value
 
+    @field_validator("contention", "expert_parallel", "memory_check", mode="before")
+    @classmethod
+    def _on_or_off(cls, value, info):
+        """A switch is on or off (--set parses on/off/true/false into a bool); 'maybe'
+        or 2 is a slip, refused with the words that work."""
+        if not isinstance(value, bool):
+            raise ValueError(f"{info.field_name} is {value!r}; write "
+                             f"{info.field_name}=on or {info.field_name}=off")
+        return value
+
     def run_model(self, spec: ModelSpec) -> ModelSpec:
         """A model as this run stores and places it: its weights and KV cache at
         the widths asked for, its experts sharded whole under expert_parallel."""

@@ -140,7 +140,8 @@ def _why_invalid(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        return f"field '{where}': {first['msg'].removeprefix('Value error, ')}"
+        named = f"field '{where}': " if where else ""  # a check across fields
+        return named + first["msg"].removeprefix("Value error, ")
     return str(exc).splitlines()[0]
 
 
@@ -148,6 +149,7 @@ def check_points(points: list[Point], base: dict) -> None:
     """Refuse the grid when a point's own values are invalid (alpha beyond 1, a NaN
     gamma): that is a mistake in --sweep/--set, not a policy that does not apply,
     so it is one error before any run rather than a skipped point in the report."""
+    from analyses.api import run_models
     from policies import PolicyError, parse_params
 
     try:
@@ -161,6 +163,8 @@ def check_points(points: list[Point], base: dict) -> None:
             config = point_config(point, base)
             parse_params(point.policy, config.params)
             acceptance.build(**config.acceptance)
+            if config.expert_parallel:  # a setting the models cannot take, not a policy
+                run_models(config)      # that does not apply: refused for every point
         except (ValidationError, PolicyError, ValueError) as exc:
             raise ValueError(f"{point.label} is not a valid setting ({_why_invalid(exc)}); "
                              "fix the --sweep or --set value") from None

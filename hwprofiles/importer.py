@@ -74,8 +74,10 @@ def import_config(path: str | Path, name: str, hf_id: str | None = None) -> dict
     fields["hf_architecture"] = arch
     fields.update(_experts(config, arch, shown, sources, take))
     fields["sources"] = sources
-    _validate(fields, shown)
-    return fields
+    spec = _validate(fields, shown)
+    # the numbers as validated: "2" or 2048.0 in the config become 2 and 2048
+    return {key: list(value) if isinstance(value, tuple) else value
+            for key, value in ((k, getattr(spec, k)) for k in fields)}
 
 
 def read_config(path: Path) -> dict:
@@ -95,6 +97,9 @@ def read_config(path: Path) -> dict:
         config = json.loads(path.read_bytes().decode("utf-8-sig"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProfileError(f"{shown} is not JSON text ({exc.__class__.__name__}); give "
+                           "a Hugging Face config.json") from None
+    except RecursionError:  # json recurses once per nesting level
+        raise ProfileError(f"{shown} nests its JSON too deeply to be a config.json; give "
                            "a Hugging Face config.json") from None
     if not isinstance(config, dict):
         raise ProfileError(f"{shown} must hold a JSON object of config fields")
@@ -161,9 +166,9 @@ def _experts(config: dict, arch: str, shown: str, sources: dict, take) -> dict:
     return out
 
 
-def _validate(fields: dict, shown: str) -> None:
+def _validate(fields: dict, shown: str) -> ModelSpec:
     try:
-        ModelSpec.model_validate(fields)
+        return ModelSpec.model_validate(fields)
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"])

@@ -355,6 +355,11 @@ class ModelSpec(_Sourced):
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_heads ({self.n_heads}) must be a multiple of "
                              f"n_kv_heads ({self.n_kv_heads})")
+        if self.head_dim is None and self.hidden % self.n_heads:
+            # without head_dim each head is hidden / n_heads wide (as transformers
+            # derives it); a remainder would be dropped from every attention cost
+            raise ValueError(f"hidden ({self.hidden}) is not a multiple of n_heads "
+                             f"({self.n_heads}); give head_dim, the width of one head")
         return self
 
     @model_validator(mode="after")

@@ -249,7 +249,8 @@ def _steps(ctx: PolicyContext, params: TreeParams, source: tuple, expected, n_no
 Probability = Annotated[float, Field(ge=0, le=1)]
 
 
-def tree_law(alpha: Probability | None = None, alphas: tuple[float, ...] | None = None,
+def tree_law(alpha: Probability | None = None,
+             alphas: Annotated[tuple[float, ...], Field(min_length=1)] | float | None = None,
              tree: tuple[int, ...] | int | None = None, width: int | None = None,
              depth: int | None = None, nodes: int | None = None,
              rank_alphas: tuple[float, ...] | float | None = None,
@@ -267,11 +268,13 @@ def tree_law(alpha: Probability | None = None, alphas: tuple[float, ...] | None 
         params = parse_params("tree", given)
     except PolicyError as err:
         raise ValueError(str(err).replace("policy 'tree'", "law 'tree'", 1)) from None
-    if (alpha is None) == (alphas is None) and rank_alphas is None:
-        raise ValueError("law 'tree' needs the acceptance: give alpha (i.i.d.) or alphas "
-                         "(per depth), e.g. --set alpha=0.8")
     if alpha is not None and alphas is not None:
         raise ValueError("law 'tree' takes alpha or alphas, not both; keep one")
+    if alpha is None and alphas is None and rank_alphas is None:
+        raise ValueError("law 'tree' needs the acceptance: give alpha (i.i.d.) or alphas "
+                         "(per depth), e.g. --set alpha=0.8")
+    if isinstance(alphas, float):  # one depth's alpha: --set alphas=0.9
+        alphas = (alphas,)
     per_depth = [alpha if alpha is not None else 1.0] if alphas is None else list(alphas)
     if any(not 0 <= a <= 1 for a in per_depth):
         raise ValueError("law 'tree' parameter 'alphas': every alpha must lie in [0, 1]")
