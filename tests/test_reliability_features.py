@@ -367,3 +367,17 @@ def test_tree_law_equals_an_enumeration_of_walks(tree):
     assert got == pytest.approx(_walk_expectation(tree, 0.7), rel=1e-12)
     if set(tree) == {1}:  # a chain is Leviathan's: sum of alpha^d
         assert got == pytest.approx(sum(0.7 ** d for d in range(1, len(tree) + 1)))
+
+
+@pytest.mark.parametrize("item", ["weight_bits=4", "kv_bits=8", "prefill_chunk=64",
+                                  "expert_parallel=on"])
+def test_a_measured_run_refuses_what_it_cannot_measure(item, tmp_path):
+    """The executor runs the checkpoint at its own precision, in one prefill pass:
+    a record claiming otherwise would be replayed and calibrated as measured.
+    Refused before the models load, and no run directory is made."""
+    out = tmp_path / "run"
+    result = run_cli("run", "--platform", "cpu-local", "--target", "smollm2-135m",
+                     "--policy", "sd", "--set", "draft_layers=15", "--set", item,
+                     "--max-new-tokens", "4", "--out", out)
+    assert_refused(result, item.split("=")[0], "hetspec simulate")
+    assert not out.exists()
