@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from hwprofiles.numbers import StrictModel
-from hwprofiles.schema import BITS, Bits, ModelSpec
+from hwprofiles.models import BITS, Bits, ModelSpec
 from policies import acceptance, entry
 from policies.prefill import MAX_PREFILL_PASSES
 

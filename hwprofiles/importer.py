@@ -19,7 +19,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from hwprofiles.loader import MAX_PROFILE_BYTES, ProfileError, printable
-from hwprofiles.schema import ModelSpec
+from hwprofiles.models import ModelSpec
 
 # architecture -> (family, tie_word_embeddings when the config leaves it out: the
 # default of that family's transformers config class)
