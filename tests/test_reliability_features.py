@@ -381,3 +381,30 @@ def test_a_measured_run_refuses_what_it_cannot_measure(item, tmp_path):
                      "--max-new-tokens", "4", "--out", out)
     assert_refused(result, item.split("=")[0], "hetspec simulate")
     assert not out.exists()
+
+
+def test_a_dynamic_tree_never_accepts_past_its_deepest_scored_node():
+    """width=4, depth=5 with a budget of 2 nodes keeps the chain's first two (0.8,
+    0.64): a random walk then accepts at most 2 tokens, with the closed form's mean
+    (before, draws went up to depth 5)."""
+    from analyses.api import SimConfig, run_schedule
+    from simcore import Outcomes
+
+    seen = []
+
+    class Recording(Outcomes):
+        def verify(self, op):
+            verdict = super().verify(op)
+            seen.extend(verdict.accepted)
+            return verdict
+
+    params = {"width": 4, "depth": 5, "nodes": 2}
+    form = run_cli("law", "tree", "--set", "alpha=0.8", "--set", "width=4", "--set",
+                   "depth=5", "--set", "nodes=2", "--json")
+    law = json.loads(form.out)
+    assert law["scored_depth"] == 2 and law["expected_accepted"] == pytest.approx(0.8 + 0.64)
+    run_schedule(SimConfig(platform="h100-sxm-5x", target="llama-3.1-70b",
+                           draft="llama-3.2-1b", policy="tree", params=params, tokens=3000,
+                           seed=3), outcomes_factory=Recording)
+    assert max(seen) == 2
+    assert sum(seen) / len(seen) == pytest.approx(0.8 + 0.64, rel=0.05)
