@@ -82,7 +82,13 @@ def _param(params, name: str, default=None):
 
 
 def positions_per_pass(params) -> int:
-    """Positions per row of a verify pass: the proposal plus the bonus token."""
+    """Positions per row of a verify pass: the proposal plus the bonus token; a
+    token tree's verify scores the root and every node (at most ``nodes`` of a
+    dynamic tree's candidates)."""
+    if _param(params, "tree") is not None:
+        from policies.tree import tree_nodes
+
+        return 1 + len(tree_nodes(params, None))
     depth = _param(params, "gamma") or _param(params, "k") or 0
     return 1 + int(depth)
 
@@ -105,7 +111,9 @@ def pieces(platform: Platform, models: dict[str, ModelSpec], placement: dict[str
                                                target.n_layers * target.layer_bytes)
     if run.policy == "eesd":
         main.update(exit_heads=1, exit_layers=exit_layer_head)
-    draft_layers = _param(run.params, "draft_layers") if run.policy == "sd" else None
+    # sd and tree self-draft alike (policies.sd.draft_source)
+    draft_layers = (_param(run.params, "draft_layers") if run.policy in ("sd", "tree")
+                    else None)
     if draft_layers is not None:
         where = placement.get("draft", "draft")
         if platform.members(where) == platform.members(main["where"]):

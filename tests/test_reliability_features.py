@@ -408,3 +408,27 @@ def test_a_dynamic_tree_never_accepts_past_its_deepest_scored_node():
                            seed=3), outcomes_factory=Recording)
     assert max(seen) == 2
     assert sum(seen) / len(seen) == pytest.approx(0.8 + 0.64, rel=0.05)
+
+
+def test_the_memory_check_counts_a_trees_nodes_and_its_self_draft():
+    """A tree's verify scores 1 + nodes positions per row (45 for the default
+    4,2,2,1), and a self-drafting tree keeps an exit head as sd does: its needs
+    equal sd's with gamma = 44 (before, a tree counted one position and no head)."""
+    from analyses.fit import Run, positions_per_pass, tier_needs
+    from hwprofiles import load_model, load_platform
+    from policies import parse_params
+
+    assert positions_per_pass(parse_params("tree", {})) == 45
+    assert positions_per_pass(parse_params("tree", {"width": 4, "depth": 5,
+                                                    "nodes": 32})) == 33
+    plat = load_platform("h100-sxm-5x")
+    models = {"target": load_model("llama-3.1-70b")}
+
+    def needs(policy, params):
+        run = Run(policy, parse_params(policy, params), 128, 100, 64)
+        return {k: (v.weights, v.kv, v.activations)
+                for k, v in tier_needs(plat, models, plat.placement, run).items()}
+
+    tree = needs("tree", {"draft_layers": 8})
+    assert tree == needs("sd", {"draft_layers": 8, "gamma": 44})
+    assert tree != needs("sd", {"draft_layers": 8, "gamma": 1})
