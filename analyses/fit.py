@@ -93,6 +93,16 @@ def positions_per_pass(params) -> int:
     return 1 + int(depth)
 
 
+def draft_positions(params) -> int:
+    """Positions per row of the widest draft pass: one, or a token tree's widest
+    level of nodes it expands."""
+    if _param(params, "tree") is not None:
+        from policies.tree import draft_passes
+
+        return max(n for n, _ in draft_passes(params))
+    return 1
+
+
 def pieces(platform: Platform, models: dict[str, ModelSpec], placement: dict[str, str],
            run: Run) -> list[Piece]:
     """The pieces of models the schedule places, by role."""
@@ -120,11 +130,11 @@ def pieces(platform: Platform, models: dict[str, ModelSpec], placement: dict[str
             main["exit_heads"] = 1
         else:
             out.append(Piece("draft", where, target, draft_layers, embed=True,
-                             exit_heads=1))
+                             exit_heads=1, positions=draft_positions(run.params)))
     elif "draft" in models and run.policy not in SELF_DRAFTING:
         draft = models["draft"]
         out.append(Piece("draft", placement.get("draft", "draft"), draft, draft.n_layers,
-                         lm_head=True, embed=True))
+                         lm_head=True, embed=True, positions=draft_positions(run.params)))
     return [Piece(**main)] + out
 
 

@@ -412,8 +412,10 @@ def test_a_dynamic_tree_never_accepts_past_its_deepest_scored_node():
 
 def test_the_memory_check_counts_a_trees_nodes_and_its_self_draft():
     """A tree's verify scores 1 + nodes positions per row (45 for the default
-    4,2,2,1), and a self-drafting tree keeps an exit head as sd does: its needs
-    equal sd's with gamma = 44 (before, a tree counted one position and no head)."""
+    4,2,2,1), and a self-drafting tree keeps an exit head as sd does: the target's
+    needs equal sd's with gamma = 44 (before, a tree counted one position and no
+    head); its draft's widest pass expands 16 nodes (4 x 2 x 2), whose logits
+    sd's one-position draft pass does not hold."""
     from analyses.fit import Run, positions_per_pass, tier_needs
     from hwprofiles import load_model, load_platform
     from policies import parse_params
@@ -429,6 +431,11 @@ def test_the_memory_check_counts_a_trees_nodes_and_its_self_draft():
         return {k: (v.weights, v.kv, v.activations)
                 for k, v in tier_needs(plat, models, plat.placement, run).items()}
 
-    tree = needs("tree", {"draft_layers": 8})
-    assert tree == needs("sd", {"draft_layers": 8, "gamma": 44})
+    tree, sd = needs("tree", {"draft_layers": 8}), needs("sd", {"draft_layers": 8,
+                                                                 "gamma": 44})
+    draft_tier = plat.device(plat.members(plat.placement["draft"])[0]).memory
+    assert {k: v for k, v in tree.items() if k != draft_tier} == {
+        k: v for k, v in sd.items() if k != draft_tier}
+    assert tree[draft_tier][0] == sd[draft_tier][0]  # the same weights and exit head
+    assert tree[draft_tier][2] > 10 * sd[draft_tier][2]  # 16 rows of logits, not 1
     assert tree != needs("sd", {"draft_layers": 8, "gamma": 1})
