@@ -83,7 +83,7 @@ def run_schedule(config: SimConfig, *, record_spans: bool = True,
     if config.memory_check:
         check_fit(platform, models, placement,
                   Run(config.policy, params, config.prompt_tokens, grown, config.batch,
-                      pol.streams_weights))
+                      pol.streams_weights, config.prefill_chunk))
     acc = acceptance.build(**config.acceptance)
     ctx = PolicyContext(target=models["target"], draft=models.get("draft"),
                         tokens=config.tokens, batch=config.batch,

@@ -14,7 +14,9 @@ draft's own weights on its device. Each piece needs, per member of its group:
   which holds every step at the prompt's context, the prompt alone) and every
   row of the batch.
 * activations: one pass's transient tensors at its widest layer (residual,
-  attention output, MLP inner width) and its logits, for all rows of the pass.
+  attention output, MLP inner width) and its logits, for all rows of the pass;
+  the widest of a decoding pass and a prefill pass (the whole prompt, or one
+  ``prefill_chunk`` of it, without logits: the prefill runs no head).
 
 Needs add up per memory tier (devices on one SoC share a DRAM), and a tier that
 cannot hold them is refused in one sentence naming the device, the need with
@@ -75,6 +77,7 @@ class Run:
     tokens: int = 0
     batch: int = 1
     streams_weights: bool = False
+    prefill_chunk: int | None = None  # positions per prefill pass (None: the prompt)
 
 
 def _param(params, name: str, default=None):
@@ -178,8 +181,9 @@ def kv_bytes(piece: Piece, g: int, run: Run) -> float:
 
 
 def activation_bytes(piece: Piece, g: int, run: Run) -> float:
+    """The larger of a decoding pass (its positions, with logits where it has a
+    head) and a prefill pass (the prompt, or one chunk of it; no head)."""
     spec = piece.spec
-    rows = run.batch * piece.positions
     if spec.is_moe:
         inner = spec.n_active_experts * spec.expert_ffn
     else:
@@ -187,7 +191,10 @@ def activation_bytes(piece: Piece, g: int, run: Run) -> float:
     inner *= 2 if spec.gated_mlp else 1
     width = 3 * spec.hidden + spec.n_heads * spec.dim_per_head + inner
     logits = spec.vocab * LOGIT_BYTES if piece.lm_head or piece.exit_heads else 0
-    return rows * (width * spec.dtype_bytes + logits) / g
+    decode = run.batch * piece.positions * (width * spec.dtype_bytes + logits)
+    prompt = min(run.prompt_tokens, run.prefill_chunk or run.prompt_tokens)
+    prefill = run.batch * prompt * width * spec.dtype_bytes
+    return max(decode, prefill) / g
 
 
 def tier_needs(platform: Platform, models: dict[str, ModelSpec],
@@ -237,6 +244,9 @@ def _refusal(platform: Platform, tier_name: str, need: TierNeed, capacity: float
 
 
 def _fix(platform: Platform, need: TierNeed, run: Run) -> str:
+    if need.activations > max(need.kv, need.weights) and run.prompt_tokens > 1024:
+        return ("prefill the prompt in chunks with --set prefill_chunk=512, or lower "
+                "--batch or prompt_tokens")
     if need.kv > need.weights:
         return ("lower --batch, --tokens or prompt_tokens, or store the cache smaller "
                 "with --set kv_bits=8")

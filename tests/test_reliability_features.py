@@ -427,7 +427,7 @@ def test_the_memory_check_counts_a_trees_nodes_and_its_self_draft():
     models = {"target": load_model("llama-3.1-70b")}
 
     def needs(policy, params):
-        run = Run(policy, parse_params(policy, params), 128, 100, 64)
+        run = Run(policy, parse_params(policy, params), 0, 100, 64)  # decoding alone
         return {k: (v.weights, v.kv, v.activations)
                 for k, v in tier_needs(plat, models, plat.placement, run).items()}
 
@@ -439,3 +439,26 @@ def test_the_memory_check_counts_a_trees_nodes_and_its_self_draft():
     assert tree[draft_tier][0] == sd[draft_tier][0]  # the same weights and exit head
     assert tree[draft_tier][2] > 10 * sd[draft_tier][2]  # 16 rows of logits, not 1
     assert tree != needs("sd", {"draft_layers": 8, "gamma": 1})
+
+
+def test_the_memory_check_counts_the_prefill_pass_and_chunking_relieves_it(tmp_path):
+    """A 300,000-token prompt prefilled in one pass holds 300,000 rows of
+    activations (no logits); chunks of 4,096 hold 4,096. Refused whole with the
+    fix named, accepted chunked."""
+    from analyses.fit import Run, tier_needs
+    from hwprofiles import load_model, load_platform
+
+    plat, spec = load_platform("h100-sxm-5x"), load_model("llama-3.1-70b")
+    width = 3 * spec.hidden + spec.n_heads * spec.dim_per_head + 2 * spec.ffn
+
+    def activations(chunk):
+        run = Run("ar", None, 300_000, 10, 3, prefill_chunk=chunk)
+        return tier_needs(plat, {"target": spec}, plat.placement, run)["hbm0"].activations
+
+    assert activations(None) == pytest.approx(3 * 300_000 * width * 2 / 4, rel=1e-12)
+    assert activations(4096) == pytest.approx(3 * 4096 * width * 2 / 4, rel=1e-12)
+    argv = ("simulate", "--platform", "h100-sxm-5x", "--target", "llama-3.1-70b",
+            "--policy", "ar", "--tokens", "10", "--deterministic", "--batch", "3",
+            "--set", "prompt_tokens=300000", "--set", "kv_bits=4")
+    assert_refused(run_cli(*argv), "activations", "prefill_chunk")
+    assert run_cli(*argv, "--set", "prefill_chunk=4096").rc == 0
