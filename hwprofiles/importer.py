@@ -109,7 +109,7 @@ def read_config(path: Path) -> dict:
 def _architecture(config: dict, shown: str) -> str:
     archs = config.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs else None
-    if arch not in FAMILIES:
+    if not isinstance(arch, str) or arch not in FAMILIES:  # a list is no dict key
         raise ProfileError(
             f"{shown}: field 'architectures' is {printable(repr(arch))}, not a family "
             f"hetspec can import ({', '.join(FAMILIES)}); write the profile by hand "
@@ -122,7 +122,7 @@ def _dtype(config: dict, shown: str, sources: dict) -> dict:
     value = config.get(key)
     if value is None:
         return {}
-    if value not in DTYPES:
+    if not isinstance(value, str) or value not in DTYPES:
         raise ProfileError(f"{shown}: field '{key}' is {printable(repr(value))}; hetspec "
                            f"reads {', '.join(DTYPES)} (set --set weight_bits= for a "
                            "quantized checkpoint)")
