@@ -244,7 +244,8 @@ def _refusal(platform: Platform, tier_name: str, need: TierNeed, capacity: float
 
 
 def _fix(platform: Platform, need: TierNeed, run: Run) -> str:
-    if need.activations > max(need.kv, need.weights) and run.prompt_tokens > 1024:
+    prefill_rows = min(run.prompt_tokens, run.prefill_chunk or run.prompt_tokens)
+    if need.activations > max(need.kv, need.weights) and prefill_rows > 512:
         return ("prefill the prompt in chunks with --set prefill_chunk=512, or lower "
                 "--batch or prompt_tokens")
     if need.kv > need.weights:

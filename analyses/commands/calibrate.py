@@ -33,11 +33,10 @@ def register(sub) -> None:
 
 
 def _calibrate(args) -> int:
+    from analyses.calibrate import check_fit_terms
     from analyses.cli import emit_json
     from analyses.heldout import calibrate
     from analyses.outputs import check_outputs, profile_inputs, runs_inputs
-
-    from analyses.calibrate import check_fit_terms
 
     policies = tuple(p.strip() for p in args.fit_policies.split(",") if p.strip())
     if not policies:
