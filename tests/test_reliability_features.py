@@ -467,3 +467,10 @@ def test_the_memory_check_counts_the_prefill_pass_and_chunking_relieves_it(tmp_p
             "--set", "prompt_tokens=300000", "--set", "kv_bits=4")
     assert_refused(run_cli(*argv), "activations", "prefill_chunk")
     assert run_cli(*argv, "--set", "prefill_chunk=4096").rc == 0
+
+
+def test_show_of_a_name_of_neither_kind_says_so():
+    """A Hugging Face id no profile has was reported as an unknown platform."""
+    result = run_cli("profiles", "show", "Org/Missing-7B")
+    assert_refused(result, "no shipped platform or model", "Hugging Face")
+    assert run_cli("profiles", "show", "Qwen/Qwen3-30B-A3B").rc == 0
