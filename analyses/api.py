@@ -47,14 +47,22 @@ def check_placement(platform: Platform, placement: dict[str, str]) -> None:
 
 
 def run_models(config: SimConfig) -> dict[str, ModelSpec]:
-    """The run's models at its precision and expert sharding (config.run_model)."""
+    """The run's models at its precision and expert sharding (config.run_model:
+    expert_parallel shards the mixture-of-experts models among them)."""
     models = {"target": config.run_model(load_model(config.target))}
     if config.draft:
         models["draft"] = config.run_model(load_model(config.draft))
-    if config.expert_parallel and not any(m.is_moe for m in models.values()):
+    return models
+
+
+def check_expert_parallel(config: SimConfig) -> None:
+    """expert_parallel=on is a mistake when the scenario (its target and draft) has
+    no mixture of experts. Judged on what the user asked for, not per run: an AR
+    baseline or an ``ar`` point drops a mixture-of-experts draft, and runs."""
+    if config.expert_parallel and not any(
+            load_model(name).is_moe for name in (config.target, config.draft) if name):
         raise ValueError("expert_parallel=on needs a mixture-of-experts target or draft "
                          "(a model with n_experts, e.g. qwen3-30b-a3b); drop the setting")
-    return models
 
 
 def run_schedule(config: SimConfig, *, record_spans: bool = True,
@@ -169,6 +177,7 @@ def simulate(config: SimConfig, *, trace_path: str | Path | None = None,
              record_path: str | Path | None = None, baseline: bool = True) -> Simulation:
     """Simulate a configuration; with ``baseline`` also its AR baseline for
     ``speedup_vs_ar``. Writes a Chrome trace and a run record when paths are given."""
+    check_expert_parallel(config)
     result = run_schedule(config)
     metrics = metrics_of(config, result)
     if baseline:

@@ -149,7 +149,7 @@ def check_points(points: list[Point], base: dict) -> None:
     """Refuse the grid when a point's own values are invalid (alpha beyond 1, a NaN
     gamma): that is a mistake in --sweep/--set, not a policy that does not apply,
     so it is one error before any run rather than a skipped point in the report."""
-    from analyses.api import run_models
+    from analyses.api import check_expert_parallel
     from policies import PolicyError, parse_params
 
     try:
@@ -163,8 +163,9 @@ def check_points(points: list[Point], base: dict) -> None:
             config = point_config(point, base)
             parse_params(point.policy, config.params)
             acceptance.build(**config.acceptance)
-            if config.expert_parallel:  # a setting the models cannot take, not a policy
-                run_models(config)      # that does not apply: refused for every point
+            # the scenario's models (an ar point drops the draft): a setting they
+            # cannot take is refused for the grid, not skipped as not applying
+            check_expert_parallel(config.model_copy(update={"draft": base.get("draft")}))
         except (ValidationError, PolicyError, ValueError) as exc:
             raise ValueError(f"{point.label} is not a valid setting ({_why_invalid(exc)}); "
                              "fix the --sweep or --set value") from None

@@ -474,3 +474,16 @@ def test_show_of_a_name_of_neither_kind_says_so():
     result = run_cli("profiles", "show", "Org/Missing-7B")
     assert_refused(result, "no shipped platform or model", "Hugging Face")
     assert run_cli("profiles", "show", "Qwen/Qwen3-30B-A3B").rc == 0
+
+
+def test_expert_parallel_for_a_mixture_of_experts_draft_runs(tmp_path):
+    """A dense target with an MoE draft: the AR baseline and the ar point run the
+    target alone, which once refused the whole run as having no mixture of experts."""
+    scenario = ("--platform", "h100-sxm-5x", "--target", "llama-3.1-70b", "--draft",
+                "qwen3-30b-a3b", "--tokens", "20", "--set", "expert_parallel=on")
+    result = run_cli("simulate", *scenario, "--policy", "sd", "--deterministic")
+    assert result.rc == 0, result.err
+    out = tmp_path / "report.html"
+    result = run_cli("compare", *scenario, "--policies", "ar,sd", "--set", "gamma=4",
+                     "--jobs", "1", "-o", out)
+    assert result.rc == 0 and "skipped" not in result.out, result.err + result.out
