@@ -69,14 +69,32 @@ def _finite_values(values: list, spec: str) -> list:
     return values
 
 
+# Settings whose one value is a comma list (a tree's shape, per-rank acceptances):
+# --sweep tree=4,2,2,1 is that one tree; ';' separates the values swept.
+LIST_KEYS = ("tree", "rank_alphas")
+
+
 def parse_sweep(spec: str) -> tuple[str, list]:
     """'gamma=2..6' -> ('gamma', [2..6]); 'alpha=0.6..0.9:0.1' steps by 0.1;
-    'gamma=2,4,8' lists values; 'gamma=5' is one value."""
+    'gamma=2,4,8' lists values; 'gamma=5' is one value; 'tree=4,2,2,1;3,3'
+    lists comma-list values (a list key's comma list is one value)."""
     key, sep, text = spec.partition("=")
     key = key.strip()
     if not sep or not key or not text.strip():
         raise ValueError(f"--sweep expects KEY=RANGE, got '{spec}'; write e.g. "
                          "--sweep gamma=2..6")
+    if ";" in text or key in LIST_KEYS:
+        values = [parse_value(part) for part in text.split(";") if part.strip()]
+        if not values:
+            raise ValueError(f"--sweep {spec} lists no value; write e.g. "
+                             "--sweep 'tree=4,2,2,1;3,3,1'")
+        if key in LIST_KEYS or any(isinstance(v, tuple) for v in values):
+            values = [v if isinstance(v, tuple) else (v,) for v in values]  # one kind
+            for value in values:
+                _finite_values(list(value), spec)
+        else:
+            _finite_values(values, spec)
+        return key, values
     if ".." not in text:
         value = parse_value(text)
         return key, _finite_values(list(value) if isinstance(value, tuple) else [value], spec)

@@ -487,3 +487,27 @@ def test_expert_parallel_for_a_mixture_of_experts_draft_runs(tmp_path):
     result = run_cli("compare", *scenario, "--policies", "ar,sd", "--set", "gamma=4",
                      "--jobs", "1", "-o", out)
     assert result.rc == 0 and "skipped" not in result.out, result.err + result.out
+
+
+@pytest.mark.parametrize("spec, shapes", [
+    ("tree=4,2,2,1", [(4, 2, 2, 1)]),  # one tree (it swept four one-level trees)
+    ("tree=4,2,2,1;3,3;2", [(4, 2, 2, 1), (3, 3), (2,)]),
+    ("rank_alphas=0.6,0.2;0.5", [(0.6, 0.2), (0.5,)]),
+    ("gamma=2;4", [2, 4]),
+])
+def test_sweeping_list_valued_settings(spec, shapes):
+    from analyses.sweep import parse_sweep
+
+    assert parse_sweep(spec) == (spec.split("=")[0], shapes)
+
+
+@pytest.mark.parametrize("spec, fragment", [("tree=;", "lists no value"),
+                                            ("tree=4,2;nan", "finite"),
+                                            ("tree=4,2;0", "branching factor")])
+def test_bad_list_sweeps_are_one_sentence(spec, fragment, tmp_path):
+    out = tmp_path / "report.html"
+    result = run_cli("compare", "--platform", "h100-sxm-5x", "--target", "llama-3.1-70b",
+                     "--draft", "llama-3.2-1b", "--policies", "tree", "--sweep", spec,
+                     "--tokens", "20", "--jobs", "1", "-o", out)
+    assert_refused(result, fragment)
+    assert not out.exists()
