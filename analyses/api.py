@@ -35,15 +35,23 @@ class Simulation:
     result: SimResult
 
 
-def _models(config: RunConfig) -> dict[str, ModelSpec]:
-    """The run's models at its precision and expert sharding (config.run_model)."""
+def run_models(config: RunConfig) -> dict[str, ModelSpec]:
+    """The run's models at its precision and expert sharding (config.run_model:
+    expert_parallel shards the mixture-of-experts models among them)."""
     models = {"target": config.run_model(load_model(config.target))}
     if config.draft:
         models["draft"] = config.run_model(load_model(config.draft))
-    if config.expert_parallel and not any(m.is_moe for m in models.values()):
+    return models
+
+
+def check_expert_parallel(config: RunConfig) -> None:
+    """expert_parallel=on is a mistake when the scenario (its target and draft) has
+    no mixture of experts. Judged on what the user asked for, not per run: an AR
+    baseline or an ``ar`` point drops a mixture-of-experts draft, and runs."""
+    if config.expert_parallel and not any(
+            load_model(name).is_moe for name in (config.target, config.draft) if name):
         raise ValueError("expert_parallel=on needs a mixture-of-experts target or draft "
                          "(a model with n_experts, e.g. qwen3-30b-a3b); drop the setting")
-    return models
 
 
 def run_schedule(config: RunConfig, *, record_spans: bool = True,
@@ -65,7 +73,7 @@ def run_schedule(config: RunConfig, *, record_spans: bool = True,
     ``platform``, when given, is simulated instead of loading ``config.platform``
     (a calibration tries candidate profiles in memory)."""
     platform = platform if platform is not None else load_platform(config.platform)
-    models = _models(config)
+    models = run_models(config)
     pol = entry(config.policy)
     params = parse_params(config.policy, config.params)
     check_overrides(platform, config.placement)
@@ -76,7 +84,7 @@ def run_schedule(config: RunConfig, *, record_spans: bool = True,
     if config.memory_check:
         check_fit(platform, models, placement,
                   Run(config.policy, params, config.prompt_tokens, grown, config.batch,
-                      pol.streams_weights))
+                      pol.streams_weights, config.prefill_chunk))
     acc = acceptance.build(**config.acceptance)
     ctx = PolicyContext(target=models["target"], draft=models.get("draft"),
                         tokens=config.tokens, batch=config.batch,
@@ -160,6 +168,7 @@ def simulate(config: RunConfig, *, trace_path: str | Path | None = None,
              record_path: str | Path | None = None, baseline: bool = True) -> Simulation:
     """Simulate a configuration; with ``baseline`` also its AR baseline for
     ``speedup_vs_ar``. Writes a Chrome trace and a run record when paths are given."""
+    check_expert_parallel(config)
     result = run_schedule(config)
     metrics = metrics_of(config, result)
     if baseline:

@@ -267,16 +267,26 @@ def initial_values(platform: Platform, terms: list[Term]) -> dict[Param, float]:
     return {p: current_value(platform, p) for p in params_of(terms)}
 
 
+def check_fit_terms(names) -> None:
+    """ValueError naming the first --fit-terms entry that is not an optional term
+    or that repeats one."""
+    seen = set()
+    for name in names:
+        if name not in OPTIONAL_FIELDS:
+            raise ValueError(f"--fit-terms names '{name}', which is not an optional "
+                             f"term; use any of {', '.join(OPTIONAL_FIELDS)}")
+        if name in seen:
+            raise ValueError(f"--fit-terms names '{name}' twice; name each term once")
+        seen.add(name)
+
+
 def fit(platform: Platform, terms: list[Term], *, fixed=frozenset(),
         fit_terms=frozenset()) -> Fit:
     """Least-squares fit of every parameter the terms use (``analyses.costfit``);
     of the optional efficiency terms only those named in ``fit_terms``. Fitting a
     flash tier's request latency keeps its bandwidth (a sequential-read
     measurement), fitting a device's bandwidth cap keeps its tier's efficiency."""
-    unknown = set(fit_terms) - set(OPTIONAL_FIELDS)
-    if unknown:
-        raise ValueError(f"--fit-terms names {', '.join(sorted(unknown))}, which is not an "
-                         f"optional term; use any of {', '.join(OPTIONAL_FIELDS)}")
+    check_fit_terms(fit_terms)
     keep = set(fixed) | (set(OPTIONAL_FIELDS) - set(fit_terms))
     if "memory_bandwidth_gb_s" in fit_terms:
         keep.add("memory_efficiency")  # a cap and the efficiency scale the same bytes

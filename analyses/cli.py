@@ -83,7 +83,8 @@ def _one_sentence(exc: BaseException) -> str:
     if isinstance(exc, ValidationError):
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        return f"field '{where}': {first['msg'].removeprefix('Value error, ')}"
+        named = f"field '{where}': " if where else ""  # a check across fields
+        return named + first["msg"].removeprefix("Value error, ")
     text = str(exc) or exc.__class__.__name__
     return text.splitlines()[0]
 

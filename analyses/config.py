@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from hwprofiles.numbers import StrictModel
-from hwprofiles.schema import BITS, Bits, ModelSpec
+from hwprofiles.models import BITS, Bits, ModelSpec
 from policies import acceptance, entry
 from policies.prefill import MAX_PREFILL_PASSES
 
@@ -82,6 +82,16 @@ class RunConfig(StrictModel):
         if value is not None and (isinstance(value, bool) or value not in BITS):
             raise ValueError(f"{info.field_name} is {value!r}; choose one of "
                              f"{', '.join(map(str, BITS))} (bits per stored number)")
+        return value
+
+    @field_validator("contention", "expert_parallel", "memory_check", mode="before")
+    @classmethod
+    def _on_or_off(cls, value, info):
+        """A switch is on or off (--set parses on/off/true/false into a bool); 'maybe'
+        or 2 is a slip, refused with the words that work."""
+        if not isinstance(value, bool):
+            raise ValueError(f"{info.field_name} is {value!r}; write "
+                             f"{info.field_name}=on or {info.field_name}=off")
         return value
 
     def run_model(self, spec: ModelSpec) -> ModelSpec:

@@ -14,7 +14,9 @@ draft's own weights on its device. Each piece needs, per member of its group:
   which holds every step at the prompt's context, the prompt alone) and every
   row of the batch.
 * activations: one pass's transient tensors at its widest layer (residual,
-  attention output, MLP inner width) and its logits, for all rows of the pass.
+  attention output, MLP inner width) and its logits, for all rows of the pass;
+  the widest of a decoding pass and a prefill pass (the whole prompt, or one
+  ``prefill_chunk`` of it, without logits: the prefill runs no head).
 
 Needs add up per memory tier (devices on one SoC share a DRAM), and a tier that
 cannot hold them is refused in one sentence naming the device, the need with
@@ -75,6 +77,7 @@ class Run:
     tokens: int = 0
     batch: int = 1
     streams_weights: bool = False
+    prefill_chunk: int | None = None  # positions per prefill pass (None: the prompt)
 
 
 def _param(params, name: str, default=None):
@@ -82,9 +85,25 @@ def _param(params, name: str, default=None):
 
 
 def positions_per_pass(params) -> int:
-    """Positions per row of a verify pass: the proposal plus the bonus token."""
+    """Positions per row of a verify pass: the proposal plus the bonus token; a
+    token tree's verify scores the root and every node (at most ``nodes`` of a
+    dynamic tree's candidates)."""
+    if _param(params, "tree") is not None:
+        from policies.tree import tree_nodes
+
+        return 1 + len(tree_nodes(params, None))
     depth = _param(params, "gamma") or _param(params, "k") or 0
     return 1 + int(depth)
+
+
+def draft_positions(params) -> int:
+    """Positions per row of the widest draft pass: one, or a token tree's widest
+    level of nodes it expands."""
+    if _param(params, "tree") is not None:
+        from policies.tree import draft_passes
+
+        return max(n for n, _ in draft_passes(params))
+    return 1
 
 
 def pieces(platform: Platform, models: dict[str, ModelSpec], placement: dict[str, str],
@@ -108,18 +127,20 @@ def pieces(platform: Platform, models: dict[str, ModelSpec], placement: dict[str
                                                target.n_layers * target.layer_bytes)
     if run.policy == "eesd":
         main.update(exit_heads=1, exit_layers=exit_layer_head)
-    draft_layers = _param(run.params, "draft_layers") if run.policy == "sd" else None
+    # sd and tree self-draft alike (policies.sd.draft_source)
+    draft_layers = (_param(run.params, "draft_layers") if run.policy in ("sd", "tree")
+                    else None)
     if draft_layers is not None:
         where = placement.get("draft", "draft")
         if platform.members(where) == platform.members(main["where"]):
             main["exit_heads"] = 1
         else:
             out.append(Piece("draft", where, target, draft_layers, embed=True,
-                             exit_heads=1))
+                             exit_heads=1, positions=draft_positions(run.params)))
     elif "draft" in models and run.policy not in SELF_DRAFTING:
         draft = models["draft"]
         out.append(Piece("draft", placement.get("draft", "draft"), draft, draft.n_layers,
-                         lm_head=True, embed=True))
+                         lm_head=True, embed=True, positions=draft_positions(run.params)))
     return [Piece(**main)] + out
 
 
@@ -165,8 +186,9 @@ def kv_bytes(piece: Piece, g: int, run: Run) -> float:
 
 
 def activation_bytes(piece: Piece, g: int, run: Run) -> float:
+    """The larger of a decoding pass (its positions, with logits where it has a
+    head) and a prefill pass (the prompt, or one chunk of it; no head)."""
     spec = piece.spec
-    rows = run.batch * piece.positions
     if spec.is_moe:
         inner = spec.n_active_experts * spec.expert_ffn
     else:
@@ -174,7 +196,10 @@ def activation_bytes(piece: Piece, g: int, run: Run) -> float:
     inner *= 2 if spec.gated_mlp else 1
     width = 3 * spec.hidden + spec.n_heads * spec.dim_per_head + inner
     logits = spec.vocab * LOGIT_BYTES if piece.lm_head or piece.exit_heads else 0
-    return rows * (width * spec.dtype_bytes + logits) / g
+    decode = run.batch * piece.positions * (width * spec.dtype_bytes + logits)
+    prompt = min(run.prompt_tokens, run.prefill_chunk or run.prompt_tokens)
+    prefill = run.batch * prompt * width * spec.dtype_bytes
+    return max(decode, prefill) / g
 
 
 def tier_needs(platform: Platform, models: dict[str, ModelSpec],
@@ -224,6 +249,10 @@ def _refusal(platform: Platform, tier_name: str, need: TierNeed, capacity: float
 
 
 def _fix(platform: Platform, need: TierNeed, run: Run) -> str:
+    prefill_rows = min(run.prompt_tokens, run.prefill_chunk or run.prompt_tokens)
+    if need.activations > max(need.kv, need.weights) and prefill_rows > 512:
+        return ("prefill the prompt in chunks with --set prefill_chunk=512, or lower "
+                "--batch or prompt_tokens")
     if need.kv > need.weights:
         return ("lower --batch, --tokens or prompt_tokens, or store the cache smaller "
                 "with --set kv_bits=8")

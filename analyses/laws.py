@@ -170,7 +170,11 @@ def _checked(name: str, law):
             out = strict(**params)
         except ValidationError as exc:
             first = exc.errors()[0]
-            key = ".".join(str(p) for p in first["loc"])
+            # the parameter and any item index; not the union member tried
+            # ('tree.tuple[int, ...]' reads as 'tree')
+            loc = first["loc"]
+            key = ".".join(str(p) for p in loc[:1] + tuple(p for p in loc[1:]
+                                                            if isinstance(p, int)))
             given = params.get(key, first.get("input"))
             raise ValueError(f"law '{name}' parameter '{key}': {first['msg']} (got "
                              f"{given!r})") from None

@@ -44,7 +44,21 @@ def check_outputs(outputs: Mapping[str, object], inputs: Iterable[tuple[str, Pat
             if _same_file(path, source):
                 raise ValueError(f"{label} {path} is {what}, which this command reads; "
                                  "writing it would destroy it, so choose another path")
+        _not_shipped(label, path)
         check_writable(path, label)
+
+
+def _not_shipped(label: str, path: Path) -> None:
+    """Refuse to replace a profile hetspec ships: every command that names it (and
+    the tests that pin its numbers) would silently read the new file."""
+    from hwprofiles.loader import _data_dir
+
+    for kind in ("platforms", "models"):
+        for shipped in _data_dir(kind).glob("*.yaml"):
+            if _same_file(path, shipped):
+                raise ValueError(f"{label} {path} is the shipped {kind[:-1]} profile "
+                                 f"'{shipped.stem}'; write your own file elsewhere and "
+                                 "pass its path where a name goes")
 
 
 def profile_inputs(**names: str | None) -> list[tuple[str, Path]]:

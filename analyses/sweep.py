@@ -70,14 +70,32 @@ def _finite_values(values: list, spec: str) -> list:
     return values
 
 
+# Settings whose one value is a comma list (a tree's shape, per-rank acceptances):
+# --sweep tree=4,2,2,1 is that one tree; ';' separates the values swept.
+LIST_KEYS = ("tree", "rank_alphas")
+
+
 def parse_sweep(spec: str) -> tuple[str, list]:
     """'gamma=2..6' -> ('gamma', [2..6]); 'alpha=0.6..0.9:0.1' steps by 0.1;
-    'gamma=2,4,8' lists values; 'gamma=5' is one value."""
+    'gamma=2,4,8' lists values; 'gamma=5' is one value; 'tree=4,2,2,1;3,3'
+    lists comma-list values (a list key's comma list is one value)."""
     key, sep, text = spec.partition("=")
     key = key.strip()
     if not sep or not key or not text.strip():
         raise ValueError(f"--sweep expects KEY=RANGE, got '{spec}'; write e.g. "
                          "--sweep gamma=2..6")
+    if ";" in text or key in LIST_KEYS:
+        values = [parse_value(part) for part in text.split(";") if part.strip()]
+        if not values:
+            raise ValueError(f"--sweep {spec} lists no value; write e.g. "
+                             "--sweep 'tree=4,2,2,1;3,3,1'")
+        if key in LIST_KEYS or any(isinstance(v, tuple) for v in values):
+            values = [v if isinstance(v, tuple) else (v,) for v in values]  # one kind
+            for value in values:
+                _finite_values(list(value), spec)
+        else:
+            _finite_values(values, spec)
+        return key, values
     if ".." not in text:
         value = parse_value(text)
         return key, _finite_values(list(value) if isinstance(value, tuple) else [value], spec)
@@ -141,7 +159,8 @@ def _why_invalid(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        return f"field '{where}': {first['msg'].removeprefix('Value error, ')}"
+        named = f"field '{where}': " if where else ""  # a check across fields
+        return named + first["msg"].removeprefix("Value error, ")
     return str(exc).splitlines()[0]
 
 
@@ -149,6 +168,7 @@ def check_points(points: list[Point], base: dict) -> None:
     """Refuse the grid when a point's own values are invalid (alpha beyond 1, a NaN
     gamma): that is a mistake in --sweep/--set, not a policy that does not apply,
     so it is one error before any run rather than a skipped point in the report."""
+    from analyses.api import check_expert_parallel
     from policies import PolicyError, parse_params
 
     try:
@@ -162,6 +182,9 @@ def check_points(points: list[Point], base: dict) -> None:
             config = point_config(point, base)
             parse_params(point.policy, config.params)
             acceptance.build(**config.acceptance)
+            # the scenario's models (an ar point drops the draft): a setting they
+            # cannot take is refused for the grid, not skipped as not applying
+            check_expert_parallel(config.model_copy(update={"draft": base.get("draft")}))
         except (ValidationError, PolicyError, ValueError) as exc:
             raise ValueError(f"{point.label} is not a valid setting ({_why_invalid(exc)}); "
                              "fix the --sweep or --set value") from None

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hwprofiles import load_model
-from hwprofiles.schema import ModelSpec
+from hwprofiles.models import ModelSpec
 
 REAL_NAME = "smollm2-135m"
 SELF_PREFIX = "self:"

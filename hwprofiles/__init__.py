@@ -2,8 +2,8 @@
 
 from hwprofiles.loader import (ProfileError, list_names, load_model, load_platform,
                                validate_path)
-from hwprofiles.schema import (DTYPE_BYTES, CollectiveGroup, Device, Link, MemoryTier,
-                               ModelSpec, Platform)
+from hwprofiles.models import DTYPE_BYTES, ModelSpec
+from hwprofiles.schema import CollectiveGroup, Device, Link, MemoryTier, Platform
 
 __all__ = ["CollectiveGroup", "DTYPE_BYTES", "Device", "Link", "MemoryTier", "ModelSpec",
            "Platform", "ProfileError", "list_names", "load_model", "load_platform",

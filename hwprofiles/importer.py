@@ -19,7 +19,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from hwprofiles.loader import MAX_PROFILE_BYTES, ProfileError, printable
-from hwprofiles.schema import ModelSpec
+from hwprofiles.models import ModelSpec
 
 # architecture -> (family, tie_word_embeddings when the config leaves it out: the
 # default of that family's transformers config class)
@@ -74,8 +74,10 @@ def import_config(path: str | Path, name: str, hf_id: str | None = None) -> dict
     fields["hf_architecture"] = arch
     fields.update(_experts(config, arch, shown, sources, take))
     fields["sources"] = sources
-    _validate(fields, shown)
-    return fields
+    spec = _validate(fields, shown)
+    # the numbers as validated: "2" or 2048.0 in the config become 2 and 2048
+    return {key: list(value) if isinstance(value, tuple) else value
+            for key, value in ((k, getattr(spec, k)) for k in fields)}
 
 
 def read_config(path: Path) -> dict:
@@ -96,6 +98,9 @@ def read_config(path: Path) -> dict:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProfileError(f"{shown} is not JSON text ({exc.__class__.__name__}); give "
                            "a Hugging Face config.json") from None
+    except RecursionError:  # json recurses once per nesting level
+        raise ProfileError(f"{shown} nests its JSON too deeply to be a config.json; give "
+                           "a Hugging Face config.json") from None
     if not isinstance(config, dict):
         raise ProfileError(f"{shown} must hold a JSON object of config fields")
     return config
@@ -104,7 +109,7 @@ def read_config(path: Path) -> dict:
 def _architecture(config: dict, shown: str) -> str:
     archs = config.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs else None
-    if arch not in FAMILIES:
+    if not isinstance(arch, str) or arch not in FAMILIES:  # a list is no dict key
         raise ProfileError(
             f"{shown}: field 'architectures' is {printable(repr(arch))}, not a family "
             f"hetspec can import ({', '.join(FAMILIES)}); write the profile by hand "
@@ -117,7 +122,7 @@ def _dtype(config: dict, shown: str, sources: dict) -> dict:
     value = config.get(key)
     if value is None:
         return {}
-    if value not in DTYPES:
+    if not isinstance(value, str) or value not in DTYPES:
         raise ProfileError(f"{shown}: field '{key}' is {printable(repr(value))}; hetspec "
                            f"reads {', '.join(DTYPES)} (set --set weight_bits= for a "
                            "quantized checkpoint)")
@@ -161,9 +166,9 @@ def _experts(config: dict, arch: str, shown: str, sources: dict, take) -> dict:
     return out
 
 
-def _validate(fields: dict, shown: str) -> None:
+def _validate(fields: dict, shown: str) -> ModelSpec:
     try:
-        ModelSpec.model_validate(fields)
+        return ModelSpec.model_validate(fields)
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"])

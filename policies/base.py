@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from hwprofiles.numbers import StrictModel
-from hwprofiles.schema import MAX_LAYERS, ModelSpec
+from hwprofiles.models import MAX_LAYERS, ModelSpec
 
 
 # all-reduces per draft step: two per layer of the deepest model a profile may hold

@@ -198,7 +198,8 @@ def closed_form(params: TreeParams, alphas: list[float]) -> dict:
     passes = draft_passes(params)
     e = expected_accepted(nodes)
     return {"expected_accepted": e, "expected_tokens_per_step": e + 1, "nodes": len(nodes),
-            "depth": depth, "draft_passes": len(passes),
+            "depth": depth, "scored_depth": max(d for _, d, _, _ in nodes),
+            "draft_passes": len(passes),
             "draft_positions": sum(n for n, _ in passes)}
 
 
@@ -208,21 +209,24 @@ def tree(ctx: PolicyContext, params: TreeParams):
     """Token-tree speculation: a static or dynamic draft tree, one tree-masked verify."""
     model, layers, head = draft_source(ctx, params.draft_layers, "tree")
     passes, depth = draft_passes(params), tree_depth(params)
-    expected, n_nodes = None, len(tree_nodes(params, None))
+    expected, n_nodes, longest = None, len(tree_nodes(params, None)), depth
     # simulation: the tree's modelled mean; a trace (recorded from a tree run)
     # already holds the tree's accepted lengths and is replayed as it is
     if ctx.acceptance is not None and getattr(ctx.acceptance, "kind", "") != "trace":
         form = closed_form(params, depth_alphas(ctx.acceptance, depth))
-        expected, n_nodes = form["expected_accepted"], form["nodes"]
+        # a dynamic tree's node budget may keep none of its deepest candidates:
+        # no walk is longer than the deepest node scored
+        expected, n_nodes, longest = (form["expected_accepted"], form["nodes"],
+                                      form["scored_depth"])
     if max(k for _, k in passes) > ctx.target.vocab:
         raise PolicyError(f"tree: a node cannot have more children than the "
                           f"{ctx.target.vocab} tokens of the vocabulary; lower tree or width")
-    return _steps(ctx, params, (model, layers, head), expected, n_nodes)
+    return _steps(ctx, params, (model, layers, head), expected, (n_nodes, longest))
 
 
-def _steps(ctx: PolicyContext, params: TreeParams, source: tuple, expected, n_nodes: int):
+def _steps(ctx: PolicyContext, params: TreeParams, source: tuple, expected, shape: tuple):
     (model, layers, head), passes = source, draft_passes(params)
-    b, n, depth = ctx.batch, ctx.target.n_layers, tree_depth(params)
+    (n_nodes, depth), b, n = shape, ctx.batch, ctx.target.n_layers
     done, steps, behind = 0.0, 0, 1
     while done < ctx.budget:
         context, fed = ctx.context(done / b), 0
@@ -249,7 +253,8 @@ def _steps(ctx: PolicyContext, params: TreeParams, source: tuple, expected, n_no
 Probability = Annotated[float, Field(ge=0, le=1)]
 
 
-def tree_law(alpha: Probability | None = None, alphas: tuple[float, ...] | None = None,
+def tree_law(alpha: Probability | None = None,
+             alphas: Annotated[tuple[float, ...], Field(min_length=1)] | float | None = None,
              tree: tuple[int, ...] | int | None = None, width: int | None = None,
              depth: int | None = None, nodes: int | None = None,
              rank_alphas: tuple[float, ...] | float | None = None,
@@ -267,11 +272,13 @@ def tree_law(alpha: Probability | None = None, alphas: tuple[float, ...] | None 
         params = parse_params("tree", given)
     except PolicyError as err:
         raise ValueError(str(err).replace("policy 'tree'", "law 'tree'", 1)) from None
-    if (alpha is None) == (alphas is None) and rank_alphas is None:
-        raise ValueError("law 'tree' needs the acceptance: give alpha (i.i.d.) or alphas "
-                         "(per depth), e.g. --set alpha=0.8")
     if alpha is not None and alphas is not None:
         raise ValueError("law 'tree' takes alpha or alphas, not both; keep one")
+    if alpha is None and alphas is None and rank_alphas is None:
+        raise ValueError("law 'tree' needs the acceptance: give alpha (i.i.d.) or alphas "
+                         "(per depth), e.g. --set alpha=0.8")
+    if isinstance(alphas, float):  # one depth's alpha: --set alphas=0.9
+        alphas = (alphas,)
     per_depth = [alpha if alpha is not None else 1.0] if alphas is None else list(alphas)
     if any(not 0 <= a <= 1 for a in per_depth):
         raise ValueError("law 'tree' parameter 'alphas': every alpha must lie in [0, 1]")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from analyses.api import SimConfig, _models, simulate
+from analyses.api import SimConfig, run_models, simulate
 from analyses.commands.compare import DEFAULTS, required_defaults
 from analyses.fit import Run, check_fit, tier_needs
 from hwprofiles import list_names, load_model, load_platform
@@ -65,7 +65,7 @@ def test_streaming_schedule_keeps_its_budget_resident():
 
 def test_precision_changes_weight_and_kv_bytes_not_flops():
     cfg = SimConfig(platform="h100-sxm-5x", target="llama-3.1-70b", weight_bits=4, kv_bits=8)
-    spec = _models(cfg)["target"]
+    spec = run_models(cfg)["target"]
     assert spec.weight_bytes == pytest.approx(L70.weight_bytes / 4)
     assert spec.kv_bytes_per_token_layer() == L70.kv_bytes_per_token_layer() / 2
     assert spec.layer_flops(5, 100) == L70.layer_flops(5, 100)

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from analyses.api import SimConfig, _models, simulate
+from analyses.api import SimConfig, run_models, simulate
 from analyses.fit import Piece, weight_bytes
 from hwprofiles import load_model, load_platform
 from simcore.costmodel import RooflineCost
@@ -95,7 +95,7 @@ def test_moe_target_simulates_and_expert_parallel_changes_only_collectives():
     ep = simulate(SimConfig(**base, expert_parallel=True), baseline=False).metrics
     assert tp["tokens"] == ep["tokens"] == 50
     assert tp["step_latency_s"] != ep["step_latency_s"]
-    models = _models(SimConfig(**base, expert_parallel=True))
+    models = run_models(SimConfig(**base, expert_parallel=True))
     assert models["target"].expert_parallel
 
 

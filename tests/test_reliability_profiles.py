@@ -414,7 +414,7 @@ def test_size_limit_is_checked_before_reading(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("argv,fragments", [
-    pytest.param(("profiles", "show", "nope"), ["unknown platform"], id="v20"),
+    pytest.param(("profiles", "show", "nope"), ["nope", "no shipped platform or model"], id="v20"),
     pytest.param(("profiles",), ["ACTION"], id="v21"),
     pytest.param(("profiles", "show", "/etc"), ["/etc", "directory"], id="v22-show-dir"),
     pytest.param(("profiles", "validate", "/etc"), ["/etc", "directory"], id="validate-etc"),

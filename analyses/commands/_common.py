@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from analyses.config import (MAX_BATCH, MAX_TOKENS, RunConfig, parse_placement, parse_sets,
-                             split_sets)
+from analyses.config import (MAX_BATCH, MAX_TOKENS, RUN_KEYS, RunConfig, parse_placement,
+                             parse_sets, split_sets)
 from policies import names
+
+# how each run option is written (RUN_KEYS describes them)
+RUN_EXAMPLES = {"contention": "contention=on", "prompt_tokens": "prompt_tokens=128",
+                "weight_bits": "weight_bits=4|8|16|32", "kv_bits": "kv_bits=4|8|16|32",
+                "memory_check": "memory_check=off", "expert_parallel": "expert_parallel=on",
+                "prefill_chunk": "prefill_chunk=512"}
 
 
 def add_run_arguments(p, *, tokens_default: int = 2000) -> None:
@@ -15,9 +21,11 @@ def add_run_arguments(p, *, tokens_default: int = 2000) -> None:
     p.add_argument("--policy", default="sd", help=f"schedule: {', '.join(names())} "
                    "(default: sd)")
     p.add_argument("--set", dest="sets", action="append", metavar="KEY=VALUE", default=[],
-                   help="policy parameter (gamma=5), acceptance model (alpha=0.8, "
-                        "alphas=0.9,0.8, histogram=0.2,0.3,0.5, trace=PATH) or run option "
-                        "(contention=on, prompt_tokens=128); repeat")
+                   help="policy parameter (gamma=5; --policy tree: tree=4,2,2,1, or "
+                        "width=4 depth=5 nodes=32, rank_alphas=0.6,0.2), acceptance model "
+                        "(alpha=0.8, alphas=0.9,0.8, histogram=0.2,0.3,0.5, trace=PATH) or "
+                        f"run option ({', '.join(RUN_EXAMPLES[k] for k in RUN_KEYS)}); "
+                        "repeat; an unknown key is refused with the policy's valid keys")
     p.add_argument("--acceptance", help="acceptance model kind (iid, positional, histogram, "
                    "trace); normally implied by the --set keys")
     p.add_argument("--tokens", type=int, default=tokens_default,

@@ -44,6 +44,7 @@ def register(sub) -> None:
 
 
 def _calibrate(args) -> int:
+    from analyses.calibrate import check_fit_terms
     from analyses.cli import emit_json
     from analyses.heldout import calibrate
     from analyses.outputs import check_outputs, profile_inputs, runs_inputs
@@ -56,10 +57,11 @@ def _calibrate(args) -> int:
     policies = tuple(p.strip() for p in args.fit_policies.split(",") if p.strip())
     if not policies:
         raise ValueError("--fit-policies is empty; name at least one, e.g. ar,sd")
+    fit_terms = tuple(t.strip() for t in args.fit_terms.split(",") if t.strip())
+    check_fit_terms(fit_terms)  # a misspelt term is refused before any run is read
     # the uncalibrated --profile is an input too: a calibration never replaces it
     check_outputs({"--output": args.output},
                   profile_inputs(profile=args.profile) + runs_inputs(args.runs))
-    fit_terms = tuple(t.strip() for t in args.fit_terms.split(",") if t.strip())
     summary = calibrate(args.runs, args.profile, args.output, fit_policies=policies,
                         fit_terms=fit_terms)
     if args.json:

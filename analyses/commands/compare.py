@@ -28,7 +28,9 @@ def register(sub) -> None:
     p.add_argument("--policies", help="comma-separated schedules (default: every "
                    "registered one; those that do not apply are skipped with a note)")
     p.add_argument("--sweep", action="append", default=[], metavar="KEY=RANGE",
-                   help="swept setting: gamma=2..6, alpha=0.6..0.9:0.1 or gamma=2,4,8; "
+                   help="swept setting: gamma=2..6, alpha=0.6..0.9:0.1 or gamma=2,4,8 "
+                        "(prompt_tokens=128,1024,8192 adds time to first token per "
+                        "policy; list values apart with ';': tree='4,2,2,1;3,3,1'); "
                         f"repeat for a grid (default {DEFAULT_SWEEP} when a policy takes "
                         "gamma and no --set gamma is given)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",

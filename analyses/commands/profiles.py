@@ -46,7 +46,14 @@ def _show(args) -> int:
     except ProfileError as platform_error:
         try:
             obj = load_model(args.name)
-        except ProfileError:
+        except ProfileError as model_error:
+            if str(platform_error).startswith("unknown platform") and str(
+                    model_error).startswith("unknown model"):
+                # a name of neither kind (e.g. a Hugging Face id no profile has)
+                raise ProfileError(
+                    f"'{printable(args.name)}' names no shipped platform or model; see "
+                    "'hetspec profiles list' (models also go by their Hugging Face "
+                    "ids, e.g. Qwen/Qwen3-32B) or give a path to a YAML file") from None
             raise platform_error from None
     data = obj.model_dump(mode="json", exclude={"sources"})
     if hasattr(obj, "layer_bytes"):

@@ -82,6 +82,22 @@ def split_placement(text: str | None) -> tuple[str, dict[str, str]]:
     return ",".join(rest), physical
 
 
+# Run options only the simulator models: the executor runs the checkpoint at its
+# own precision and sharding, and prefills the prompt in one pass; a measured run
+# recording them would claim what it did not measure.
+SIMULATED_ONLY = ("weight_bits", "kv_bits", "prefill_chunk", "expert_parallel")
+
+
+def _measurable(config) -> None:
+    for key in SIMULATED_ONLY:
+        value = getattr(config, key)
+        if value not in (None, False):
+            raise ValueError(f"--set {key} is a simulated what-if that hetspec run cannot "
+                             "measure (it runs the checkpoint at its own precision, one "
+                             "prefill pass, no expert sharding); drop it, or use hetspec "
+                             "simulate")
+
+
 def _run(args) -> int:
     from analyses.cli import emit_json
     from executors.measure import default_run_dir, measure
@@ -93,6 +109,7 @@ def _run(args) -> int:
         raise ValueError("--max-new-tokens must be at least 1")
     args.placement, physical = split_placement(args.placement)
     config = config_from_args(args, tokens=max_new)
+    _measurable(config)
     options = Options(max_new_tokens=max_new, threads=args.threads,
                       temperature=args.temperature,
                       mode="inline" if args.inline else "processes", physical=physical)

@@ -1,0 +1,239 @@
+"""The model spec: a decoder-only transformer's shape, its precision and its
+mixture of experts; per-layer parameters, bytes and FLOPs derive from it.
+
+Like every profile object it is frozen, forbids unknown fields and needs a
+source for each number a file sets (``hwprofiles.sourced``). Sizes lie inside
+ranges that published models stay far within: a value beyond them is a typo.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from hwprofiles.sourced import Sourced
+
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
+Dtype = Literal["fp32", "fp16", "bf16", "fp8", "int8", "int4"]
+BITS = (4, 8, 16, 32)  # storage widths of weights and KV cache (--set weight_bits=)
+Bits = Literal[4, 8, 16, 32]
+
+# Ranges of a model's sizes.
+MAX_LAYERS = 1000  # the deepest published decoders have a few hundred layers
+MAX_WIDTH = 1_000_000  # hidden and head sizes; published models stay below 1e5
+MAX_FFN = 10_000_000
+MAX_HEADS = 100_000
+MAX_VOCAB = 100_000_000  # the largest vocabularies hold about a million tokens
+MAX_EXPERTS = 100_000  # published mixtures of experts route among a few hundred
+
+
+class ModelSpec(Sourced):
+    """A decoder-only transformer's shape; per-layer bytes and FLOPs derive from it.
+
+    Mixture of experts (``n_experts`` set): each layer's MLP is ``n_experts``
+    routed experts of width ``expert_ffn`` (a router picks ``n_active_experts``
+    per token) plus ``n_shared_experts`` every token uses (width
+    ``shared_expert_ffn``, default ``expert_ffn``). FLOPs count the active
+    experts; the weight bytes a pass reads count the distinct experts its rows
+    touch (``layer_weight_bytes_read``).
+
+    Precision: ``weight_bits`` and ``kv_bits`` (None: the width of ``dtype``)
+    set the bytes of stored weights and KV cache; compute stays in ``dtype``, so
+    FLOPs and peak FLOP/s do not change (``with_precision``).
+    """
+
+    name: str
+    n_layers: int = Field(gt=0, le=MAX_LAYERS)
+    hidden: int = Field(gt=0, le=MAX_WIDTH)
+    ffn: int = Field(gt=0, le=MAX_FFN)
+    n_heads: int = Field(gt=0, le=MAX_HEADS)
+    n_kv_heads: int = Field(gt=0, le=MAX_HEADS)
+    head_dim: int | None = Field(default=None, gt=0, le=MAX_WIDTH)
+    vocab: int = Field(gt=0, le=MAX_VOCAB)
+    dtype: Dtype = "bf16"
+    gated_mlp: bool = True
+    tied_embeddings: bool = False
+    hf_architecture: str = "LlamaForCausalLM"
+    # Hugging Face ids that name this model (``--target Qwen/Qwen3-32B``)
+    hf_ids: tuple[str, ...] = ()
+    n_experts: int | None = Field(default=None, ge=2, le=MAX_EXPERTS)
+    n_active_experts: int | None = Field(default=None, ge=1, le=MAX_EXPERTS)
+    expert_ffn: int | None = Field(default=None, gt=0, le=MAX_FFN)
+    n_shared_experts: int = Field(default=0, ge=0, le=MAX_EXPERTS)
+    shared_expert_ffn: int | None = Field(default=None, gt=0, le=MAX_FFN)
+    weight_bits: Bits | None = None
+    kv_bits: Bits | None = None
+    # set per run (``--set expert_parallel=on``): the routed experts are sharded
+    # whole over a group's members instead of tensor-parallel (simcore.moe)
+    expert_parallel: bool = False
+
+    @model_validator(mode="after")
+    def _heads_divide(self):
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_heads ({self.n_heads}) must be a multiple of "
+                             f"n_kv_heads ({self.n_kv_heads})")
+        if self.head_dim is None and self.hidden % self.n_heads:
+            # without head_dim each head is hidden / n_heads wide (as transformers
+            # derives it); a remainder would be dropped from every attention cost
+            raise ValueError(f"hidden ({self.hidden}) is not a multiple of n_heads "
+                             f"({self.n_heads}); give head_dim, the width of one head")
+        return self
+
+    @model_validator(mode="after")
+    def _experts_complete(self):
+        moe = {"n_experts": self.n_experts, "n_active_experts": self.n_active_experts,
+               "expert_ffn": self.expert_ffn}
+        given = [k for k, v in moe.items() if v is not None]
+        if given and len(given) < len(moe):
+            missing = sorted(set(moe) - set(given))[0]
+            raise ValueError(f"a mixture-of-experts model sets n_experts, "
+                             f"n_active_experts and expert_ffn together; add {missing}")
+        if given and self.n_active_experts > self.n_experts:
+            raise ValueError(f"n_active_experts ({self.n_active_experts}) exceeds "
+                             f"n_experts ({self.n_experts}); a token picks among them")
+        if not given and (self.n_shared_experts or self.expert_parallel):
+            raise ValueError("n_shared_experts and expert_parallel need a mixture-of-"
+                             "experts model; set n_experts, n_active_experts and expert_ffn")
+        return self
+
+    # widths ---------------------------------------------------------------
+    @property
+    def dim_per_head(self) -> int:
+        return self.head_dim or self.hidden // self.n_heads
+
+    @property
+    def dtype_bytes(self) -> float:
+        """Bytes of one activation element (compute precision)."""
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def weight_elem_bytes(self) -> float:
+        return self.weight_bits / 8 if self.weight_bits else DTYPE_BYTES[self.dtype]
+
+    @property
+    def kv_elem_bytes(self) -> float:
+        return self.kv_bits / 8 if self.kv_bits else DTYPE_BYTES[self.dtype]
+
+    def with_precision(self, weight_bits: int | None = None,
+                       kv_bits: int | None = None) -> "ModelSpec":
+        """This model with weights and/or KV cache stored at other widths."""
+        update = {k: v for k, v in (("weight_bits", weight_bits), ("kv_bits", kv_bits))
+                  if v is not None}
+        for key, bits in update.items():
+            if bits not in BITS:
+                raise ValueError(f"{key} is {bits}; choose one of "
+                                 f"{', '.join(map(str, BITS))}")
+        return self.model_copy(update=update) if update else self
+
+    @property
+    def cost_key(self) -> tuple:
+        """What tells this model's costs from another's of the same name: a run's
+        precision and expert sharding (a cost cache keys on it)."""
+        return (self.name, self.weight_bits, self.kv_bits, self.expert_parallel)
+
+    # parameters -----------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        return self.n_experts is not None
+
+    @property
+    def mlp_width(self) -> int:
+        return 3 if self.gated_mlp else 2
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of one routed expert (0 for a dense model)."""
+        return self.mlp_width * self.hidden * self.expert_ffn if self.is_moe else 0
+
+    @property
+    def attention_params(self) -> int:
+        hd = self.dim_per_head
+        return self.hidden * self.n_heads * hd * 2 + self.hidden * self.n_kv_heads * hd * 2
+
+    @property
+    def layer_fixed_params(self) -> int:
+        """Parameters of one layer every token uses: attention, two norms, and the
+        dense MLP, or the router and the shared experts."""
+        if not self.is_moe:
+            mlp = self.mlp_width * self.hidden * self.ffn
+        else:
+            shared_ffn = self.shared_expert_ffn or self.expert_ffn
+            mlp = (self.hidden * self.n_experts
+                   + self.n_shared_experts * self.mlp_width * self.hidden * shared_ffn)
+        return self.attention_params + mlp + 2 * self.hidden
+
+    @property
+    def layer_params(self) -> int:
+        """Parameters of one decoder layer (attention, MLP or every expert, norms)."""
+        routed = self.n_experts * self.expert_params if self.is_moe else 0
+        return self.layer_fixed_params + routed
+
+    @property
+    def layer_active_params(self) -> int:
+        """Parameters one token computes with in a layer (its active experts)."""
+        routed = self.n_active_experts * self.expert_params if self.is_moe else 0
+        return self.layer_fixed_params + routed
+
+    @property
+    def head_params(self) -> int:
+        """Final norm plus LM head."""
+        return self.hidden * self.vocab + self.hidden
+
+    @property
+    def embed_params(self) -> int:
+        """The input embedding, stored once with the LM head when they are tied."""
+        return 0 if self.tied_embeddings else self.hidden * self.vocab
+
+    @property
+    def total_params(self) -> int:
+        return self.n_layers * self.layer_params + self.head_params + self.embed_params
+
+    # bytes ----------------------------------------------------------------
+    @property
+    def layer_bytes(self) -> float:
+        """Bytes one layer keeps in memory (every expert)."""
+        return self.layer_params * self.weight_elem_bytes
+
+    @property
+    def head_bytes(self) -> float:
+        return self.head_params * self.weight_elem_bytes
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.total_params * self.weight_elem_bytes
+
+    def expected_experts(self, rows: int) -> float:
+        """Expected distinct routed experts ``rows`` tokens touch, each picking k of
+        E uniformly: E (1 - (1 - k/E)^rows)."""
+        if not self.is_moe:
+            return 0.0
+        e, k = self.n_experts, self.n_active_experts
+        return e * (1.0 - (1.0 - k / e) ** max(rows, 0))
+
+    def layer_weight_bytes_read(self, rows: int) -> float:
+        """Weight bytes one pass of ``rows`` token positions reads in a layer: the
+        whole layer for a dense model; for a mixture of experts the shared part
+        plus the distinct experts the rows are routed to."""
+        if not self.is_moe:
+            return self.layer_bytes
+        params = self.layer_fixed_params + self.expected_experts(rows) * self.expert_params
+        return params * self.weight_elem_bytes
+
+    def kv_bytes_per_token_layer(self) -> float:
+        return 2 * self.n_kv_heads * self.dim_per_head * self.kv_elem_bytes
+
+    # FLOPs ----------------------------------------------------------------
+    def layer_flops(self, n_tokens: int, context: int) -> float:
+        """FLOPs of one layer over n_tokens new positions after ``context`` cached
+        ones, under a causal mask: the i-th new position (1-based) attends to
+        context + i positions, so a pass scores n*context + n(n+1)/2 pairs (a
+        prompt of P positions costs P(P+1)/2, not P^2, and chunking it costs the
+        same pairs as one pass)."""
+        dense = 2 * (self.layer_active_params - 2 * self.hidden) * n_tokens
+        pairs = n_tokens * context + n_tokens * (n_tokens + 1) / 2
+        attn = 4 * self.n_heads * self.dim_per_head * pairs
+        return dense + attn
+
+    def head_flops(self, n_tokens: int) -> float:
+        return 2 * self.hidden * self.vocab * n_tokens
