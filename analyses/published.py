@@ -21,7 +21,7 @@ row is sensitive to is not fitted at all and says so.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field as dc_field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,11 +32,13 @@ from scipy.optimize import least_squares
 
 from analyses.config import RunConfig
 from analyses.costfit import BOUNDS
+from analyses.unknowns import Unknown, check_row, check_rows, row_unknowns, substitute, unknowns_of
 from hwprofiles import Platform
 from hwprofiles.numbers import StrictModel
 
 MAX_PUBLISHED_BYTES = 1_000_000  # a few hundred rows are ~100 KB
 PRIOR_WEIGHT = 1e-3  # log-units residual per log-unit a knob moves from its start
+UNKNOWN_STEP = 0.01  # relative difference step of a fitted unknown's transform
 SENSITIVE = 1e-6  # relative change in a row's tokens/s that counts as sensitive
 DEFAULT_FIELDS = ("memory_efficiency", "launch_overhead_s", "alpha_s")
 FIELD_KINDS = {"memory_efficiency": "tier", "compute_efficiency": "device",
@@ -69,7 +71,8 @@ class Measurement(StrictModel):
     placement: dict[str, str] = Field(default_factory=dict)
     tokens_per_s: float = Field(gt=0, le=1e9)
     split: Literal["fit", "held_out"]
-    ranking: str | None = None  # rows measured with one setup, compared by order
+    # rows measured with one setup, compared by order; a row may join several groups
+    ranking: str | tuple[str, ...] | None = None
     source: str = Field(min_length=1)
     url: str | None = None
     notes: str = ""
@@ -79,12 +82,29 @@ class Measurement(StrictModel):
         if self.policy != "ar" and "acceptance" not in self.model_fields_set:
             raise ValueError(f"row {self.id}: a {self.policy} row needs the acceptance "
                              "its source measured (alpha or a histogram of accepted "
-                             "lengths); add an acceptance mapping")
+                             "lengths, or {fit: KEY} to fit it); add an acceptance mapping")
+        check_row(self.id, self.acceptance, self.params)
         return self
 
-    def config(self) -> RunConfig:
+    @property
+    def rankings(self) -> tuple[str, ...]:
+        if self.ranking is None:
+            return ()
+        return (self.ranking,) if isinstance(self.ranking, str) else tuple(self.ranking)
+
+    @property
+    def unknowns(self) -> list[Unknown]:
+        return row_unknowns(self.acceptance, self.params)
+
+    def config(self, values: dict[str, float] | None = None) -> RunConfig:
+        """The run this row describes, its fitted unknowns set from ``values``."""
+        missing = [u.key for u in self.unknowns if u.key not in (values or {})]
+        if missing:
+            raise ValueError(f"row {self.id} needs fitted values for {', '.join(missing)}; "
+                             "fit them first (analyses.published.fit_unknowns)")
+        acceptance, params = substitute(self.acceptance, self.params, values or {})
         return RunConfig(platform=self.platform, target=self.target, draft=self.draft,
-                         policy=self.policy, params=self.params, acceptance=self.acceptance,
+                         policy=self.policy, params=params, acceptance=acceptance,
                          tokens=self.tokens, batch=self.batch,
                          prompt_tokens=self.prompt_tokens, deterministic=True,
                          placement=self.placement)
@@ -100,6 +120,7 @@ class PublishedSet(StrictModel):
             if row.id in seen:
                 raise ValueError(f"row id '{row.id}' appears twice; give each row its own id")
             seen.add(row.id)
+        check_rows(self.measurements)
         return self
 
 
@@ -147,11 +168,12 @@ def rows_for(rows, platform_name: str) -> list[Measurement]:
     return mine
 
 
-def simulate_row(row: Measurement, platform: Platform) -> float:
-    """Simulated tokens/s of one row on ``platform`` (deterministic)."""
+def simulate_row(row: Measurement, platform: Platform, values=None) -> float:
+    """Simulated tokens/s of one row on ``platform`` (deterministic), its fitted
+    unknowns (acceptance, SSD's r) taken from ``values`` (key -> value)."""
     from analyses.api import run_schedule
 
-    result = run_schedule(row.config(), record_spans=False, platform=platform)
+    result = run_schedule(row.config(values), record_spans=False, platform=platform)
     return result.tokens / result.time_s
 
 
@@ -245,17 +267,23 @@ def scaled(platform: Platform, knobs: list[Knob], x) -> Platform:
         "groups": tuple(update(g, "group") for g in platform.groups)})
 
 
+def start_values(unknowns: list[Unknown]) -> dict[str, float]:
+    return {u.key: u.value(u.z_start()) for u in unknowns}
+
+
 def sensitive_knobs(platform: Platform, knobs: list[Knob], rows) -> list[Knob]:
     """The knobs some row's simulated speed changes with (10% nudge down from the
-    start; up where the start is the lower bound)."""
+    start; up where the start is the lower bound), unknowns at their starts."""
+    values = start_values(unknowns_of(rows))
     start = scaled(platform, knobs, np.zeros(len(knobs)))
-    base = [simulate_row(r, start) for r in rows]
+    base = [simulate_row(r, start, values) for r in rows]
     keep = []
     for k, knob in enumerate(knobs):
         x = np.zeros(len(knobs))
         x[k] = -math.log(1.1) if _log_bounds(platform, knob)[0] < -0.1 else math.log(1.1)
         nudged = scaled(platform, knobs, x)
-        if any(abs(simulate_row(r, nudged) / b - 1) > SENSITIVE for r, b in zip(rows, base)):
+        if any(abs(simulate_row(r, nudged, values) / b - 1) > SENSITIVE
+               for r, b in zip(rows, base)):
             keep.append(knob)
     return keep
 
@@ -267,54 +295,93 @@ class PublishedFit:
     fixed: list[Knob]  # knobs no fitted row is sensitive to (kept)
     platform: Platform
     success: bool
+    values: dict[str, float] = dc_field(default_factory=dict)  # fitted unknowns by key
+    unknowns: list[Unknown] = dc_field(default_factory=list)
+
+
+def _solve(platform: Platform, knobs: list[Knob], unknowns: list[Unknown], rows):
+    """Least squares on log(simulated / published) over the knobs' log factors and
+    the unknowns' transformed values, each pulled weakly toward its start."""
+    published = np.log([r.tokens_per_s for r in rows])
+    bounds = np.array([_log_bounds(platform, k) for k in knobs]
+                      + [u.z_bounds() for u in unknowns]).reshape(-1, 2).T
+    z0 = np.array([0.0] * len(knobs) + [u.z_start() for u in unknowns])
+
+    def split(x):
+        values = {u.key: u.value(z) for u, z in zip(unknowns, x[len(knobs):])}
+        return scaled(platform, knobs, x[:len(knobs)]), values
+
+    def residuals(x):
+        trial, values = split(x)
+        sim = np.log([simulate_row(r, trial, values) for r in rows])
+        return np.concatenate([sim - published, PRIOR_WEIGHT * (x - z0)])
+
+    # a start on a bound stalls trf (its scaling by the distance to the bounds)
+    x0 = np.clip(z0, bounds[0] + 0.05, bounds[1] - 0.05)
+    # an unknown moves outcomes a deterministic run decides by whole rounds (SSD's
+    # hits), flat at 1e-6: its difference step (~0.1 in logit or log) spans a few rounds
+    steps = np.array([1e-6] * len(knobs) + [UNKNOWN_STEP] * len(unknowns))
+    sol = least_squares(residuals, x0, bounds=(bounds[0], bounds[1]), method="trf",
+                        diff_step=steps, ftol=1e-12, xtol=1e-12, gtol=1e-12)
+    fitted, values = split(sol.x)
+    return sol.x[:len(knobs)], fitted, values, bool(sol.success)
 
 
 def fit_rows(platform: Platform, rows, fields=DEFAULT_FIELDS) -> PublishedFit:
-    """Least-squares fit of the knobs on ``fields`` to the rows (all of them fitted)."""
+    """Least-squares fit of the knobs on ``fields`` and of the rows' unknowns
+    (fitted acceptances, SSD exponents) to the rows (all of them fitted)."""
     all_knobs = knobs_of(platform, fields)
     knobs = sensitive_knobs(platform, all_knobs, rows)
     fixed = [k for k in all_knobs if k not in knobs]
     if not knobs:
         raise ValueError("no fitted row's speed depends on the fields to fit; fit other "
                          "fields with --fit-fields")
-    published = np.log([r.tokens_per_s for r in rows])
-    bounds = np.array([_log_bounds(platform, k) for k in knobs]).T
-
-    def residuals(x):
-        trial = scaled(platform, knobs, x)
-        sim = np.log([simulate_row(r, trial) for r in rows])
-        return np.concatenate([sim - published, PRIOR_WEIGHT * x])
-
-    # a start on a bound stalls trf (its scaling by the distance to the bounds)
-    x0 = np.clip(np.zeros(len(knobs)), bounds[0] + 0.05, bounds[1] - 0.05)
-    sol = least_squares(residuals, x0, bounds=(bounds[0], bounds[1]), method="trf",
-                        diff_step=1e-6, ftol=1e-12, xtol=1e-12, gtol=1e-12)
-    return PublishedFit(knobs, sol.x, fixed, scaled(platform, knobs, sol.x),
-                        bool(sol.success))
+    unknowns = unknowns_of(rows)
+    x, fitted, values, ok = _solve(platform, knobs, unknowns, rows)
+    return PublishedFit(knobs, x, fixed, fitted, ok, values, unknowns)
 
 
-def ranking_flips(rows, simulated: dict[str, float]) -> list[tuple[str, str]]:
-    """Pairs of rows with one ranking key, at least one held out, whose simulated
-    order differs from the published order."""
-    flips = []
+def fit_unknowns(platform: Platform, rows) -> dict[str, float]:
+    """The rows' unknowns fitted on their ``split: fit`` rows with ``platform``
+    as it is (no knob moves): what a shipped profile predicts for the rest."""
+    fitting = [r for r in rows if r.split == "fit" and r.unknowns]
+    unknowns = unknowns_of(fitting)
+    if not unknowns:
+        return {}
+    return _solve(platform, [], unknowns, fitting)[2]
+
+
+def _order_pairs(rows):
+    """Pairs of rows sharing a ranking key, at least one held out."""
     for i, a in enumerate(rows):
         for b in rows[i + 1:]:
-            if a.ranking is None or a.ranking != b.ranking:
+            if not set(a.rankings) & set(b.rankings):
                 continue
             if a.split == "fit" and b.split == "fit":
                 continue
-            published = a.tokens_per_s - b.tokens_per_s
-            sim = simulated[a.id] - simulated[b.id]
-            if published * sim < 0:
-                flips.append((a.id, b.id))
+            yield a, b
+
+
+def ranking_flips(rows, simulated: dict[str, float]) -> list[tuple[str, str]]:
+    """Pairs of rows with a ranking key in common, at least one held out, whose
+    simulated order differs from the published order."""
+    flips = []
+    for a, b in _order_pairs(rows):
+        published = a.tokens_per_s - b.tokens_per_s
+        sim = simulated[a.id] - simulated[b.id]
+        if published * sim < 0:
+            flips.append((a.id, b.id))
     return flips
 
 
-def evaluate(platform: Platform, before: Platform, rows) -> list[dict]:
-    """Per row: published, simulated before and after, relative errors."""
+def evaluate(platform: Platform, before: Platform, rows, values=None,
+             before_values=None) -> list[dict]:
+    """Per row: published, simulated before and after, relative errors; unknowns
+    from ``values`` after and ``before_values`` before."""
     table = []
     for r in rows:
-        pre, post = simulate_row(r, before), simulate_row(r, platform)
+        pre = simulate_row(r, before, before_values)
+        post = simulate_row(r, platform, values)
         table.append({"id": r.id, "split": r.split, "target": r.target, "policy": r.policy,
                       "published_tokens_per_s": r.tokens_per_s,
                       "before_tokens_per_s": pre, "after_tokens_per_s": post,

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from analyses.published import (DEFAULT_FIELDS, Knob, PublishedFit, median_abs_error, objects_of,
-                                evaluate, fit_rows, load_published, ranking_flips,
-                                rows_for)
+                                evaluate, fit_rows, fit_unknowns, load_published,
+                                ranking_flips, rows_for)
 from hwprofiles import Platform, load_platform
 
 
@@ -62,6 +62,9 @@ def _header(path, original: Platform, result: PublishedFit, table, flips) -> str
                      f"{_shown(change['after'])}")
     for knob in result.fixed:
         lines.append(f"  {knob.label}: kept (no fitted row depends on it)")
+    for u in result.unknowns:
+        lines.append(f"  fitted {u.label}: {result.values[u.key]:.4g} (a row's unknown, "
+                     "not a profile field)")
     for t in table:
         lines.append(f"  {t['id']} ({t['split']}): published {t['published_tokens_per_s']:.4g}"
                      f" tok/s, simulated {t['before_tokens_per_s']:.4g} -> "
@@ -81,7 +84,8 @@ def calibrate_published(path, profile: str, output, *, fields=DEFAULT_FIELDS) ->
     rows = rows_for(load_published(path), platform.name)
     fitting = [r for r in rows if r.split == "fit"]
     result = fit_rows(platform, fitting, fields)
-    table = evaluate(result.platform, platform, rows)
+    table = evaluate(result.platform, platform, rows, result.values,
+                     fit_unknowns(platform, rows))
     after = {t["id"]: t["after_tokens_per_s"] for t in table}
     flips = ranking_flips(rows, after)
     held = median_abs_error(table, "held_out")
@@ -100,6 +104,7 @@ def calibrate_published(path, profile: str, output, *, fields=DEFAULT_FIELDS) ->
             "parameters": {k.label: _change(platform, result.platform, k)
                            for k in result.knobs},
             "kept": [k.label for k in result.fixed], "rows": table,
+            "unknowns": {u.label: result.values[u.key] for u in result.unknowns},
             "median_abs_error_fit": median_abs_error(table, "fit"),
             "median_abs_error_held_out": held,
             "ranking_flips": [list(f) for f in flips]}

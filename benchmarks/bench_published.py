@@ -6,7 +6,10 @@ its shipped platform profile with the row's models, schedule and settings; the
 table gives published and simulated tokens/s and the error, marks the rows the
 profile was not fitted on (held out), and lists, per platform, the largest
 held-out error and any pair of rows whose simulated order contradicts the
-published one. Platforms without rows are listed as such.
+published one. Platforms without rows are listed as such. A row's unknowns
+(``{fit: KEY}``: an acceptance or SSD's exponent r its source does not print)
+are fitted on the platform's fitted rows with the shipped profile as it is, and
+listed; the held-out rows then judge them with the profile.
 
     python benchmarks/bench_published.py [--markdown]
 """
@@ -15,7 +18,8 @@ from __future__ import annotations
 
 import argparse
 
-from analyses.published import load_published, ranking_flips, shipped_file, simulate_row
+from analyses.published import (fit_unknowns, load_published, ranking_flips, shipped_file,
+                                simulate_row)
 from hwprofiles import load_platform
 from hwprofiles.loader import list_names
 
@@ -36,7 +40,8 @@ def table(markdown: bool) -> list[str]:
             summary.append(f"{name}: no published rows")
             continue
         platform = load_platform(name)
-        simulated = {r.id: simulate_row(r, platform) for r in mine}
+        values = fit_unknowns(platform, mine)
+        simulated = {r.id: simulate_row(r, platform, values) for r in mine}
         held = []
         for r in mine:
             err = simulated[r.id] / r.tokens_per_s - 1
@@ -54,6 +59,7 @@ def table(markdown: bool) -> list[str]:
         summary.append(f"{name}: {len(mine)} rows, largest held-out |error| {worst}, "
                        f"ranking flips: " + (", ".join(f"{a} vs {b}" for a, b in flips)
                                              or "none"))
+        summary += [f"{name}: fitted {key} = {value:.4g}" for key, value in values.items()]
     return out + [""] + summary
 
 

@@ -101,6 +101,8 @@ def _calibrate_published(args) -> int:
         print(f"  {label:48s} {before} -> {p['after']:.4g}")
     for label in summary["kept"]:
         print(f"  {label:48s} kept (no fitted row depends on it)")
+    for label, value in summary["unknowns"].items():
+        print(f"  {'fitted ' + label:48s} {value:.4g}")
     print(f"  {'row':36s} {'split':8s} {'published':>9s} {'before':>8s} {'after':>8s} "
           f"{'error':>7s}")
     for t in summary["rows"]:
