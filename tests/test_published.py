@@ -9,8 +9,9 @@ import yaml
 from analyses.cli import main
 from analyses.heldout import profile_text
 from analyses.publishedcal import calibrate_published
-from analyses.published import (Knob, knobs_of, load_published,
-                                ranking_flips, scaled, shipped_file, simulate_row)
+from analyses.published import (Knob, Measurement, fit_rows, fit_unknowns, knobs_of,
+                                load_published, ranking_flips, scaled, shipped_file,
+                                simulate_row)
 from hwprofiles import load_platform
 
 TRUTH = {"memory_efficiency": 0.72, "launch_overhead_s": 30e-6, "alpha_s": 1.6}
@@ -108,12 +109,76 @@ def test_ranking_flip_detected_only_with_a_held_out_row():
 
 
 def test_shipped_rows_load_and_simulate():
-    rows = load_published(shipped_file())
+    rows = load_published(shipped_file())  # validates: every key has a fitted row
     assert len(rows) >= 9
+    speculative = [r for r in rows if r.policy != "ar"]
+    assert {r.policy for r in speculative} == {"sd", "ssd"}
+    assert all(r.unknowns for r in speculative)
+    assert any(r.split == "held_out" for r in speculative)
     for platform in {r.platform for r in rows}:
         plat = load_platform(platform)
-        for r in (r for r in rows if r.platform == platform):
-            assert r.source and simulate_row(r, plat) > 0
+        mine = [r for r in rows if r.platform == platform]
+        values = fit_unknowns(plat, mine)
+        assert {u.key for r in mine for u in r.unknowns} == set(values)
+        for r in mine:
+            assert r.source and simulate_row(r, plat, values) > 0
+
+
+def _spec_row(i, gamma, split, tps=1.0, acceptance=None):
+    return Measurement(id=f"sd-{i}", platform="h100-sxm-5x", hardware="synthetic",
+                       target="qwen3-32b", draft="qwen3-0.6b", policy="sd",
+                       params={"gamma": gamma}, placement={"target": "target_tp",
+                                                           "draft": "gpu0"},
+                       acceptance=acceptance or {"fit": "pair"}, prompt_tokens=16,
+                       tokens=128, tokens_per_s=tps, split=split, ranking="syn",
+                       source="simulated from a known alpha")
+
+
+def _known(rows, platform, alpha):
+    return [r.model_copy(update={"tokens_per_s": simulate_row(r, platform, {"pair": alpha})})
+            for r in rows]
+
+
+def test_fitted_acceptance_recovered_from_rows_of_known_alpha():
+    """SD rows simulated with alpha 0.62: fitting their shared key on the gamma 2
+    and 6 rows recovers 0.62, and the held-out gamma 3 and 5 rows land on their
+    published speeds."""
+    platform = load_platform("h100-sxm-5x")
+    rows = _known([_spec_row(i, g, s) for i, (g, s) in enumerate(
+        [(2, "fit"), (3, "held_out"), (5, "held_out"), (6, "fit")])], platform, 0.62)
+    values = fit_unknowns(platform, rows)
+    assert values["pair"] == pytest.approx(0.62, abs=0.005)
+    for r in rows:
+        assert simulate_row(r, platform, values) / r.tokens_per_s - 1 == pytest.approx(
+            0, abs=0.01), r.id
+
+
+def test_fitted_acceptance_and_profile_knob_recovered_jointly():
+    """AR rows fix the memory efficiency, SD rows the acceptance: fitted together
+    from a start 25% off, both come back."""
+    base = load_platform("h100-sxm-5x")
+    truth = base.model_copy(update={"memory_tiers": tuple(
+        t.model_copy(update={"memory_efficiency": 0.7}) for t in base.memory_tiers)})
+    ar = Measurement(id="ar", platform="h100-sxm-5x", hardware="synthetic",
+                     target="qwen3-32b", prompt_tokens=16, tokens=128, tokens_per_s=1.0,
+                     split="fit", source="synthetic")
+    rows = _known([ar, _spec_row(1, 3, "fit"), _spec_row(2, 6, "fit")], truth, 0.55)
+    start = base.model_copy(update={"memory_tiers": tuple(
+        t.model_copy(update={"memory_efficiency": 0.875}) for t in base.memory_tiers)})
+    result = fit_rows(start, rows, fields=("memory_efficiency",))
+    assert result.platform.tier("hbm0").memory_efficiency == pytest.approx(0.7, rel=0.01)
+    assert result.values["pair"] == pytest.approx(0.55, abs=0.01)
+    assert [u.label for u in result.unknowns] == ["alpha pair"]
+
+
+def test_ranking_groups_may_be_several():
+    def row(i, tps, split, ranking):
+        return Measurement(id=f"r{i}", platform="p", hardware="h", target="t",
+                           tokens_per_s=tps, split=split, ranking=ranking, source="s")
+
+    rows = [row(0, 10.0, "fit", ["a", "b"]), row(1, 20.0, "held_out", "a"),
+            row(2, 5.0, "held_out", "c")]
+    assert ranking_flips(rows, {"r0": 30.0, "r1": 20.0, "r2": 40.0}) == [("r0", "r1")]
 
 
 @pytest.mark.parametrize("text, words", [
@@ -128,6 +193,19 @@ def test_shipped_rows_load_and_simulate():
      "split: fit, source: s}\n  - {id: a, platform: p, hardware: h, target: t, "
      "tokens_per_s: 2, split: fit, source: s}", "appears twice"),
     ("measurements: [", "not valid YAML"),
+    ("measurements:\n  - {id: a, platform: p, hardware: h, target: t, tokens_per_s: 1, "
+     "split: fit, source: s}\n  - {id: b, platform: p, hardware: h, target: t, "
+     "draft: d, policy: sd, acceptance: {fit: k}, tokens_per_s: 2, split: held_out, "
+     "source: s}", "no fitted row fixes it"),
+    ("measurements:\n  - {id: a, platform: p, hardware: h, target: t, tokens_per_s: 1, "
+     "split: fit, source: s, policy: sd, acceptance: {fit: k, alpha: 0.5}}",
+     "takes no other field"),
+    ("measurements:\n  - {id: a, platform: p, hardware: h, target: t, tokens_per_s: 1, "
+     "split: fit, source: s, policy: sd, acceptance: {fit: k}, params: {gamma: {fit: g}}}",
+     "params.gamma cannot be fitted"),
+    ("measurements:\n  - {id: a, platform: p, hardware: h, target: t, tokens_per_s: 1, "
+     "split: fit, source: s, policy: ssd, acceptance: {fit: k}, params: {r: {fit: k}}}",
+     "names both alpha and r"),
 ])
 def test_bad_files_refused_in_one_sentence(tmp_path, capsys, text, words):
     bad = tmp_path / "bad.yaml"
