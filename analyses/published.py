@@ -15,7 +15,10 @@ object it ties together (all HBM tiers of one spec, all devices of one kind,
 all collective groups), so eight identical GPUs get one efficiency. A small
 pull toward the starting values (``PRIOR_WEIGHT``, in log units) keeps a knob
 the fitted rows cannot tell apart from another where it was; a knob no fitted
-row is sensitive to is not fitted at all and says so.
+row is sensitive to is not fitted at all and says so. A row's unknowns
+(``{fit: KEY}`` where its source prints no acceptance or SSD exponent,
+``analyses.unknowns``) are fitted with the knobs; ``fit_unknowns`` fits them
+alone, with a profile as it is, for a table of what that profile predicts.
 """
 
 from __future__ import annotations
