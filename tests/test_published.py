@@ -271,3 +271,49 @@ def test_fit_recovers_a_size_dependent_bandwidth_term_that_starts_off(tmp_path):
     assert fitted.tier("hbm2").memory_efficiency == pytest.approx(0.8, rel=0.01)
     assert summary["median_abs_error_held_out"] < 1e-3
     assert "was 0" in fitted.device("gpu0").sources["memory_half_bytes"]
+
+
+def test_field_at_name_is_a_knob_on_that_object_alone():
+    platform = load_platform("h100-sxm-5x")
+    knobs = knobs_of(platform, ("launch_overhead_s", "launch_overhead_s@gpu4",
+                                "compute_efficiency@gpu4=0.05"))
+    assert knobs == [Knob("device", ("gpu0", "gpu1", "gpu2", "gpu3"), "launch_overhead_s"),
+                     Knob("device", ("gpu4",), "launch_overhead_s"),
+                     Knob("device", ("gpu4",), "compute_efficiency", 0.05)]
+    assert scaled(platform, knobs[2:], [0.0]).device("gpu4").compute_efficiency == 0.05
+
+
+@pytest.mark.parametrize("spec,words", [
+    ("call_overhead_s@gpu9", "names no device of h100-sxm-5x"),
+    ("compute_efficiency=0.5", "gives a start without an object"),
+    ("compute_efficiency@gpu4=2", "not a number inside"),
+    ("compute_efficiency@gpu4=abc", "not a number inside")])
+def test_field_at_name_refusals(tmp_path, capsys, spec, words):
+    assert main(["calibrate", "--published", "shipped", "--profile", "h100-sxm-5x",
+                 "--fit-fields", spec, "-o", str(tmp_path / "o.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+
+
+def test_fit_recovers_one_devices_own_call_overhead(tmp_path):
+    """gpu0 alone pays a 2 ms per-call overhead (its neighbours none): fitting
+    call_overhead_s@gpu0 with the memory efficiency recovers both."""
+    base = load_platform("a100-sxm-8x")
+    truth = base.model_copy(update={
+        "memory_tiers": tuple(t.model_copy(update={"memory_efficiency": 0.8})
+                              for t in base.memory_tiers),
+        "devices": tuple(d.model_copy(update={"call_overhead_s": 2e-3}) if d.name == "gpu0"
+                         else d for d in base.devices)})
+    start = base.model_copy(update={
+        "memory_tiers": tuple(t.model_copy(update={"memory_efficiency": 1.0})
+                              for t in base.memory_tiers)})
+    rows_file = _write_rows(tmp_path / "rows.yaml", _rows(truth))
+    (tmp_path / "start.yaml").write_text(profile_text(start, ""))
+    out = tmp_path / "fitted.yaml"
+    summary = calibrate_published(rows_file, str(tmp_path / "start.yaml"), out,
+                                  fields=("memory_efficiency", "call_overhead_s@gpu0"))
+    fitted = load_platform(str(out))
+    assert fitted.device("gpu0").call_overhead_s == pytest.approx(2e-3, rel=0.01)
+    assert fitted.device("gpu1").call_overhead_s == 0.0
+    assert fitted.tier("hbm2").memory_efficiency == pytest.approx(0.8, rel=0.01)
+    assert summary["median_abs_error_held_out"] < 1e-3

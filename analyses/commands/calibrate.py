@@ -25,7 +25,9 @@ def register(sub) -> None:
                         "memory_efficiency,launch_overhead_s,alpha_s; also "
                         "compute_efficiency, call_overhead_s, bandwidth_gb_s, latency_s "
                         "and the optional terms memory_half_bytes, compute_half_flops, "
-                        "memory_bandwidth_gb_s, request_latency_s)")
+                        "memory_bandwidth_gb_s, request_latency_s, roofline_exponent); "
+                        "FIELD@NAME fits one object's field alone (e.g. "
+                        "call_overhead_s@gpu4), FIELD@NAME=V starts it at V")
     p.add_argument("--profile", required=True, help="platform to calibrate (name or YAML)")
     p.add_argument("-o", "--output", default="calibrated.yaml",
                    help="calibrated platform YAML (default calibrated.yaml)")
