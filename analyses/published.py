@@ -35,6 +35,7 @@ from scipy.optimize import least_squares
 
 from analyses.config import RunConfig
 from analyses.costfit import BOUNDS
+from analyses.draftstep import simulate_row_full
 from analyses.unknowns import Unknown, check_row, check_rows, row_unknowns, substitute, unknowns_of
 from hwprofiles import Platform
 from hwprofiles.numbers import StrictModel
@@ -42,6 +43,7 @@ from hwprofiles.numbers import StrictModel
 MAX_PUBLISHED_BYTES = 1_000_000  # a few hundred rows are ~100 KB
 PRIOR_WEIGHT = 1e-3  # log-units residual per log-unit a knob moves from its start
 UNKNOWN_STEP = 0.01  # relative difference step of a fitted unknown's transform
+MAX_STEP_S = 10.0  # a draft round slower than this is a unit mistake (ms for s)
 SENSITIVE = 1e-6  # relative change in a row's tokens/s that counts as sensitive
 DEFAULT_FIELDS = ("memory_efficiency", "launch_overhead_s", "alpha_s")
 FIELD_KINDS = {"memory_efficiency": "tier", "compute_efficiency": "device",
@@ -74,6 +76,8 @@ class Measurement(StrictModel):
     tokens: int = Field(128, ge=1, le=100_000)
     placement: dict[str, str] = Field(default_factory=dict)
     tokens_per_s: float = Field(gt=0, le=1e9)
+    # the draft's time per round measured by the same run (analyses.draftstep), s
+    draft_step_s: float | None = Field(None, gt=0, le=MAX_STEP_S)
     split: Literal["fit", "held_out"]
     # rows measured with one setup, compared by order; a row may join several groups
     ranking: str | tuple[str, ...] | None = None
@@ -88,6 +92,9 @@ class Measurement(StrictModel):
                              "its source measured (alpha or a histogram of accepted "
                              "lengths, or {fit: KEY} to fit it); add an acceptance mapping")
         check_row(self.id, self.acceptance, self.params)
+        if self.draft_step_s is not None and self.draft is None:
+            raise ValueError(f"row {self.id} gives draft_step_s without a draft; name the "
+                             "draft model or remove draft_step_s")
         return self
 
     @property
@@ -175,10 +182,20 @@ def rows_for(rows, platform_name: str) -> list[Measurement]:
 def simulate_row(row: Measurement, platform: Platform, values=None) -> float:
     """Simulated tokens/s of one row on ``platform`` (deterministic), its fitted
     unknowns (acceptance, SSD's r) taken from ``values`` (key -> value)."""
-    from analyses.api import run_schedule
+    return simulate_row_full(row, platform, values)[0]
 
-    result = run_schedule(row.config(values), record_spans=False, platform=platform)
-    return result.tokens / result.time_s
+
+def published_logs(rows) -> np.ndarray:
+    """What the fit matches: log tokens/s of every row, then log draft step of the
+    rows that give one."""
+    return np.log([r.tokens_per_s for r in rows]
+                  + [r.draft_step_s for r in rows if r.draft_step_s is not None])
+
+
+def simulated_logs(rows, platform: Platform, values=None) -> np.ndarray:
+    """The simulated counterparts of ``published_logs(rows)``."""
+    pairs = [simulate_row_full(r, platform, values) for r in rows]
+    return np.log([tps for tps, _ in pairs] + [step for _, step in pairs if step is not None])
 
 
 # knobs ------------------------------------------------------------------------
@@ -310,18 +327,18 @@ def start_values(unknowns: list[Unknown]) -> dict[str, float]:
 
 
 def sensitive_knobs(platform: Platform, knobs: list[Knob], rows) -> list[Knob]:
-    """The knobs some row's simulated speed changes with (10% nudge down from the
-    start; up where the start is the lower bound), unknowns at their starts."""
+    """The knobs some row's simulated speed (or draft step) changes with (10% nudge
+    down from the start; up where the start is the lower bound), unknowns at
+    their starts."""
     values = start_values(unknowns_of(rows))
     start = scaled(platform, knobs, np.zeros(len(knobs)))
-    base = [simulate_row(r, start, values) for r in rows]
+    base = simulated_logs(rows, start, values)
     keep = []
     for k, knob in enumerate(knobs):
         x = np.zeros(len(knobs))
         x[k] = -math.log(1.1) if _log_bounds(platform, knob)[0] < -0.1 else math.log(1.1)
-        nudged = scaled(platform, knobs, x)
-        if any(abs(simulate_row(r, nudged, values) / b - 1) > SENSITIVE
-               for r, b in zip(rows, base)):
+        nudged = simulated_logs(rows, scaled(platform, knobs, x), values)
+        if np.any(np.abs(np.expm1(nudged - base)) > SENSITIVE):
             keep.append(knob)
     return keep
 
@@ -338,9 +355,10 @@ class PublishedFit:
 
 
 def _solve(platform: Platform, knobs: list[Knob], unknowns: list[Unknown], rows):
-    """Least squares on log(simulated / published) over the knobs' log factors and
-    the unknowns' transformed values, each pulled weakly toward its start."""
-    published = np.log([r.tokens_per_s for r in rows])
+    """Least squares on log(simulated / published) (tokens/s, and the draft step
+    where a row gives one) over the knobs' log factors and the unknowns'
+    transformed values, each pulled weakly toward its start."""
+    published = published_logs(rows)
     bounds = np.array([_log_bounds(platform, k) for k in knobs]
                       + [u.z_bounds() for u in unknowns]).reshape(-1, 2).T
     z0 = np.array([0.0] * len(knobs) + [u.z_start() for u in unknowns])
@@ -351,7 +369,7 @@ def _solve(platform: Platform, knobs: list[Knob], unknowns: list[Unknown], rows)
 
     def residuals(x):
         trial, values = split(x)
-        sim = np.log([simulate_row(r, trial, values) for r in rows])
+        sim = simulated_logs(rows, trial, values)
         return np.concatenate([sim - published, PRIOR_WEIGHT * (x - z0)])
 
     # a start on a bound stalls trf (its scaling by the distance to the bounds)
@@ -365,9 +383,17 @@ def _solve(platform: Platform, knobs: list[Knob], unknowns: list[Unknown], rows)
     return sol.x[:len(knobs)], fitted, values, bool(sol.success)
 
 
-def fit_rows(platform: Platform, rows, fields=DEFAULT_FIELDS) -> PublishedFit:
+def without_steps(rows) -> list[Measurement]:
+    """The rows with their draft steps dropped: tokens/s alone is fitted."""
+    return [r.model_copy(update={"draft_step_s": None}) for r in rows]
+
+
+def fit_rows(platform: Platform, rows, fields=DEFAULT_FIELDS, *,
+             steps: bool = False) -> PublishedFit:
     """Least-squares fit of the knobs on ``fields`` and of the rows' unknowns
-    (fitted acceptances, SSD exponents) to the rows (all of them fitted)."""
+    (fitted acceptances, SSD exponents) to the rows (all of them fitted): their
+    tokens/s, and with ``steps`` their draft steps where they give one."""
+    rows = rows if steps else without_steps(rows)
     all_knobs = knobs_of(platform, fields)
     knobs = sensitive_knobs(platform, all_knobs, rows)
     fixed = [k for k in all_knobs if k not in knobs]
@@ -382,7 +408,7 @@ def fit_rows(platform: Platform, rows, fields=DEFAULT_FIELDS) -> PublishedFit:
 def fit_unknowns(platform: Platform, rows) -> dict[str, float]:
     """The rows' unknowns fitted on their ``split: fit`` rows with ``platform``
     as it is (no knob moves): what a shipped profile predicts for the rest."""
-    fitting = [r for r in rows if r.split == "fit" and r.unknowns]
+    fitting = without_steps([r for r in rows if r.split == "fit" and r.unknowns])
     unknowns = unknowns_of(fitting)
     if not unknowns:
         return {}
@@ -414,17 +440,23 @@ def ranking_flips(rows, simulated: dict[str, float]) -> list[tuple[str, str]]:
 
 def evaluate(platform: Platform, before: Platform, rows, values=None,
              before_values=None) -> list[dict]:
-    """Per row: published, simulated before and after, relative errors; unknowns
-    from ``values`` after and ``before_values`` before."""
+    """Per row: published, simulated before and after, relative errors (and the
+    draft step after, where the row gives one); unknowns from ``values`` after
+    and ``before_values`` before."""
     table = []
     for r in rows:
         pre = simulate_row(r, before, before_values)
-        post = simulate_row(r, platform, values)
-        table.append({"id": r.id, "split": r.split, "target": r.target, "policy": r.policy,
-                      "published_tokens_per_s": r.tokens_per_s,
-                      "before_tokens_per_s": pre, "after_tokens_per_s": post,
-                      "error_before": pre / r.tokens_per_s - 1,
-                      "error_after": post / r.tokens_per_s - 1})
+        post, step = simulate_row_full(r, platform, values)
+        entry = {"id": r.id, "split": r.split, "target": r.target, "policy": r.policy,
+                 "published_tokens_per_s": r.tokens_per_s,
+                 "before_tokens_per_s": pre, "after_tokens_per_s": post,
+                 "error_before": pre / r.tokens_per_s - 1,
+                 "error_after": post / r.tokens_per_s - 1}
+        if step is not None:
+            entry.update({"published_draft_step_s": r.draft_step_s,
+                          "after_draft_step_s": step,
+                          "draft_step_error_after": step / r.draft_step_s - 1})
+        table.append(entry)
     return table
 
 

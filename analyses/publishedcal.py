@@ -68,29 +68,36 @@ def _header(path, original: Platform, result: PublishedFit, table, flips) -> str
     for t in table:
         lines.append(f"  {t['id']} ({t['split']}): published {t['published_tokens_per_s']:.4g}"
                      f" tok/s, simulated {t['before_tokens_per_s']:.4g} -> "
-                     f"{t['after_tokens_per_s']:.4g} ({t['error_after']:+.1%})")
+                     f"{t['after_tokens_per_s']:.4g} ({t['error_after']:+.1%})"
+                     + (f"; draft step published {t['published_draft_step_s'] * 1e3:.4g} ms, "
+                        f"simulated {t['after_draft_step_s'] * 1e3:.4g} ms "
+                        f"({t['draft_step_error_after']:+.1%})"
+                        if "after_draft_step_s" in t else ""))
     lines.append("ranking flips among held-out rows: " + (
         ", ".join(f"{a} vs {b}" for a, b in flips) or "none"))
     return "".join(f"# {line}\n" for line in lines)
 
 
-def calibrate_published(path, profile: str, output, *, fields=DEFAULT_FIELDS) -> dict:
-    """Fit ``profile`` to its rows in the file at ``path``, judge the held-out rows,
-    and write the calibrated platform YAML to ``output`` (atomically)."""
+def calibrate_published(path, profile: str, output, *, fields=DEFAULT_FIELDS,
+                        steps: bool = False) -> dict:
+    """Fit ``profile`` to its rows in the file at ``path`` (with ``steps``, the
+    fitted rows' draft steps too), judge the held-out rows, and write the
+    calibrated platform YAML to ``output`` (atomically)."""
     from analyses.heldout import profile_text
     from policies.runs.records import atomic_write_text
 
     platform = load_platform(profile)
     rows = rows_for(load_published(path), platform.name)
     fitting = [r for r in rows if r.split == "fit"]
-    result = fit_rows(platform, fitting, fields)
+    result = fit_rows(platform, fitting, fields, steps=steps)
     table = evaluate(result.platform, platform, rows, result.values,
                      fit_unknowns(platform, rows))
     after = {t["id"]: t["after_tokens_per_s"] for t in table}
     flips = ranking_flips(rows, after)
     held = median_abs_error(table, "held_out")
     source = (f"calibrated: hetspec calibrate --published {Path(path).name} on rows "
-              f"{', '.join(r.id for r in fitting)}; held-out median |error| "
+              + ("(tokens/s and draft steps) " if steps else "")
+              + f"{', '.join(r.id for r in fitting)}; held-out median |error| "
               + ("n/a" if held is None else f"{held:.1%}"))
     fitted = _sourced(result.platform, platform, result.knobs, source)
     fitted = fitted.model_copy(update={"description": (

@@ -9,7 +9,9 @@ held-out error and any pair of rows whose simulated order contradicts the
 published one. Platforms without rows are listed as such. A row's unknowns
 (``{fit: KEY}``: an acceptance or SSD's exponent r its source does not print)
 are fitted on the platform's fitted rows with the shipped profile as it is, and
-listed; the held-out rows then judge them with the profile.
+listed; the held-out rows then judge them with the profile. Rows that give the
+draft's measured time per round (``draft_step_s``) list it beside the simulated
+one (the draft devices' busy time per round, analyses.draftstep).
 
     python benchmarks/bench_published.py [--markdown]
 """
@@ -18,8 +20,8 @@ from __future__ import annotations
 
 import argparse
 
-from analyses.published import (fit_unknowns, load_published, ranking_flips, shipped_file,
-                                simulate_row)
+from analyses.draftstep import simulate_row_full
+from analyses.published import fit_unknowns, load_published, ranking_flips, shipped_file
 from hwprofiles import load_platform
 from hwprofiles.loader import list_names
 
@@ -41,7 +43,8 @@ def table(markdown: bool) -> list[str]:
             continue
         platform = load_platform(name)
         values = fit_unknowns(platform, mine)
-        simulated = {r.id: simulate_row(r, platform, values) for r in mine}
+        full = {r.id: simulate_row_full(r, platform, values) for r in mine}
+        simulated = {key: tps for key, (tps, _) in full.items()}
         held = []
         for r in mine:
             err = simulated[r.id] / r.tokens_per_s - 1
@@ -60,6 +63,10 @@ def table(markdown: bool) -> list[str]:
                        f"ranking flips: " + (", ".join(f"{a} vs {b}" for a, b in flips)
                                              or "none"))
         summary += [f"{name}: fitted {key} = {value:.4g}" for key, value in values.items()]
+        summary += [f"{name}: draft step of {r.id} ({r.split} row; compared, not fitted"
+                    f"): published {r.draft_step_s * 1e3:.4g} ms, simulated "
+                    f"{full[r.id][1] * 1e3:.4g} ms ({full[r.id][1] / r.draft_step_s - 1:+.1%})"
+                    for r in mine if r.draft_step_s is not None]
     return out + [""] + summary
 
 

@@ -8,6 +8,7 @@ import yaml
 
 from analyses.cli import main
 from analyses.heldout import profile_text
+from analyses.draftstep import simulate_row_full
 from analyses.publishedcal import calibrate_published
 from analyses.published import (Knob, Measurement, fit_rows, fit_unknowns, knobs_of,
                                 load_published, ranking_flips, scaled, shipped_file,
@@ -317,3 +318,45 @@ def test_fit_recovers_one_devices_own_call_overhead(tmp_path):
     assert fitted.device("gpu1").call_overhead_s == 0.0
     assert fitted.tier("hbm2").memory_efficiency == pytest.approx(0.8, rel=0.01)
     assert summary["median_abs_error_held_out"] < 1e-3
+
+
+def _ssd_rows(platform, batches):
+    rows = []
+    for i, batch in enumerate(batches):
+        row = Measurement(id=f"ssd-{batch}", platform="h100-sxm-5x", hardware="synthetic",
+                          target="llama-3.1-70b", draft="llama-3.2-1b", policy="ssd",
+                          params={"k": 6, "fanout": 3, "shape": "uniform", "r": 2.0},
+                          acceptance={"kind": "iid", "alpha": 0.85}, batch=batch,
+                          placement={"target": "target_tp", "draft": "gpu4"},
+                          prompt_tokens=16, tokens=48, tokens_per_s=1.0, draft_step_s=1.0,
+                          split="held_out" if i % 2 else "fit",
+                          source="simulated from the known profile")
+        tps, step = simulate_row_full(row, platform)
+        rows.append(row.model_copy(update={"tokens_per_s": tps, "draft_step_s": step}))
+    return rows
+
+
+def test_fit_recovers_a_draft_call_overhead_from_draft_steps(tmp_path):
+    """gpu4's true per-call overhead is 0.4 ms; the rows give tokens/s and the draft
+    step of the same runs: fitting both recovers it and matches the held-out steps."""
+    base = load_platform("h100-sxm-5x")
+    truth = base.model_copy(update={"devices": tuple(
+        d.model_copy(update={"call_overhead_s": 4e-4}) if d.name == "gpu4" else d
+        for d in base.devices)})
+    rows = _ssd_rows(truth, (1, 2, 8))
+    assert all(r.draft_step_s > 0 for r in rows)
+    rows_file = _write_rows(tmp_path / "rows.yaml", rows)
+    out = tmp_path / "fitted.yaml"
+    summary = calibrate_published(rows_file, "h100-sxm-5x", out,
+                                  fields=("call_overhead_s@gpu4",), steps=True)
+    gpu4 = load_platform(str(out)).device("gpu4")
+    assert gpu4.call_overhead_s == pytest.approx(4e-4, rel=0.01)
+    for t in summary["rows"]:
+        assert abs(t["draft_step_error_after"]) < 1e-3 and abs(t["error_after"]) < 1e-3, t
+    assert "(tokens/s and draft steps)" in gpu4.sources["call_overhead_s"]
+
+
+def test_draft_step_needs_a_draft():
+    with pytest.raises(ValueError, match="draft_step_s without a draft"):
+        Measurement(id="x", platform="p", hardware="h", target="t", tokens_per_s=1.0,
+                    draft_step_s=0.02, split="fit", source="s")
