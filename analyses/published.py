@@ -10,18 +10,23 @@ fit (``split: held_out``): the split is data, written by whoever adds the row.
 ``fit_rows`` fits a platform to its rows (``analyses.publishedcal`` runs the
 whole session) as ``hetspec calibrate`` fits measured spans: least squares (scipy) in log space on log(simulated /
 published), where every row is simulated deterministically with its own
-settings. What is fitted are *knobs*: a knob scales one profile field on every
+settings. What is fitted are *knobs* (``analyses.knobs``): a knob scales one profile field on every
 object it ties together (all HBM tiers of one spec, all devices of one kind,
 all collective groups), so eight identical GPUs get one efficiency. A small
 pull toward the starting values (``PRIOR_WEIGHT``, in log units) keeps a knob
 the fitted rows cannot tell apart from another where it was; a knob no fitted
-row is sensitive to is not fitted at all and says so.
+row is sensitive to is not fitted at all and says so. A row's unknowns
+(``{fit: KEY}`` where its source prints no acceptance or SSD exponent,
+``analyses.unknowns``) are fitted with the knobs; ``fit_unknowns`` fits them
+alone, with a profile as it is, for a table of what that profile predicts.
+A row may also give the draft's measured time per round (``draft_step_s``,
+``analyses.draftstep``): always compared, fitted only when asked (``steps``).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field as dc_field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,25 +36,19 @@ from pydantic import Field, ValidationError, model_validator
 from scipy.optimize import least_squares
 
 from analyses.config import RunConfig
-from analyses.costfit import BOUNDS
+from analyses.draftstep import simulate_row_full
+# the knobs' names stay importable from here (publishedcal, tests)
+from analyses.knobs import (DEFAULT_FIELDS, FIELD_KINDS, Knob, log_bounds, knobs_of,  # noqa: F401
+                            objects_of, scaled)
+from analyses.unknowns import Unknown, check_row, check_rows, row_unknowns, substitute, unknowns_of
 from hwprofiles import Platform
 from hwprofiles.numbers import StrictModel
 
 MAX_PUBLISHED_BYTES = 1_000_000  # a few hundred rows are ~100 KB
 PRIOR_WEIGHT = 1e-3  # log-units residual per log-unit a knob moves from its start
+UNKNOWN_STEP = 0.01  # relative difference step of a fitted unknown's transform
+MAX_STEP_S = 10.0  # a draft round slower than this is a unit mistake (ms for s)
 SENSITIVE = 1e-6  # relative change in a row's tokens/s that counts as sensitive
-DEFAULT_FIELDS = ("memory_efficiency", "launch_overhead_s", "alpha_s")
-FIELD_KINDS = {"memory_efficiency": "tier", "compute_efficiency": "device",
-               "launch_overhead_s": "device", "call_overhead_s": "device",
-               "alpha_s": "group", "bandwidth_gb_s": "group", "latency_s": "link",
-               # the optional efficiency terms (hwprofiles.schema's module docstring)
-               "memory_half_bytes": "device", "compute_half_flops": "device",
-               "memory_bandwidth_gb_s": "device", "request_latency_s": "tier"}
-# Where a field that is off (0) starts when fitted: a value at which it matters, so
-# the fit can tell whether the rows want it (a factor cannot move a zero).
-OFF_STARTS = {"call_overhead_s": 1e-5, "memory_half_bytes": 1e6,
-              "compute_half_flops": 1e9, "request_latency_s": 1e-4,
-              "launch_overhead_s": 1e-6, "alpha_s": 1e-6, "latency_s": 1e-6}
 
 
 class Measurement(StrictModel):
@@ -68,8 +67,11 @@ class Measurement(StrictModel):
     tokens: int = Field(128, ge=1, le=100_000)
     placement: dict[str, str] = Field(default_factory=dict)
     tokens_per_s: float = Field(gt=0, le=1e9)
+    # the draft's time per round measured by the same run (analyses.draftstep), s
+    draft_step_s: float | None = Field(None, gt=0, le=MAX_STEP_S)
     split: Literal["fit", "held_out"]
-    ranking: str | None = None  # rows measured with one setup, compared by order
+    # rows measured with one setup, compared by order; a row may join several groups
+    ranking: str | tuple[str, ...] | None = None
     source: str = Field(min_length=1)
     url: str | None = None
     notes: str = ""
@@ -79,12 +81,32 @@ class Measurement(StrictModel):
         if self.policy != "ar" and "acceptance" not in self.model_fields_set:
             raise ValueError(f"row {self.id}: a {self.policy} row needs the acceptance "
                              "its source measured (alpha or a histogram of accepted "
-                             "lengths); add an acceptance mapping")
+                             "lengths, or {fit: KEY} to fit it); add an acceptance mapping")
+        check_row(self.id, self.acceptance, self.params)
+        if self.draft_step_s is not None and self.draft is None:
+            raise ValueError(f"row {self.id} gives draft_step_s without a draft; name the "
+                             "draft model or remove draft_step_s")
         return self
 
-    def config(self) -> RunConfig:
+    @property
+    def rankings(self) -> tuple[str, ...]:
+        if self.ranking is None:
+            return ()
+        return (self.ranking,) if isinstance(self.ranking, str) else tuple(self.ranking)
+
+    @property
+    def unknowns(self) -> list[Unknown]:
+        return row_unknowns(self.acceptance, self.params)
+
+    def config(self, values: dict[str, float] | None = None) -> RunConfig:
+        """The run this row describes, its fitted unknowns set from ``values``."""
+        missing = [u.key for u in self.unknowns if u.key not in (values or {})]
+        if missing:
+            raise ValueError(f"row {self.id} needs fitted values for {', '.join(missing)}; "
+                             "fit them first (analyses.published.fit_unknowns)")
+        acceptance, params = substitute(self.acceptance, self.params, values or {})
         return RunConfig(platform=self.platform, target=self.target, draft=self.draft,
-                         policy=self.policy, params=self.params, acceptance=self.acceptance,
+                         policy=self.policy, params=params, acceptance=acceptance,
                          tokens=self.tokens, batch=self.batch,
                          prompt_tokens=self.prompt_tokens, deterministic=True,
                          placement=self.placement)
@@ -100,6 +122,7 @@ class PublishedSet(StrictModel):
             if row.id in seen:
                 raise ValueError(f"row id '{row.id}' appears twice; give each row its own id")
             seen.add(row.id)
+        check_rows(self.measurements)
         return self
 
 
@@ -147,115 +170,42 @@ def rows_for(rows, platform_name: str) -> list[Measurement]:
     return mine
 
 
-def simulate_row(row: Measurement, platform: Platform) -> float:
-    """Simulated tokens/s of one row on ``platform`` (deterministic)."""
-    from analyses.api import run_schedule
-
-    result = run_schedule(row.config(), record_spans=False, platform=platform)
-    return result.tokens / result.time_s
+def simulate_row(row: Measurement, platform: Platform, values=None) -> float:
+    """Simulated tokens/s of one row on ``platform`` (deterministic), its fitted
+    unknowns (acceptance, SSD's r) taken from ``values`` (key -> value)."""
+    return simulate_row_full(row, platform, values)[0]
 
 
-# knobs ------------------------------------------------------------------------
+def published_logs(rows) -> np.ndarray:
+    """What the fit matches: log tokens/s of every row, then log draft step of the
+    rows that give one."""
+    return np.log([r.tokens_per_s for r in rows]
+                  + [r.draft_step_s for r in rows if r.draft_step_s is not None])
 
 
-@dataclass(frozen=True)
-class Knob:
-    """A multiplicative factor on ``field`` of the objects named in ``names``."""
-
-    kind: str  # tier | device | group | link
-    names: tuple[str, ...]
-    field: str
-
-    @property
-    def label(self) -> str:
-        return f"{self.kind} {','.join(self.names)}.{self.field}"
+def simulated_logs(rows, platform: Platform, values=None) -> np.ndarray:
+    """The simulated counterparts of ``published_logs(rows)``."""
+    pairs = [simulate_row_full(r, platform, values) for r in rows]
+    return np.log([tps for tps, _ in pairs] + [step for _, step in pairs if step is not None])
 
 
-def objects_of(platform: Platform, kind: str):
-    return {"tier": platform.memory_tiers, "device": platform.devices,
-            "group": [g for g in platform.groups if g.size > 1],
-            "link": platform.links}[kind]
-
-
-def _tie_key(obj, kind: str, field: str):
-    """Objects with equal keys are one knob: identical hardware cannot be told
-    apart by end-to-end speeds. Groups are tied whatever their size: one knob
-    scales every all-reduce latency of the platform."""
-    if kind == "tier":
-        return (obj.kind, obj.capacity_bytes, obj.bandwidth_gb_s)
-    if kind == "device":
-        return (obj.kind, tuple(sorted(obj.peak_flops.items())))
-    if kind == "link":
-        return (obj.latency_s, obj.bandwidth_gb_s)
-    return ("groups",)
-
-
-def knobs_of(platform: Platform, fields=DEFAULT_FIELDS) -> list[Knob]:
-    knobs = []
-    for field in fields:
-        if field not in FIELD_KINDS:
-            raise ValueError(f"--fit-fields: '{field}' is not a field the published fit "
-                             f"can scale; choose from {', '.join(FIELD_KINDS)}")
-        kind = FIELD_KINDS[field]
-        groups: dict = {}
-        for obj in objects_of(platform, kind):
-            groups.setdefault(_tie_key(obj, kind, field), []).append(obj.name)
-        knobs += [Knob(kind, tuple(names), field) for names in groups.values()]
-    return knobs
-
-
-def _start(platform: Platform, knob: Knob) -> dict[str, float]:
-    """Each tied object's starting value: its own, a field that is off (0) at
-    ``OFF_STARTS``, a device's unset bandwidth cap at 90% of its memory tier's
-    bandwidth (at 100% the cap is not binding and its slope upward is zero)."""
-    out = {}
-    for o in objects_of(platform, knob.kind):
-        if o.name not in knob.names:
-            continue
-        value = getattr(o, knob.field)
-        if value is None and knob.field == "memory_bandwidth_gb_s":
-            value = 0.9 * platform.tier(o.memory).bandwidth_gb_s
-        if not value:
-            value = OFF_STARTS.get(knob.field, BOUNDS[knob.field][0])
-        out[o.name] = float(value)
-    return out
-
-
-def _log_bounds(platform: Platform, knob: Knob) -> tuple[float, float]:
-    lo, hi = BOUNDS[knob.field]
-    starts = _start(platform, knob).values()
-    return (max(math.log(lo / v) for v in starts), min(math.log(hi / v) for v in starts))
-
-
-def scaled(platform: Platform, knobs: list[Knob], x) -> Platform:
-    """``platform`` with each knob's field multiplied by exp(x[k])."""
-    changes: dict[tuple[str, str], dict[str, float]] = {}
-    for knob, xk in zip(knobs, x):
-        for name, start in _start(platform, knob).items():
-            changes.setdefault((knob.kind, name), {})[knob.field] = start * math.exp(xk)
-
-    def update(obj, kind):
-        change = changes.get((kind, obj.name))
-        return obj.model_copy(update=change) if change else obj
-
-    return platform.model_copy(update={
-        "devices": tuple(update(d, "device") for d in platform.devices),
-        "memory_tiers": tuple(update(t, "tier") for t in platform.memory_tiers),
-        "links": tuple(update(l, "link") for l in platform.links),
-        "groups": tuple(update(g, "group") for g in platform.groups)})
+def start_values(unknowns: list[Unknown]) -> dict[str, float]:
+    return {u.key: u.value(u.z_start()) for u in unknowns}
 
 
 def sensitive_knobs(platform: Platform, knobs: list[Knob], rows) -> list[Knob]:
-    """The knobs some row's simulated speed changes with (10% nudge down from the
-    start; up where the start is the lower bound)."""
+    """The knobs some row's simulated speed (or draft step) changes with (10% nudge
+    down from the start; up where the start is the lower bound), unknowns at
+    their starts."""
+    values = start_values(unknowns_of(rows))
     start = scaled(platform, knobs, np.zeros(len(knobs)))
-    base = [simulate_row(r, start) for r in rows]
+    base = simulated_logs(rows, start, values)
     keep = []
     for k, knob in enumerate(knobs):
         x = np.zeros(len(knobs))
-        x[k] = -math.log(1.1) if _log_bounds(platform, knob)[0] < -0.1 else math.log(1.1)
-        nudged = scaled(platform, knobs, x)
-        if any(abs(simulate_row(r, nudged) / b - 1) > SENSITIVE for r, b in zip(rows, base)):
+        x[k] = -math.log(1.1) if log_bounds(platform, knob)[0] < -0.1 else math.log(1.1)
+        nudged = simulated_logs(rows, scaled(platform, knobs, x), values)
+        if np.any(np.abs(np.expm1(nudged - base)) > SENSITIVE):
             keep.append(knob)
     return keep
 
@@ -267,59 +217,113 @@ class PublishedFit:
     fixed: list[Knob]  # knobs no fitted row is sensitive to (kept)
     platform: Platform
     success: bool
+    values: dict[str, float] = dc_field(default_factory=dict)  # fitted unknowns by key
+    unknowns: list[Unknown] = dc_field(default_factory=list)
 
 
-def fit_rows(platform: Platform, rows, fields=DEFAULT_FIELDS) -> PublishedFit:
-    """Least-squares fit of the knobs on ``fields`` to the rows (all of them fitted)."""
+def _solve(platform: Platform, knobs: list[Knob], unknowns: list[Unknown], rows):
+    """Least squares on log(simulated / published) (tokens/s, and the draft step
+    where a row gives one) over the knobs' log factors and the unknowns'
+    transformed values, each pulled weakly toward its start."""
+    published = published_logs(rows)
+    bounds = np.array([log_bounds(platform, k) for k in knobs]
+                      + [u.z_bounds() for u in unknowns]).reshape(-1, 2).T
+    z0 = np.array([0.0] * len(knobs) + [u.z_start() for u in unknowns])
+
+    def split(x):
+        values = {u.key: u.value(z) for u, z in zip(unknowns, x[len(knobs):])}
+        return scaled(platform, knobs, x[:len(knobs)]), values
+
+    def residuals(x):
+        trial, values = split(x)
+        sim = simulated_logs(rows, trial, values)
+        return np.concatenate([sim - published, PRIOR_WEIGHT * (x - z0)])
+
+    # a start on a bound stalls trf (its scaling by the distance to the bounds)
+    x0 = np.clip(z0, bounds[0] + 0.05, bounds[1] - 0.05)
+    # an unknown moves outcomes a deterministic run decides by whole rounds (SSD's
+    # hits), flat at 1e-6: its difference step (~0.1 in logit or log) spans a few rounds
+    steps = np.array([1e-6] * len(knobs) + [UNKNOWN_STEP] * len(unknowns))
+    sol = least_squares(residuals, x0, bounds=(bounds[0], bounds[1]), method="trf",
+                        diff_step=steps, ftol=1e-12, xtol=1e-12, gtol=1e-12)
+    fitted, values = split(sol.x)
+    return sol.x[:len(knobs)], fitted, values, bool(sol.success)
+
+
+def without_steps(rows) -> list[Measurement]:
+    """The rows with their draft steps dropped: tokens/s alone is fitted."""
+    return [r.model_copy(update={"draft_step_s": None}) for r in rows]
+
+
+def fit_rows(platform: Platform, rows, fields=DEFAULT_FIELDS, *,
+             steps: bool = False) -> PublishedFit:
+    """Least-squares fit of the knobs on ``fields`` and of the rows' unknowns
+    (fitted acceptances, SSD exponents) to the rows (all of them fitted): their
+    tokens/s, and with ``steps`` their draft steps where they give one."""
+    rows = rows if steps else without_steps(rows)
     all_knobs = knobs_of(platform, fields)
     knobs = sensitive_knobs(platform, all_knobs, rows)
     fixed = [k for k in all_knobs if k not in knobs]
     if not knobs:
         raise ValueError("no fitted row's speed depends on the fields to fit; fit other "
                          "fields with --fit-fields")
-    published = np.log([r.tokens_per_s for r in rows])
-    bounds = np.array([_log_bounds(platform, k) for k in knobs]).T
-
-    def residuals(x):
-        trial = scaled(platform, knobs, x)
-        sim = np.log([simulate_row(r, trial) for r in rows])
-        return np.concatenate([sim - published, PRIOR_WEIGHT * x])
-
-    # a start on a bound stalls trf (its scaling by the distance to the bounds)
-    x0 = np.clip(np.zeros(len(knobs)), bounds[0] + 0.05, bounds[1] - 0.05)
-    sol = least_squares(residuals, x0, bounds=(bounds[0], bounds[1]), method="trf",
-                        diff_step=1e-6, ftol=1e-12, xtol=1e-12, gtol=1e-12)
-    return PublishedFit(knobs, sol.x, fixed, scaled(platform, knobs, sol.x),
-                        bool(sol.success))
+    unknowns = unknowns_of(rows)
+    x, fitted, values, ok = _solve(platform, knobs, unknowns, rows)
+    return PublishedFit(knobs, x, fixed, fitted, ok, values, unknowns)
 
 
-def ranking_flips(rows, simulated: dict[str, float]) -> list[tuple[str, str]]:
-    """Pairs of rows with one ranking key, at least one held out, whose simulated
-    order differs from the published order."""
-    flips = []
+def fit_unknowns(platform: Platform, rows) -> dict[str, float]:
+    """The rows' unknowns fitted on their ``split: fit`` rows with ``platform``
+    as it is (no knob moves): what a shipped profile predicts for the rest."""
+    fitting = without_steps([r for r in rows if r.split == "fit" and r.unknowns])
+    unknowns = unknowns_of(fitting)
+    if not unknowns:
+        return {}
+    return _solve(platform, [], unknowns, fitting)[2]
+
+
+def _order_pairs(rows):
+    """Pairs of rows sharing a ranking key, at least one held out."""
     for i, a in enumerate(rows):
         for b in rows[i + 1:]:
-            if a.ranking is None or a.ranking != b.ranking:
+            if not set(a.rankings) & set(b.rankings):
                 continue
             if a.split == "fit" and b.split == "fit":
                 continue
-            published = a.tokens_per_s - b.tokens_per_s
-            sim = simulated[a.id] - simulated[b.id]
-            if published * sim < 0:
-                flips.append((a.id, b.id))
+            yield a, b
+
+
+def ranking_flips(rows, simulated: dict[str, float]) -> list[tuple[str, str]]:
+    """Pairs of rows with a ranking key in common, at least one held out, whose
+    simulated order differs from the published order."""
+    flips = []
+    for a, b in _order_pairs(rows):
+        published = a.tokens_per_s - b.tokens_per_s
+        sim = simulated[a.id] - simulated[b.id]
+        if published * sim < 0:
+            flips.append((a.id, b.id))
     return flips
 
 
-def evaluate(platform: Platform, before: Platform, rows) -> list[dict]:
-    """Per row: published, simulated before and after, relative errors."""
+def evaluate(platform: Platform, before: Platform, rows, values=None,
+             before_values=None) -> list[dict]:
+    """Per row: published, simulated before and after, relative errors (and the
+    draft step after, where the row gives one); unknowns from ``values`` after
+    and ``before_values`` before."""
     table = []
     for r in rows:
-        pre, post = simulate_row(r, before), simulate_row(r, platform)
-        table.append({"id": r.id, "split": r.split, "target": r.target, "policy": r.policy,
-                      "published_tokens_per_s": r.tokens_per_s,
-                      "before_tokens_per_s": pre, "after_tokens_per_s": post,
-                      "error_before": pre / r.tokens_per_s - 1,
-                      "error_after": post / r.tokens_per_s - 1})
+        pre = simulate_row(r, before, before_values)
+        post, step = simulate_row_full(r, platform, values)
+        entry = {"id": r.id, "split": r.split, "target": r.target, "policy": r.policy,
+                 "published_tokens_per_s": r.tokens_per_s,
+                 "before_tokens_per_s": pre, "after_tokens_per_s": post,
+                 "error_before": pre / r.tokens_per_s - 1,
+                 "error_after": post / r.tokens_per_s - 1}
+        if step is not None:
+            entry.update({"published_draft_step_s": r.draft_step_s,
+                          "after_draft_step_s": step,
+                          "draft_step_error_after": step / r.draft_step_s - 1})
+        table.append(entry)
     return table
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from analyses.published import (DEFAULT_FIELDS, Knob, PublishedFit, median_abs_error, objects_of,
-                                evaluate, fit_rows, load_published, ranking_flips,
-                                rows_for)
+                                evaluate, fit_rows, fit_unknowns, load_published,
+                                ranking_flips, rows_for)
 from hwprofiles import Platform, load_platform
 
 
@@ -62,31 +62,42 @@ def _header(path, original: Platform, result: PublishedFit, table, flips) -> str
                      f"{_shown(change['after'])}")
     for knob in result.fixed:
         lines.append(f"  {knob.label}: kept (no fitted row depends on it)")
+    for u in result.unknowns:
+        lines.append(f"  fitted {u.label}: {result.values[u.key]:.4g} (a row's unknown, "
+                     "not a profile field)")
     for t in table:
         lines.append(f"  {t['id']} ({t['split']}): published {t['published_tokens_per_s']:.4g}"
                      f" tok/s, simulated {t['before_tokens_per_s']:.4g} -> "
-                     f"{t['after_tokens_per_s']:.4g} ({t['error_after']:+.1%})")
+                     f"{t['after_tokens_per_s']:.4g} ({t['error_after']:+.1%})"
+                     + (f"; draft step published {t['published_draft_step_s'] * 1e3:.4g} ms, "
+                        f"simulated {t['after_draft_step_s'] * 1e3:.4g} ms "
+                        f"({t['draft_step_error_after']:+.1%})"
+                        if "after_draft_step_s" in t else ""))
     lines.append("ranking flips among held-out rows: " + (
         ", ".join(f"{a} vs {b}" for a, b in flips) or "none"))
     return "".join(f"# {line}\n" for line in lines)
 
 
-def calibrate_published(path, profile: str, output, *, fields=DEFAULT_FIELDS) -> dict:
-    """Fit ``profile`` to its rows in the file at ``path``, judge the held-out rows,
-    and write the calibrated platform YAML to ``output`` (atomically)."""
+def calibrate_published(path, profile: str, output, *, fields=DEFAULT_FIELDS,
+                        steps: bool = False) -> dict:
+    """Fit ``profile`` to its rows in the file at ``path`` (with ``steps``, the
+    fitted rows' draft steps too), judge the held-out rows, and write the
+    calibrated platform YAML to ``output`` (atomically)."""
     from analyses.heldout import profile_text
     from policies.runs.records import atomic_write_text
 
     platform = load_platform(profile)
     rows = rows_for(load_published(path), platform.name)
     fitting = [r for r in rows if r.split == "fit"]
-    result = fit_rows(platform, fitting, fields)
-    table = evaluate(result.platform, platform, rows)
+    result = fit_rows(platform, fitting, fields, steps=steps)
+    table = evaluate(result.platform, platform, rows, result.values,
+                     fit_unknowns(platform, rows))
     after = {t["id"]: t["after_tokens_per_s"] for t in table}
     flips = ranking_flips(rows, after)
     held = median_abs_error(table, "held_out")
     source = (f"calibrated: hetspec calibrate --published {Path(path).name} on rows "
-              f"{', '.join(r.id for r in fitting)}; held-out median |error| "
+              + ("(tokens/s and draft steps) " if steps else "")
+              + f"{', '.join(r.id for r in fitting)}; held-out median |error| "
               + ("n/a" if held is None else f"{held:.1%}"))
     fitted = _sourced(result.platform, platform, result.knobs, source)
     fitted = fitted.model_copy(update={"description": (
@@ -100,6 +111,7 @@ def calibrate_published(path, profile: str, output, *, fields=DEFAULT_FIELDS) ->
             "parameters": {k.label: _change(platform, result.platform, k)
                            for k in result.knobs},
             "kept": [k.label for k in result.fixed], "rows": table,
+            "unknowns": {u.label: result.values[u.key] for u in result.unknowns},
             "median_abs_error_fit": median_abs_error(table, "fit"),
             "median_abs_error_held_out": held,
             "ranking_flips": [list(f) for f in flips]}

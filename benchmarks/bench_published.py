@@ -6,7 +6,12 @@ its shipped platform profile with the row's models, schedule and settings; the
 table gives published and simulated tokens/s and the error, marks the rows the
 profile was not fitted on (held out), and lists, per platform, the largest
 held-out error and any pair of rows whose simulated order contradicts the
-published one. Platforms without rows are listed as such.
+published one. Platforms without rows are listed as such. A row's unknowns
+(``{fit: KEY}``: an acceptance or SSD's exponent r its source does not print)
+are fitted on the platform's fitted rows with the shipped profile as it is, and
+listed; the held-out rows then judge them with the profile. Rows that give the
+draft's measured time per round (``draft_step_s``) list it beside the simulated
+one (the draft devices' busy time per round, analyses.draftstep).
 
     python benchmarks/bench_published.py [--markdown]
 """
@@ -15,7 +20,8 @@ from __future__ import annotations
 
 import argparse
 
-from analyses.published import load_published, ranking_flips, shipped_file, simulate_row
+from analyses.draftstep import simulate_row_full
+from analyses.published import fit_unknowns, load_published, ranking_flips, shipped_file
 from hwprofiles import load_platform
 from hwprofiles.loader import list_names
 
@@ -36,7 +42,9 @@ def table(markdown: bool) -> list[str]:
             summary.append(f"{name}: no published rows")
             continue
         platform = load_platform(name)
-        simulated = {r.id: simulate_row(r, platform) for r in mine}
+        values = fit_unknowns(platform, mine)
+        full = {r.id: simulate_row_full(r, platform, values) for r in mine}
+        simulated = {key: tps for key, (tps, _) in full.items()}
         held = []
         for r in mine:
             err = simulated[r.id] / r.tokens_per_s - 1
@@ -54,6 +62,11 @@ def table(markdown: bool) -> list[str]:
         summary.append(f"{name}: {len(mine)} rows, largest held-out |error| {worst}, "
                        f"ranking flips: " + (", ".join(f"{a} vs {b}" for a, b in flips)
                                              or "none"))
+        summary += [f"{name}: fitted {key} = {value:.4g}" for key, value in values.items()]
+        summary += [f"{name}: draft step of {r.id} ({r.split} row; compared, not fitted"
+                    f"): published {r.draft_step_s * 1e3:.4g} ms, simulated "
+                    f"{full[r.id][1] * 1e3:.4g} ms ({full[r.id][1] / r.draft_step_s - 1:+.1%})"
+                    for r in mine if r.draft_step_s is not None]
     return out + [""] + summary
 
 

@@ -25,7 +25,13 @@ def register(sub) -> None:
                         "memory_efficiency,launch_overhead_s,alpha_s; also "
                         "compute_efficiency, call_overhead_s, bandwidth_gb_s, latency_s "
                         "and the optional terms memory_half_bytes, compute_half_flops, "
-                        "memory_bandwidth_gb_s, request_latency_s)")
+                        "memory_bandwidth_gb_s, request_latency_s, roofline_exponent); "
+                        "FIELD@NAME fits one object's field alone (e.g. "
+                        "call_overhead_s@gpu4), FIELD@NAME=V starts it at V")
+    p.add_argument("--fit-draft-steps", action="store_true",
+                   help="with --published: fit the fitted rows' draft_step_s (the draft's "
+                        "measured time per round) as well as their tokens/s; without it "
+                        "the draft steps are only compared")
     p.add_argument("--profile", required=True, help="platform to calibrate (name or YAML)")
     p.add_argument("-o", "--output", default="calibrated.yaml",
                    help="calibrated platform YAML (default calibrated.yaml)")
@@ -54,6 +60,9 @@ def _calibrate(args) -> int:
                          "--published FILE (published measurements)")
     if args.published is not None:
         return _calibrate_published(args)
+    if args.fit_draft_steps:
+        raise ValueError("--fit-draft-steps fits published rows' draft steps; use it with "
+                         "--published, not --runs")
     policies = tuple(p.strip() for p in args.fit_policies.split(",") if p.strip())
     if not policies:
         raise ValueError("--fit-policies is empty; name at least one, e.g. ar,sd")
@@ -92,7 +101,8 @@ def _calibrate_published(args) -> int:
         raise ValueError("--fit-fields is empty; name at least one, e.g. memory_efficiency")
     check_outputs({"--output": args.output},
                   profile_inputs(profile=args.profile) + [("--published", path)])
-    summary = calibrate_published(path, args.profile, args.output, fields=fields)
+    summary = calibrate_published(path, args.profile, args.output, fields=fields,
+                                  steps=args.fit_draft_steps)
     if args.json:
         emit_json(summary)
         return 0
@@ -103,12 +113,17 @@ def _calibrate_published(args) -> int:
         print(f"  {label:48s} {before} -> {p['after']:.4g}")
     for label in summary["kept"]:
         print(f"  {label:48s} kept (no fitted row depends on it)")
+    for label, value in summary["unknowns"].items():
+        print(f"  {'fitted ' + label:48s} {value:.4g}")
     print(f"  {'row':36s} {'split':8s} {'published':>9s} {'before':>8s} {'after':>8s} "
           f"{'error':>7s}")
     for t in summary["rows"]:
         print(f"  {t['id']:36s} {t['split']:8s} {t['published_tokens_per_s']:9.4g} "
               f"{t['before_tokens_per_s']:8.4g} {t['after_tokens_per_s']:8.4g} "
-              f"{t['error_after']:+7.1%}")
+              f"{t['error_after']:+7.1%}" + (
+                  f"   draft step {t['published_draft_step_s'] * 1e3:.4g} ms, simulated "
+                  f"{t['after_draft_step_s'] * 1e3:.4g} ({t['draft_step_error_after']:+.1%})"
+                  if "after_draft_step_s" in t else ""))
     held = summary["median_abs_error_held_out"]
     print("held-out median |error|: " + ("n/a (no held-out rows)" if held is None
                                          else f"{held:.1%}"))
