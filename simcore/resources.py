@@ -126,7 +126,7 @@ class SharedBandwidth:
             return  # a newer plan replaced this one
         self._advance()
         rates = self._rates()
-        resolution = max(1e-12, 4 * math.ulp(self.env.now))
+        resolution = 4 * math.ulp(self.env.now)  # flows the clock cannot tell apart
         finished = set(planned)
         if rates is None:
             tie_bytes = self.bandwidth / len(self.flows) * resolution

@@ -58,8 +58,11 @@ def test_deterministic_sd_speedup_equals_leviathan(draft, _dev, alpha, gamma):
 
 
 def test_cost_ratio_grid_spans_cheap_and_costly_drafts():
+    # on the H100 calibrated to published runs a small draft's step carries ~28 us
+    # per layer (effective per-layer cost) and the draft GPU's fitted terms, so the
+    # cheapest shipped drafts sit near c = 0.07 rather than the roofline's 0.03
     ratios = [_costs(d, 3)[0] / _costs(d, 3)[1] for d, _ in DRAFTS]
-    assert min(ratios) < 0.05 and max(ratios) > 0.15
+    assert min(ratios) < 0.08 and max(ratios) > 0.5
 
 
 def test_random_mode_converges_to_expected_tokens():
