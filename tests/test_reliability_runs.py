@@ -492,7 +492,7 @@ def trace_lines(draw) -> tuple[list[str], bool]:
                            | st.lists(st.integers(), max_size=3))), False
 
 
-@settings(max_examples=400, deadline=None, database=None,
+@settings(max_examples=400, deadline=None, database=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(trace_lines(), max_size=8))
 def test_fuzzed_acceptance_traces_simulate_or_are_refused_naming_the_line(lines):
