@@ -94,6 +94,10 @@ def measure(config, options: Options, messages: list[list[dict]] | None = None, 
     messages = list(messages or BUILTIN)
     if entry(config.policy).needs_draft and config.draft is None:
         config = config.model_copy(update={"draft": default_draft(config.target)})
+    if config.policy == "mirror" and config.params.get("eta") is None:
+        # the executor's drafts have no multi-token heads (PolicyContext.draft_multi_token):
+        # record the eta it runs, so a replay simulates the same schedule
+        config = config.model_copy(update={"params": {**config.params, "eta": 1}})
     with Session(config.platform, config.target, config.draft,
                  placement=config.placement, options=options, seed=config.seed) as session:
         vocab = session.specs["target"].vocab

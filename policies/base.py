@@ -41,6 +41,9 @@ class PolicyContext:
     ``expected_outcomes``: verdicts and outcomes are expectations (deterministic
     simulation), so a schedule charges the laws' idealised work and none of the
     catch-up positions that depend on whole outcomes.
+    ``draft_multi_token``: the draft has multi-token heads (one pass emits several
+    tokens, Mirror's eta > 1), as the papers' drafts do; the real executor's
+    drafts have none, so its schedules default to one token a pass.
     """
 
     target: ModelSpec
@@ -50,6 +53,7 @@ class PolicyContext:
     prompt_tokens: int = 128
     fixed_context: bool = False
     expected_outcomes: bool = False
+    draft_multi_token: bool = True
 
     def context(self, generated_per_row: float) -> int:
         if self.fixed_context:
