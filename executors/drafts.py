@@ -79,6 +79,14 @@ def _layers_of(keys) -> dict[str, tuple[int, ...]]:
     return {k: tuple(sorted(v)) for k, v in found.items()}
 
 
+def describe(target_source: str) -> dict | None:
+    """What a run record notes of the draft heads used: the file and its hash."""
+    path = artifact_path(target_source)
+    if path is None or not path.is_file():
+        return None
+    return {"path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+
+
 def absent_note(target_source: str) -> str | None:
     """One line for a run whose target has no trained draft heads to use."""
     path = artifact_path(target_source)

@@ -151,9 +151,9 @@ class Stack:
     def pre_head(self, kind: str | None, end: int, hidden, cache: KVCache, at: Positions):
         """States the head reads: an adapter's block over them (``exit_layer``,
         every fed position; its keys and values were stored by ``run``)."""
-        if kind != "exit_layer":
+        if self._kind(kind, end) != "exit_layer":
             return hidden
-        adapter = self.drafts.adapters[end] if self.drafts is not None else None
+        adapter = self.drafts.adapters.get(end) if self.drafts is not None else None
         if adapter is None:
             raise ValueError(f"no trained adapter at layer {end}")
         keys, values = cache.buffers(("adapter", end), at.end)
@@ -167,12 +167,20 @@ class Stack:
         draft head at an exit (``kind`` exit / exit_layer, or a self-draft's own
         head), the final norm and LM head where none was trained."""
         end = self.n_layers if end is None else end
+        kind = self._kind(kind, end)
         exit_head = None
-        if self.drafts is not None and (kind != "lm" or end < self.full_layers):
+        if self.drafts is not None and kind != "lm":
             exit_head = self.drafts.head_for(kind, end)
         if exit_head is None:
             return self.lm_head(self.norm(hidden)).float()
         return self.drafts.logits(exit_head, hidden, self.lm_head.weight)
+
+    def _kind(self, kind: str | None, end: int) -> str | None:
+        """A self-draft's own head (``lm`` before the last layer) is its trained
+        adapter where there is one, else its exit head."""
+        if kind != "lm" or end >= self.full_layers:
+            return kind
+        return "exit_layer" if self.drafts and end in self.drafts.adapters else "exit"
 
     def _layer(self, i, h, cache, at, cos, sin):
         layer = self.layers[i]

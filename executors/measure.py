@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from executors import drafts
 from executors.models import default_draft
 from executors.prompts import BUILTIN, encode
 from executors.session import BatchResult, Options, Session
@@ -131,6 +132,7 @@ def measure(config, options: Options, messages: list[list[dict]] | None = None, 
     inputs = {**config.model_dump(mode="json"), "max_new_tokens": options.max_new_tokens,
               "threads": options.threads, "temperature": options.temperature,
               "mode": options.mode, "physical": options.physical, "prompts": messages,
+              "draft_heads": drafts.describe(config.target),
               **simulable_models(config, specs, run_dir)}
     record = write_run(run_dir, inputs, metrics, results, outputs, texts)
     return {**metrics, "outputs": outputs, "texts": texts, "run_record": str(record)}
