@@ -4,9 +4,9 @@ The target teaches its own early exits: every head learns to match the target's
 last-layer distribution, read from the hidden states after its exit layer.
 
 1. Text, all offline and in a fixed order: the target's own greedy answers to
-   chat prompts built from the summaries of the installed Python packages (the
-   distribution a decoding run sees), and windows of those packages' long
-   descriptions (their METADATA, mostly READMEs) for variety.
+   chat prompts on everyday topics (words of its tokenizer's vocabulary, put in
+   a few templates: the distribution a decoding run sees), and a few windows of
+   the installed Python packages' long descriptions (METADATA, mostly READMEs).
 2. One pass of the frozen target over every window keeps the hidden states at
    each exit layer and the last layer's top-K tokens with their log-probs.
 3. The draft vocabulary: the tokens the target most often ranks first, filled
@@ -33,9 +33,13 @@ import torch
 from executors import drafts, models
 
 PROMPT_TEMPLATES = (
-    "Explain in a few sentences what this Python package does: {summary}",
-    "Write a short paragraph for a beginner about {name}. It is described as: {summary}",
-    "Give two example uses of a library described as follows: {summary}",
+    "Tell me about {topic}.",
+    "Explain {topic} in simple terms.",
+    "Write a short story about {topic}.",
+    "Give three facts about {topic}.",
+    "Why does {topic} matter?",
+    "Write a haiku about {topic}.",
+    "What should a beginner know about {topic}?",
 )
 
 
@@ -44,20 +48,20 @@ class TrainConfig:
     target: str = models.REAL_NAME
     exits: tuple[int, ...] = (8, 15)
     adapters: tuple[int, ...] = (3, 29)
-    prompts: int = 96            # chat prompts the target answers
+    prompts: int = 256           # chat prompts the target answers
     answer_tokens: int = 96      # greedy tokens per answer
-    doc_windows: int = 96        # windows of package descriptions
+    doc_windows: int = 24        # windows of package descriptions
     seq_len: int = 128
-    draft_vocab: int = 8192
+    draft_vocab: int = 12288
     top_k: int = 32
     steps: int = 250             # per head
-    batch_windows: int = 4
+    batch_windows: int = 3
     lr: float = 1e-3
     warmup: int = 10
     seed: int = 0
     threads: int = 2
     held_out_every: int = 8
-    gen_batch: int = 16
+    gen_batch: int = 64
 
 
 @dataclass
@@ -85,13 +89,24 @@ def package_texts() -> list[tuple[str, str, str]]:
     return sorted(out, key=lambda t: t[0].lower())
 
 
-def chat_prompts(tokenizer, packages, n: int) -> list[list[int]]:
-    usable = [(name, s) for name, s, _ in packages if len(s) > 20]
-    out = []
-    for i, (name, summary) in enumerate(usable[:n]):
-        text = PROMPT_TEMPLATES[i % len(PROMPT_TEMPLATES)].format(name=name, summary=summary)
-        out.append(_chat_ids(tokenizer, text))
-    return out
+def topics(tokenizer, n: int, first_id: int = 300, last_id: int = 20000) -> list[str]:
+    """``n`` everyday words spread over the tokenizer's vocabulary: whole-word
+    tokens (a leading space, then 4+ lowercase letters) between two ids, every
+    k-th of them in id order (BPE ids follow merge order, roughly frequency)."""
+    words = []
+    for i in range(first_id, last_id):
+        text = tokenizer.decode([i])
+        if text.startswith(" ") and len(text) > 4 and text[1:].isalpha() and \
+                text[1:].islower():
+            words.append(text[1:])
+    step = max(1, len(words) // max(1, n))
+    return words[::step][:n]
+
+
+def chat_prompts(tokenizer, n: int) -> list[list[int]]:
+    """Chat prompts on ``n`` topics, the templates taken in turn."""
+    return [_chat_ids(tokenizer, PROMPT_TEMPLATES[i % len(PROMPT_TEMPLATES)].format(topic=t))
+            for i, t in enumerate(topics(tokenizer, n))]
 
 
 def _chat_ids(tokenizer, text: str) -> list[int]:
@@ -139,7 +154,7 @@ def doc_windows(tokenizer, packages, n: int, seq_len: int) -> list[list[int]]:
 
 def build_corpus(model, tokenizer, cfg: TrainConfig, bar=None) -> Corpus:
     packages = package_texts()
-    prompts = chat_prompts(tokenizer, packages, cfg.prompts)
+    prompts = chat_prompts(tokenizer, cfg.prompts)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else \
         tokenizer.eos_token_id
     answers = generate(model, prompts, cfg.answer_tokens, cfg.gen_batch, pad, bar)
@@ -151,8 +166,9 @@ def build_corpus(model, tokenizer, cfg: TrainConfig, bar=None) -> Corpus:
         ids[i, :len(r)] = torch.tensor(r)
         valid[i, :len(r)] = True
     sources = {"generated_answers": len(answers), "answer_tokens": cfg.answer_tokens,
-               "prompt_source": "chat prompts from the Summary of installed Python "
-                                "distributions (importlib.metadata), 3 templates",
+               "prompt_source": f"chat prompts: {len(PROMPT_TEMPLATES)} templates in turn "
+                                "over everyday words of the target's tokenizer (whole-word "
+                                "tokens, ids 300-20000, evenly spaced)",
                "doc_windows": len(docs),
                "doc_source": "METADATA long descriptions of installed Python "
                              "distributions, <=3 windows each, mostly-ASCII ones",

@@ -228,3 +228,22 @@ def test_smollm2_with_the_shipped_heads_is_lossless(policy, params, monkeypatch)
                 assert float(top[0] - top[1]) < 1e-4, (policy, row)
     accepted = sum(sum(a["accepted"]) for o in outs for a in o.acceptance if "accepted" in a)
     assert accepted > 0
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--exits", "a,b"], "is not a list of layers"),
+    (["--adapters", "0"], "names a layer below 1"),
+    (["-o", "drafts.json"], "is the same file as"),
+    (["--exits", "none", "--adapters", "none"], "has no heads to train")])
+def test_train_draft_mistakes_are_one_sentence(args, needle, capsys, tmp_path, monkeypatch):
+    from analyses.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(train, "train", lambda cfg, out: train.check_layers(cfg, 30))
+    try:
+        code = main(["train-draft", *args])
+    except SystemExit as exc:  # argparse's own refusals
+        code = exc.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and needle in err[-1]
+    assert not list(tmp_path.iterdir())  # nothing written
