@@ -51,10 +51,10 @@ class TrainConfig:
     prompts: int = 256           # chat prompts the target answers
     answer_tokens: int = 96      # greedy tokens per answer
     doc_windows: int = 24        # windows of package descriptions
-    seq_len: int = 128
+    seq_len: int = 160
     draft_vocab: int = 12288
     top_k: int = 32
-    steps: int = 250             # per head
+    steps: int = 400             # per head
     batch_windows: int = 3
     lr: float = 1e-3
     warmup: int = 10
@@ -66,11 +66,19 @@ class TrainConfig:
 
 @dataclass
 class Corpus:
-    """Token windows ``[S, T]`` with a validity mask, and where they came from."""
+    """Token windows ``[S, T]`` with a validity mask, the positions that are
+    scored (trained on and evaluated: those predicting an answer's or a
+    document's tokens, not the chat template every prompt repeats; default: all
+    valid ones), and where they came from."""
 
     ids: torch.Tensor
     valid: torch.Tensor
     sources: dict = field(default_factory=dict)
+    scored: torch.Tensor | None = None
+
+    def __post_init__(self):
+        if self.scored is None:
+            self.scored = self.valid.clone()
 
 
 # text -------------------------------------------------------------------------
@@ -118,8 +126,10 @@ def _chat_ids(tokenizer, text: str) -> list[int]:
 
 
 @torch.inference_mode()
-def generate(model, prompts: list[list[int]], n_new: int, batch: int, pad: int, bar=None):
-    """Greedy answers (prompt + answer ids) with the model's own KV cache."""
+def generate(model, prompts: list[list[int]], n_new: int, batch: int, pad: int,
+             stop: int | None = None, bar=None):
+    """Greedy answers (prompt + answer ids, cut after ``stop``) with the model's
+    own KV cache."""
     out = []
     for a in range(0, len(prompts), batch):
         chunk = prompts[a:a + batch]
@@ -129,6 +139,8 @@ def generate(model, prompts: list[list[int]], n_new: int, batch: int, pad: int, 
         gen = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n_new,
                              do_sample=False, pad_token_id=pad)
         for p, row in zip(chunk, gen[:, width:].tolist()):
+            if stop in row:  # a finished answer: what follows is padding
+                row = row[:row.index(stop) + 1]
             out.append(p + row)
         if bar is not None:
             bar.update(len(chunk))
@@ -157,14 +169,18 @@ def build_corpus(model, tokenizer, cfg: TrainConfig, bar=None) -> Corpus:
     prompts = chat_prompts(tokenizer, cfg.prompts)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else \
         tokenizer.eos_token_id
-    answers = generate(model, prompts, cfg.answer_tokens, cfg.gen_batch, pad, bar)
+    answers = generate(model, prompts, cfg.answer_tokens, cfg.gen_batch, pad,
+                       tokenizer.eos_token_id, bar)
     docs = doc_windows(tokenizer, packages, cfg.doc_windows, cfg.seq_len)
     rows = [r[:cfg.seq_len] for r in answers] + docs
+    firsts = [len(p) - 1 for p in prompts] + [0] * len(docs)  # predicts the answer's 1st
     ids = torch.full((len(rows), cfg.seq_len), pad, dtype=torch.long)
     valid = torch.zeros(len(rows), cfg.seq_len, dtype=torch.bool)
+    scored = torch.zeros_like(valid)
     for i, r in enumerate(rows):
         ids[i, :len(r)] = torch.tensor(r)
         valid[i, :len(r)] = True
+        scored[i, firsts[i]:len(r) - 1] = True  # the last position's next token is unseen
     sources = {"generated_answers": len(answers), "answer_tokens": cfg.answer_tokens,
                "prompt_source": f"chat prompts: {len(PROMPT_TEMPLATES)} templates in turn "
                                 "over everyday words of the target's tokenizer (whole-word "
@@ -172,8 +188,11 @@ def build_corpus(model, tokenizer, cfg: TrainConfig, bar=None) -> Corpus:
                "doc_windows": len(docs),
                "doc_source": "METADATA long descriptions of installed Python "
                              "distributions, <=3 windows each, mostly-ASCII ones",
-               "packages": len(packages), "positions": int(valid.sum())}
-    return Corpus(ids, valid, sources)
+               "packages": len(packages), "positions": int(valid.sum()),
+               "scored_positions": int(scored.sum()),
+               "scored": "positions predicting answer or document tokens (not the chat "
+                         "template and prompt)"}
+    return Corpus(ids, valid, sources, scored)
 
 
 # teacher --------------------------------------------------------------------------
@@ -354,7 +373,7 @@ def fit_all(model, shape, cfg: TrainConfig, corpus: Corpus, teacher: Teacher, ba
     train_rows = torch.nonzero(~held).flatten()
     held_rows = torch.nonzero(held).flatten()
     vocab = model.config.vocab_size
-    vocab_ids = draft_vocabulary(teacher.argmax[train_rows], corpus.valid[train_rows],
+    vocab_ids = draft_vocabulary(teacher.argmax[train_rows], corpus.scored[train_rows],
                                  cfg.draft_vocab, vocab)
     lm_rows = model.lm_head.weight.detach()[vocab_ids]
     pos, probs = targets_in_vocab(teacher, vocab_ids, vocab)
@@ -369,24 +388,24 @@ def fit_all(model, shape, cfg: TrainConfig, corpus: Corpus, teacher: Teacher, ba
             bar.set_description(f"train-draft: {kind} {e}")
             st = teacher.states[e]
             base = agreement(head, st[held_rows], lm_rows, vocab_ids, teacher.argmax[held_rows],
-                             corpus.valid[held_rows], rope)
+                             corpus.scored[held_rows], rope)
             losses = train_head(head, st[train_rows], lm_rows, pos[train_rows],
-                                probs[train_rows], corpus.valid[train_rows], rope, cfg, gen,
+                                probs[train_rows], corpus.scored[train_rows], rope, cfg, gen,
                                 bar)
             head.eval().requires_grad_(False)
             after = agreement(head, st[held_rows], lm_rows, vocab_ids,
-                              teacher.argmax[held_rows], corpus.valid[held_rows], rope)
+                              teacher.argmax[held_rows], corpus.scored[held_rows], rope)
             report[f"{kind}.{e}"] = {"loss_first": round(losses[0], 4),
                                      "loss_last_mean10": round(sum(losses[-10:]) / 10, 4),
                                      "held_out_top1_before": round(base, 4),
                                      "held_out_top1": round(after, 4)}
-    covered = corpus.valid[held_rows] & torch.isin(teacher.argmax[held_rows], vocab_ids)
+    covered = corpus.scored[held_rows] & torch.isin(teacher.argmax[held_rows], vocab_ids)
     heads = drafts.DraftHeads(exits, adapters, vocab_ids)
     return heads, {"heads": report, "draft_vocab": len(vocab_ids),
                    "held_out_windows": len(held_rows), "train_windows": len(train_rows),
-                   "held_out_positions": int(corpus.valid[held_rows].sum()),
+                   "held_out_positions": int(corpus.scored[held_rows].sum()),
                    "held_out_vocab_coverage": round(
-                       int(covered.sum()) / max(1, int(corpus.valid[held_rows].sum())), 4),
+                       int(covered.sum()) / max(1, int(corpus.scored[held_rows].sum())), 4),
                    "loss": "top-K reduced KL to the last layer (cross-entropy against "
                            "the target's top-K probabilities renormalised over the draft "
                            "vocabulary)"}
