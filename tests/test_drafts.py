@@ -34,7 +34,7 @@ def test_the_shipped_artifact_loads_with_its_shapes_and_provenance():
         assert a.q.shape == (576, 576) and a.k.shape == a.v.shape == (192, 576)
         assert a.o.shape == (576, 576)
     ids = heads.vocab_ids
-    assert len(ids) == prov["draft_vocab"] == 8192
+    assert len(ids) == prov["draft_vocab"] == prov["config"]["draft_vocab"]
     assert bool((ids[1:] > ids[:-1]).all()) and 0 <= int(ids[0]) and int(ids[-1]) < 49152
     assert path.stat().st_size < 12e6  # a few MB of fp16
     for name, h in prov["heads"].items():  # trained: better than where each started
