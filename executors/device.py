@@ -194,15 +194,15 @@ class LocalDevice:
 
     @torch.inference_mode()
     def _CompactCmd(self, cmd: CompactCmd):
-        cache = self.cache(cmd.model, cmd.width)
-        for a, b in cmd.ranges:
-            adapters = [key for key in cache.k if isinstance(key, tuple) and a < key[1] <= b]
-            for layer in [*range(a, b), *adapters]:
-                if layer not in cache.k:
-                    continue
-                for buf in (cache.k[layer], cache.v[layer]):
-                    for row, src, dst in cmd.moves:
-                        buf[row, :, dst] = buf[row, :, src]
+        main = self.cache(cmd.model, cmd.width)
+        for a, b in cmd.ranges:  # an adapter after layer E reads layer E's input
+            for cache, layers in ((main, range(a, b)), (main.side, range(a + 1, b + 1))):
+                for layer in layers:
+                    if cache is None or layer not in cache.k:
+                        continue
+                    for buf in (cache.k[layer], cache.v[layer]):
+                        for row, src, dst in cmd.moves:
+                            buf[row, :, dst] = buf[row, :, src]
 
     # helpers ------------------------------------------------------------------
     def keep(self, handle: int, entry: dict) -> None:

@@ -117,8 +117,9 @@ class ExitHead(torch.nn.Module):
 
 class Adapter(torch.nn.Module):
     """One attention block over the exit layer's states (Kangaroo's adapter),
-    then an ExitHead. Its keys and values live in the stack's KV cache under
-    ``("adapter", E)``, written by every pass that computes layer E's input."""
+    then an ExitHead. Its keys and values live in the KV cache's
+    adapter side cache (``KVCache.adapters``) at key E, written by every pass that
+    computes layer E's input."""
 
     def __init__(self, hidden: int, n_heads: int, n_kv_heads: int, head_dim: int,
                  norm_weight: torch.Tensor | None = None):

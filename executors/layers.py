@@ -33,6 +33,14 @@ class KVCache:
         self.dtype, self.device = dtype, device
         self.k: dict[int, torch.Tensor] = {}
         self.v: dict[int, torch.Tensor] = {}
+        self.side: KVCache | None = None  # trained adapters' keys (whole, never sharded)
+
+    def adapters(self, n_kv_heads: int) -> KVCache:
+        """The cache of the draft adapters' keys and values, beside this one."""
+        if self.side is None:
+            b, _, cap, d = self.shape
+            self.side = KVCache(b, n_kv_heads, d, self.dtype, self.device, cap)
+        return self.side
 
     def buffers(self, layer: int, need: int) -> tuple[torch.Tensor, torch.Tensor]:
         k = self.k.get(layer)
@@ -53,7 +61,8 @@ class KVCache:
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for d in (self.k, self.v) for t in d.values())
+        own = sum(t.numel() * t.element_size() for d in (self.k, self.v) for t in d.values())
+        return own + (self.side.nbytes if self.side is not None else 0)
 
 
 class Positions:
@@ -143,8 +152,9 @@ class Stack:
         for i in range(*layers):
             h = self._layer(i, h, cache, at, cos, sin)
             if i + 1 in adapters:  # the states an adapter reads: keep its keys and values
-                self._store(cache, ("adapter", i + 1),
-                            *adapters[i + 1].keys_values(h, cos, sin), at)
+                adapter = adapters[i + 1]
+                self._store(cache.adapters(adapter.n_kv_heads), i + 1,
+                            *adapter.keys_values(h, cos, sin), at)
         return h
 
     @torch.inference_mode()
@@ -156,7 +166,7 @@ class Stack:
         adapter = self.drafts.adapters.get(end) if self.drafts is not None else None
         if adapter is None:
             raise ValueError(f"no trained adapter at layer {end}")
-        keys, values = cache.buffers(("adapter", end), at.end)
+        keys, values = cache.adapters(adapter.n_kv_heads).buffers(end, at.end)
         cos, sin = self._rope(at.rope, at.end)
         return adapter.attend(hidden, keys[:, :, :at.end], values[:, :, :at.end], cos, sin,
                               at.mask)
