@@ -37,6 +37,7 @@ RUNS = [
     ("sd", ["--set", "draft_layers=8"]),
     ("kangaroo", ["--set", "dram_budget_gb=1", "--set", "gamma=3"]),
     ("eesd", ["--set", "gamma=3"]),
+    ("ppsd", ["--placement", "stage0=cpu0,stage1=cpu1", "--set", "exit_layer=15"]),
 ]
 
 
