@@ -142,9 +142,13 @@ class Coordinator:
 
     # Forward -------------------------------------------------------------------
     def forward(self, op: Forward) -> Pending:
-        if op.head == "exit_layer":
-            raise ValueError("the executor has no trained exit layer; use the norm exit "
-                             "head (exit_head=norm / adapter=norm)")
+        if op.head == "exit_layer" and op.layers[1] not in self.hints.get("adapters", ()):
+            trained = ", ".join(map(str, self.hints.get("adapters", ()))) or "none"
+            raise ValueError(f"'{op.label}' needs a trained adapter after layer "
+                             f"{op.layers[1]}, but the draft artifact has adapters at: "
+                             f"{trained}; choose that exit layer, use the norm head "
+                             "(exit_head=norm / adapter=norm), or train it with 'hetspec "
+                             "train-draft --adapters'")
         wide = op.emit == "sample" and op.branch != 0
         if not self._grows_tree(op, wide):  # a growing tree's rows may be what a hit took
             self._materialise()

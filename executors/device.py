@@ -146,7 +146,8 @@ class LocalDevice:
         entry = {"hidden": hidden, "n_fed": cmd.n_fed}
         out = {}
         if cmd.head is not None:
-            entry["logits"] = logits = self._logits(stack, hidden, cmd)
+            feats = stack.pre_head(cmd.head, cmd.layers[1], hidden, cache, at)
+            entry["logits"] = logits = self._logits(stack, feats, cmd)
             if cmd.emit == "sample":
                 out = self._emit(stack, cache, cmd, logits)
             elif cmd.emit == "topk":
@@ -234,14 +235,15 @@ class LocalDevice:
 
     @torch.inference_mode()
     def _CompactCmd(self, cmd: CompactCmd):
-        cache = self.cache(cmd.model, cmd.width)
-        for a, b in cmd.ranges:
-            for layer in range(a, b):
-                if layer not in cache.k:
-                    continue
-                for buf in (cache.k[layer], cache.v[layer]):
-                    for row, src, dst in cmd.moves:
-                        buf[row, :, dst] = buf[row, :, src]
+        main = self.cache(cmd.model, cmd.width)
+        for a, b in cmd.ranges:  # an adapter after layer E reads layer E's input
+            for cache, layers in ((main, range(a, b)), (main.side, range(a + 1, b + 1))):
+                for layer in layers:
+                    if cache is None or layer not in cache.k:
+                        continue
+                    for buf in (cache.k[layer], cache.v[layer]):
+                        for row, src, dst in cmd.moves:
+                            buf[row, :, dst] = buf[row, :, src]
 
     # helpers ------------------------------------------------------------------
     def keep(self, handle: int, entry: dict) -> None:
@@ -277,10 +279,11 @@ class LocalDevice:
     @staticmethod
     def _logits(stack: Stack, hidden, cmd: FwdCmd) -> list[torch.Tensor]:
         want = cmd.n_logits or tuple(1 for _ in cmd.n_fed)
+        kind, end = cmd.head, cmd.layers[1]
         if len(set(want)) == 1 and len(set(cmd.n_fed)) == 1:
             n, m = cmd.n_fed[0], want[0]
-            return list(stack.head(hidden[:, n - m:n]).cpu())  # decisions run on the CPU
-        return [stack.head(hidden[b, n - m:n]).cpu() for b, (n, m) in
+            return list(stack.head(hidden[:, n - m:n], kind, end).cpu())  # decided on CPU
+        return [stack.head(hidden[b, n - m:n], kind, end).cpu() for b, (n, m) in
                 enumerate(zip(cmd.n_fed, want))]
 
     def _emit(self, stack, cache, cmd: FwdCmd, logits) -> dict:
@@ -292,7 +295,9 @@ class LocalDevice:
             at = Positions(ends, [1] * len(ends), None, self.where)
             tokens = torch.tensor(last, device=self.where)[:, None]
             hidden = stack.run(cache, cmd.layers, at, tokens=tokens)
-            step = self._sample(list(stack.head(hidden).cpu()), cmd, None)
+            hidden = stack.pre_head(cmd.head, cmd.layers[1], hidden, cache, at)
+            step = self._sample(list(stack.head(hidden, cmd.head, cmd.layers[1]).cpu()), cmd,
+                                None)
             for key in out:
                 for r, value in enumerate(step[key]):
                     out[key][r].extend(value)

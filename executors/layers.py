@@ -33,6 +33,14 @@ class KVCache:
         self.dtype, self.device = dtype, device
         self.k: dict[int, torch.Tensor] = {}
         self.v: dict[int, torch.Tensor] = {}
+        self.side: KVCache | None = None  # trained adapters' keys (whole, never sharded)
+
+    def adapters(self, n_kv_heads: int) -> KVCache:
+        """The cache of the draft adapters' keys and values, beside this one."""
+        if self.side is None:
+            b, _, cap, d = self.shape
+            self.side = KVCache(b, n_kv_heads, d, self.dtype, self.device, cap)
+        return self.side
 
     def buffers(self, layer: int, need: int) -> tuple[torch.Tensor, torch.Tensor]:
         k = self.k.get(layer)
@@ -53,7 +61,8 @@ class KVCache:
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for d in (self.k, self.v) for t in d.values())
+        own = sum(t.numel() * t.element_size() for d in (self.k, self.v) for t in d.values())
+        return own + (self.side.nbytes if self.side is not None else 0)
 
 
 class Positions:
@@ -120,6 +129,8 @@ class Stack:
         self.vocab = cfg.vocab_size
         self._cos = self._sin = None
         self.reduce = None  # tensor parallel: sums the members' partial outputs
+        self.full_layers = len(inner.layers)  # a self-draft's exit lies below this
+        self.drafts = None  # executors.drafts.DraftHeads: trained exit heads, adapters
 
     def new_cache(self, batch: int, capacity: int = 256) -> KVCache:
         return KVCache(batch, self.n_kv_heads, self.head_dim, self.embed.weight.dtype,
@@ -139,14 +150,49 @@ class Stack:
         """Hidden states after layers [a, b) for the new positions ``at``."""
         h = self.embed(tokens) if hidden is None else hidden
         cos, sin = self._rope(at.rope, at.end)
+        adapters = self.drafts.adapters if self.drafts is not None else {}
         for i in range(*layers):
             h = self._layer(i, h, cache, at, cos, sin)
+            if i + 1 in adapters:  # the states an adapter reads: keep its keys and values
+                adapter = adapters[i + 1]
+                self._store(cache.adapters(adapter.n_kv_heads), i + 1,
+                            *adapter.keys_values(h, cos, sin), at)
         return h
 
     @torch.inference_mode()
-    def head(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Final norm and LM head (fp32 logits)."""
-        return self.lm_head(self.norm(hidden)).float()
+    def pre_head(self, kind: str | None, end: int, hidden, cache: KVCache, at: Positions):
+        """States the head reads: an adapter's block over them (``exit_layer``,
+        every fed position; its keys and values were stored by ``run``)."""
+        if self._kind(kind, end) != "exit_layer":
+            return hidden
+        adapter = self.drafts.adapters.get(end) if self.drafts is not None else None
+        if adapter is None:
+            raise ValueError(f"no trained adapter at layer {end}")
+        keys, values = cache.adapters(adapter.n_kv_heads).buffers(end, at.end)
+        cos, sin = self._rope(at.rope, at.end)
+        return adapter.attend(hidden, keys[:, :, :at.end], values[:, :, :at.end], cos, sin,
+                              at.mask)
+
+    @torch.inference_mode()
+    def head(self, hidden: torch.Tensor, kind: str = "lm", end: int | None = None):
+        """fp32 logits: the final norm and LM head after the last layer; a trained
+        draft head at an exit (``kind`` exit / exit_layer, or a self-draft's own
+        head), the final norm and LM head where none was trained."""
+        end = self.n_layers if end is None else end
+        kind = self._kind(kind, end)
+        exit_head = None
+        if self.drafts is not None and kind != "lm":
+            exit_head = self.drafts.head_for(kind, end)
+        if exit_head is None:
+            return self.lm_head(self.norm(hidden)).float()
+        return self.drafts.logits(exit_head, hidden, self.lm_head.weight)
+
+    def _kind(self, kind: str | None, end: int) -> str | None:
+        """A self-draft's own head (``lm`` before the last layer) is its trained
+        adapter where there is one, else its exit head."""
+        if kind != "lm" or end >= self.full_layers:
+            return kind
+        return "exit_layer" if self.drafts and end in self.drafts.adapters else "exit"
 
     def _layer(self, i, h, cache, at, cos, sin):
         layer = self.layers[i]

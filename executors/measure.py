@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from executors import drafts
 from executors.models import default_draft
 from executors.prompts import BUILTIN, encode
 from executors.session import BatchResult, Options, Session
@@ -103,6 +104,10 @@ def measure(config, options: Options, messages: list[list[dict]] | None = None, 
     messages = list(messages or BUILTIN)
     if entry(config.policy).needs_draft and config.draft is None:
         config = config.model_copy(update={"draft": default_draft(config.target)})
+    if config.policy == "mirror" and config.params.get("eta") is None:
+        # the executor's drafts have no multi-token heads (PolicyContext.draft_multi_token):
+        # record the eta it runs, so a replay simulates the same schedule
+        config = config.model_copy(update={"params": {**config.params, "eta": 1}})
     with Session(config.platform, config.target, config.draft,
                  placement=config.placement, options=options, seed=config.seed) as session:
         vocab = session.specs["target"].vocab
@@ -134,6 +139,7 @@ def measure(config, options: Options, messages: list[list[dict]] | None = None, 
     inputs = {**config.model_dump(mode="json"), "max_new_tokens": options.max_new_tokens,
               "threads": options.threads, "temperature": options.temperature,
               "mode": options.mode, "physical": options.physical, "prompts": messages,
+              "draft_heads": drafts.describe(config.target),
               **simulable_models(config, specs, run_dir)}
     record = write_run(run_dir, inputs, metrics, results, outputs, texts)
     return {**metrics, "outputs": outputs, "texts": texts, "run_record": str(record)}

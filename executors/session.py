@@ -14,7 +14,7 @@ import os
 import time
 from dataclasses import dataclass, field, replace
 
-from executors import models
+from executors import drafts, models
 from executors.book import Sequences
 from executors.clients import InlineClient
 from executors.coordinator import Coordinator, Placement
@@ -133,6 +133,8 @@ class Session:
             self.loaded["draft"] = models.self_draft(self.loaded["target"], draft)
         elif draft:
             self.loaded["draft"] = models.load(draft, seed=seed + 1, weights=weights)
+        drafts.warn_if_absent(target)
+        self.adapters = drafts.available(target).get("adapter", ())  # trained exit layers
         self.specs = {role: ld.spec for role, ld in self.loaded.items()}
         self.n_layers = {role: ld.spec.n_layers for role, ld in self.loaded.items()}
         roles = {**self.platform.placement, **(placement or {})}
@@ -153,7 +155,7 @@ class Session:
         mean_len = sum(len(p) for p in prompts) // max(1, len(prompts))
         return PolicyContext(target=self.specs["target"], draft=self.specs.get("draft"),
                              tokens=self.opts.max_new_tokens, batch=len(prompts),
-                             prompt_tokens=mean_len)
+                             prompt_tokens=mean_len, draft_multi_token=False)
 
     def decode(self, policy: str, params: dict, prompts: list[list[int]]) -> BatchResult:
         """Decode one batch of prompts with a registered policy."""
@@ -170,7 +172,7 @@ class Session:
         seqs = Sequences.start(prompts)
         coord = Coordinator(clients, self.placement, seqs, self.n_layers,
                             temperature=self.opts.temperature, observers=OBSERVERS,
-                            hints=hints_for(policy, parsed))
+                            hints={**hints_for(policy, parsed), "adapters": self.adapters})
         hints = coord.hints
         start_s = time.perf_counter()  # streamed layers load once for the prefill
         self._streams(streams, hints.get("buffer_layers", 1), restore=True)
@@ -243,6 +245,9 @@ class Session:
             if self._stacks is None:
                 self._stacks = {r: Stack(ld.model, ld.spec.n_layers)
                                 for r, ld in self.loaded.items()}
+                for role, stack in self._stacks.items():  # the target's own layers
+                    if role == "target" or models.self_layers(self.sources[role]):
+                        drafts.attach(stack, self.sources["target"])
             for name in needed:
                 if name not in self.clients:
                     self.clients[name] = InlineClient(LocalDevice(name, self._stacks))

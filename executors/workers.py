@@ -347,7 +347,7 @@ def _message(device, cmd, pending_sends=None):
 
 
 def _load(device, cmd: LoadCmd):
-    from executors import models
+    from executors import drafts, models
     from executors.layers import Stack
 
     start = time.perf_counter()
@@ -367,6 +367,8 @@ def _load(device, cmd: LoadCmd):
             device.stacks[role] = Stack(model(cmd.target, cmd.seed, shard), n)
         else:  # seeds as the coordinator's copy: target seed, draft seed + 1
             device.stacks[role] = Stack(model(source, cmd.seed + (role == "draft"), shard))
+        if n or source == cmd.target:  # the target's own layers: its trained draft heads
+            drafts.attach(device.stacks[role], cmd.target)
         if shard is not None:
             from executors.tensor import shard_stack
 

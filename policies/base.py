@@ -46,6 +46,9 @@ class PolicyContext:
     ``acceptance``: the simulated run's acceptance model (None in the executor),
     for a schedule whose proposal is not a chain (a token tree) to turn into a
     modelled mean (``Verify.expected``).
+    ``draft_multi_token``: the draft has multi-token heads (one pass emits several
+    tokens, Mirror's eta > 1), as the papers' drafts do; the real executor's
+    drafts have none, so its schedules default to one token a pass.
     """
 
     target: ModelSpec
@@ -57,6 +60,7 @@ class PolicyContext:
     expected_outcomes: bool = False
     prefill_chunk: int | None = None
     acceptance: Any = None
+    draft_multi_token: bool = True
 
     def context(self, generated_per_row: float) -> int:
         if self.fixed_context:

@@ -134,8 +134,9 @@ class MirrorParams(PolicyParams):
         "2 at 32, 1 from 64"))
     exit_layer: int | None = Field(None, ge=1, description=(
         "target layers before the early exit (l_e); default: half the layers"))
-    eta: int = Field(2, ge=1, le=64, description=(
-        "tokens per speculative-streaming draft step (two SS streams by default)"))
+    eta: int | None = Field(None, ge=1, le=64, description=(
+        "tokens per speculative-streaming draft step; default: 2 (two SS streams) "
+        "where the draft has multi-token heads, 1 where it has none (the executor)"))
     omega: float | tuple[float, ...] = Field(0.9, description=(
         "Omega_kappa: per-row chance the corrected prefix lies on a precomputed path; "
         "a list gives Omega_1, Omega_2, ... by kappa (the last repeats)"))
@@ -197,7 +198,8 @@ def plan(ctx: PolicyContext, params: MirrorParams) -> MirrorPlan:
         omega = params.omega[min(kappa, len(params.omega)) - 1]
     else:
         omega = params.omega
-    eta = min(params.eta, params.gamma)
+    eta = params.eta if params.eta is not None else (2 if ctx.draft_multi_token else 1)
+    eta = min(eta, params.gamma)
     chunks = tuple(min(eta, params.gamma - j * eta)
                    for j in range(math.ceil(params.gamma / eta)))
     return MirrorPlan(params.gamma, kappa, eta, exit_layer, n, draft.n_layers, omega,

@@ -1,0 +1,249 @@
+"""Trained draft heads: the shipped artifact, one training step, and schedules
+that draft through trained exit heads and adapters staying lossless (greedy:
+AR's tokens; temperature 1: the target's distribution)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from executors import drafts, models, train
+from executors.layers import Positions, Stack
+from executors.prompts import BUILTIN, encode
+from executors.session import Options, Session
+from tests.test_executor import PROMPTS, _chi2_p, _joint, _peaky, tiny_spec
+
+SMOL_SHAPE = {"hidden": 576, "vocab": 49152, "n_heads": 9, "n_kv_heads": 3, "head_dim": 64}
+
+
+# the shipped artifact ------------------------------------------------------------
+def test_the_shipped_artifact_loads_with_its_shapes_and_provenance():
+    path = drafts.SHIPPED[models.REAL_NAME]
+    heads = drafts.load_artifact(path, SMOL_SHAPE)
+    prov = json.loads(drafts.provenance_path(path).read_text())
+    assert prov["artifact_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert sorted(heads.exits) == list(prov["config"]["exits"]) == [8, 15]
+    assert sorted(heads.adapters) == list(prov["config"]["adapters"]) == [3, 29]
+    for head in [*heads.exits.values(), *(a.head for a in heads.adapters.values())]:
+        assert head.proj.shape == (576, 576) and head.norm.shape == (576,)
+    for a in heads.adapters.values():
+        assert a.q.shape == (576, 576) and a.k.shape == a.v.shape == (192, 576)
+        assert a.o.shape == (576, 576)
+    ids = heads.vocab_ids
+    assert len(ids) == prov["draft_vocab"] == prov["config"]["draft_vocab"]
+    assert bool((ids[1:] > ids[:-1]).all()) and 0 <= int(ids[0]) and int(ids[-1]) < 49152
+    assert path.stat().st_size < 12e6  # a few MB of fp16
+    for name, h in prov["heads"].items():  # trained: better than where each started
+        assert h["held_out_top1"] > h["held_out_top1_before"], name
+        assert h["loss_last_mean10"] < h["loss_first"], name
+    assert prov["corpus"]["positions"] > 10_000 and prov["config"]["steps"] > 0
+
+
+def test_a_wrong_shape_or_format_is_one_sentence(tmp_path):
+    path = drafts.SHIPPED[models.REAL_NAME]
+    with pytest.raises(ValueError, match="trained for a model of shape") as err:
+        drafts.load_artifact(path, {**SMOL_SHAPE, "hidden": 64})
+    assert "train-draft" in str(err.value) and "\n" not in str(err.value)
+    other = tmp_path / "x.safetensors"
+    from safetensors.torch import save_file
+    save_file({"a": torch.zeros(1)}, str(other))
+    with pytest.raises(ValueError, match="not a hetspec draft file"):
+        drafts.load_artifact(other, SMOL_SHAPE)
+
+
+# training -------------------------------------------------------------------------
+def test_one_training_step_lowers_the_loss_on_a_tiny_random_model(tmp_path):
+    spec = models.spec_of(f"random:{tiny_spec(tmp_path, layers=4)}")
+    hf = models.build_random(spec, seed=3)
+    ids = torch.randint(0, spec.vocab, (1, 16), generator=torch.Generator().manual_seed(1))
+    corpus = train.Corpus(ids, torch.ones_like(ids, dtype=torch.bool))
+    teacher = train.teach(hf, corpus, (2,), k=8)
+    vocab_ids = train.draft_vocabulary(teacher.argmax, corpus.valid, 40, spec.vocab)
+    assert len(vocab_ids) == 40 and len(set(vocab_ids.tolist())) == 40
+    pos, probs = train.targets_in_vocab(teacher, vocab_ids, spec.vocab)
+    rows = hf.lm_head.weight.detach()[vocab_ids]
+    cos, sin = hf.model.rotary_emb(rows[:1], torch.arange(16)[None])
+    rope = (cos[:, None], sin[:, None])
+    cfg = train.TrainConfig(steps=1, batch_windows=1, lr=1e-2, warmup=1)
+    shape = drafts.shape_of(Stack(hf))
+    for head in (drafts.ExitHead(spec.hidden, hf.model.norm.weight),
+                 drafts.Adapter(spec.hidden, shape["n_heads"], shape["n_kv_heads"],
+                                shape["head_dim"], hf.model.norm.weight)):
+        if isinstance(head, drafts.Adapter):
+            head.init_from(hf.model.layers[2])
+        args = (teacher.states[2], rows, pos, probs, corpus.valid, rope)
+        with torch.no_grad():
+            before = float(train.distill_loss(head, *args))
+        gen = torch.Generator().manual_seed(0)
+        losses = train.train_head(head, *args[:1], rows, pos, probs, corpus.valid, rope, cfg,
+                                  gen)
+        with torch.no_grad():
+            after = float(train.distill_loss(head, *args))
+        assert len(losses) == 1 and abs(losses[0] - before) < 1e-4  # the same windows
+        assert after < before
+
+
+def test_train_draft_refuses_an_exit_outside_the_target(tmp_path):
+    with pytest.raises(ValueError, match="--exits 30 is not an exit layer"):
+        train.check_layers(train.TrainConfig(exits=(30,)), 30)
+
+
+# executor with trained heads --------------------------------------------------------
+EXITS, ADAPTERS = (3, 5), (2, 3, 4)
+
+
+def random_heads(spec_path: str, path, seed: int = 0, keep: int = 40):
+    """Seeded random (non-trivial) heads for a tiny model, written as an artifact."""
+    spec = models.spec_of(f"random:{spec_path}")
+    torch.manual_seed(seed)
+    exits = {e: drafts.ExitHead(spec.hidden) for e in EXITS}
+    adapters = {e: drafts.Adapter(spec.hidden, spec.n_heads, spec.n_kv_heads,
+                                  spec.dim_per_head) for e in ADAPTERS}
+    with torch.no_grad():
+        for m in [*exits.values(), *adapters.values()]:
+            for p in m.parameters():
+                if p.ndim == 2:
+                    p.normal_(0, 0.1)
+    ids = torch.randperm(spec.vocab)[:keep].sort().values
+    shape = {"hidden": spec.hidden, "vocab": spec.vocab, "n_heads": spec.n_heads,
+             "n_kv_heads": spec.n_kv_heads, "head_dim": spec.dim_per_head}
+    drafts.save_artifact(drafts.DraftHeads(exits, adapters, ids), path, shape, "tiny",
+                         {"test": "random heads"})
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_drafts(tmp_path_factory):
+    root = tmp_path_factory.mktemp("drafts")
+    spec = tiny_spec(root)
+    return spec, random_heads(spec, root / "heads.safetensors")
+
+
+CASES = [("kangaroo", {"dram_budget_gb": 1, "l_dm": 2, "gamma": 3}),
+         ("cats", {"dram_budget_gb": 1, "l_dm": 2, "l_sv": 4, "gamma": 3, "corrections": 1}),
+         ("eesd", {"exit_layer": 3, "gamma": 3}),
+         ("ppsd", {"exit_layer": 3, "exit_head": "transformer"}),
+         ("sd", {"draft_layers": 3, "gamma": 3}),
+         ("mirror", {}),  # default parameters: eta 1 where the draft has no MTP heads
+         ("mirror", {"kappa": 2, "gamma": 3, "exit_layer": 3})]
+
+
+@pytest.mark.parametrize("policy,params", CASES, ids=[f"{p}-{i}" for i, (p, _) in
+                                                       enumerate(CASES)])
+def test_schedules_drafting_through_trained_heads_equal_ar(tiny_drafts, monkeypatch,
+                                                             policy, params):
+    spec, path = tiny_drafts
+    monkeypatch.setenv(drafts.ENV, str(path))
+    stages = {"stage0": "cpu0", "stage1": "cpu1"}
+    with Session("cpu-local", f"random:{spec}", "self:5", placement=stages,
+                 options=Options(max_new_tokens=12, mode="inline")) as s:
+        ref = [s.decode("ar", {}, [p]).generated[0][:12] for p in PROMPTS]
+        assert s._stacks["target"].drafts is not None
+        out = s.decode(policy, params, PROMPTS)
+        assert [g[:12] for g in out.generated] == ref
+        drafted = [a for a in out.acceptance if "accepted" in a]
+        assert drafted and sum(sum(a["proposed"]) for a in drafted) > 0
+
+
+def test_an_exit_layer_without_a_trained_adapter_is_one_sentence(tiny_drafts, monkeypatch):
+    spec, path = tiny_drafts
+    monkeypatch.setenv(drafts.ENV, str(path))
+    with Session("cpu-local", f"random:{spec}", options=Options(max_new_tokens=4,
+                                                                 mode="inline")) as s:
+        with pytest.raises(ValueError, match="adapter after layer 1, but the draft "
+                                             "artifact has adapters at: 2, 3, 4"):
+            s.decode("kangaroo", {"dram_budget_gb": 1, "l_dm": 1}, PROMPTS[:1])
+
+
+def test_a_missing_artifact_is_a_one_line_note_and_untrained_heads(tiny_drafts, tmp_path,
+                                                                    monkeypatch, capsys):
+    spec, _ = tiny_drafts
+    monkeypatch.setenv(drafts.ENV, str(tmp_path / "absent.safetensors"))
+    with Session("cpu-local", f"random:{spec}", options=Options(max_new_tokens=6,
+                                                                 mode="inline")) as s:
+        ref = s.decode("ar", {}, PROMPTS[:1]).generated[0][:6]
+        assert s.decode("eesd", {"exit_layer": 3}, PROMPTS[:1]).generated[0][:6] == ref
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no trained draft heads at" in err[0] and "train-draft" in err[0]
+
+
+def _draft_first_token(stack: Stack, prompt, kind: str, end: int) -> np.ndarray:
+    cache = stack.new_cache(1)
+    at = Positions([0], [len(prompt)])
+    h = stack.run(cache, (0, end), at, tokens=torch.tensor([prompt]))
+    h = stack.pre_head(kind, end, h, cache, at)
+    return torch.softmax(stack.head(h, kind, end)[0, -1], -1).double().numpy()
+
+
+@pytest.mark.parametrize("policy,params,kind,end", [
+    ("kangaroo", {"dram_budget_gb": 1, "l_dm": 2, "gamma": 2}, "exit_layer", 2),
+    ("eesd", {"exit_layer": 3, "gamma": 2}, "exit", 3)])
+def test_at_temperature_one_trained_drafts_keep_the_target_distribution(
+        tmp_path, monkeypatch, policy, params, kind, end):
+    """The first two tokens over many rows fit the target's exact joint law; the
+    draft's own first-token law (a draft vocabulary of 8 of 12 tokens) is far
+    from the target's, so a sampler that kept the draft's tokens would fail."""
+    spec, rows, prompt = tiny_spec(tmp_path, vocab=12, layers=6, hidden=32), 3000, [1, 2, 3, 4]
+    monkeypatch.setenv(drafts.ENV, str(random_heads(spec, tmp_path / "h.safetensors",
+                                                    seed=2, keep=8)))
+    with Session("cpu-local", f"random:{spec}", seed=7,
+                 options=Options(max_new_tokens=2, mode="inline", temperature=1.0)) as s:
+        _peaky(s, "target", 8.0)
+        out = s.decode(policy, params, [prompt] * rows)
+        stack = s._stacks["target"]
+        target = _joint(Stack(s.loaded["target"].model), prompt, 12)
+        draft_first = _draft_first_token(stack, prompt, kind, end)
+    samples = [g[:2] for g in out.generated]
+    assert sum(sum(a["accepted"]) for a in out.acceptance) > rows // 4
+    assert _chi2_p(samples, target) > 1e-3
+    assert 0.5 * np.abs(draft_first - target.sum(1) / target.sum()).sum() > 0.1
+
+
+# the real model ----------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("policy,params", [
+    ("kangaroo", {"dram_budget_gb": 1}), ("cats", {"dram_budget_gb": 1}),
+    ("eesd", {}), ("sd", {"draft_layers": 15}), ("mirror", {}), ("ppsd", {})])
+def test_smollm2_with_the_shipped_heads_is_lossless(policy, params, monkeypatch):
+    monkeypatch.delenv(drafts.ENV, raising=False)
+    stages = {"stage0": "cpu0", "stage1": "cpu1", "stage2": "cpu0", "stage3": "cpu1"}
+    with Session("cpu-local", "smollm2-135m", "self:15", placement=stages,
+                 options=Options(max_new_tokens=24, mode="inline")) as s:
+        prompts = [encode(m, s.tokenizer, 49152) for m in BUILTIN]
+        ref = [s.decode("ar", {}, [p]).generated[0][:24] for p in prompts]
+        outs = [s.decode(policy, params, [p]) for p in prompts]
+        assert s._stacks["target"].drafts is not None
+        for row, out in enumerate(outs):  # equal, or a near-tie flipped by fp32 widths
+            theirs = out.generated[0][:24]
+            if theirs != ref[row]:
+                i = next(j for j, (a, b) in enumerate(zip(ref[row], theirs)) if a != b)
+                with torch.no_grad():
+                    logits = s.loaded["target"].model(
+                        torch.tensor([prompts[row] + ref[row][:i]])).logits[0, -1]
+                top = torch.topk(logits, 2).values
+                assert float(top[0] - top[1]) < 1e-4, (policy, row)
+    accepted = sum(sum(a["accepted"]) for o in outs for a in o.acceptance if "accepted" in a)
+    assert accepted > 0
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--exits", "a,b"], "is not a list of layers"),
+    (["--adapters", "0"], "names a layer below 1"),
+    (["-o", "drafts.json"], "is the same file as"),
+    (["--exits", "none", "--adapters", "none"], "has no heads to train")])
+def test_train_draft_mistakes_are_one_sentence(args, needle, capsys, tmp_path, monkeypatch):
+    from analyses.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(train, "train", lambda cfg, out: train.check_layers(cfg, 30))
+    try:
+        code = main(["train-draft", *args])
+    except SystemExit as exc:  # argparse's own refusals
+        code = exc.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and needle in err[-1]
+    assert not list(tmp_path.iterdir())  # nothing written
