@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from executors import drafts, models
+from executors.trainconfig import TrainConfig
 
 PROMPT_TEMPLATES = (
     "Tell me about {topic}.",
@@ -41,27 +42,6 @@ PROMPT_TEMPLATES = (
     "Write a haiku about {topic}.",
     "What should a beginner know about {topic}?",
 )
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    target: str = models.REAL_NAME
-    exits: tuple[int, ...] = (8, 15)
-    adapters: tuple[int, ...] = (3, 29)
-    prompts: int = 256           # chat prompts the target answers
-    answer_tokens: int = 96      # greedy tokens per answer
-    doc_windows: int = 24        # windows of package descriptions
-    seq_len: int = 160
-    draft_vocab: int = 12288
-    top_k: int = 32
-    steps: int = 400             # per head
-    batch_windows: int = 3
-    lr: float = 1e-3
-    warmup: int = 10
-    seed: int = 0
-    threads: int = 2
-    held_out_every: int = 8
-    gen_batch: int = 64
 
 
 @dataclass

@@ -109,3 +109,15 @@ def test_profiles_list_show_validate():
 def test_help_teaches():
     out = hetspec("simulate", "--help")
     assert "--deterministic" in out.stdout and "example:" in out.stdout
+
+
+def test_every_command_registers_without_torch():
+    """The main job (`pip install -e .` then `hetspec compare`) has no torch: building
+    the parser, every subcommand's help included, must not import it."""
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from analyses.cli import build_parser\n"
+            "p = build_parser()\n"
+            "assert 'torch' in sys.modules and sys.modules['torch'] is None\n"
+            "print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

@@ -23,7 +23,7 @@ def layer_list(text: str) -> tuple[int, ...]:
 
 
 def register(sub) -> None:
-    from executors.train import TrainConfig
+    from executors.trainconfig import TrainConfig  # no torch: every command's help
 
     d = TrainConfig()
     p = sub.add_parser(
