@@ -204,28 +204,40 @@ def test_at_temperature_one_trained_drafts_keep_the_target_distribution(
 
 
 # the real model ----------------------------------------------------------------------
+SMOLLM2_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    """One SmolLM2 session with the shipped heads for every schedule below, and AR's
+    outputs on the built-in prompts (loading the model and decoding AR once)."""
+    stages = {"stage0": "cpu0", "stage1": "cpu1", "stage2": "cpu0", "stage3": "cpu1"}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv(drafts.ENV, raising=False)
+        with Session("cpu-local", "smollm2-135m", "self:15", placement=stages,
+                     options=Options(max_new_tokens=SMOLLM2_TOKENS, mode="inline")) as s:
+            prompts = [encode(m, s.tokenizer, 49152) for m in BUILTIN]
+            ref = [s.decode("ar", {}, [p]).generated[0][:SMOLLM2_TOKENS] for p in prompts]
+            yield s, prompts, ref
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("policy,params", [
     ("kangaroo", {"dram_budget_gb": 1}), ("cats", {"dram_budget_gb": 1}),
     ("eesd", {}), ("sd", {"draft_layers": 15}), ("mirror", {}), ("ppsd", {})])
-def test_smollm2_with_the_shipped_heads_is_lossless(policy, params, monkeypatch):
-    monkeypatch.delenv(drafts.ENV, raising=False)
-    stages = {"stage0": "cpu0", "stage1": "cpu1", "stage2": "cpu0", "stage3": "cpu1"}
-    with Session("cpu-local", "smollm2-135m", "self:15", placement=stages,
-                 options=Options(max_new_tokens=24, mode="inline")) as s:
-        prompts = [encode(m, s.tokenizer, 49152) for m in BUILTIN]
-        ref = [s.decode("ar", {}, [p]).generated[0][:24] for p in prompts]
-        outs = [s.decode(policy, params, [p]) for p in prompts]
-        assert s._stacks["target"].drafts is not None
-        for row, out in enumerate(outs):  # equal, or a near-tie flipped by fp32 widths
-            theirs = out.generated[0][:24]
-            if theirs != ref[row]:
-                i = next(j for j, (a, b) in enumerate(zip(ref[row], theirs)) if a != b)
-                with torch.no_grad():
-                    logits = s.loaded["target"].model(
-                        torch.tensor([prompts[row] + ref[row][:i]])).logits[0, -1]
-                top = torch.topk(logits, 2).values
-                assert float(top[0] - top[1]) < 1e-4, (policy, row)
+def test_smollm2_with_the_shipped_heads_is_lossless(policy, params, shipped):
+    s, prompts, ref = shipped
+    outs = [s.decode(policy, params, [p]) for p in prompts]
+    assert s._stacks["target"].drafts is not None
+    for row, out in enumerate(outs):  # equal, or a near-tie flipped by fp32 widths
+        theirs = out.generated[0][:SMOLLM2_TOKENS]
+        if theirs != ref[row]:
+            i = next(j for j, (a, b) in enumerate(zip(ref[row], theirs)) if a != b)
+            with torch.no_grad():
+                logits = s.loaded["target"].model(
+                    torch.tensor([prompts[row] + ref[row][:i]])).logits[0, -1]
+            top = torch.topk(logits, 2).values
+            assert float(top[0] - top[1]) < 1e-4, (policy, row)
     accepted = sum(sum(a["accepted"]) for o in outs for a in o.acceptance if "accepted" in a)
     assert accepted > 0
 

@@ -361,12 +361,10 @@ def test_cli_simulate_law_and_compare(tmp_path, capsys):
 
 
 # the real model ------------------------------------------------------------------------
-@pytest.mark.slow
-@pytest.mark.parametrize("params", [{"tree": (4, 2, 2, 1)},
-                                    {"width": 3, "depth": 4, "nodes": 12},
-                                    {"tree": (3, 2, 1), "draft_layers": 15}],
-                         ids=["static", "dynamic", "self-draft"])
-def test_smollm2_tree_equals_ar_token_for_token(params):
+@pytest.fixture(scope="module")
+def smollm2():
+    """One SmolLM2 session (a 24-layer self-draft) for the tree cases below, and AR's
+    outputs on the built-in prompts: the model loads and AR decodes once."""
     from executors.prompts import BUILTIN, encode
     from executors.session import Options, Session
 
@@ -375,7 +373,17 @@ def test_smollm2_tree_equals_ar_token_for_token(params):
                  options=Options(max_new_tokens=16, mode="inline")) as s:
         prompts = [encode(m, s.tokenizer, 49152) for m in BUILTIN]
         ref = [s.decode("ar", {}, [p]).generated[0][:16] for p in prompts]
-        runs = [s.decode("tree", params, [p]) for p in prompts]
+        yield s, prompts, ref
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("params", [{"tree": (4, 2, 2, 1)},
+                                    {"width": 3, "depth": 4, "nodes": 12},
+                                    {"tree": (3, 2, 1), "draft_layers": 15}],
+                         ids=["static", "dynamic", "self-draft"])
+def test_smollm2_tree_equals_ar_token_for_token(params, smollm2):
+    s, prompts, ref = smollm2
+    runs = [s.decode("tree", params, [p]) for p in prompts]
     assert [r.generated[0][:16] for r in runs] == ref
     accepted = [a["accepted"][0] for r in runs for a in r.acceptance if "accepted" in a]
     assert sum(accepted) > 0  # the real draft's trees are taken (the untrained
