@@ -19,7 +19,7 @@ from analyses.config import RunConfig, SimConfig  # noqa: F401 (SimConfig: the A
 from analyses.fit import Run, check_fit  # noqa: F401  (check_fit: part of the API)
 from hwprofiles import ModelSpec, Platform, load_model, load_platform
 from hwprofiles.placement import check_overrides, resolve
-from policies import PolicyContext, acceptance, build, build_prefill, entry, parse_params
+from policies import PolicyContext, build, build_prefill, entry
 from policies.runs.metrics import add_speedup, baseline_of, run_metrics
 from policies.runs.records import write_record
 from policies.runs.spans import write_chrome_trace
@@ -75,7 +75,7 @@ def run_schedule(config: RunConfig, *, record_spans: bool = True,
     platform = platform if platform is not None else load_platform(config.platform)
     models = run_models(config)
     pol = entry(config.policy)
-    params = parse_params(config.policy, config.params)
+    params = config.params
     check_overrides(platform, config.placement)
     placement = resolve(platform, config.placement)
     # the KV cache holds the context the run models: with fixed_context every step
@@ -85,7 +85,8 @@ def run_schedule(config: RunConfig, *, record_spans: bool = True,
         check_fit(platform, models, placement,
                   Run(config.policy, params, config.prompt_tokens, grown, config.batch,
                       pol.streams_weights, config.prefill_chunk))
-    acc = acceptance.build(**config.acceptance)
+    # a copy per run: a trace's replay cursor starts at its first step every run
+    acc = config.acceptance.model_copy()
     ctx = PolicyContext(target=models["target"], draft=models.get("draft"),
                         tokens=config.tokens, batch=config.batch,
                         prompt_tokens=config.prompt_tokens,
@@ -152,10 +153,10 @@ def baseline_config(config: RunConfig) -> RunConfig:
     """The autoregressive run a configuration's speedup is measured against (the
     configuration itself when it is its own baseline)."""
     name, base_params = (baseline_of(config.policy, config.params)
-                         or (config.policy, config.params))
-    return config.model_copy(update={"policy": name, "params": base_params, "draft": None,
-                                     "placement": {k: v for k, v in config.placement.items()
-                                                   if k != "draft"}})
+                         or (config.policy, config.given("params")))
+    return config.revised(policy=name, params=base_params, draft=None,
+                          placement={k: v for k, v in config.placement.items()
+                                     if k != "draft"})
 
 
 def baseline_tokens_per_s(config: RunConfig) -> float:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Annotated, Any, Union
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import (Field, PrivateAttr, field_serializer, field_validator,
+                      model_validator)
 
 from hwprofiles.numbers import StrictModel
 from hwprofiles.models import BITS, Bits, ModelSpec
-from policies import acceptance, entry
+from policies import PolicyParams, acceptance, entry, parse_params
 from policies.prefill import MAX_PREFILL_PASSES
 
 RUN_KEYS = {"contention": "fair-share memory tiers among concurrent readers (on/off)",
@@ -38,19 +39,39 @@ CAPS = {"tokens": (MAX_TOKENS, "lower --tokens"), "batch": (MAX_BATCH, "lower --
         "prompt_tokens": (MAX_PROMPT_TOKENS, "lower prompt_tokens")}
 
 
+# The acceptance models, told apart by their ``kind`` (STYLE 5: a discriminated union).
+Acceptance = Annotated[Union[tuple(acceptance.MODELS.values())], Field(discriminator="kind")]
+
+# The two settings a run records as the user gave them (see RunConfig).
+GIVEN = ("params", "acceptance")
+
+
 class RunConfig(StrictModel):
     """Everything that determines a run, simulated (analyses.api) or measured
     (executors.measure); written beside its results.
 
     Frozen, no unknown fields, finite numbers (no true/false for a number), sizes
-    under the caps above."""
+    under the caps above. Built and validated once, where a run is asked for (the
+    CLI's commands, the API's caller); everything downstream reads it typed.
+
+    ``params`` is the schedule's own parameter model, picked by ``policy`` from the
+    policy registry: a union of the registered models tagged by the policy name
+    (the tag lives on the config, not in the parameters, so ``--set`` keys stay the
+    parameters' own). ``acceptance`` is one of the acceptance models, tagged by
+    its ``kind``; a trace is read and checked line by line here. Both take their
+    defaults from their models alone.
+
+    A record writes both as given (``{"dram_budget_gb": 8}``, not the validated
+    8.0 and every default): what the user asked for, which validates to the same
+    models again when a record is replayed. ``revised`` derives a changed config
+    and validates it."""
 
     platform: str
     target: str
     draft: str | None = None
     policy: str = "sd"
-    params: dict[str, Any] = Field(default_factory=dict)
-    acceptance: dict[str, Any] = Field(default_factory=acceptance.default)
+    params: PolicyParams
+    acceptance: Acceptance
     tokens: int = Field(2000, ge=1)
     batch: int = Field(1, ge=1)
     seed: int = Field(0, ge=0)
@@ -64,6 +85,38 @@ class RunConfig(StrictModel):
     kv_bits: Bits | None = None
     expert_parallel: bool = False
     memory_check: bool = True
+    _given: dict[str, tuple] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _typed_settings(cls, data: Any, handler):
+        """Validate ``params`` against the model ``policy`` registers (refused in one
+        sentence naming the parameter); keep both settings as given, for records."""
+        if not isinstance(data, dict):  # a RunConfig already (or pydantic's refusal)
+            return handler(data)
+        policy = data.get("policy", cls.model_fields["policy"].default)
+        params = data.get("params", {})
+        acc = data.get("acceptance", acceptance.default())
+        config = handler({**data, "params": _policy_params(policy, params),
+                          "acceptance": acc})
+        config._given = {"params": (config.params, _plain(params)),
+                         "acceptance": (config.acceptance, _plain(acc))}
+        return config
+
+    @field_serializer(*GIVEN)
+    def _as_given(self, value, info) -> dict[str, Any]:
+        typed, given = self._given.get(info.field_name, (None, None))
+        # a copy whose setting was replaced without validation writes the new one
+        return given if typed is value else _plain(value)
+
+    def revised(self, **changes) -> RunConfig:
+        """This config with ``changes`` (``policy=``, ``params=`` as given, ...),
+        validated as a new one."""
+        return type(self).model_validate({**self.model_dump(), **changes})
+
+    def given(self, name: str) -> dict[str, Any]:
+        """``params`` or ``acceptance`` as given: what a record writes."""
+        return dict(self.model_dump(include={name})[name])
 
     @field_validator("tokens", "batch", "prompt_tokens")
     @classmethod
@@ -112,18 +165,25 @@ class RunConfig(StrictModel):
                                  f"cap of {MAX_PREFILL_PASSES:,}; raise prefill_chunk")
         return self
 
-    @field_validator("acceptance")
+    @field_validator("acceptance", mode="before")
     @classmethod
-    def _finite_acceptance(cls, values: dict[str, Any]) -> dict[str, Any]:
+    def _finite_acceptance(cls, values: Any) -> Any:
         """Policy parameters judge their own numbers; acceptance values are checked
-        here, so that a NaN never reaches a sampler."""
-        for key, value in values.items():
+        here (the acceptance models read true as 1), so that a NaN never reaches a
+        sampler."""
+        for key, value in (values.items() if isinstance(values, dict) else ()):
             for item in value if isinstance(value, (tuple, list)) else (value,):
                 if isinstance(item, bool) or (isinstance(item, float)
                                               and not math.isfinite(item)):
                     raise ValueError(f"acceptance setting '{key}' is {item}, not a finite "
                                      "number; give a finite value")
         return values
+
+    @field_validator("acceptance")
+    @classmethod
+    def _read_trace(cls, model):
+        """A trace is read and every line checked now, before any simulation."""
+        return model.load()
 
     @field_validator("placement")
     @classmethod
@@ -133,6 +193,28 @@ class RunConfig(StrictModel):
                 raise ValueError(f"placement '{role}={where}' lacks a role or a device; "
                                  "write ROLE=DEVICE, e.g. draft=gpu4")
         return placement
+
+
+def _policy_params(policy: str, params: Any) -> Any:
+    """``params`` validated by the model ``policy`` registers; a model of another
+    policy is refused, anything not a mapping is left to pydantic to refuse."""
+    if isinstance(params, dict):
+        return parse_params(policy, params)
+    cls = entry(policy).params
+    if isinstance(params, PolicyParams) and not isinstance(params, cls):
+        raise ValueError(f"params are {type(params).__name__}, not the parameters of "
+                         f"policy '{policy}'; pass a {cls.__name__} or a dict")
+    return params
+
+
+def _plain(setting: Any) -> Any:
+    """A setting as a record writes it: a mapping as given; parameters as the fields
+    set; an acceptance model whole (its ``kind`` tells the models apart)."""
+    if isinstance(setting, PolicyParams):
+        return setting.model_dump(exclude_unset=True)
+    if hasattr(setting, "model_dump"):
+        return setting.model_dump()
+    return dict(setting) if isinstance(setting, dict) else setting
 
 
 # The name the API had while it configured simulations only; kept for its users.

@@ -17,7 +17,7 @@ import numpy as np
 from analyses import laws
 from hwprofiles import load_model, load_platform
 from hwprofiles.placement import resolve
-from policies import PolicyContext, PolicyError, acceptance, parse_params
+from policies import PolicyContext, PolicyError
 from policies import cats as cats_policy
 from policies import mirror as mirror_policy
 from policies import ppsd as ppsd_policy
@@ -26,6 +26,14 @@ from policies import ssd as ssd_policy
 from policies.mirror import ENTRY_BYTES, VERDICT_BYTES
 from simcore import RooflineCost
 from simcore.outcomes import scaled_expected
+
+
+def params_of(cfg, policy: str):
+    """The typed parameters of a ``policy`` run; another policy's run is refused."""
+    if cfg.policy != policy:
+        raise ValueError(f"the {policy} law terms need a {policy} run, not policy "
+                         f"'{cfg.policy}'; pass a config with policy='{policy}'")
+    return cfg.params
 
 
 class Scenario:
@@ -40,7 +48,7 @@ class Scenario:
         self.cost = RooflineCost(self.platform)
         self.batch = cfg.batch
         self.context = self.contexts(1)[0]
-        self.acceptance = acceptance.build(**cfg.acceptance)
+        self.acceptance = cfg.acceptance
 
     def contexts(self, n: int) -> list[int]:
         """KV positions at the middle of n equal parts of the run (one if fixed)."""
@@ -124,7 +132,7 @@ def ssd_terms(cfg) -> SSDTerms:
     """E_hit, E_miss, T_p, T_b of a run, derived from the costs as the schedule
     spends them: T_v is the verify plus both rendezvous messages."""
     s = Scenario(cfg)
-    p = ssd_policy.plan(s.policy_context(), parse_params("ssd", cfg.params))
+    p = ssd_policy.plan(s.policy_context(), params_of(cfg, "ssd"))
     t_v, hit, jit, fast, jit_now, fast_now = np.mean(
         [_ssd_rounds_s(s, p, c) for c in s.contexts(SSD_CONTEXTS)], axis=0)
     e_hit = 1 + scaled_expected(s.acceptance, p.k, 0, p.scale)
@@ -164,7 +172,7 @@ class MirrorTerms:
 
 def mirror_terms(cfg) -> MirrorTerms:
     s = Scenario(cfg)
-    p = mirror_policy.plan(s.policy_context(), parse_params("mirror", cfg.params))
+    p = mirror_policy.plan(s.policy_context(), params_of(cfg, "mirror"))
     b, g = s.batch, p.gamma
 
     def rollout(rows: int) -> float:
@@ -209,7 +217,7 @@ class StreamTerms:
 
 def stream_terms(cfg) -> StreamTerms:
     s = Scenario(cfg)
-    prm = parse_params(cfg.policy, cfg.params)
+    prm = cfg.params
     n, layer_gb, ctx = s.target.n_layers, s.target.layer_bytes / 1e9, s.policy_context()
     if cfg.policy == "ar_stream":
         return StreamTerms(cfg.policy, prm, ctx, layer_gb, 1.0, n * layer_gb)
@@ -280,7 +288,7 @@ def early_exit_terms(cfg) -> EarlyExitTerms:
     """The cost model's times for a ppsd or eesd run's settings (exit layer, head,
     gamma), at the run's context."""
     s = Scenario(cfg)
-    prm = parse_params(cfg.policy, cfg.params)
+    prm = cfg.params
     e, n, b, c = prm.exit_layer, s.target.n_layers, s.batch, s.context
     head = ppsd_policy.EXIT_HEADS[prm.exit_head]
     t_ar = s.target_s((0, n), 1, "lm")  # eesd's baseline: AR on the target role
@@ -322,7 +330,7 @@ class SDTerms:
 def sd_terms(cfg) -> SDTerms:
     """The cost model's times of an sd run's step at the run's context."""
     s = Scenario(cfg)
-    prm = parse_params("sd", cfg.params)
+    prm = params_of(cfg, "sd")
     model, layers, head = sd_policy.draft_source(s.policy_context(), prm.draft_layers, "sd")
     spec = s.draft if model == "draft" else s.target
     n, b, c, g = s.target.n_layers, s.batch, s.context, prm.gamma

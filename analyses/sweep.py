@@ -169,7 +169,7 @@ def check_points(points: list[Point], base: dict) -> None:
     gamma): that is a mistake in --sweep/--set, not a policy that does not apply,
     so it is one error before any run rather than a skipped point in the report."""
     from analyses.api import check_expert_parallel
-    from policies import PolicyError, parse_params
+    from policies import PolicyError
 
     try:
         RunConfig(**base)
@@ -179,9 +179,7 @@ def check_points(points: list[Point], base: dict) -> None:
         raise ValueError(f"{option}: {first['msg'].removeprefix('Value error, ')}") from None
     for point in points:
         try:
-            config = point_config(point, base)
-            parse_params(point.policy, config.params)
-            acceptance.build(**config.acceptance)
+            config = point_config(point, base)  # validates its params and acceptance
             # the scenario's models (an ar point drops the draft): a setting they
             # cannot take is refused for the grid, not skipped as not applying
             check_expert_parallel(config.model_copy(update={"draft": base.get("draft")}))
@@ -232,7 +230,7 @@ def run_point(point: Point, base: dict, timeline_steps: int = TIMELINE_STEPS,
         # every point gets its baseline's tokens/s, the AR point its own rerun
         add_speedup(metrics, ar_tokens_per_s)
     except ValueError as exc:  # PolicyError, CostError, ProfileError, ValidationError
-        return PointResult(point, error=str(exc).splitlines()[0])
+        return PointResult(point, error=_why_invalid(exc))
     horizon_s = timeline_steps * metrics["step_latency_s"]
     spans = [tuple(s[:5]) for s in result.spans if s.start_s < horizon_s]
     return PointResult(point, metrics, None, spans, dict(sorted(
@@ -256,7 +254,7 @@ def _baseline_packed(key: str) -> float | str:
     try:
         result = run_schedule(RunConfig.model_validate_json(key), record_spans=False)
     except ValueError as exc:
-        return str(exc).splitlines()[0]
+        return _why_invalid(exc)
     return result.tokens / result.time_s
 
 

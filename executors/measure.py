@@ -30,7 +30,7 @@ def default_run_dir(policy: str, seed: int) -> Path:
     return Path("runs") / f"{policy}-seed{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def decode_all(session: Session, policy: str, params: dict, prompts: list[list[int]],
+def decode_all(session: Session, policy: str, params, prompts: list[list[int]],
                batch: int, progress=None) -> list[BatchResult]:
     out = []
     for i in range(0, len(prompts), batch):
@@ -104,10 +104,10 @@ def measure(config, options: Options, messages: list[list[dict]] | None = None, 
     messages = list(messages or BUILTIN)
     if entry(config.policy).needs_draft and config.draft is None:
         config = config.model_copy(update={"draft": default_draft(config.target)})
-    if config.policy == "mirror" and config.params.get("eta") is None:
+    if config.policy == "mirror" and config.params.eta is None:
         # the executor's drafts have no multi-token heads (PolicyContext.draft_multi_token):
         # record the eta it runs, so a replay simulates the same schedule
-        config = config.model_copy(update={"params": {**config.params, "eta": 1}})
+        config = config.revised(params={**config.given("params"), "eta": 1})
     with Session(config.platform, config.target, config.draft,
                  placement=config.placement, options=options, seed=config.seed) as session:
         vocab = session.specs["target"].vocab

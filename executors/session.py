@@ -26,7 +26,8 @@ from executors.streaming import StreamSetupCmd
 from executors.tensor import SEP, GroupClient, members_of
 from executors.observers import OBSERVERS, hints_for
 from hwprofiles import load_platform
-from policies import PolicyContext, build, parse_params
+from hwprofiles.placement import check_overrides, resolve
+from policies import PolicyContext, PolicyParams, build, parse_params
 
 
 @dataclass
@@ -125,6 +126,7 @@ class Session:
                  seed: int = 0):
         self.opts = options or Options()
         self.platform = load_platform(platform)
+        check_overrides(self.platform, placement or {})  # before minutes of loading
         self.seed = seed
         self.sources = {"target": target, **({"draft": draft} if draft else {})}
         weights = self.opts.mode == "inline"  # workers load their own copies
@@ -137,8 +139,9 @@ class Session:
         self.adapters = drafts.available(target).get("adapter", ())  # trained exit layers
         self.specs = {role: ld.spec for role, ld in self.loaded.items()}
         self.n_layers = {role: ld.spec.n_layers for role, ld in self.loaded.items()}
-        roles = {**self.platform.placement, **(placement or {})}
-        self.placement = Placement(*physical_map(self.platform, roles, self.opts.physical))
+        self.placement = Placement(*physical_map(self.platform,
+                                                 resolve(self.platform, placement),
+                                                 self.opts.physical))
         self.clients: dict[str, object] = {}
         self._stacks = None
         self._batches = 0
@@ -157,12 +160,15 @@ class Session:
                              tokens=self.opts.max_new_tokens, batch=len(prompts),
                              prompt_tokens=mean_len, draft_multi_token=False)
 
-    def decode(self, policy: str, params: dict, prompts: list[list[int]]) -> BatchResult:
-        """Decode one batch of prompts with a registered policy."""
+    def decode(self, policy: str, params: PolicyParams | dict,
+               prompts: list[list[int]]) -> BatchResult:
+        """Decode one batch of prompts with a registered policy: ``params`` typed (a
+        RunConfig's), or a dict validated here."""
         if any(len(p) < 2 for p in prompts):
             raise ValueError("every prompt needs at least 2 tokens; write a longer prompt")
         ctx = self.context(prompts)
-        parsed = parse_params(policy, params)
+        parsed = (params if isinstance(params, PolicyParams)
+                  else parse_params(policy, params))
         found = footprint(build(policy, ctx, parsed), len(prompts))
         streams = {k[1:]: v for k, v in found.items() if k[0] == "stream"}
         uses = {k: v for k, v in found.items() if k[0] != "stream"}

@@ -13,7 +13,7 @@ is ``wall_s`` (records written before the rename also carry it as
 
 from __future__ import annotations
 
-from policies.base import entry, parse_params
+from policies.base import PolicyParams, entry, parse_params
 
 
 def run_metrics(config, *, tokens: float, time_s: float, steps: int, rows_per_step: float,
@@ -39,12 +39,15 @@ def elapsed_s(metrics: dict) -> float | None:
     return None if value is None else float(value)
 
 
-def baseline_of(policy: str, params: dict) -> tuple[str, dict] | None:
+def baseline_of(policy: str, params: PolicyParams | dict) -> tuple[str, dict] | None:
     """The (policy, params) a run's speedup is measured against (its schedule's own
     AR baseline: ppsd's runs through the same stages), or None when the run is
-    its own baseline."""
-    name, base_params = entry(policy).baseline(parse_params(policy, params))
-    if name == policy and base_params == params:
+    its own baseline. ``params``: the run's typed parameters (a RunConfig's), or a
+    dict of them, validated here."""
+    if not isinstance(params, PolicyParams):
+        params = parse_params(policy, params)
+    name, base_params = entry(policy).baseline(params)
+    if name == policy and base_params == params.model_dump(exclude_unset=True):
         return None
     return name, base_params
 
