@@ -43,6 +43,7 @@ from analyses.knobs import (DEFAULT_FIELDS, FIELD_KINDS, Knob, log_bounds, knobs
 from analyses.unknowns import Unknown, check_row, check_rows, row_unknowns, substitute, unknowns_of
 from hwprofiles import Platform
 from hwprofiles.numbers import StrictModel
+from policies.acceptance import default as acceptance_default
 
 MAX_PUBLISHED_BYTES = 1_000_000  # a few hundred rows are ~100 KB
 PRIOR_WEIGHT = 1e-3  # log-units residual per log-unit a knob moves from its start
@@ -61,7 +62,7 @@ class Measurement(StrictModel):
     draft: str | None = None
     policy: str = "ar"
     params: dict[str, Any] = Field(default_factory=dict)
-    acceptance: dict[str, Any] = Field(default_factory=lambda: {"kind": "iid", "alpha": 0.8})
+    acceptance: dict[str, Any] = Field(default_factory=acceptance_default)
     batch: int = Field(1, ge=1)
     prompt_tokens: int = Field(128, ge=0)
     tokens: int = Field(128, ge=1, le=100_000)

@@ -18,7 +18,7 @@ from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from analyses.sweep import PointResult
-from policies import acceptance
+from policies import acceptance, entry
 from policies.runs.records import atomic_write_text
 
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50))
@@ -253,7 +253,8 @@ def _speed_section(results: list[PointResult]) -> Section:
 def _law_inputs(results: list[PointResult], base: dict) -> tuple[int, float]:
     """The gamma and alpha the law views use where the grid ran no such policy."""
     sd = best_per_policy(results).get("sd")
-    gamma = int(dict(sd.point.sets).get("gamma", 4)) if sd else 4
+    default_gamma = entry("sd").params().gamma  # written once, in sd's parameter model
+    gamma = int(dict(sd.point.sets).get("gamma", default_gamma)) if sd else default_gamma
     alpha = float(base.get("acceptance", {}).get("alpha", acceptance.IID().alpha))
     return gamma, alpha
 

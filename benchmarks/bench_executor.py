@@ -96,7 +96,7 @@ def part_two(max_new: int, threads: int) -> None:
             ar_m = summarise(cfg, ar, max_new)
             for policy, params, _ in rows:
                 res = decode_all(s, policy, params, prompts, 1)
-                m = summarise(cfg.model_copy(update={"policy": policy}), res, max_new)
+                m = summarise(cfg.revised(policy=policy, params=params), res, max_new)
                 events = ", ".join(f"{k[:-5]} {v:.2f}" for k, v in m.items()
                                    if k.endswith("_rate") and k != "acceptance_rate")
                 same = outputs_of(res, max_new) == outputs_of(ar, max_new)

@@ -105,9 +105,9 @@ def main() -> None:
     if args.contention:
         configs.append(("mirror contention=on", MIRROR.model_copy(update={"contention": True})))
     for mode in ("stall", "skip") if args.batch else ():
-        params = {**MIRROR.params, "batch_fallback": mode}
+        params = {**MIRROR.given("params"), "batch_fallback": mode}
         configs.append((f"mirror B={args.batch} {mode}",
-                        MIRROR.model_copy(update={"batch": args.batch, "params": params})))
+                        MIRROR.revised(batch=args.batch, params=params)))
     for name, cfg in configs:
         run_schedule(cfg)  # warm profile loading and imports
         alone = best_rate(lambda: run_schedule(cfg).tokens, args.repeat)

@@ -92,8 +92,7 @@ def test_positional_and_histogram_acceptance_expectations():
                     tokens=200, deterministic=True)
     assert simulate(pos).metrics["mean_tokens_per_step"] == pytest.approx(
         1 + 0.9 + 0.9 * 0.5 + 0.9 * 0.5 * 0.2)
-    hist = pos.model_copy(update={"acceptance": {"kind": "histogram",
-                                                 "probs": (0.2, 0.3, 0.1, 0.1, 0.3)}})
+    hist = pos.revised(acceptance={"kind": "histogram", "probs": (0.2, 0.3, 0.1, 0.1, 0.3)})
     # with gamma=3 the mass of k=4 folds onto k=3
     assert simulate(hist).metrics["mean_tokens_per_step"] == pytest.approx(
         1 + 0.3 + 0.2 + 3 * 0.4)

@@ -38,8 +38,8 @@ def test_grid_drops_keys_a_policy_does_not_take():
                       Point("sd", (("gamma", 2), ("alpha", 0.7))),
                       Point("sd", (("gamma", 3), ("alpha", 0.7)))]
     config = point_config(points[1], BASE)
-    assert config.params == {"gamma": 2} and config.acceptance == {"kind": "iid",
-                                                                   "alpha": 0.7}
+    assert config.given("params") == {"gamma": 2}
+    assert config.given("acceptance") == {"kind": "iid", "alpha": 0.7}
     assert point_config(points[0], BASE).draft is None
 
 
