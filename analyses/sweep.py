@@ -164,10 +164,11 @@ def _why_invalid(exc: Exception) -> str:
     return str(exc).splitlines()[0]
 
 
-def check_points(points: list[Point], base: dict) -> None:
-    """Refuse the grid when a point's own values are invalid (alpha beyond 1, a NaN
-    gamma): that is a mistake in --sweep/--set, not a policy that does not apply,
-    so it is one error before any run rather than a skipped point in the report."""
+def check_points(points: list[Point], base: dict) -> list[RunConfig]:
+    """The points' configs, each validated once here. Refuse the grid when a point's
+    own values are invalid (alpha beyond 1, a NaN gamma): that is a mistake in
+    --sweep/--set, not a policy that does not apply, so it is one error before any
+    run rather than a skipped point in the report."""
     from analyses.api import check_expert_parallel
     from policies import PolicyError
 
@@ -177,6 +178,7 @@ def check_points(points: list[Point], base: dict) -> None:
         first = exc.errors()[0]
         option = "--" + "-".join(str(p) for p in first["loc"][:1]).replace("_", "-")
         raise ValueError(f"{option}: {first['msg'].removeprefix('Value error, ')}") from None
+    configs = []
     for point in points:
         try:
             config = point_config(point, base)  # validates its params and acceptance
@@ -186,6 +188,8 @@ def check_points(points: list[Point], base: dict) -> None:
         except (ValidationError, PolicyError, ValueError) as exc:
             raise ValueError(f"{point.label} is not a valid setting ({_why_invalid(exc)}); "
                              "fix the --sweep or --set value") from None
+        configs.append(config)
+    return configs
 
 
 def _recording_outcomes():
@@ -206,9 +210,10 @@ def _recording_outcomes():
     return Recording
 
 
-def run_point(point: Point, base: dict, timeline_steps: int = TIMELINE_STEPS,
+def run_point(point: Point, config: RunConfig, timeline_steps: int = TIMELINE_STEPS,
               ar_tokens_per_s: float | str | None = None) -> PointResult:
-    """Simulate one point; user errors become ``error``. ``ar_tokens_per_s`` is its
+    """Simulate one point, ``config`` its validated configuration (``check_points``);
+    user errors become ``error``. ``ar_tokens_per_s`` is its
     baseline's tokens/s (or the baseline's error message) when the grid ran the
     baselines already; without it the baseline is simulated here."""
     from analyses.api import baseline_tokens_per_s, metrics_of, run_schedule
@@ -220,7 +225,6 @@ def run_point(point: Point, base: dict, timeline_steps: int = TIMELINE_STEPS,
         return holder["outcomes"]
 
     try:
-        config = point_config(point, base)
         result = run_schedule(config, outcomes_factory=factory)
         metrics = metrics_of(config, result)
         if ar_tokens_per_s is None:
@@ -241,10 +245,10 @@ def _run_packed(args) -> PointResult:
     return run_point(*args)
 
 
-def _baseline_key(point: Point, base: dict) -> str:
+def _baseline_key(config: RunConfig) -> str:
     from analyses.api import baseline_config
 
-    return baseline_config(point_config(point, base)).model_dump_json()
+    return baseline_config(config).model_dump_json()
 
 
 def _baseline_packed(key: str) -> float | str:
@@ -258,14 +262,14 @@ def _baseline_packed(key: str) -> float | str:
     return result.tokens / result.time_s
 
 
-def _tasks(points: list[Point], base: dict, mapper) -> list[tuple]:
-    """Each point's arguments, its baseline's tokens/s among them: the distinct
-    baselines of the grid (many points share one AR run) are simulated once,
-    through ``mapper`` (the pool's map), before the points."""
-    keys = [_baseline_key(p, base) for p in points]
+def _tasks(points: list[Point], configs: list[RunConfig], mapper) -> list[tuple]:
+    """Each point's arguments, its config and its baseline's tokens/s among them:
+    the distinct baselines of the grid (many points share one AR run) are
+    simulated once, through ``mapper`` (the pool's map), before the points."""
+    keys = [_baseline_key(c) for c in configs]
     unique = sorted(set(keys))
     rates = dict(zip(unique, mapper(_baseline_packed, unique)))
-    return [(p, base, TIMELINE_STEPS, rates[k]) for p, k in zip(points, keys)]
+    return [(p, c, TIMELINE_STEPS, rates[k]) for p, c, k in zip(points, configs, keys)]
 
 
 def _progress(total: int, quiet: bool):
@@ -279,23 +283,23 @@ def run_grid(points: list[Point], base: dict, *, jobs: int | None = None,
              backend: str = "local", quiet: bool = False) -> list[PointResult]:
     """Run every point; results in the points' order whatever finishes first.
     Invalid values are refused before any point runs (``check_points``)."""
-    check_points(points, base)
+    configs = check_points(points, base)
     if backend == "ray":
         from analyses.sweep_ray import run_grid_ray
 
-        return run_grid_ray(points, base, quiet=quiet)
+        return run_grid_ray(points, configs, quiet=quiet)
     if backend != "local":
         raise ValueError(f"unknown --backend '{backend}'; choose local or ray")
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(points)))
     if jobs == 1:
-        return _run_all(_tasks(points, base, map), map, quiet)
+        return _run_all(_tasks(points, configs, map), map, quiet)
     import multiprocessing
 
     with multiprocessing.get_context("fork").Pool(jobs) as pool:
         def mapper(fn, items):
             return pool.imap(fn, items, chunksize=1)
 
-        return _run_all(_tasks(points, base, mapper), mapper, quiet)
+        return _run_all(_tasks(points, configs, mapper), mapper, quiet)
 
 
 def _run_all(tasks: list[tuple], mapper, quiet: bool) -> list[PointResult]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from analyses.config import RunConfig
 from analyses.sweep import Point, PointResult, _progress, _run_packed, _tasks
 
 
@@ -20,8 +21,8 @@ def _ray():
     return ray
 
 
-def run_grid_ray(points: list[Point], base: dict, *, address: str | None = None,
-                 quiet: bool = False) -> list[PointResult]:
+def run_grid_ray(points: list[Point], configs: list[RunConfig], *,
+                 address: str | None = None, quiet: bool = False) -> list[PointResult]:
     ray = _ray()
     if not ray.is_initialized():
         ray.init(address=address or os.environ.get("RAY_ADDRESS"),
@@ -31,7 +32,7 @@ def run_grid_ray(points: list[Point], base: dict, *, address: str | None = None,
         return ray.get([remote.remote(item) for item in items])
 
     remote = ray.remote(_run_packed)
-    refs = [remote.remote(task) for task in _tasks(points, base, mapper)]
+    refs = [remote.remote(task) for task in _tasks(points, configs, mapper)]
     pending = list(refs)
     with _progress(len(refs), quiet) as bar:
         while pending:
