@@ -20,6 +20,7 @@ from executors.models import default_draft
 from executors.prompts import BUILTIN, encode
 from executors.session import BatchResult, Options, Session
 from policies import entry
+from policies.mirror import default_eta
 from policies.runs.metrics import add_speedup, baseline_of, run_metrics
 from policies.runs.records import atomic_write_text, write_record
 from policies.runs.spans import Span, measured_span, write_chrome_trace
@@ -107,7 +108,8 @@ def measure(config, options: Options, messages: list[list[dict]] | None = None, 
     if config.policy == "mirror" and config.params.eta is None:
         # the executor's drafts have no multi-token heads (PolicyContext.draft_multi_token):
         # record the eta it runs, so a replay simulates the same schedule
-        config = config.revised(params={**config.given("params"), "eta": 1})
+        config = config.revised(params={**config.given("params"),
+                                        "eta": default_eta(multi_token=False)})
     with Session(config.platform, config.target, config.draft,
                  placement=config.placement, options=options, seed=config.seed) as session:
         vocab = session.specs["target"].vocab

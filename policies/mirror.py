@@ -183,6 +183,12 @@ class MirrorPlan:
         return len(self.chunks)
 
 
+def default_eta(multi_token: bool) -> int:
+    """Tokens per draft step when ``eta`` is not given: 2 (two speculative streams)
+    for a draft with multi-token heads, 1 for one without (the executor's)."""
+    return 2 if multi_token else 1
+
+
 def plan(ctx: PolicyContext, params: MirrorParams) -> MirrorPlan:
     """Resolve defaults and check the sizes against the models."""
     draft = ctx.need_draft("mirror")
@@ -198,7 +204,7 @@ def plan(ctx: PolicyContext, params: MirrorParams) -> MirrorPlan:
         omega = params.omega[min(kappa, len(params.omega)) - 1]
     else:
         omega = params.omega
-    eta = params.eta if params.eta is not None else (2 if ctx.draft_multi_token else 1)
+    eta = params.eta if params.eta is not None else default_eta(ctx.draft_multi_token)
     eta = min(eta, params.gamma)
     chunks = tuple(min(eta, params.gamma - j * eta)
                    for j in range(math.ceil(params.gamma / eta)))
