@@ -40,7 +40,8 @@ CAPS = {"tokens": (MAX_TOKENS, "lower --tokens"), "batch": (MAX_BATCH, "lower --
 
 
 # The acceptance models, told apart by their ``kind`` (STYLE 5: a discriminated union).
-Acceptance = Annotated[Union[tuple(acceptance.MODELS.values())], Field(discriminator="kind")]
+Acceptance = Annotated[Union[tuple(acceptance.MODELS.values())],
+                       Field(discriminator="kind")]
 
 # The two settings a run records as the user gave them (see RunConfig).
 GIVEN = ("params", "acceptance")

@@ -60,8 +60,8 @@ def test_a_record_writes_the_settings_as_given_and_reads_them_typed():
     dumped = config.model_dump(mode="json")
     assert dumped["params"] == {"dram_budget_gb": 8}
     assert isinstance(dumped["params"]["dram_budget_gb"], int)
-    assert dumped["acceptance"] == acceptance.default() == {"kind": "iid",
-                                                             "alpha": acceptance.IID().alpha}
+    assert dumped["acceptance"] == acceptance.default()
+    assert acceptance.default() == {"kind": "iid", "alpha": acceptance.IID().alpha}
     assert type(RunConfig(**H100).params) is entry("sd").params  # policy's default too
 
 
