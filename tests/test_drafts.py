@@ -224,7 +224,10 @@ def shipped():
 @pytest.mark.slow
 @pytest.mark.parametrize("policy,params", [
     ("kangaroo", {"dram_budget_gb": 1}), ("cats", {"dram_budget_gb": 1}),
-    ("eesd", {}), ("sd", {"draft_layers": 15}), ("mirror", {}), ("ppsd", {})])
+    ("eesd", {}), ("sd", {"draft_layers": 15}),
+    # Mirror's defaults (kappa 8, gamma 7) cost ~4x a smaller window on this CPU;
+    # the heads and the window logic are the same at kappa 2, gamma 3
+    ("mirror", {"kappa": 2, "gamma": 3}), ("ppsd", {})])
 def test_smollm2_with_the_shipped_heads_is_lossless(policy, params, shipped):
     s, prompts, ref = shipped
     outs = [s.decode(policy, params, [p]) for p in prompts]
