@@ -9,6 +9,10 @@ and counts each row as one ask in ``rate``. A Verify with ``row_gamma`` gives
 each row the verdict of its own proposal length: in deterministic mode each
 row's expected length for its gamma; in random mode one draw at the full gamma
 clipped to the row's (accepting the first g of gamma tokens is the same event).
+
+What a schedule models beyond the acceptance model comes from its outcome models
+(``policies.modelled``), attached by the Verify's label and the Outcome's event:
+a Verify's modelled mean or acceptance scale, an event's chance.
 """
 
 from __future__ import annotations
@@ -19,12 +23,15 @@ from functools import lru_cache
 import numpy as np
 
 from policies.acceptance import IID
+from policies.modelled import OutcomeModels, VerifyModel, event_model, verify_model
 from policies.ops import Outcome, Verdict, Verify
 
 
 class Outcomes:
-    def __init__(self, acceptance, *, seed: int = 0, deterministic: bool = False):
+    def __init__(self, acceptance, *, seed: int = 0, deterministic: bool = False,
+                 models: OutcomeModels | None = None):
         self.acceptance = acceptance
+        self.models: OutcomeModels = dict(models or {})
         self.rng = np.random.default_rng(seed)
         self.deterministic = deterministic
         self._credit: dict[str, float] = {}
@@ -35,8 +42,9 @@ class Outcomes:
     def verify(self, op: Verify) -> Verdict:
         if op.row_gamma is not None:
             return self._verify_rows(op)
-        if op.expected is not None or not op.bonus or op.scale != 1.0:
-            return self._verify_modelled(op)
+        modelled = verify_model(self.models, op.label)
+        if modelled.expected is not None or not op.bonus or modelled.scale != 1.0:
+            return self._verify_modelled(op, modelled)
         if self.deterministic:
             key = (op.gamma, op.position)
             e = self._expected.get(key)
@@ -45,29 +53,27 @@ class Outcomes:
             return Verdict((e,) * op.batch)
         return Verdict(self.acceptance.sample(op.gamma, op.batch, self.rng, op.position))
 
-    def _verify_modelled(self, op: Verify) -> Verdict:
+    def _verify_modelled(self, op: Verify, modelled: VerifyModel) -> Verdict:
         """A Verify with its own modelled mean (``expected``), a scaled
         acceptance (``scale``), or without a bonus token: a row then commits
         min(accepted, gamma - 1) + 1 tokens."""
-        model = self.acceptance if op.expected is None else iid_with_mean(op.gamma,
-                                                                          op.expected)
+        expected, scale = modelled.expected, modelled.scale
+        model = self.acceptance if expected is None else iid_with_mean(op.gamma, expected)
         no_bonus = not op.bonus and op.gamma > 0
-        if not 0 <= op.scale <= 1:
-            raise ValueError(f"Verify.scale must lie in [0, 1], got {op.scale}")
         if self.deterministic:
-            key = (op.gamma, op.position, op.expected, no_bonus, op.scale)
+            key = (op.gamma, op.position, expected, no_bonus, scale)
             pair = self._expected.get(key)
             if pair is None:
-                e = op.expected if op.expected is not None and op.scale == 1.0 else \
-                    scaled_expected(model, op.gamma, op.position, op.scale)
-                c = scaled_expected(model, op.gamma - 1, op.position, op.scale) + 1 \
+                e = expected if expected is not None and scale == 1.0 else \
+                    scaled_expected(model, op.gamma, op.position, scale)
+                c = scaled_expected(model, op.gamma - 1, op.position, scale) + 1 \
                     if no_bonus else None
                 pair = self._expected[key] = (e, c)
             e, c = pair
             return Verdict((e,) * op.batch, committed=None if c is None else (c,) * op.batch)
         accepted = model.sample(op.gamma, op.batch, self.rng, op.position)
-        if op.scale != 1.0:  # each token also survives a coin of probability scale
-            runs = self.rng.geometric(1 - op.scale, size=op.batch) - 1 if op.scale < 1 \
+        if scale != 1.0:  # each token also survives a coin of probability scale
+            runs = self.rng.geometric(1 - scale, size=op.batch) - 1 if scale < 1 \
                 else (op.gamma,) * op.batch
             accepted = tuple(min(int(a), int(r)) for a, r in zip(accepted, runs))
         committed = tuple(min(a, op.gamma - 1) + 1 for a in accepted) if no_bonus else None
@@ -79,9 +85,9 @@ class Outcomes:
         if len(gammas) != op.batch or any(not 0 <= g <= op.gamma for g in gammas):
             raise ValueError(f"Verify.row_gamma must hold {op.batch} values in "
                              f"[0, {op.gamma}], one per row; got {gammas}")
-        if op.expected is not None:
-            raise ValueError("Verify.row_gamma cannot be combined with expected (a mean "
-                             "for gamma proposals); leave one of them unset")
+        if verify_model(self.models, op.label).expected is not None:
+            raise ValueError(f"Verify '{op.label}' has row_gamma, but its VerifyModel a "
+                             "modelled mean for gamma proposals; drop one of them")
         if self.deterministic:
             per = {g: self.verify(replace(op, gamma=g, batch=1, row_gamma=None))
                    for g in set(gammas)}
@@ -105,7 +111,7 @@ class Outcomes:
     def outcome(self, op: Outcome) -> bool | tuple[bool, ...]:
         if op.per_row:
             return self._outcome_rows(op)
-        p = op.probability ** op.batch  # the event must hold for every row
+        p = event_model(self.models, op.event).probability ** op.batch  # every row
         if self.deterministic:
             held = self._diffuse(op.event, p)
         else:
@@ -116,7 +122,7 @@ class Outcomes:
 
     def _outcome_rows(self, op: Outcome) -> tuple[bool, ...]:
         """One answer per row; each row is one ask of the event's rate."""
-        p = op.probability
+        p = event_model(self.models, op.event).probability
         if self.deterministic:
             held = tuple(self._diffuse((op.event, r), p) for r in range(op.batch))
         else:
