@@ -19,12 +19,12 @@ from analyses.config import RunConfig, SimConfig  # noqa: F401 (SimConfig: the A
 from analyses.fit import Run, check_fit  # noqa: F401  (check_fit: part of the API)
 from hwprofiles import ModelSpec, Platform, load_model, load_platform
 from hwprofiles.placement import check_overrides, resolve
-from policies import (PolicyContext, acceptance, build, build_prefill, entry,
-                      outcome_models, parse_params)
+from policies import (PolicyContext, build, build_prefill, entry, outcome_models,
+                      parse_params)
 from policies.runs.metrics import add_speedup, baseline_of, run_metrics
 from policies.runs.records import write_record
 from policies.runs.spans import write_chrome_trace
-from simcore import Outcomes, SimResult, Simulator
+from simcore import Outcomes, SimResult, Simulator, acceptance
 
 
 @dataclass

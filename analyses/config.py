@@ -9,8 +9,9 @@ from pydantic import Field, field_validator, model_validator
 
 from hwprofiles.numbers import StrictModel
 from hwprofiles.models import BITS, Bits, ModelSpec
-from policies import acceptance, entry
+from policies import entry
 from policies.prefill import MAX_PREFILL_PASSES
+from simcore import acceptance
 
 RUN_KEYS = {"contention": "fair-share memory tiers among concurrent readers (on/off)",
             "prompt_tokens": "KV-cache positions before decoding starts (at most 1e7, "

@@ -17,14 +17,14 @@ import numpy as np
 from analyses import laws
 from hwprofiles import load_model, load_platform
 from hwprofiles.placement import resolve
-from policies import PolicyContext, PolicyError, acceptance, parse_params
+from policies import PolicyContext, PolicyError, parse_params
 from policies import cats as cats_policy
 from policies import mirror as mirror_policy
 from policies import ppsd as ppsd_policy
 from policies import sd as sd_policy
 from policies import ssd as ssd_policy
 from policies.mirror import ENTRY_BYTES, VERDICT_BYTES
-from simcore import RooflineCost
+from simcore import RooflineCost, acceptance
 from simcore.outcomes import scaled_expected
 
 

@@ -22,7 +22,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from policies.acceptance import IID
+from simcore.acceptance import IID
 from policies.modelled import OutcomeModels, VerifyModel, event_model, verify_model
 from policies.ops import Outcome, Verdict, Verify
 

@@ -13,7 +13,7 @@ from analyses.lawterms import mirror_terms
 from analyses.laws import mirror as mirror_law
 from hwprofiles import load_model, load_platform
 from policies import PolicyContext, PolicyError, build
-from policies.acceptance import IID
+from simcore.acceptance import IID
 from policies import sd as sd_policy
 from policies.mirror import (DRAFT, ENTRY_BYTES, FALLBACK, FRESH, PREFIX, VERDICT_BYTES,
                              WINDOW, default_kappa, failing_rows, skip_bound)

@@ -14,7 +14,8 @@ from analyses.config import SimConfig
 from analyses.laws import ppsd as ppsd_law
 from analyses.lawterms import early_exit_terms
 from hwprofiles import Platform, load_model
-from policies import PolicyContext, acceptance, build
+from policies import PolicyContext, build
+from simcore import acceptance
 from simcore import Outcomes, Simulator
 
 N_STAGES = 8
