@@ -9,6 +9,10 @@ and counts each row as one ask in ``rate``. A Verify with ``row_gamma`` gives
 each row the verdict of its own proposal length: in deterministic mode each
 row's expected length for its gamma; in random mode one draw at the full gamma
 clipped to the row's (accepting the first g of gamma tokens is the same event).
+A yes/no Verify (one token, no bonus: a pipeline's check of the draft in flight)
+is answered whole in deterministic mode too: every row accepts its token on
+exactly floor(n * P) of the first n asks of its label, P the chance that all rows
+accept (error diffusion, as for an Outcome), none on the others.
 
 What a schedule models beyond the acceptance model comes from its outcome models
 (``policies.modelled``), attached by the Verify's label and the Outcome's event:
@@ -70,7 +74,10 @@ class Outcomes:
                     if no_bonus else None
                 pair = self._expected[key] = (e, c)
             e, c = pair
-            return Verdict((e,) * op.batch, committed=None if c is None else (c,) * op.batch)
+            accepted = (e,) * op.batch
+            if no_bonus and op.gamma == 1:
+                accepted = self._whole(op.label, accepted)
+            return Verdict(accepted, committed=None if c is None else (c,) * op.batch)
         accepted = model.sample(op.gamma, op.batch, self.rng, op.position)
         if scale != 1.0:  # each token also survives a coin of probability scale
             runs = self.rng.geometric(1 - scale, size=op.batch) - 1 if scale < 1 \
@@ -101,6 +108,13 @@ class Outcomes:
             return Verdict(accepted)
         return Verdict(accepted, committed=tuple(min(a, g - 1) + 1 if g > 0 else 1
                                                  for a, g in zip(accepted, gammas)))
+
+    def _whole(self, label: str, expected: tuple[float, ...]) -> tuple[int, ...]:
+        """A yes/no verdict for every row at once (module doc)."""
+        p = 1.0
+        for e in expected:  # the chance that every row accepts its token
+            p *= e
+        return (int(self._diffuse(("verify", label), p)),) * len(expected)
 
     def _diffuse(self, key, p: float) -> bool:
         credit = self._credit.get(key, 0.0) + p
