@@ -98,8 +98,7 @@ class Verify:
     The target's logits come from the Forward whose handle is ``target``; the
     proposal is speculation ``branch``. Accepted tokens plus one bonus token
     (the target's own next token) are committed, and caches roll back past
-    them. ``gamma=0`` is plain autoregressive sampling of one token. ``position``
-    offsets per-position acceptance when verification goes one token at a time.
+    them. ``gamma=0`` is plain autoregressive sampling of one token.
     What the simulator models of the verdict beyond the run's acceptance model
     (a modelled mean, a scaled acceptance) is no field here: it is the schedule's
     ``VerifyModel`` for this ``label`` (``policies.modelled``).
@@ -118,7 +117,6 @@ class Verify:
     batch: int = 1
     target: Any = None
     branch: int = 0
-    position: int = 0
     label: str = ""
     bonus: bool = True
     row_gamma: tuple[int, ...] | None = None

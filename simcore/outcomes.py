@@ -12,7 +12,10 @@ clipped to the row's (accepting the first g of gamma tokens is the same event).
 A yes/no Verify (one token, no bonus: a pipeline's check of the draft in flight)
 is answered whole in deterministic mode too: every row accepts its token on
 exactly floor(n * P) of the first n asks of its label, P the chance that all rows
-accept (error diffusion, as for an Outcome), none on the others.
+accept (error diffusion, as for an Outcome), none on the others. Its draft
+position (for per-position acceptance) is the number of answers of its label in
+which every row accepted, since the last one in which some row did not: the
+draft in flight was proposed after that many matches.
 
 What a schedule models beyond the acceptance model comes from its outcome models
 (``policies.modelled``), attached by the Verify's label and the Outcome's event:
@@ -26,9 +29,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from simcore.acceptance import IID
 from policies.modelled import OutcomeModels, VerifyModel, event_model, verify_model
 from policies.ops import Outcome, Verdict, Verify
+from simcore.acceptance import IID
 
 
 class Outcomes:
@@ -41,7 +44,8 @@ class Outcomes:
         self._credit: dict[str, float] = {}
         self.asked: dict[str, int] = {}
         self.held: dict[str, int] = {}
-        self._expected: dict[tuple[int, int], float] = {}
+        self._expected: dict = {}  # deterministic verdicts by their inputs
+        self._runs: dict[str, int] = {}  # a yes/no Verify's position, by label
 
     def verify(self, op: Verify) -> Verdict:
         if op.row_gamma is not None:
@@ -50,41 +54,62 @@ class Outcomes:
         if modelled.expected is not None or not op.bonus or modelled.scale != 1.0:
             return self._verify_modelled(op, modelled)
         if self.deterministic:
-            key = (op.gamma, op.position)
-            e = self._expected.get(key)
+            e = self._expected.get(op.gamma)
             if e is None:
-                e = self._expected[key] = self.acceptance.expected(op.gamma, op.position)
+                e = self._expected[op.gamma] = self.acceptance.expected(op.gamma)
             return Verdict((e,) * op.batch)
-        return Verdict(self.acceptance.sample(op.gamma, op.batch, self.rng, op.position))
+        return Verdict(self.acceptance.sample(op.gamma, op.batch, self.rng))
 
     def _verify_modelled(self, op: Verify, modelled: VerifyModel) -> Verdict:
         """A Verify with its own modelled mean (``expected``), a scaled
         acceptance (``scale``), or without a bonus token: a row then commits
-        min(accepted, gamma - 1) + 1 tokens."""
-        expected, scale = modelled.expected, modelled.scale
-        model = self.acceptance if expected is None else iid_with_mean(op.gamma, expected)
+        min(accepted, gamma - 1) + 1 tokens. A yes/no Verify's position is the
+        run of all-accepted answers its label has had since the last rejection."""
         no_bonus = not op.bonus and op.gamma > 0
+        yes_no = no_bonus and op.gamma == 1
+        position = self._runs.get(op.label, 0) if yes_no else 0
         if self.deterministic:
-            key = (op.gamma, op.position, expected, no_bonus, scale)
-            pair = self._expected.get(key)
-            if pair is None:
-                e = expected if expected is not None and scale == 1.0 else \
-                    scaled_expected(model, op.gamma, op.position, scale)
-                c = scaled_expected(model, op.gamma - 1, op.position, scale) + 1 \
-                    if no_bonus else None
-                pair = self._expected[key] = (e, c)
-            e, c = pair
-            accepted = (e,) * op.batch
-            if no_bonus and op.gamma == 1:
-                accepted = self._whole(op.label, accepted)
-            return Verdict(accepted, committed=None if c is None else (c,) * op.batch)
-        accepted = model.sample(op.gamma, op.batch, self.rng, op.position)
+            verdict = self._expected_verdict(op, modelled, no_bonus, position)
+        else:
+            verdict = self._sampled_verdict(op, modelled, no_bonus, position)
+        if yes_no:
+            matched = all(a >= 1 for a in verdict.accepted)
+            self._runs[op.label] = position + 1 if matched else 0
+        return verdict
+
+    def _expected_verdict(self, op: Verify, modelled: VerifyModel, no_bonus: bool,
+                          position: int) -> Verdict:
+        expected, scale = modelled.expected, modelled.scale
+        key = (op.gamma, position, expected, no_bonus, scale)
+        pair = self._expected.get(key)
+        if pair is None:
+            model = self._model(op.gamma, expected)
+            e = expected if expected is not None and scale == 1.0 else \
+                scaled_expected(model, op.gamma, position, scale)
+            c = scaled_expected(model, op.gamma - 1, position, scale) + 1 \
+                if no_bonus else None
+            pair = self._expected[key] = (e, c)
+        e, c = pair
+        accepted = (e,) * op.batch
+        if no_bonus and op.gamma == 1:
+            accepted = self._whole(op.label, accepted)
+        return Verdict(accepted, committed=None if c is None else (c,) * op.batch)
+
+    def _sampled_verdict(self, op: Verify, modelled: VerifyModel, no_bonus: bool,
+                         position: int) -> Verdict:
+        scale = modelled.scale
+        model = self._model(op.gamma, modelled.expected)
+        accepted = model.sample(op.gamma, op.batch, self.rng, position)
         if scale != 1.0:  # each token also survives a coin of probability scale
             runs = self.rng.geometric(1 - scale, size=op.batch) - 1 if scale < 1 \
                 else (op.gamma,) * op.batch
             accepted = tuple(min(int(a), int(r)) for a, r in zip(accepted, runs))
         committed = tuple(min(a, op.gamma - 1) + 1 for a in accepted) if no_bonus else None
         return Verdict(accepted, committed=committed)
+
+    def _model(self, gamma: int, expected: float | None):
+        """The run's acceptance model, or the i.i.d. one with a modelled mean."""
+        return self.acceptance if expected is None else iid_with_mean(gamma, expected)
 
     def _verify_rows(self, op: Verify) -> Verdict:
         """Each row verifies its own ``row_gamma`` tokens (0: an AR step)."""

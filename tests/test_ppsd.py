@@ -254,3 +254,14 @@ def test_deterministic_yes_no_verify_is_answered_whole_by_error_diffusion():
     assert sum(held) == math.floor(100 * 0.7 * 0.7 + 1e-9)
     assert sum(held[:10]) == math.floor(10 * 0.49)  # spread out, not front-loaded
     assert all(v.committed == (1.0, 1.0) for v in verdicts)
+
+
+def test_a_yes_no_verifys_position_is_the_run_of_matches_since_a_mismatch():
+    """Per-position acceptance of the pipeline's draft: alphas (1, 0) match the
+    draft proposed right after a mismatch and never the next one, in either mode."""
+    for deterministic in (True, False):
+        outcomes = Outcomes(acceptance.build("positional", alphas=(1.0, 0.0)), seed=5,
+                            deterministic=deterministic)
+        answers = [outcomes.verify(Verify(1, 1, bonus=False, label="verify")).accepted
+                   for _ in range(6)]
+        assert answers == [(1,), (0,)] * 3
