@@ -31,9 +31,9 @@ by largest remainders.
 
 SAGUARO sampling (``c_saguaro`` = C < 1) multiplies the draft's probabilities of
 its top-F tokens (mass ``top_mass``) by C. Modelled with the target agreeing with
-the draft on those tokens: per-token acceptance falls by (1-C) * top_mass
-(the verify's outcome model scales it by 1 - (1-C) top_mass / a_p), and that mass moves into the residual
-distribution, onto cached tokens, so the hit rate rises to
+the draft on those tokens: per-token acceptance falls by (1-C) * top_mass (the
+verify's outcome model scales it by 1 - (1-C) top_mass / a_p), and that mass
+moves into the residual distribution, onto cached tokens, so the hit rate rises to
 (h rho + (1-C) top_mass) / (rho + (1-C) top_mass) with rho = 1 - a_p. The model
 applies this to every round's bonus token, whichever proposer made the round's
 speculation.

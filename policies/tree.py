@@ -38,8 +38,8 @@ E[accepted] = sum over nodes of the product of p along the node's path
 equal this acceptance (EAGLE-2's premise), so its shape follows from p.
 
 Deterministic simulation verifies with that mean (the tree's outcome model,
-``tree_outcomes``); random simulation draws accepted lengths with that mean; an acceptance ``trace``
-(record it from a tree run: ``hetspec run --policy tree``) is replayed as
+``tree_outcomes``); random simulation draws accepted lengths with that mean; an
+acceptance ``trace`` (record it from a tree run: ``hetspec run --policy tree``) is replayed as
 recorded, its lengths being tree walks already. The executor walks the real
 tree (``executors.tokentree``): greedy, or at temperature > 0 the target samples
 its token at each node and the walk follows it while it is a child, which keeps
