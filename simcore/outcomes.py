@@ -41,7 +41,7 @@ class Outcomes:
         self.models: OutcomeModels = dict(models or {})
         self.rng = np.random.default_rng(seed)
         self.deterministic = deterministic
-        self._credit: dict[str, float] = {}
+        self._credit: dict = {}  # error-diffusion credit by event, (event, row) or Verify label
         self.asked: dict[str, int] = {}
         self.held: dict[str, int] = {}
         self._expected: dict = {}  # deterministic verdicts by their inputs
