@@ -19,11 +19,11 @@ from analyses.config import RunConfig, SimConfig  # noqa: F401 (SimConfig: the A
 from analyses.fit import Run, check_fit  # noqa: F401  (check_fit: part of the API)
 from hwprofiles import ModelSpec, Platform, load_model, load_platform
 from hwprofiles.placement import check_overrides, resolve
-from policies import PolicyContext, build, build_prefill, entry
+from policies import PolicyContext, build, build_prefill, entry, outcome_models
 from policies.runs.metrics import add_speedup, baseline_of, run_metrics
 from policies.runs.records import write_record
 from policies.runs.spans import write_chrome_trace
-from simcore import Outcomes, SimResult, Simulator
+from simcore import Outcomes, SimResult, Simulator, acceptance
 
 
 @dataclass
@@ -60,8 +60,10 @@ def run_schedule(config: RunConfig, *, record_spans: bool = True,
                  platform: Platform | None = None) -> SimResult:
     """Simulate one configuration and return the engine's raw result.
 
-    ``outcomes_factory(acceptance_model, seed=, deterministic=)`` builds the
-    outcome source; pass an Outcomes subclass to observe or replay outcomes.
+    ``outcomes_factory(acceptance_model, seed=, deterministic=, models=)`` builds
+    the outcome source, ``models`` the schedule's outcome models
+    (``policies.modelled``); pass an Outcomes subclass to observe or replay
+    outcomes.
     ``rewrite(schedule) -> schedule`` wraps the policy's generator (a replay
     gives Forwards the work a measured run did for them).
 
@@ -96,8 +98,8 @@ def run_schedule(config: RunConfig, *, record_spans: bool = True,
     schedule = build(config.policy, ctx, params)
     if rewrite is not None:
         schedule = rewrite(schedule)
-    outcomes = outcomes_factory(acc, seed=config.seed,
-                                deterministic=config.deterministic)
+    outcomes = outcomes_factory(acc, seed=config.seed, deterministic=config.deterministic,
+                                models=outcome_models(config.policy, ctx, params))
 
     def simulator():  # a fresh engine; the prologue asks the outcome source nothing
         return Simulator(platform, models, outcomes, placement=config.placement,

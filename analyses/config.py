@@ -10,8 +10,9 @@ from pydantic import (Field, PrivateAttr, field_serializer, field_validator,
 
 from hwprofiles.numbers import StrictModel
 from hwprofiles.models import BITS, Bits, ModelSpec
-from policies import PolicyParams, acceptance, entry, parse_params
+from policies import PolicyParams, entry, parse_params
 from policies.prefill import MAX_PREFILL_PASSES
+from simcore import acceptance
 
 RUN_KEYS = {"contention": "fair-share memory tiers among concurrent readers (on/off)",
             "prompt_tokens": "KV-cache positions before decoding starts (at most 1e7, "

@@ -17,14 +17,14 @@ import numpy as np
 from analyses import laws
 from hwprofiles import load_model, load_platform
 from hwprofiles.placement import resolve
-from policies import PolicyContext, PolicyError
+from policies import PolicyContext, PolicyError, outcome_models
 from policies import cats as cats_policy
 from policies import mirror as mirror_policy
 from policies import ppsd as ppsd_policy
 from policies import sd as sd_policy
 from policies import ssd as ssd_policy
 from policies.mirror import ENTRY_BYTES, VERDICT_BYTES
-from simcore import RooflineCost
+from simcore import RooflineCost, acceptance
 from simcore.outcomes import scaled_expected
 
 
@@ -132,13 +132,17 @@ def ssd_terms(cfg) -> SSDTerms:
     """E_hit, E_miss, T_p, T_b of a run, derived from the costs as the schedule
     spends them: T_v is the verify plus both rendezvous messages."""
     s = Scenario(cfg)
-    p = ssd_policy.plan(s.policy_context(), params_of(cfg, "ssd"))
+    ctx, params = s.policy_context(), params_of(cfg, "ssd")
+    p = ssd_policy.plan(ctx, params)
     t_v, hit, jit, fast, jit_now, fast_now = np.mean(
         [_ssd_rounds_s(s, p, c) for c in s.contexts(SSD_CONTEXTS)], axis=0)
-    e_hit = 1 + scaled_expected(s.acceptance, p.k, 0, p.scale)
+    # the verdicts' means as the simulator draws them: the schedule's outcome models
+    models = outcome_models("ssd", ctx, params)
+    e_hit = 1 + scaled_expected(s.acceptance, p.k, 0, models[ssd_policy.VERIFY].scale)
+    e_fast = 1 + models[ssd_policy.FAST_VERIFY].expected
     return SSDTerms(t_v, hit / t_v, {"jit": jit / t_v - 1, "fast": fast / t_v - 1},
                     {"jit": jit_now / t_v - 1, "fast": fast_now / t_v - 1},
-                    {"jit": e_hit, "fast": 1 + p.fast_expected}, e_hit, p.backup, p.k,
+                    {"jit": e_hit, "fast": e_fast}, e_hit, p.backup, p.k,
                     p.fanout, s.shared())
 
 

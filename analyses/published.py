@@ -43,7 +43,7 @@ from analyses.knobs import (DEFAULT_FIELDS, FIELD_KINDS, Knob, log_bounds, knobs
 from analyses.unknowns import Unknown, check_row, check_rows, row_unknowns, substitute, unknowns_of
 from hwprofiles import Platform
 from hwprofiles.numbers import StrictModel
-from policies.acceptance import default as acceptance_default
+from simcore.acceptance import default as acceptance_default
 
 MAX_PUBLISHED_BYTES = 1_000_000  # a few hundred rows are ~100 KB
 PRIOR_WEIGHT = 1e-3  # log-units residual per log-unit a knob moves from its start

@@ -18,7 +18,8 @@ from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from analyses.sweep import PointResult
-from policies import acceptance, entry
+from policies import entry
+from simcore import acceptance
 from policies.runs.records import atomic_write_text
 
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50))

@@ -23,7 +23,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from analyses.config import RUN_KEYS, RunConfig, parse_value, split_sets
-from policies import acceptance, entry
+from policies import entry
+from simcore import acceptance
 from policies.runs.metrics import add_speedup
 
 TIMELINE_STEPS = 4  # decoding steps of each point kept for the Gantt view

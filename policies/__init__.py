@@ -5,7 +5,7 @@ and in the real executor.
 """
 
 from policies.base import (PolicyContext, PolicyError, PolicyParams, build, build_prefill,
-                           entry, names, parse_params, register)
+                           entry, names, outcome_models, parse_params, register)
 
 __all__ = ["PolicyContext", "PolicyError", "PolicyParams", "build", "build_prefill", "entry",
-           "names", "parse_params", "register"]
+           "names", "outcome_models", "parse_params", "register"]

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from hwprofiles.numbers import StrictModel
 from hwprofiles.models import MAX_LAYERS, ModelSpec
+from policies.modelled import OutcomeModels
 
 
 # all-reduces per draft step: two per layer of the deepest model a profile may hold
@@ -44,8 +45,8 @@ class PolicyContext:
     ``prefill_chunk``: positions per prefill pass (None: the whole prompt in
     one pass); see ``policies.prefill``.
     ``acceptance``: the simulated run's acceptance model (None in the executor),
-    for a schedule whose proposal is not a chain (a token tree) to turn into a
-    modelled mean (``Verify.expected``).
+    for a schedule whose proposal is not a chain (a token tree) to shape itself
+    and, in its ``outcome_models``, to turn into a modelled mean.
     ``draft_multi_token``: the draft has multi-token heads (one pass emits several
     tokens, Mirror's eta > 1), as the papers' drafts do; the real executor's
     drafts have none, so its schedules default to one token a pass.
@@ -87,6 +88,7 @@ class PolicyEntry:
     summary: str
     baseline: Callable[[PolicyParams], tuple[str, dict]]
     timeline: Callable[[list], dict] | None = None
+    outcome_models: Callable[[PolicyContext, PolicyParams], OutcomeModels] | None = None
 
 
 REGISTRY: dict[str, PolicyEntry] = {}
@@ -99,7 +101,9 @@ def _plain_ar(_params: PolicyParams) -> tuple[str, dict]:
 def register(name: str, params: type[PolicyParams], *, needs_draft: bool = False,
              streams_weights: bool = False,
              baseline: Callable[[PolicyParams], tuple[str, dict]] = _plain_ar,
-             timeline: Callable[[list], dict] | None = None):
+             timeline: Callable[[list], dict] | None = None,
+             outcome_models: Callable[[PolicyContext, PolicyParams], OutcomeModels]
+             | None = None):
     """Register ``fn(ctx, params) -> generator`` under a user-facing name.
 
     ``baseline(params)`` names the autoregressive run a speedup is measured
@@ -107,12 +111,15 @@ def register(name: str, params: type[PolicyParams], *, needs_draft: bool = False
     budget); ``streams_weights`` says the schedule checks memory fit itself.
     ``timeline(spans) -> dict`` derives metrics that need times (overlap,
     per-phase shares) from a run's spans, simulated or measured.
+    ``outcome_models(ctx, params)`` gives the simulator what the schedule models
+    of its verdicts and events (``policies.modelled``); none: the run's
+    acceptance model decides every Verify, and the schedule asks no Outcome.
     """
 
     def wrap(fn):
         summary = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
         REGISTRY[name] = PolicyEntry(name, fn, params, needs_draft, streams_weights,
-                                     summary, baseline, timeline)
+                                     summary, baseline, timeline, outcome_models)
         return fn
 
     return wrap
@@ -151,6 +158,16 @@ def build(name: str, ctx: PolicyContext, params: PolicyParams | dict) -> Generat
     if e.needs_draft:
         ctx.need_draft(name)
     return e.fn(ctx, params)
+
+
+def outcome_models(name: str, ctx: PolicyContext,
+                   params: PolicyParams | dict) -> OutcomeModels:
+    """What schedule ``name`` models of its outcomes, for a simulator to attach
+    (``policies.modelled``); the executor never asks."""
+    e = entry(name)
+    if isinstance(params, dict):
+        params = parse_params(name, params)
+    return {} if e.outcome_models is None else e.outcome_models(ctx, params)
 
 
 def build_prefill(name: str, ctx: PolicyContext, params: PolicyParams | dict) -> Generator:

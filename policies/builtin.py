@@ -5,7 +5,7 @@ import pkgutil
 
 import policies
 
-_SKIP = {"base", "builtin", "ops", "acceptance", "prefill"}
+_SKIP = {"base", "builtin", "ops", "modelled", "prefill"}
 
 for _mod in sorted(m.name for m in pkgutil.iter_modules(policies.__path__)):
     if _mod not in _SKIP and not _mod.startswith("_"):

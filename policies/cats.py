@@ -33,9 +33,10 @@ passes' layer-L_DM states; the target pass reads the verifier's and the
 re-forward's layer-L_SV states).
 
 ``mean_accepted`` (tokens committed per cycle, bonus included, the papers'
-beta+1) becomes ``Verify(expected=mean_accepted - 1)``: the simulator then draws
-accepted lengths whose mean is that (exactly that in deterministic mode); a
-real executor ignores it and reports the models' own acceptance. Without it the
+beta+1) becomes the verify's outcome model, a mean of ``mean_accepted - 1``
+accepted tokens (``stream_outcomes``): the simulator then draws accepted
+lengths whose mean is that (exactly that in deterministic mode); a real
+executor never sees it and reports the models' own acceptance. Without it the
 run's acceptance model (e.g. ``alpha``) decides.
 
 Metrics: ``bytes_per_token_gb`` is the papers' figure, decoder-layer weight
@@ -55,6 +56,7 @@ from typing import Literal
 from pydantic import Field
 
 from policies.base import PolicyContext, PolicyError, PolicyParams, register
+from policies.modelled import OutcomeModels, VerifyModel
 from policies.ops import Forward, Join, Spawn, StreamWeights, Verify
 
 ADAPTER_HEADS = {"norm": "exit", "transformer": "exit_layer"}
@@ -258,13 +260,18 @@ def _ar_stream(ctx: PolicyContext, plan: Plan, streamer: FlashStreamer):
     return ledger.metrics(done, steps)
 
 
-def _expected(params: KangarooParams, policy: str) -> float | None:
+def _check_mean(params: KangarooParams, policy: str) -> None:
     m = params.mean_accepted
     if m is not None and m > params.gamma + 1:
         raise PolicyError(f"{policy}: mean_accepted={m:g} exceeds gamma + 1 = "
                           f"{params.gamma + 1} tokens a cycle can commit; lower it or "
                           "raise gamma")
-    return None if m is None else m - 1
+
+
+def stream_outcomes(ctx: PolicyContext, params: KangarooParams) -> OutcomeModels:
+    """The verify's modelled mean, when ``mean_accepted`` gives one."""
+    m = params.mean_accepted
+    return {} if m is None else {"verify": VerifyModel(expected=m - 1)}
 
 
 def _drafts(params: KangarooParams, batch: int, context: int):
@@ -277,18 +284,19 @@ def _drafts(params: KangarooParams, batch: int, context: int):
     return tuple(handles)
 
 
-@register("kangaroo", KangarooParams, streams_weights=True, baseline=_stream_baseline)
+@register("kangaroo", KangarooParams, streams_weights=True, baseline=_stream_baseline,
+          outcome_models=stream_outcomes)
 def kangaroo(ctx: PolicyContext, params: KangarooParams):
     """Kangaroo: draft with layers 1..L_DM + adapter, verify with the whole model."""
     if params.l_dm >= ctx.target.n_layers:
         raise PolicyError(f"kangaroo: l_dm={params.l_dm} must be below the target's "
                           f"{ctx.target.n_layers} layers; choose e.g. l_dm=3")
-    expected = _expected(params, "kangaroo")
+    _check_mean(params, "kangaroo")
     plan = plan_memory(ctx, params, "kangaroo", params.l_dm, "l_dm")
-    return _kangaroo(ctx, params, plan, expected)
+    return _kangaroo(ctx, params, plan)
 
 
-def _kangaroo(ctx, params: KangarooParams, plan: Plan, expected):
+def _kangaroo(ctx, params: KangarooParams, plan: Plan):
     streamer = FlashStreamer(plan, params.buffer_chunks)
     ledger, b, gamma, l_dm = _Ledger(plan, streamer), ctx.batch, params.gamma, params.l_dm
     yield from streamer.fill()
@@ -297,7 +305,7 @@ def _kangaroo(ctx, params: KangarooParams, plan: Plan, expected):
         context = ctx.context(done / b)
         yield from _drafts(params, b, context)
         logits = yield from target_pass(streamer, 0, gamma + 1, b, context, "verify")
-        verdict = yield Verify(gamma, b, target=logits, expected=expected, label="verify")
+        verdict = yield Verify(gamma, b, target=logits, label="verify")
         done += verdict.tokens
         steps += 1
         ledger.paper_layers += gamma * l_dm + plan.n_layers
@@ -306,11 +314,12 @@ def _kangaroo(ctx, params: KangarooParams, plan: Plan, expected):
     return ledger.metrics(done, steps)
 
 
-@register("cats", CATSParams, streams_weights=True, baseline=_stream_baseline)
+@register("cats", CATSParams, streams_weights=True, baseline=_stream_baseline,
+          outcome_models=stream_outcomes)
 def cats(ctx: PolicyContext, params: CATSParams):
     """CATS: draft, shallow verifier and flash-streamed tree-masked target pass."""
     n = ctx.target.n_layers
-    expected = _expected(params, "cats")
+    _check_mean(params, "cats")
     if params.l_dm >= n - 1:
         raise PolicyError(f"cats: l_dm={params.l_dm} leaves no layers for the shallow "
                           f"verifier and the target pass of {n}; choose e.g. l_dm=3")
@@ -321,10 +330,10 @@ def cats(ctx: PolicyContext, params: CATSParams):
         raise PolicyError(f"cats: l_sv={l_sv} must lie between l_dm={params.l_dm} and the "
                           f"target's {n} layers; choose e.g. l_sv={min(n - 1, 15)}")
     plan = plan_memory(ctx, params, "cats", l_sv, "l_sv", params.l_dm + 1)
-    return _cats(ctx, params, plan, l_sv, expected)
+    return _cats(ctx, params, plan, l_sv)
 
 
-def _cats(ctx, params: CATSParams, plan: Plan, l_sv: int, expected):
+def _cats(ctx, params: CATSParams, plan: Plan, l_sv: int):
     streamer = FlashStreamer(plan, params.buffer_chunks)
     ledger, b = _Ledger(plan, streamer), ctx.batch
     gamma, l_dm, extra = params.gamma, params.l_dm, params.corrections
@@ -340,7 +349,7 @@ def _cats(ctx, params: CATSParams, plan: Plan, l_sv: int, expected):
                              label="correction re-forward")
         logits = yield from target_pass(streamer, l_sv, gamma + 1 + extra, b, context,
                                         inputs=(sv, tail))
-        verdict = yield Verify(gamma, b, target=logits, expected=expected, label="verify")
+        verdict = yield Verify(gamma, b, target=logits, label="verify")
         done += verdict.tokens
         steps += 1
         ledger.paper_layers += gamma * l_dm + plan.n_layers - l_dm

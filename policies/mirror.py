@@ -13,7 +13,7 @@ a branch-complete window, kappa roots x gamma depths, in J speculative-streaming
 steps of eta tokens each, over B*kappa rows at once, while the target runs its
 suffix. At the rendezvous the target verifies, the draft's window travels to the
 target and the verdict to the draft. A row whose corrected prefix lies on a
-precomputed path (event "reuse", probability Omega_kappa per row, independently)
+precomputed path (event "reuse", modelled chance Omega_kappa per row, independently)
 takes that branch as its next window; a row that missed has none. What the
 schedule does about it is ``batch_fallback``:
 
@@ -100,6 +100,7 @@ from pydantic import Field, field_validator
 
 from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyParams,
                            register)
+from policies.modelled import EventModel, OutcomeModels
 from policies.ops import Forward, Outcome, Parallel, Transfer, Verify
 from policies.sd import DraftCache, first_draft_op
 from policies.traces import covered_s, intervals, overlap_s, recorded_rate
@@ -346,7 +347,7 @@ def _schedule(ctx: PolicyContext, p: MirrorPlan):
             cache.rolled_out(p.gamma + 1)
         cache.settle(verdict, own=branch == FRESH or p.kappa == 1)
         skip = skips(p, b, t.verdict(verdict, p.gamma, row_gamma))
-        reuse = yield Outcome("reuse", p.omega, batch=b, per_row=skip, label="reuse")
+        reuse = yield Outcome("reuse", batch=b, per_row=skip, label="reuse")
         yield from _rendezvous(ctx, p, window, verdict)
         held = _per_row(reuse, b)
         if skip:
@@ -393,7 +394,13 @@ def mirror_timeline(spans) -> dict:
     return out
 
 
-@register("mirror", MirrorParams, needs_draft=True, timeline=mirror_timeline)
+def mirror_outcomes(ctx: PolicyContext, params: MirrorParams) -> OutcomeModels:
+    """Simulation: a row's corrected prefix lies on the window with chance Omega."""
+    return {"reuse": EventModel(plan(ctx, params).omega)}
+
+
+@register("mirror", MirrorParams, needs_draft=True, timeline=mirror_timeline,
+          outcome_models=mirror_outcomes)
 def mirror(ctx: PolicyContext, params: MirrorParams):
     """Mirror-SD: a branch-complete draft window on a second accelerator, hidden
     under the target's suffix layers."""

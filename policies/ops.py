@@ -11,7 +11,7 @@ through the platform's ``placement`` (and any user override).
 Results:
   * ``Forward``     -> an opaque handle (hidden states / logits in the executor).
   * ``Verify``      -> ``Verdict``.
-  * ``Outcome``     -> ``bool`` (or the probability itself in deterministic mode);
+  * ``Outcome``     -> ``bool``;
                        with ``per_row`` a tuple of ``bool``, one per row.
   * ``Spawn``       -> an opaque task handle; ``Join`` -> tuple of branch results.
   * ``Parallel``    -> tuple of branch results (spawn all, join all).
@@ -98,17 +98,13 @@ class Verify:
     The target's logits come from the Forward whose handle is ``target``; the
     proposal is speculation ``branch``. Accepted tokens plus one bonus token
     (the target's own next token) are committed, and caches roll back past
-    them. ``gamma=0`` is plain autoregressive sampling of one token. ``position``
-    offsets per-position acceptance when verification goes one token at a time.
-    ``expected`` is a modelled mean of accepted tokens per row that the
-    simulator uses instead of the run's acceptance model; the executor ignores
-    it and observes the real acceptance (as with ``Outcome.probability``).
+    them. ``gamma=0`` is plain autoregressive sampling of one token.
+    What the simulator models of the verdict beyond the run's acceptance model
+    (a modelled mean, a scaled acceptance) is no field here: it is the schedule's
+    ``VerifyModel`` for this ``label`` (``policies.modelled``).
     ``bonus=False``: the target's logits cover only the proposed positions (a
     pipeline verifying each token as it leaves): a row commits its accepted
     tokens plus the target's correction if it rejected one, and no bonus token.
-    ``scale`` in [0, 1] multiplies every modelled per-token acceptance (a
-    proposal sampled from a distorted draft distribution); the executor
-    ignores it too.
     ``row_gamma`` (one int per row, each in [0, gamma]) gives rows proposals of
     different lengths: row r verifies the first ``row_gamma[r]`` tokens of its
     proposal in speculation ``branch``, and a row with 0 has no proposal and
@@ -121,11 +117,8 @@ class Verify:
     batch: int = 1
     target: Any = None
     branch: int = 0
-    position: int = 0
     label: str = ""
-    expected: float | None = None
     bonus: bool = True
-    scale: float = 1.0
     row_gamma: tuple[int, ...] | None = None
 
 
@@ -148,17 +141,16 @@ class Verdict:
 class Outcome:
     """A yes/no event of the schedule (cache hit, branch reuse, top-k hit).
 
-    ``probability`` is the modelled chance the simulator draws from; the
-    executor ignores it and observes the event in the real models. By default
-    the answer is one ``bool``: the event held for every one of ``batch`` rows
-    (modelled chance ``probability ** batch``). ``per_row=True`` asks each row
-    separately: the answer is a tuple of ``batch`` bools, row r's True with
-    chance ``probability`` independently of the others (in deterministic
-    simulation each row keeps its own error-diffusion credit).
+    The executor observes the event in the real models; the simulator draws it
+    with the chance p of the schedule's ``EventModel`` for ``event``
+    (``policies.modelled``). By default the answer is one ``bool``: the event
+    held for every one of ``batch`` rows (modelled chance ``p ** batch``).
+    ``per_row=True`` asks each row separately: the answer is a tuple of
+    ``batch`` bools, row r's True with chance p independently of the others (in
+    deterministic simulation each row keeps its own error-diffusion credit).
     """
 
     event: str
-    probability: float
     batch: int = 1
     label: str = ""
     per_row: bool = False

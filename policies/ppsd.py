@@ -18,9 +18,10 @@ takes a last-stage pass, whichever of the two reaches that stage first.
 Every token leaving the pipeline commits one token, so the time per token is
 one stage on a match and the whole pipeline on a mismatch: eq. 6.
 
-Draft matches are decided by the acceptance model (a 0/1 verdict per row, or in
-deterministic mode its probability, which the schedule turns into exact
-frequencies by error diffusion, as the simulator does for Outcome events).
+Draft matches are decided by the acceptance model: a 0/1 verdict per row (in
+deterministic simulation too, whose exact frequencies come from the simulator's
+error diffusion), the draft's position counted by the simulator from the matches
+since the last mismatch (``simcore.outcomes``).
 
 EESD drafts gamma tokens with the first E layers, then verifies the gamma + 1
 positions with one pass: eq. 4, T = gamma E + N layer times. The verify pass is
@@ -85,8 +86,6 @@ class _Pipeline:
         self.roles = [f"stage{k}" for k in range(len(self.bounds))]
         self.act_bytes = ctx.target.hidden * ctx.target.dtype_bytes * ctx.batch
         self.epoch = 0  # bumped by every flush; tokens of an older epoch stop
-        self.credit = 0.0  # error diffusion of match probabilities
-        self.run_pos = 0  # tokens matched since the last flush
 
     @property
     def stages(self) -> int:
@@ -115,25 +114,12 @@ class _Pipeline:
     def verify(self, logits):
         """Compare the target's token with the draft in flight; a mismatch
         flushes every token behind this one."""
-        verdict = yield Verify(1, self.ctx.batch, target=logits, position=self.run_pos,
-                               bonus=False, label="verify")
-        hit = self.matched(verdict)
-        if hit:
-            self.run_pos += 1
-        else:
-            self.epoch, self.run_pos = self.epoch + 1, 0
+        verdict = yield Verify(1, self.ctx.batch, target=logits, bonus=False,
+                               label="verify")
+        hit = all(a >= 1 for a in verdict.accepted)  # every row's draft was the token
+        if not hit:
+            self.epoch += 1
         return verdict, hit
-
-    def matched(self, verdict) -> bool:
-        """Whether every row's in-flight draft equals the target's token."""
-        p = 1.0
-        for a in verdict.accepted:
-            p *= a
-        self.credit += p
-        if self.credit >= 1.0 - 1e-12:
-            self.credit -= 1.0
-            return True
-        return False
 
 
 def _pipelined_baseline(p: PPSDParams) -> tuple[str, dict]:

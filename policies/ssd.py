@@ -31,12 +31,17 @@ by largest remainders.
 
 SAGUARO sampling (``c_saguaro`` = C < 1) multiplies the draft's probabilities of
 its top-F tokens (mass ``top_mass``) by C. Modelled with the target agreeing with
-the draft on those tokens: per-token acceptance falls by (1-C) * top_mass
-(Verify.scale = 1 - (1-C) top_mass / a_p), and that mass moves into the residual
-distribution, onto cached tokens, so the hit rate rises to
+the draft on those tokens: per-token acceptance falls by (1-C) * top_mass (the
+verify's outcome model scales it by 1 - (1-C) top_mass / a_p), and that mass
+moves into the residual distribution, onto cached tokens, so the hit rate rises to
 (h rho + (1-C) top_mass) / (rho + (1-C) top_mass) with rho = 1 - a_p. The model
 applies this to every round's bonus token, whichever proposer made the round's
 speculation.
+
+Outcome models (``ssd_outcomes``, simulation only): the verify of a neural
+speculation (label "verify") scales the run's acceptance by SAGUARO's factor;
+the verify of a fast backup's speculation (label "verify fast backup") has the
+mean of ``fast_alpha``; event "cache_hit" holds per row with the hit rate.
 
 Executor conventions: speculation ``CACHE`` (1) is the cached speculation the
 last hit selected, ``BACKUP`` (0) the backup's; a pre-speculation step is one
@@ -59,12 +64,14 @@ from hwprofiles.schema import MAX_TIME_S
 from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyParams,
                            register)
 from policies.mirror import ENTRY_BYTES, VERDICT_BYTES
+from policies.modelled import EventModel, OutcomeModels, VerifyModel
 from policies.ops import Delay, Forward, Join, Outcome, Spawn, Transfer, Verify
 from policies.sd import DraftCache, first_draft_op
 from policies.traces import covered_s, intervals, recorded_rate
 
 BACKUP, CACHE = 0, 1
 VERIFY, PRESPEC, BACKUP_LABEL = "verify", "pre-speculation", "backup"
+FAST_VERIFY = "verify fast backup"  # the verify of a fast backup's speculation
 TO_DRAFT, TO_TARGET = "verdict to draft", "speculation to target"
 
 
@@ -231,18 +238,26 @@ class Shapes:
         self.accepted = accepted
 
 
+def ssd_outcomes(ctx: PolicyContext, params: SSDParams) -> OutcomeModels:
+    """What the simulator models of SSD's verdicts and cache hits (module doc)."""
+    p = plan(ctx, params)
+    return {VERIFY: VerifyModel(scale=p.scale),
+            FAST_VERIFY: VerifyModel(expected=p.fast_expected),
+            "cache_hit": EventModel(p.hit_row)}
+
+
 def _backup(ctx: PolicyContext, p: SSDPlan, context: int, jit: bool, cache: DraftCache):
-    """The backup's speculation; returns (handle, Verify fields for it)."""
+    """The backup's speculation; returns (handle, the label of its Verify)."""
     if jit:
         handle = yield from _draft_steps(p, context, ctx.batch, BACKUP, 1, BACKUP_LABEL,
                                          positions=cache.first_step())
         cache.rolled_out(p.k)
-        return handle, {"scale": p.scale}
+        return handle, VERIFY
     yield Delay(p.fast_backup_s, device="draft", label=BACKUP_LABEL)
-    return None, {"expected": p.fast_expected}
+    return None, FAST_VERIFY
 
 
-def _round(ctx: PolicyContext, p: SSDPlan, context: int, branch: int, fields: dict,
+def _round(ctx: PolicyContext, p: SSDPlan, context: int, branch: int, verify: str,
            cache: DraftCache, shapes: Shapes):
     """Verify this round's speculation while the draft pre-speculates the next."""
     b = ctx.batch
@@ -251,31 +266,31 @@ def _round(ctx: PolicyContext, p: SSDPlan, context: int, branch: int, fields: di
                                     PRESPEC, flag, shapes.prespec_positions()))
     logits = yield Forward("target", "target", (0, p.n_layers), shapes.verify_positions(),
                            b, context, head="lm", label=VERIFY)
-    verdict = yield Verify(p.k, b, target=logits, branch=branch, label=VERIFY, **fields)
+    verdict = yield Verify(p.k, b, target=logits, branch=branch, label=verify)
     cache.settle(verdict, own=branch == BACKUP and p.backup == "jit")
-    hit = yield Outcome("cache_hit", p.hit_row, batch=b, label="cache hit")
+    hit = yield Outcome("cache_hit", batch=b, label="cache hit")
     yield Transfer("target", "draft", b * VERDICT_BYTES, payload=verdict, label=TO_DRAFT)
     flag["abort"] = not hit
     (handle,) = yield Join((task,))
     if hit:
-        branch, fields = CACHE, {"scale": p.scale}
+        branch, verify = CACHE, VERIFY
     else:
-        handle, fields = yield from _backup(ctx, p, context, p.backup == "jit", cache)
+        handle, verify = yield from _backup(ctx, p, context, p.backup == "jit", cache)
         branch = BACKUP
     yield Transfer("draft", "target", b * p.k * ENTRY_BYTES, payload=handle,
                    label=TO_TARGET)
-    return verdict, hit, branch, fields
+    return verdict, hit, branch, verify
 
 
 def _schedule(ctx: PolicyContext, p: SSDPlan):
     done, rounds, hits, cache, shapes = 0.0, 0, 0, DraftCache(ctx), Shapes(ctx, p)
-    handle, fields = yield from _backup(ctx, p, ctx.context(0), True, cache)  # first one
+    handle, verify = yield from _backup(ctx, p, ctx.context(0), True, cache)  # first one
     yield Transfer("draft", "target", ctx.batch * p.k * ENTRY_BYTES, payload=handle,
                    label=TO_TARGET)
     branch = BACKUP
     while done < ctx.budget:
-        verdict, hit, branch, fields = yield from _round(
-            ctx, p, ctx.context(done / ctx.batch), branch, fields, cache, shapes)
+        verdict, hit, branch, verify = yield from _round(
+            ctx, p, ctx.context(done / ctx.batch), branch, verify, cache, shapes)
         shapes.next_round(verdict, hit)
         done += verdict.tokens
         rounds += 1
@@ -303,7 +318,8 @@ def ssd_timeline(spans) -> dict:
             "fallback_time_s": fallback}
 
 
-@register("ssd", SSDParams, needs_draft=True, timeline=ssd_timeline)
+@register("ssd", SSDParams, needs_draft=True, timeline=ssd_timeline,
+          outcome_models=ssd_outcomes)
 def ssd(ctx: PolicyContext, params: SSDParams):
     """SSD/SAGUARO: the draft pre-speculates next-round outcomes during the verify."""
     return _schedule(ctx, plan(ctx, params))

@@ -37,9 +37,9 @@ E[accepted] = sum over nodes of the product of p along the node's path
 (``expected_accepted``). A dynamic tree in simulation takes draft confidence to
 equal this acceptance (EAGLE-2's premise), so its shape follows from p.
 
-Deterministic simulation verifies with that mean (``Verify.expected``); random
-simulation draws accepted lengths with that mean; an acceptance ``trace``
-(record it from a tree run: ``hetspec run --policy tree``) is replayed as
+Deterministic simulation verifies with that mean (the tree's outcome model,
+``tree_outcomes``); random simulation draws accepted lengths with that mean; an
+acceptance ``trace`` (record it from a tree run: ``hetspec run --policy tree``) is replayed as
 recorded, its lengths being tree walks already. The executor walks the real
 tree (``executors.tokentree``): greedy, or at temperature > 0 the target samples
 its token at each node and the walk follows it while it is a child, which keeps
@@ -57,6 +57,7 @@ from typing import Annotated
 from pydantic import Field, field_validator, model_validator
 
 from policies.base import MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyParams, register
+from policies.modelled import OutcomeModels, VerifyModel
 from policies.ops import Forward, Transfer, Verify
 from policies.sd import TOKEN_BYTES, VERDICT_BYTES, draft_source, first_draft_op
 
@@ -204,27 +205,39 @@ def closed_form(params: TreeParams, alphas: list[float]) -> dict:
 
 
 # the schedule --------------------------------------------------------------------
-@register("tree", TreeParams)
+def modelled_form(ctx: PolicyContext, params: TreeParams) -> dict | None:
+    """The tree's closed form under the simulated run's acceptance model; None
+    in the executor (no model) and for a trace (recorded from a tree run), which
+    already holds the tree's accepted lengths and is replayed as it is."""
+    if ctx.acceptance is None or getattr(ctx.acceptance, "kind", "") == "trace":
+        return None
+    return closed_form(params, depth_alphas(ctx.acceptance, tree_depth(params)))
+
+
+def tree_outcomes(ctx: PolicyContext, params: TreeParams) -> OutcomeModels:
+    """Simulation verifies the tree with its modelled mean accepted length."""
+    form = modelled_form(ctx, params)
+    return {} if form is None else {"verify": VerifyModel(expected=form["expected_accepted"])}
+
+
+@register("tree", TreeParams, outcome_models=tree_outcomes)
 def tree(ctx: PolicyContext, params: TreeParams):
     """Token-tree speculation: a static or dynamic draft tree, one tree-masked verify."""
     model, layers, head = draft_source(ctx, params.draft_layers, "tree")
     passes, depth = draft_passes(params), tree_depth(params)
-    expected, n_nodes, longest = None, len(tree_nodes(params, None)), depth
-    # simulation: the tree's modelled mean; a trace (recorded from a tree run)
-    # already holds the tree's accepted lengths and is replayed as it is
-    if ctx.acceptance is not None and getattr(ctx.acceptance, "kind", "") != "trace":
-        form = closed_form(params, depth_alphas(ctx.acceptance, depth))
+    n_nodes, longest = len(tree_nodes(params, None)), depth
+    form = modelled_form(ctx, params)
+    if form is not None:  # a dynamic tree's shape follows from the modelled confidence
         # a dynamic tree's node budget may keep none of its deepest candidates:
         # no walk is longer than the deepest node scored
-        expected, n_nodes, longest = (form["expected_accepted"], form["nodes"],
-                                      form["scored_depth"])
+        n_nodes, longest = form["nodes"], form["scored_depth"]
     if max(k for _, k in passes) > ctx.target.vocab:
         raise PolicyError(f"tree: a node cannot have more children than the "
                           f"{ctx.target.vocab} tokens of the vocabulary; lower tree or width")
-    return _steps(ctx, params, (model, layers, head), expected, (n_nodes, longest))
+    return _steps(ctx, params, (model, layers, head), (n_nodes, longest))
 
 
-def _steps(ctx: PolicyContext, params: TreeParams, source: tuple, expected, shape: tuple):
+def _steps(ctx: PolicyContext, params: TreeParams, source: tuple, shape: tuple):
     (model, layers, head), passes = source, draft_passes(params)
     (n_nodes, depth), b, n = shape, ctx.batch, ctx.target.n_layers
     done, steps, behind = 0.0, 0, 1
@@ -240,8 +253,7 @@ def _steps(ctx: PolicyContext, params: TreeParams, source: tuple, expected, shap
         yield Transfer("draft", "target", b * n_nodes * 2 * TOKEN_BYTES, label="tree")
         logits = yield Forward("target", "target", (0, n), 1 + n_nodes, b, context,
                                head="lm", branch=TREE, label="verify")
-        verdict = yield Verify(depth, b, target=logits, branch=TREE, expected=expected,
-                               label="verify")
+        verdict = yield Verify(depth, b, target=logits, branch=TREE, label="verify")
         behind = 1 if ctx.expected_outcomes else int(max(verdict.accepted)) + 1
         yield Transfer("target", "draft", b * VERDICT_BYTES, label="verdict")
         done += verdict.tokens

@@ -1,5 +1,7 @@
 """The discrete-event engine: resources, roofline costs, spans. It knows
-operations and hardware, nothing about speculative decoding."""
+operations and hardware, nothing about speculative decoding; where a simulated
+Verify or Outcome needs an answer, ``outcomes`` draws it from an acceptance model
+(``acceptance``) and the schedule's outcome models (``policies.modelled``)."""
 
 from policies.runs.spans import Span, chrome_trace, write_chrome_trace
 from simcore.costmodel import CostError, ForwardCost, RooflineCost

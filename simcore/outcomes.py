@@ -9,6 +9,17 @@ and counts each row as one ask in ``rate``. A Verify with ``row_gamma`` gives
 each row the verdict of its own proposal length: in deterministic mode each
 row's expected length for its gamma; in random mode one draw at the full gamma
 clipped to the row's (accepting the first g of gamma tokens is the same event).
+A yes/no Verify (one token, no bonus: a pipeline's check of the draft in flight)
+is answered whole in deterministic mode too: every row accepts its token on
+exactly floor(n * P) of the first n asks of its label, P the chance that all rows
+accept (error diffusion, as for an Outcome), none on the others. Its draft
+position (for per-position acceptance) is the number of answers of its label in
+which every row accepted, since the last one in which some row did not: the
+draft in flight was proposed after that many matches.
+
+What a schedule models beyond the acceptance model comes from its outcome models
+(``policies.modelled``), attached by the Verify's label and the Outcome's event:
+a Verify's modelled mean or acceptance scale, an event's chance.
 """
 
 from __future__ import annotations
@@ -18,60 +29,87 @@ from functools import lru_cache
 
 import numpy as np
 
-from policies.acceptance import IID
+from policies.modelled import OutcomeModels, VerifyModel, event_model, verify_model
 from policies.ops import Outcome, Verdict, Verify
+from simcore.acceptance import IID
 
 
 class Outcomes:
-    def __init__(self, acceptance, *, seed: int = 0, deterministic: bool = False):
+    def __init__(self, acceptance, *, seed: int = 0, deterministic: bool = False,
+                 models: OutcomeModels | None = None):
         self.acceptance = acceptance
+        self.models: OutcomeModels = dict(models or {})
         self.rng = np.random.default_rng(seed)
         self.deterministic = deterministic
-        self._credit: dict[str, float] = {}
+        self._credit: dict = {}  # error-diffusion credit by event, (event, row) or Verify label
         self.asked: dict[str, int] = {}
         self.held: dict[str, int] = {}
-        self._expected: dict[tuple[int, int], float] = {}
+        self._expected: dict = {}  # deterministic verdicts by their inputs
+        self._runs: dict[str, int] = {}  # a yes/no Verify's position, by label
 
     def verify(self, op: Verify) -> Verdict:
         if op.row_gamma is not None:
             return self._verify_rows(op)
-        if op.expected is not None or not op.bonus or op.scale != 1.0:
-            return self._verify_modelled(op)
+        modelled = verify_model(self.models, op.label)
+        if modelled.expected is not None or not op.bonus or modelled.scale != 1.0:
+            return self._verify_modelled(op, modelled)
         if self.deterministic:
-            key = (op.gamma, op.position)
-            e = self._expected.get(key)
+            e = self._expected.get(op.gamma)
             if e is None:
-                e = self._expected[key] = self.acceptance.expected(op.gamma, op.position)
+                e = self._expected[op.gamma] = self.acceptance.expected(op.gamma)
             return Verdict((e,) * op.batch)
-        return Verdict(self.acceptance.sample(op.gamma, op.batch, self.rng, op.position))
+        return Verdict(self.acceptance.sample(op.gamma, op.batch, self.rng))
 
-    def _verify_modelled(self, op: Verify) -> Verdict:
+    def _verify_modelled(self, op: Verify, modelled: VerifyModel) -> Verdict:
         """A Verify with its own modelled mean (``expected``), a scaled
         acceptance (``scale``), or without a bonus token: a row then commits
-        min(accepted, gamma - 1) + 1 tokens."""
-        model = self.acceptance if op.expected is None else iid_with_mean(op.gamma,
-                                                                          op.expected)
+        min(accepted, gamma - 1) + 1 tokens. A yes/no Verify's position is the
+        run of all-accepted answers its label has had since the last rejection."""
         no_bonus = not op.bonus and op.gamma > 0
-        if not 0 <= op.scale <= 1:
-            raise ValueError(f"Verify.scale must lie in [0, 1], got {op.scale}")
+        yes_no = no_bonus and op.gamma == 1
+        position = self._runs.get(op.label, 0) if yes_no else 0
         if self.deterministic:
-            key = (op.gamma, op.position, op.expected, no_bonus, op.scale)
-            pair = self._expected.get(key)
-            if pair is None:
-                e = op.expected if op.expected is not None and op.scale == 1.0 else \
-                    scaled_expected(model, op.gamma, op.position, op.scale)
-                c = scaled_expected(model, op.gamma - 1, op.position, op.scale) + 1 \
-                    if no_bonus else None
-                pair = self._expected[key] = (e, c)
-            e, c = pair
-            return Verdict((e,) * op.batch, committed=None if c is None else (c,) * op.batch)
-        accepted = model.sample(op.gamma, op.batch, self.rng, op.position)
-        if op.scale != 1.0:  # each token also survives a coin of probability scale
-            runs = self.rng.geometric(1 - op.scale, size=op.batch) - 1 if op.scale < 1 \
+            verdict = self._expected_verdict(op, modelled, no_bonus, position)
+        else:
+            verdict = self._sampled_verdict(op, modelled, no_bonus, position)
+        if yes_no:
+            matched = all(a >= 1 for a in verdict.accepted)
+            self._runs[op.label] = position + 1 if matched else 0
+        return verdict
+
+    def _expected_verdict(self, op: Verify, modelled: VerifyModel, no_bonus: bool,
+                          position: int) -> Verdict:
+        expected, scale = modelled.expected, modelled.scale
+        key = (op.gamma, position, expected, no_bonus, scale)
+        pair = self._expected.get(key)
+        if pair is None:
+            model = self._model(op.gamma, expected)
+            e = expected if expected is not None and scale == 1.0 else \
+                scaled_expected(model, op.gamma, position, scale)
+            c = scaled_expected(model, op.gamma - 1, position, scale) + 1 \
+                if no_bonus else None
+            pair = self._expected[key] = (e, c)
+        e, c = pair
+        accepted = (e,) * op.batch
+        if no_bonus and op.gamma == 1:
+            accepted = self._whole(op.label, accepted)
+        return Verdict(accepted, committed=None if c is None else (c,) * op.batch)
+
+    def _sampled_verdict(self, op: Verify, modelled: VerifyModel, no_bonus: bool,
+                         position: int) -> Verdict:
+        scale = modelled.scale
+        model = self._model(op.gamma, modelled.expected)
+        accepted = model.sample(op.gamma, op.batch, self.rng, position)
+        if scale != 1.0:  # each token also survives a coin of probability scale
+            runs = self.rng.geometric(1 - scale, size=op.batch) - 1 if scale < 1 \
                 else (op.gamma,) * op.batch
             accepted = tuple(min(int(a), int(r)) for a, r in zip(accepted, runs))
         committed = tuple(min(a, op.gamma - 1) + 1 for a in accepted) if no_bonus else None
         return Verdict(accepted, committed=committed)
+
+    def _model(self, gamma: int, expected: float | None):
+        """The run's acceptance model, or the i.i.d. one with a modelled mean."""
+        return self.acceptance if expected is None else iid_with_mean(gamma, expected)
 
     def _verify_rows(self, op: Verify) -> Verdict:
         """Each row verifies its own ``row_gamma`` tokens (0: an AR step)."""
@@ -79,9 +117,9 @@ class Outcomes:
         if len(gammas) != op.batch or any(not 0 <= g <= op.gamma for g in gammas):
             raise ValueError(f"Verify.row_gamma must hold {op.batch} values in "
                              f"[0, {op.gamma}], one per row; got {gammas}")
-        if op.expected is not None:
-            raise ValueError("Verify.row_gamma cannot be combined with expected (a mean "
-                             "for gamma proposals); leave one of them unset")
+        if verify_model(self.models, op.label).expected is not None:
+            raise ValueError(f"Verify '{op.label}' has row_gamma, but its VerifyModel a "
+                             "modelled mean for gamma proposals; drop one of them")
         if self.deterministic:
             per = {g: self.verify(replace(op, gamma=g, batch=1, row_gamma=None))
                    for g in set(gammas)}
@@ -96,6 +134,13 @@ class Outcomes:
         return Verdict(accepted, committed=tuple(min(a, g - 1) + 1 if g > 0 else 1
                                                  for a, g in zip(accepted, gammas)))
 
+    def _whole(self, label: str, expected: tuple[float, ...]) -> tuple[int, ...]:
+        """A yes/no verdict for every row at once (module doc)."""
+        p = 1.0
+        for e in expected:  # the chance that every row accepts its token
+            p *= e
+        return (int(self._diffuse(("verify", label), p)),) * len(expected)
+
     def _diffuse(self, key, p: float) -> bool:
         credit = self._credit.get(key, 0.0) + p
         held = credit >= 1.0 - 1e-12
@@ -105,7 +150,7 @@ class Outcomes:
     def outcome(self, op: Outcome) -> bool | tuple[bool, ...]:
         if op.per_row:
             return self._outcome_rows(op)
-        p = op.probability ** op.batch  # the event must hold for every row
+        p = event_model(self.models, op.event).probability ** op.batch  # every row
         if self.deterministic:
             held = self._diffuse(op.event, p)
         else:
@@ -116,7 +161,7 @@ class Outcomes:
 
     def _outcome_rows(self, op: Outcome) -> tuple[bool, ...]:
         """One answer per row; each row is one ask of the event's rate."""
-        p = op.probability
+        p = event_model(self.models, op.event).probability
         if self.deterministic:
             held = tuple(self._diffuse((op.event, r), p) for r in range(op.batch))
         else:

@@ -24,9 +24,9 @@ from analyses.costfit import STEP_END, ExecutorWork, predict
 from analyses.heldout import calibrate
 from analyses.replay import load_run
 from hwprofiles import load_model, load_platform
-from policies import PolicyContext, acceptance, build
+from policies import PolicyContext, build
 from policies.ops import Forward, Join, Spawn, StreamWeights, Transfer, Verdict, Verify, drive
-from simcore import RooflineCost
+from simcore import RooflineCost, acceptance
 from policies.runs.records import write_record
 from policies.runs.spans import Span, chrome_trace
 

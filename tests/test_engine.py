@@ -6,7 +6,7 @@ import pytest
 
 from hwprofiles import ModelSpec, Platform, list_names, load_model, load_platform
 from hwprofiles.schema import MemoryTier
-from policies.acceptance import IID
+from simcore.acceptance import IID
 from policies.ops import AllReduce, Delay, Forward, Parallel, StreamWeights, Transfer
 from simcore import Outcomes, RooflineCost, Simulator
 from simcore.costmodel import Values, pass_seconds

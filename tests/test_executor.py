@@ -347,7 +347,7 @@ def test_sd_at_temperature_one_samples_the_target_distribution(tmp_path):
 
 # records ---------------------------------------------------------------------------
 def test_measured_run_writes_the_record_contract(tiny, tmp_path):
-    from policies.acceptance import Trace
+    from simcore.acceptance import Trace
 
     config = SimConfig(platform="cpu-local", target=f"random:{tiny}", policy="sd",
                        params={"gamma": 3, "draft_layers": 4}, seed=1)

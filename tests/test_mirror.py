@@ -13,10 +13,11 @@ from analyses.lawterms import mirror_terms
 from analyses.laws import mirror as mirror_law
 from hwprofiles import load_model, load_platform
 from policies import PolicyContext, PolicyError, build
-from policies.acceptance import IID
+from simcore.acceptance import IID
 from policies import sd as sd_policy
 from policies.mirror import (DRAFT, ENTRY_BYTES, FALLBACK, FRESH, PREFIX, VERDICT_BYTES,
                              WINDOW, default_kappa, failing_rows, skip_bound)
+from policies.modelled import EventModel, VerifyModel
 from policies.ops import Forward, Outcome, Parallel, Transfer, Verdict, Verify, drive
 from simcore import Outcomes, RooflineCost
 
@@ -211,13 +212,14 @@ def test_skipping_rows_keep_eq10_and_commit_by_their_windows():
 
 
 def test_outcomes_per_row_and_verify_with_a_gamma_per_row():
-    det = Outcomes(IID(alpha=0.8), deterministic=True)
-    asks = [det.outcome(Outcome("e", 0.3, batch=3, per_row=True)) for _ in range(100)]
+    models = {"e": EventModel(0.3), "fixed": VerifyModel(expected=2.0)}
+    det = Outcomes(IID(alpha=0.8), deterministic=True, models=models)
+    asks = [det.outcome(Outcome("e", batch=3, per_row=True)) for _ in range(100)]
     assert all(len(a) == 3 for a in asks)
     assert [sum(a[r] for a in asks) for r in range(3)] == [30, 30, 30]
     assert det.rate("e") == pytest.approx(0.3)
-    rnd = Outcomes(IID(alpha=0.8), seed=3)
-    asks = [rnd.outcome(Outcome("e", 0.3, batch=4, per_row=True)) for _ in range(4000)]
+    rnd = Outcomes(IID(alpha=0.8), seed=3, models=models)
+    asks = [rnd.outcome(Outcome("e", batch=4, per_row=True)) for _ in range(4000)]
     for r in range(4):  # each row on its own, independently of the others
         assert abs(sum(a[r] for a in asks) / 4000 - 0.3) < 4 * math.sqrt(0.21 / 4000)
     both = sum(a[0] and a[1] for a in asks) / 4000
@@ -237,8 +239,25 @@ def test_outcomes_per_row_and_verify_with_a_gamma_per_row():
         det.verify(Verify(7, 2, row_gamma=(7,)))
     with pytest.raises(ValueError, match="row_gamma"):
         det.verify(Verify(7, 1, row_gamma=(8,)))
-    with pytest.raises(ValueError, match="expected"):
-        det.verify(Verify(7, 1, row_gamma=(3,), expected=2.0))
+    with pytest.raises(ValueError, match="modelled mean"):
+        det.verify(Verify(7, 1, row_gamma=(3,), label="fixed"))
+
+
+def test_outcome_models_are_attached_by_label_and_event():
+    """A Verify takes the model its label names, an Outcome the one its event
+    names; the ops themselves carry no modelled number."""
+    models = {"tree": VerifyModel(expected=1.5), "hit": EventModel(0.25)}
+    det = Outcomes(IID(alpha=0.8), deterministic=True, models=models)
+    assert det.verify(Verify(4, 2, label="tree")).accepted == pytest.approx((1.5, 1.5))
+    e4 = IID(alpha=0.8).expected(4)
+    assert det.verify(Verify(4, 1, label="other")).accepted == pytest.approx((e4,))
+    assert [det.outcome(Outcome("hit")) for _ in range(8)].count(True) == 2
+    with pytest.raises(ValueError, match="no EventModel"):
+        det.outcome(Outcome("miss"))
+    with pytest.raises(ValueError, match="needs a VerifyModel"):
+        det.verify(Verify(4, 1, label="hit"))
+    with pytest.raises(ValueError, match="scale"):
+        VerifyModel(scale=1.5)
 
 
 def test_failing_rows_given_a_fallback():

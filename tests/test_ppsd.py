@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 
 import pytest
 
@@ -14,8 +15,9 @@ from analyses.config import SimConfig
 from analyses.laws import ppsd as ppsd_law
 from analyses.lawterms import early_exit_terms
 from hwprofiles import Platform, load_model
-from policies import PolicyContext, acceptance, build
-from simcore import Outcomes, Simulator
+from policies import PolicyContext, build
+from policies.ops import Verify
+from simcore import Outcomes, Simulator, acceptance
 
 N_STAGES = 8
 
@@ -238,3 +240,28 @@ def test_a_flushed_token_never_enters_the_last_stage(deterministic):
     last = [s for s in result.spans if s.name == "stage1" and s.kind == "compute"]
     assert result.stats["flushed_tokens"] > 50
     assert len(last) == result.stats["tokens"] == 200  # batch 1: a verdict commits one
+
+
+def test_deterministic_yes_no_verify_is_answered_whole_by_error_diffusion():
+    """PPSD's check of the draft in flight (one token, no bonus) gets 0/1 verdicts in
+    deterministic simulation too: all rows accept together on floor(n P) of n asks,
+    P = alpha^batch, and each row commits exactly one token either way."""
+    outcomes = Outcomes(acceptance.build("iid", alpha=0.7), deterministic=True)
+    verdicts = [outcomes.verify(Verify(1, 2, bonus=False, label="verify"))
+                for _ in range(100)]
+    assert {v.accepted for v in verdicts} == {(0, 0), (1, 1)}
+    held = [v.accepted == (1, 1) for v in verdicts]
+    assert sum(held) == math.floor(100 * 0.7 * 0.7 + 1e-9)
+    assert sum(held[:10]) == math.floor(10 * 0.49)  # spread out, not front-loaded
+    assert all(v.committed == (1.0, 1.0) for v in verdicts)
+
+
+def test_a_yes_no_verifys_position_is_the_run_of_matches_since_a_mismatch():
+    """Per-position acceptance of the pipeline's draft: alphas (1, 0) match the
+    draft proposed right after a mismatch and never the next one, in either mode."""
+    for deterministic in (True, False):
+        outcomes = Outcomes(acceptance.build("positional", alphas=(1.0, 0.0)), seed=5,
+                            deterministic=deterministic)
+        answers = [outcomes.verify(Verify(1, 1, bonus=False, label="verify")).accepted
+                   for _ in range(6)]
+        assert answers == [(1,), (0,)] * 3

@@ -17,7 +17,8 @@ from pydantic import ValidationError
 from analyses.api import simulate
 from analyses.config import RunConfig
 from clicases import assert_refused, run_cli
-from policies import acceptance, entry, names
+from policies import entry, names
+from simcore import acceptance
 
 TRACE = Path(__file__).parent / "golden" / "acceptance.jsonl"
 H100 = {"platform": "h100-sxm-5x", "target": "llama-3.1-70b", "draft": "llama-3.2-1b"}
@@ -96,7 +97,7 @@ def test_simulate_validates_neither_params_nor_acceptance_again(monkeypatch):
     original = params_cls.model_validate.__func__
     monkeypatch.setattr(params_cls, "model_validate", classmethod(
         lambda cls, *a, **k: calls.append("params") or original(cls, *a, **k)))
-    import policies.acceptance as acc_module
+    import simcore.acceptance as acc_module
 
     read = acc_module.read_acceptance
     monkeypatch.setattr(acc_module, "read_acceptance",

@@ -18,7 +18,7 @@ from analyses.laws import ssd as ssd_law
 from hwprofiles import load_model, load_platform
 from hwprofiles.closedforms import geometric_fanout_shape
 from policies import PolicyContext, PolicyError, build
-from policies.acceptance import IID
+from simcore.acceptance import IID
 from policies.mirror import ENTRY_BYTES, VERDICT_BYTES
 from policies.ops import Forward, Outcome, Spawn, Verify, drive
 from policies.ssd import (CACHE, PRESPEC, VERIFY, SSDParams, base_hit_rate, fanout_of,

@@ -15,7 +15,7 @@ from executors import models
 from executors.layers import Positions, Stack
 from hwprofiles import load_model, load_platform
 from policies import PolicyError, parse_params
-from policies.acceptance import IID, Histogram, Positional
+from simcore.acceptance import IID, Histogram, Positional
 from policies.tree import depth_alphas, draft_passes, rank_probs, tree_nodes
 from simcore import RooflineCost
 from tests.test_executor import (PROMPTS, STAGES, _chi2_p, _joint, _peaky, session,

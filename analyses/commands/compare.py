@@ -72,7 +72,8 @@ def scenario(args) -> tuple[list[str], list, dict, dict]:
     """(policies, sweeps, fixed sets, base config fields) from the arguments."""
     from analyses.config import parse_placement, parse_sets
     from analyses.sweep import parse_sweep
-    from policies import acceptance, entry, names
+    from policies import entry, names
+    from simcore import acceptance
 
     policies = ([p.strip() for p in args.policies.split(",") if p.strip()]
                 if args.policies else names())
