@@ -70,7 +70,6 @@ class LayerStore:
         self.streamed = set(layers)
         self.loaded: deque[int] = deque()  # streamed layers in memory, oldest first
         self.in_memory: set[int] = set(self.streamed)
-        self.bytes_read = 0
         self.buffers: list[ReadBuffer] = []
         for i in sorted(self.streamed):
             self._write(i)
@@ -119,7 +118,6 @@ class LayerStore:
                 if old not in self.loaded:
                     _free(self.stack.layers[old])
                     self.in_memory.discard(old)
-        self.bytes_read += nbytes
         return nbytes
 
     def check(self, layers: tuple[int, int]) -> None:

@@ -21,6 +21,7 @@ so data dependencies hold.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import queue
 import socket
@@ -115,7 +116,7 @@ class WorkerClient:
         procs = [subprocess.Popen(
             [sys.executable, "-m", "executors.workers", name, str(rank), str(len(names)),
              str(port), str(threads), str(listener.address[1]), ";".join(groups)], env=env,
-            cwd=str(Path(__file__).resolve().parents[1]))
+            cwd=str(_package_root()))
             for rank, name in enumerate(names)]
         try:
             conns = _accept_all(listener, procs)
@@ -185,6 +186,11 @@ class WorkerClient:
             self.proc.terminate()
             self.proc.wait(timeout=5)
         self.conn.close()
+
+
+def _package_root() -> Path:
+    """The folder holding the ``executors`` package, which a worker imports."""
+    return Path(importlib.util.find_spec("executors").origin).resolve().parents[1]
 
 
 def _accept_all(listener, procs) -> list:
