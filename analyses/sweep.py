@@ -239,7 +239,7 @@ def run_point(point: Point, base: dict, timeline_steps: int = TIMELINE_STEPS,
         holder["outcomes"].accepted.items())))
 
 
-def run_packed(args) -> PointResult:
+def _run_packed(args) -> PointResult:
     return run_point(*args)
 
 
@@ -260,7 +260,7 @@ def _baseline_packed(key: str) -> float | str:
     return result.tokens / result.time_s
 
 
-def point_tasks(points: list[Point], base: dict, mapper) -> list[tuple]:
+def _tasks(points: list[Point], base: dict, mapper) -> list[tuple]:
     """Each point's arguments, its baseline's tokens/s among them: the distinct
     baselines of the grid (many points share one AR run) are simulated once,
     through ``mapper`` (the pool's map), before the points."""
@@ -270,7 +270,7 @@ def point_tasks(points: list[Point], base: dict, mapper) -> list[tuple]:
     return [(p, base, TIMELINE_STEPS, rates[k]) for p, k in zip(points, keys)]
 
 
-def progress_bar(total: int, quiet: bool):
+def _progress(total: int, quiet: bool):
     from tqdm import tqdm
 
     return tqdm(total=total, desc="simulating", unit="run", file=sys.stderr,
@@ -290,20 +290,20 @@ def run_grid(points: list[Point], base: dict, *, jobs: int | None = None,
         raise ValueError(f"unknown --backend '{backend}'; choose local or ray")
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(points)))
     if jobs == 1:
-        return _run_all(point_tasks(points, base, map), map, quiet)
+        return _run_all(_tasks(points, base, map), map, quiet)
     import multiprocessing
 
     with multiprocessing.get_context("fork").Pool(jobs) as pool:
         def mapper(fn, items):
             return pool.imap(fn, items, chunksize=1)
 
-        return _run_all(point_tasks(points, base, mapper), mapper, quiet)
+        return _run_all(_tasks(points, base, mapper), mapper, quiet)
 
 
 def _run_all(tasks: list[tuple], mapper, quiet: bool) -> list[PointResult]:
     out = []
-    with progress_bar(len(tasks), quiet) as bar:
-        for res in mapper(run_packed, tasks):
+    with _progress(len(tasks), quiet) as bar:
+        for res in mapper(_run_packed, tasks):
             out.append(res)
             bar.update()
     return out

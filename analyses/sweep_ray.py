@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from analyses.sweep import Point, PointResult, point_tasks, progress_bar, run_packed
+from analyses.sweep import Point, PointResult, _progress, _run_packed, _tasks
 
 
 def _ray():
@@ -30,10 +30,10 @@ def run_grid_ray(points: list[Point], base: dict, *, address: str | None = None,
         remote = ray.remote(fn)
         return ray.get([remote.remote(item) for item in items])
 
-    remote = ray.remote(run_packed)
-    refs = [remote.remote(task) for task in point_tasks(points, base, mapper)]
+    remote = ray.remote(_run_packed)
+    refs = [remote.remote(task) for task in _tasks(points, base, mapper)]
     pending = list(refs)
-    with progress_bar(len(refs), quiet) as bar:
+    with _progress(len(refs), quiet) as bar:
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             bar.update(len(done))
