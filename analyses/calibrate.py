@@ -250,7 +250,7 @@ def executor_passes(cost: RooflineCost, spec, where: str, op: dict):
     sampled Forward of k tokens is k passes (``stepped``), the first feeding
     ``n_fed`` positions per row, the others one; a sampled or top-k head projects
     one position per row. Each pass is one model call and pays call_overhead_s,
-    as the replay's rewrite (``costfit.ExecutorWork``) charges it: one simulated
+    as the replay's rewrite (``executorwork.ExecutorWork``) charges it: one simulated
     Forward per pass."""
     widths, head_tokens = _passes(op)
     n_fed, batch = widths[0], op.get("batch", 1)

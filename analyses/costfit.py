@@ -13,22 +13,16 @@ adds bytes / ``stream_host_gb_s``; a flash tier with per-request latency adds
 requests * ``request_latency_s`` / queue depth). ``fit`` solves the problem in
 log space with ``scipy.optimize.least_squares`` and a robust (Cauchy) loss, so
 a few disturbed spans (a page fault, a preempted core) do not drag the fit.
-
-``ExecutorWork`` is the same mapping in the other direction: it rewrites a
-schedule's Forwards into the passes the executor ran for them, so a replay can
-simulate the work that was measured.
 """
 
 from __future__ import annotations
 
-import bisect
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.optimize import least_squares
 
-from policies.ops import Delay, Forward, Parallel, Spawn, Verify
-from simcore.costmodel import Values, executor_passes, pass_seconds, roofline
+from simcore.costmodel import Values, pass_seconds, roofline
 
 BOUNDS = {"compute_efficiency": (1e-4, 1.0), "memory_efficiency": (1e-4, 1.0),
           "launch_overhead_s": (1e-9, 0.1), "call_overhead_s": (1e-9, 0.5),
@@ -48,7 +42,6 @@ LOSS = "cauchy"  # robust: a span 3x off weighs ~1/500 of a good one
 LOSS_SCALE = 0.05  # residuals (log units) beyond ~5% count as outliers
 COMPUTE_STARTS = (None, 0.3, 0.05, 0.01)  # compute efficiencies the fit starts from
 EXPONENT_STARTS = (8.0, 1.5)  # roofline exponents the fit starts from (None: max)
-STEP_END = "step end"  # the zero-length marker a replay puts after each Verify
 
 
 @dataclass(frozen=True)
@@ -316,56 +309,3 @@ def op_kind_errors(terms: list[Term], values: dict[Param, float]) -> dict[str, d
                      "total_error": sum(p for p, _ in pairs) / sum(m for _, m in pairs) - 1,
                      "measured_s": sum(m for _, m in pairs)}
     return out
-
-
-class ExecutorWork:
-    """Rewrites a schedule's Forwards into the passes the executor ran for them
-    (``rewrite=False``: leaves them as they are), and marks the end of every step
-    with a zero-length Delay labelled ``STEP_END``.
-
-    The measured Forward for a simulated one is found by label, round (Verify
-    spans ended before it started) and order within the round; a Forward with
-    no measured counterpart runs as the schedule asked."""
-
-    def __init__(self, spans: list[dict], rewrite: bool = True):
-        ends = sorted(s["end_s"] for s in spans if s["op"]["type"] == "Verify")
-        self.table: dict[tuple, dict] = {}
-        seen: dict[tuple, int] = {}
-        for s in sorted(spans, key=lambda s: s["start_s"]):
-            if rewrite and s["op"]["type"] == "Forward":
-                key = (s["op"].get("label", ""), bisect.bisect_right(ends, s["start_s"]))
-                self.table[key + (seen.get(key, 0),)] = s["op"]
-                seen[key] = seen.get(key, 0) + 1
-        self.round, self.counts = 0, {}
-
-    def wrap(self, gen):
-        value = None
-        while True:
-            try:
-                op = gen.send(value)
-            except StopIteration as stop:
-                return stop.value
-            if isinstance(op, Spawn):
-                value = yield Spawn(self.wrap(op.branch))
-            elif isinstance(op, Parallel):
-                value = yield Parallel(tuple(self.wrap(b) for b in op.branches))
-            elif isinstance(op, Forward):
-                value = yield from self._forward(op)
-            else:
-                value = yield op
-                if isinstance(op, Verify):
-                    self.round += 1
-                    yield Delay(0.0, label=STEP_END)
-
-    def _forward(self, op: Forward):
-        key = (op.label, self.round)
-        i = self.counts[key] = self.counts.get(key, -1) + 1
-        done = self.table.get(key + (i,))
-        if done is None:
-            return (yield op)
-        widths, one = executor_passes(op.n_tokens, done.get("n_fed") or op.n_tokens,
-                                      op.emit, op.head, op.head_tokens)
-        result = yield replace(op, n_tokens=widths[0], head_tokens=one)
-        for j in range(1, len(widths)):
-            result = yield replace(op, n_tokens=1, context=op.context + j, head_tokens=one)
-        return result

@@ -83,7 +83,7 @@ def calibrate_published(path, profile: str, output, *, fields=DEFAULT_FIELDS,
     """Fit ``profile`` to its rows in the file at ``path`` (with ``steps``, the
     fitted rows' draft steps too), judge the held-out rows, and write the
     calibrated platform YAML to ``output`` (atomically)."""
-    from analyses.heldout import profile_text
+    from analyses.calibration import profile_text
     from policies.runs.records import atomic_write_text
 
     platform = load_platform(profile)

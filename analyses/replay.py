@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from analyses.config import RunConfig
-from analyses.costfit import STEP_END, ExecutorWork
+from analyses.executorwork import STEP_END, ExecutorWork
 from analyses.runrecord import check_record, read_spans, run_file
 from hwprofiles import load_model, load_platform
 from policies.runs.metrics import elapsed_s

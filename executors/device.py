@@ -19,6 +19,9 @@ import torch
 from executors import streaming
 from executors.book import common_prefix
 from executors.layers import Positions, Stack
+from executors.streaming import StreamCmd, StreamSetupCmd
+from executors.tensor import (AllReduceCmd, WeightsCmd, layer_weight_bytes,
+                              resident_weight_bytes)
 
 KEEP_HANDLES = 256
 
@@ -100,6 +103,11 @@ class LocalDevice:
         self.where = name if name.startswith("cuda:") else "cpu"
         self.collectives = None  # executors.tensor.Collectives in a group's worker
         self.arriving: dict[int, threading.Event] = {}  # handles a receive will bring
+        self._commands = {ResetCmd: self._reset, SleepCmd: self._sleep,
+                          StreamSetupCmd: self._stream_setup, StreamCmd: self._stream,
+                          FwdCmd: self._forward, WeightsCmd: self._weights,
+                          AllReduceCmd: self._allreduce, VerifyCmd: self._verify,
+                          CompactCmd: self._compact}
 
     def execute(self, cmd):
         """Run one command; returns (result, start perf_counter, end perf_counter).
@@ -107,9 +115,11 @@ class LocalDevice:
         inputs = getattr(cmd, "inputs", None)
         if inputs is not None:
             self.hidden(inputs)
+        run = self._commands.get(type(cmd))
+        if run is None:
+            raise TypeError(f"device {self.name} cannot run {type(cmd).__name__}")
         start = time.perf_counter()
-        fn = getattr(self, "_" + type(cmd).__name__)
-        result = fn(cmd)
+        result = run(cmd)
         return result, start, time.perf_counter()
 
     def cache(self, model: str, width: int):
@@ -119,22 +129,22 @@ class LocalDevice:
         return self.caches[key]
 
     # commands -----------------------------------------------------------------
-    def _ResetCmd(self, cmd: ResetCmd):
+    def _reset(self, cmd: ResetCmd):
         self.batch = cmd.batch
         self.gen.manual_seed(cmd.seed)
         self.caches.clear()
         self.store.clear()
 
-    def _SleepCmd(self, cmd: SleepCmd):
+    def _sleep(self, cmd: SleepCmd):
         time.sleep(cmd.seconds)
 
-    def _StreamSetupCmd(self, cmd):
+    def _stream_setup(self, cmd: StreamSetupCmd):
         streaming.setup(self, cmd)
 
-    def _StreamCmd(self, cmd):
+    def _stream(self, cmd: StreamCmd):
         return streaming.stream(self, cmd)
 
-    def _FwdCmd(self, cmd: FwdCmd):
+    def _forward(self, cmd: FwdCmd):
         streaming.check(self, cmd.model, cmd.layers)
         stack, cache = self.stacks[cmd.model], self.cache(cmd.model, cmd.width)
         at = Positions(cmd.start, cmd.n_fed, cmd.tree, self.where, cmd.branches)
@@ -163,16 +173,14 @@ class LocalDevice:
             out["collectives"] = self.collectives.take()  # (start, end, bytes) each
         return out
 
-    def _WeightsCmd(self, cmd):
-        from executors.tensor import layer_weight_bytes, resident_weight_bytes
-
+    def _weights(self, cmd: WeightsCmd):
         return {role: (layer_weight_bytes(stack), resident_weight_bytes(stack))
                 for role, stack in self.stacks.items()}
 
-    def _AllReduceCmd(self, cmd):
+    def _allreduce(self, cmd: AllReduceCmd):
         return {"collectives": self.collectives.allreduce(cmd, self.where)}
 
-    def _VerifyCmd(self, cmd: VerifyCmd):
+    def _verify(self, cmd: VerifyCmd):
         logits = self.store[cmd.handle]["logits"]
         if cmd.tree is not None:
             return self._walk_trees(cmd, logits)
@@ -234,7 +242,7 @@ class LocalDevice:
         return {"accepted": accepted, "bonus": tokens, "margin": margin, "path": paths}
 
     @torch.inference_mode()
-    def _CompactCmd(self, cmd: CompactCmd):
+    def _compact(self, cmd: CompactCmd):
         main = self.cache(cmd.model, cmd.width)
         for a, b in cmd.ranges:  # an adapter after layer E reads layer E's input
             for cache, layers in ((main, range(a, b)), (main.side, range(a + 1, b + 1))):

@@ -32,6 +32,7 @@ import hashlib
 import json
 import os
 import sys
+from importlib import resources
 from pathlib import Path
 
 import torch
@@ -39,7 +40,7 @@ import torch.nn.functional as F
 
 from executors import models
 
-DATA_DIR = Path(__file__).parent / "data"
+DATA_DIR = Path(str(resources.files("executors") / "data"))  # package data, wherever this module is
 SHIPPED = {models.REAL_NAME: DATA_DIR / "smollm2-135m-drafts.safetensors"}
 ENV = "HETSPEC_DRAFTS"
 FORMAT = "hetspec-drafts-1"

@@ -11,6 +11,7 @@ Spawn, Join and Parallel are handled here; everything else by ``handlers``:
 from __future__ import annotations
 
 import itertools
+import os
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,8 +19,6 @@ from multiprocessing.connection import wait
 
 from policies.ops import Join, Parallel, Spawn
 
-
-_TICKETS = itertools.count()
 
 
 @dataclass
@@ -49,7 +48,11 @@ class Loop:
     def __init__(self, clients: dict, handlers: dict[type, Callable[[object], Pending]]):
         self.clients = clients
         self.handlers = handlers
-        self._tickets: dict[int, tuple[Task, int]] = {}
+        # A ticket is (this loop's random tag, a number): clients outlive loops, so a
+        # late reply to a loop that ended early never passes for one of this loop's.
+        self._tag = os.urandom(8).hex()
+        self._numbers = itertools.count()
+        self._tickets: dict[tuple[str, int], tuple[Task, int, _Merge | None]] = {}
         self._ready: deque[Task] = deque()
         self._joining: list[Task] = []
 
@@ -120,7 +123,7 @@ class Loop:
             parts = route(cmd) if route else [(client, cmd)]
             merge = _Merge(len(parts)) if route else None
             for name, part in parts:
-                ticket = next(_TICKETS)  # unique across loops: late replies are recognised
+                ticket = (self._tag, next(self._numbers))
                 self._tickets[ticket] = (task, i, merge)
                 self.clients[name].submit(ticket, part)
 
@@ -147,6 +150,9 @@ class Loop:
             done = [conns[c] for c in wait(list(conns))]
         for client in done:
             for ticket, reply in client.replies():
+                if ticket not in self._tickets:
+                    raise RuntimeError("a device answered a command this run never sent "
+                                       "(an earlier run stopped without draining its replies)")
                 task, i, merge = self._tickets.pop(ticket)
                 if merge is not None:
                     reply = merge.add(ticket, reply)
@@ -165,7 +171,7 @@ class _Merge:
     def __init__(self, n: int):
         self.n, self.got = n, {}
 
-    def add(self, ticket: int, reply):
+    def add(self, ticket: tuple[str, int], reply):
         self.got[ticket] = reply
         if len(self.got) < self.n:
             return None

@@ -16,14 +16,14 @@ from dataclasses import dataclass, field, replace
 
 from executors import drafts, models
 from executors.book import Sequences
-from executors.clients import InlineClient
+from executors.clients import GroupClient, InlineClient
 from executors.coordinator import Coordinator, Placement
 from executors.device import FwdCmd, LocalDevice, ResetCmd
 from executors.footprint import footprint
 from executors.layers import Stack
 from executors.loop import call
 from executors.streaming import StreamSetupCmd
-from executors.tensor import SEP, GroupClient, members_of
+from executors.tensor import SEP, members_of
 from executors.observers import OBSERVERS, hints_for
 from hwprofiles import load_platform
 from hwprofiles.placement import check_overrides, resolve

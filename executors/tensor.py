@@ -18,14 +18,14 @@ member worker at once, Megatron style:
 * KV caches hold only the member's kv heads, so rollback and cropping work per
   shard exactly as on one device: positions, not heads, are what the book tracks.
 
-The coordinator sees a group as one client (``GroupClient``) whose commands the
+The coordinator sees a group as one client (``executors.clients.GroupClient``) whose commands the
 task loop fans out to the members and whose replies it merges.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -156,35 +156,3 @@ class Collectives:
         for _ in range(cmd.count):
             reduce(buf)
         return self.take()
-
-
-class GroupClient:
-    """The coordinator's view of a group: commands fan out to the members (the
-    task loop merges their replies: the lead's result, the hull of their times)."""
-
-    FAN_OUT = ("FwdCmd", "ResetCmd", "CompactCmd", "LoadCmd", "AllReduceCmd")
-
-    def __init__(self, name: str):
-        self.name, self.members = name, members_of(name)
-
-    def route(self, cmd) -> list[tuple[str, object]]:
-        kind = type(cmd).__name__
-        if kind not in self.FAN_OUT:  # decisions read the replicated logits: the lead
-            return [(self.members[0], cmd)]
-        if kind == "LoadCmd":
-            return [(m, replace(cmd, shards={role: Shard(self.name, i, len(self.members))
-                                             for role in cmd.sources}))
-                    for i, m in enumerate(self.members)]
-        return [(m, cmd) for m in self.members]
-
-    def has_replies(self) -> bool:
-        return False
-
-    def replies(self) -> list:
-        return []
-
-    def connection(self):
-        return None
-
-    def close(self) -> None:
-        pass

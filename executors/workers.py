@@ -21,6 +21,7 @@ so data dependencies hold.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import queue
 import socket
@@ -96,10 +97,9 @@ def cores_for(name: str, index: int, threads: int) -> set[int] | None:
 class WorkerClient:
     """The coordinator's end of one worker process."""
 
-    _tags = 0
-
     def __init__(self, name: str, rank: int, conn, proc):
         self.name, self.rank, self.conn, self.proc = name, rank, conn, proc
+        self._last_tag = 0  # tags of this worker's receives (each also uses tag + 1)
 
     @classmethod
     def start_all(cls, names: list[str], *, threads: int = 1,
@@ -116,7 +116,7 @@ class WorkerClient:
         procs = [subprocess.Popen(
             [sys.executable, "-m", "executors.workers", name, str(rank), str(len(names)),
              str(port), str(threads), str(listener.address[1]), ";".join(groups)], env=env,
-            cwd=str(Path(__file__).resolve().parents[1]))
+            cwd=str(_package_root()))
             for rank, name in enumerate(names)]
         try:
             conns = _accept_all(listener, procs)
@@ -135,7 +135,7 @@ class WorkerClient:
         if tag != "ready":
             raise RuntimeError(f"worker {self.name} failed to start: {info}")
 
-    def submit(self, ticket: int, cmd) -> None:
+    def submit(self, ticket: tuple[str, int], cmd) -> None:
         self.conn.send((ticket, cmd))
 
     def has_replies(self) -> bool:
@@ -153,10 +153,12 @@ class WorkerClient:
     def connection(self):
         return self.conn
 
-    @classmethod
-    def _tag(cls) -> int:
-        cls._tags = (cls._tags + 2) % (1 << 20)
-        return cls._tags
+    def _tag(self) -> int:
+        """A tag for the next message this worker receives. torch.distributed
+        matches a message by (sender, receiver, tag), so tags need be distinct only
+        among one receiver's messages; the receiver numbers them."""
+        self._last_tag = (self._last_tag + 2) % (1 << 20)
+        return self._last_tag
 
     def fetch_commands(self, source: "WorkerClient", source_name: str, handle: int) -> list:
         if source is self:
@@ -184,6 +186,11 @@ class WorkerClient:
             self.proc.terminate()
             self.proc.wait(timeout=5)
         self.conn.close()
+
+
+def _package_root() -> Path:
+    """The folder holding the ``executors`` package, which a worker imports."""
+    return Path(importlib.util.find_spec("executors").origin).resolve().parents[1]
 
 
 def _accept_all(listener, procs) -> list:

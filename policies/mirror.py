@@ -105,7 +105,6 @@ from policies.ops import Forward, Outcome, Parallel, Transfer, Verify
 from policies.sd import DraftCache, first_draft_op
 from policies.traces import covered_s, intervals, overlap_s, recorded_rate
 
-TOKEN_BYTES = 4           # an int32 token id
 ENTRY_BYTES = 8           # a token id with its fp32 log-prob
 VERDICT_BYTES = 8         # accepted count + correction token, per row
 FRESH, WINDOW = 0, 1

@@ -20,8 +20,9 @@ import yaml
 
 from analyses.calibrate import Param, Terms, critical_times, executor_passes, fit
 from analyses.cli import main
-from analyses.costfit import STEP_END, ExecutorWork, predict
-from analyses.heldout import calibrate
+from analyses.costfit import predict
+from analyses.executorwork import STEP_END, ExecutorWork
+from analyses.calibration import calibrate
 from analyses.replay import load_run
 from hwprofiles import load_model, load_platform
 from policies import PolicyContext, build

@@ -192,7 +192,7 @@ def test_a_stream_installs_the_layer_bit_for_bit_and_reuses_unviewed_buffers(
     store.stream((3, 4))  # layer 4's buffer is still viewed: a third buffer
     assert len(store.buffers) == 3 and torch.equal(held, before[4][next(
         n for n, _ in stack.layers[4].named_parameters())])
-    assert all(b.data_ptr() % PAGE_BYTES == 0 for b, _ in store.buffers)
+    assert all(b.address % PAGE_BYTES == 0 for b in store.buffers)
 
 
 def test_layer_files_are_safetensors_with_aligned_views_or_copies():
@@ -243,10 +243,10 @@ def test_verify_continues_along_a_correction_the_target_chose():
     dev = LocalDevice("cpu", {})
     dev.keep(1, {"logits": [logits]})
     cmd = VerifyCmd(1, [[2, 3]], offsets=[0], branches=[[(1, 5, 3), (1, 7, 4)]])
-    assert dev._VerifyCmd(cmd) | {"margin": None} == {
+    assert dev._verify(cmd) | {"margin": None} == {
         "accepted": [1], "bonus": [4], "via": [7], "margin": None}
     cmd = VerifyCmd(1, [[2, 3]], offsets=[0], branches=[[(1, 5, 3)]])  # 7 not offered
-    assert dev._VerifyCmd(cmd)["via"] == [None] and dev._VerifyCmd(cmd)["bonus"] == [7]
+    assert dev._verify(cmd)["via"] == [None] and dev._verify(cmd)["bonus"] == [7]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

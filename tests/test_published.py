@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from analyses.cli import main
-from analyses.heldout import profile_text
+from analyses.calibration import profile_text
 from analyses.draftstep import simulate_row_full
 from analyses.publishedcal import calibrate_published
 from analyses.published import (Knob, Measurement, fit_rows, fit_unknowns, knobs_of,

@@ -292,7 +292,7 @@ def test_the_walk_follows_the_targets_token_and_compaction_keeps_the_path(tiny):
     dev = LocalDevice("cpu", {})
     dev.keep(1, {"logits": [logits]})
     cmd = VerifyCmd(1, [[]], offsets=[0], tree=[[(3, -1), (5, -1), (7, 1), (6, 1)]])
-    out = dev._VerifyCmd(cmd)
+    out = dev._verify(cmd)
     assert (out["accepted"], out["bonus"], out["path"]) == ([2], [9], [[1, 2]])
     with session(tiny, "self:5", placement={"draft": "cpu1"}) as s:
         run = s.decode("tree", {"tree": (2, 2)}, PROMPTS[:1])

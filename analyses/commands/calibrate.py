@@ -52,7 +52,7 @@ def register(sub) -> None:
 def _calibrate(args) -> int:
     from analyses.calibrate import check_fit_terms
     from analyses.cli import emit_json
-    from analyses.heldout import calibrate
+    from analyses.calibration import calibrate
     from analyses.outputs import check_outputs, profile_inputs, runs_inputs
 
     if (args.runs is None) == (args.published is None):
