@@ -92,7 +92,7 @@ def expand_command(coord, op, handle: int, client: str, **extra):
     most = max(n_fed)
     padded = [t + [t[-1]] * (most - len(t)) for t in tokens]
     cmd = FwdCmd(handle, op.model, op.layers, starts, n_fed, padded, None, op.head,
-                 op.emit, op.k, tuple(n_fed), branches=branches, **extra)
+                 op.emit, op.top_k, tuple(n_fed), branches=branches, **extra)
     seqs = [tuple(c) for c in coord.seqs.committed]
     return cmd, {"start": starts, "n_fed": n_fed, "seqs": seqs, "n_logits": tuple(n_fed),
                  "branches": branches}

@@ -174,7 +174,8 @@ class FlashStreamer:
         nbytes = (chunk[1] - chunk[0]) * self.plan.layer_bytes
         self.flash_bytes += nbytes
         yield StreamWeights(self.device, "target", chunk, nbytes,
-                            label=f"stream layers {chunk[0]}-{chunk[1] - 1}")
+                            label=f"stream layers {chunk[0]}-{chunk[1] - 1}",
+                            buffer_layers=self.plan.buffer_layers)
 
     def fill(self):
         """Start streams into every free buffer slot."""
@@ -335,9 +336,10 @@ def _cats(ctx, params: CATSParams, plan: Plan, l_sv: int, expected):
         context = ctx.context(done / b)
         drafts = yield from _drafts(params, b, context)
         sv = yield Forward("target", "target", (l_dm, l_sv), gamma, b, context, head=head,
-                           emit="topk", k=extra + 1, inputs=drafts, label="shallow verify")
+                           emit="topk", top_k=extra + 1, inputs=drafts,
+                           label="shallow verify")
         tail = yield Forward("target", "target", (0, l_sv), 1 + extra, b, context + gamma,
-                             label="correction re-forward")
+                             corrections=extra, label="correction re-forward")
         logits = yield from target_pass(streamer, l_sv, gamma + 1 + extra, b, context,
                                         inputs=(sv, tail))
         verdict = yield Verify(gamma, b, target=logits, expected=expected, label="verify")

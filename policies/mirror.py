@@ -100,7 +100,7 @@ from pydantic import Field, field_validator
 
 from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyParams,
                            register)
-from policies.ops import Forward, Outcome, Parallel, Transfer, Verify
+from policies.ops import Forward, OnTree, Outcome, Parallel, Roots, Transfer, Verify
 from policies.sd import DraftCache, first_draft_op
 from policies.traces import covered_s, intervals, overlap_s, recorded_rate
 
@@ -152,6 +152,10 @@ class MirrorParams(PolicyParams):
     rollout_ratio: float | None = Field(None, ge=0, description=(
         "T_f / T: a fresh rollout with its trip over one step (eq. 10), from the cost "
         "model or a stall run; auto skips when it exceeds skip_bound"))
+
+    def single_token_defaults(self) -> dict:
+        """eta defaults to 1 where the draft emits one token a pass."""
+        return {"eta": 1} if self.eta is None else {}
 
     @field_validator("omega")
     @classmethod
@@ -212,13 +216,14 @@ def _one(op):
 
 
 def _rollout(ctx: PolicyContext, p: MirrorPlan, context: int, rows: int, branch: int,
-             k: int, inputs, label: str, positions: int = 1):
-    """J speculative-streaming draft steps over ``rows`` rows; returns the last handle.
-    The first step also feeds the ``positions - 1`` positions its rows lack."""
+             tree: Roots | None, inputs, label: str, positions: int = 1):
+    """J speculative-streaming draft steps over ``rows`` rows (a window: ``tree``
+    names its roots); returns the last handle. The first step also feeds the
+    ``positions - 1`` positions its rows lack."""
     handle = inputs
     for j, n_tokens in enumerate(p.chunks):
         op = Forward("draft", "draft", (0, p.draft_layers), n_tokens, rows,
-                     context + j * p.eta, head="lm", emit="sample", k=k, branch=branch,
+                     context + j * p.eta, head="lm", emit="sample", tree=tree, branch=branch,
                      inputs=handle, collectives=p.collectives, label=label)
         handle = yield first_draft_op(op, positions) if j == 0 else op
     return handle
@@ -242,7 +247,7 @@ def window_positions(ctx: PolicyContext, p: MirrorPlan, row_gamma) -> int:
 
 def _fresh(ctx: PolicyContext, p: MirrorPlan, context: int, cache: DraftCache):
     """A single-branch rollout on the critical path, then its trip to the target."""
-    handle = yield from _rollout(ctx, p, context, ctx.batch, FRESH, 1, None, FALLBACK,
+    handle = yield from _rollout(ctx, p, context, ctx.batch, FRESH, None, None, FALLBACK,
                                  cache.first_step())
     cache.rolled_out(p.gamma)
     yield Transfer("draft", "target", ctx.batch * p.gamma * ENTRY_BYTES, payload=handle,
@@ -257,7 +262,7 @@ def _step(ctx: PolicyContext, p: MirrorPlan, context: int, branch: int,
     if row_gamma is not None and not ctx.expected_outcomes:
         width = max(row_gamma) + 1
     prefix = yield Forward("target", "target", (0, p.exit_layer), width, b, context,
-                           head="exit", emit="topk", k=p.kappa, head_tokens=TOPK_POSITIONS,
+                           head="exit", emit="topk", top_k=p.kappa, head_tokens=TOPK_POSITIONS,
                            label=PREFIX)
     roots = yield Transfer("target", "draft", b * p.kappa * ENTRY_BYTES, payload=prefix,
                            label=TOPK)
@@ -265,7 +270,7 @@ def _step(ctx: PolicyContext, p: MirrorPlan, context: int, branch: int,
                         head="lm", inputs=prefix, label=SUFFIX)
     suffix, window = yield Parallel((
         _one(suffix_op),
-        _rollout(ctx, p, context, b * p.kappa, WINDOW, p.kappa, roots, DRAFT,
+        _rollout(ctx, p, context, b * p.kappa, WINDOW, Roots(p.kappa), roots, DRAFT,
                  window_positions(ctx, p, row_gamma))))
     verdict = yield Verify(p.gamma, b, target=suffix, branch=branch, row_gamma=row_gamma,
                            label="verify")
@@ -340,7 +345,8 @@ def _schedule(ctx: PolicyContext, p: MirrorPlan):
             cache.rolled_out(p.gamma + 1)
         cache.settle(verdict, own=branch == FRESH or p.kappa == 1)
         skip = skips(p, b, t.verdict(verdict, p.gamma, row_gamma))
-        reuse = yield Outcome("reuse", p.omega, batch=b, per_row=skip, label="reuse")
+        reuse = yield Outcome("reuse", p.omega, batch=b, per_row=skip, label="reuse",
+                              observes=OnTree())
         yield from _rendezvous(ctx, p, window, verdict)
         held = _per_row(reuse, b)
         if skip:

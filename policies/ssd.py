@@ -59,7 +59,8 @@ from hwprofiles.schema import MAX_TIME_S
 from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyParams,
                            register)
 from policies.mirror import ENTRY_BYTES, VERDICT_BYTES
-from policies.ops import Delay, Forward, Join, Outcome, Spawn, Transfer, Verify
+from policies.ops import (ALTERNATIVES, Delay, Fanout, Forward, Join, OnTree, Outcome, Spawn,
+                          Transfer, Verify)
 from policies.sd import DraftCache, first_draft_op
 from policies.traces import covered_s, intervals, recorded_rate
 
@@ -163,6 +164,12 @@ class SSDPlan:
     def branches(self) -> int:
         return sum(self.fanout)
 
+    @property
+    def alternatives(self) -> int:
+        """Draft candidates kept beside each sampled token: the F_k guesses of an
+        outcome k are the draft's candidates other than its proposed token."""
+        return max(ALTERNATIVES, max(self.fanout) + 2)
+
 
 def plan(ctx: PolicyContext, params: SSDParams) -> SSDPlan:
     draft = ctx.need_draft("ssd")
@@ -174,17 +181,18 @@ def plan(ctx: PolicyContext, params: SSDParams) -> SSDPlan:
                    params.draft_collectives)
 
 
-def _draft_steps(p: SSDPlan, context: int, rows: int, branch: int, k: int, label: str,
-                 flag: dict | None = None, positions: int = 1):
-    """K draft steps over ``rows`` rows; stops early once ``flag['abort']`` is set.
-    The first step also feeds the ``positions - 1`` positions its rows lack."""
+def _draft_steps(p: SSDPlan, context: int, rows: int, branch: int, tree: Fanout | None,
+                 label: str, flag: dict | None = None, positions: int = 1):
+    """K draft steps over ``rows`` rows (the pre-speculation: ``tree`` lays them
+    out); stops early once ``flag['abort']`` is set. The first step also feeds the
+    ``positions - 1`` positions its rows lack."""
     handle = None
     for j in range(p.k):
         if flag is not None and flag["abort"]:
             break
         op = Forward("draft", "draft", (0, p.draft_layers), 1, rows, context + j,
-                     head="lm", emit="sample", k=k, branch=branch, inputs=handle,
-                     collectives=p.collectives, label=label)
+                     head="lm", emit="sample", tree=tree, branch=branch, inputs=handle,
+                     collectives=p.collectives, alternatives=p.alternatives, label=label)
         handle = yield first_draft_op(op, positions) if j == 0 else op
     return handle
 
@@ -234,7 +242,7 @@ class Shapes:
 def _backup(ctx: PolicyContext, p: SSDPlan, context: int, jit: bool, cache: DraftCache):
     """The backup's speculation; returns (handle, Verify fields for it)."""
     if jit:
-        handle = yield from _draft_steps(p, context, ctx.batch, BACKUP, 1, BACKUP_LABEL,
+        handle = yield from _draft_steps(p, context, ctx.batch, BACKUP, None, BACKUP_LABEL,
                                          positions=cache.first_step())
         cache.rolled_out(p.k)
         return handle, {"scale": p.scale}
@@ -247,13 +255,15 @@ def _round(ctx: PolicyContext, p: SSDPlan, context: int, branch: int, fields: di
     """Verify this round's speculation while the draft pre-speculates the next."""
     b = ctx.batch
     flag = {"abort": False}
-    task = yield Spawn(_draft_steps(p, context + p.k, b * p.branches, CACHE, p.branches,
-                                    PRESPEC, flag, shapes.prespec_positions()))
+    task = yield Spawn(_draft_steps(p, context + p.k, b * p.branches, CACHE,
+                                    Fanout(p.fanout), PRESPEC, flag,
+                                    shapes.prespec_positions()))
     logits = yield Forward("target", "target", (0, p.n_layers), shapes.verify_positions(),
                            b, context, head="lm", label=VERIFY)
     verdict = yield Verify(p.k, b, target=logits, branch=branch, label=VERIFY, **fields)
     cache.settle(verdict, own=branch == BACKUP and p.backup == "jit")
-    hit = yield Outcome("cache_hit", p.hit_row, batch=b, label="cache hit")
+    hit = yield Outcome("cache_hit", p.hit_row, batch=b, label="cache hit",
+                        observes=OnTree())
     yield Transfer("target", "draft", b * VERDICT_BYTES, payload=verdict, label=TO_DRAFT)
     flag["abort"] = not hit
     (handle,) = yield Join((task,))

@@ -232,7 +232,7 @@ def _steps(ctx: PolicyContext, params: TreeParams, source: tuple, expected, shap
         context, fed = ctx.context(done / b), 0
         for d, (count, k) in enumerate(passes):
             op = Forward(model, "draft", layers, count, b, context + fed, head=head,
-                         emit="topk", k=k, branch=TREE, collectives=params.draft_collectives,
+                         emit="topk", top_k=k, branch=TREE, collectives=params.draft_collectives,
                          label="tree draft")
             yield first_draft_op(op, behind) if d == 0 else op
             fed += count
