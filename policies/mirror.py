@@ -62,26 +62,18 @@ top-kappa message needs), T_rv_ee is the top-k message's trip along the
 platform's route and T_rv_fv the longer of the two rendezvous messages (they
 cross in opposite directions).
 
-Executor conventions (the operations carry everything needed):
-  * speculation (branch) numbers: ``FRESH`` (0) is a single rollout from the
-    committed prefix (start-up, fallback); ``WINDOW`` (1) is the branch-complete
-    window. A window's Verify means "the branch whose root is the correction the
-    last reuse event matched".
-  * a window draft step is one Forward over ``batch * kappa`` rows, sequence-
-    major: row ``r * kappa + i`` extends root ``i`` of sequence ``r``; ``k`` is
-    kappa, ``n_tokens`` the tokens that step emits (eta, fewer in the last);
-    its ``inputs`` is the previous step's handle, for the first step the top-k
-    message's payload (the early-exit Forward).
-  * the early-exit Forward is ``head="exit", emit="topk", k=kappa,
-    head_tokens=1``: the exit head projects one position per row, its last, the
-    one whose top-kappa seed the window (the simulator charges the head's FLOPs
-    over B rows, not B (gamma+1)); the suffix Forward takes it as ``inputs`` and
-    ends in ``head="lm"``. A row's top-kappa are the candidates after its
-    proposal (after its committed tokens when it has none).
-  * skip: ``Outcome("reuse", per_row=True)`` answers, row by row, whether that
-    row's corrected prefix lies on its branch of the window; the next Verify
-    (branch ``WINDOW``) has ``row_gamma`` gamma for those rows, whose proposal
-    is that branch's continuation, and 0 for the others.
+The operations say what each runtime needs (``policies.ops``): the fresh
+rollout samples on branch ``FRESH`` (0), one row per sequence; the window on
+branch ``WINDOW`` (1) with ``tree=Roots(kappa)``, ``batch * kappa`` rows, each
+step emitting ``n_tokens`` (eta, fewer in the last) and taking the previous
+step's handle as ``inputs`` (the first: the top-k message's payload, the
+early-exit Forward). The early exit is ``head="exit", emit="topk",
+top_k=kappa, head_tokens=1``: it projects one position per row, its last (the
+simulator charges the head's FLOPs over B rows, not B (gamma+1)); the suffix
+takes it as ``inputs`` and ends in ``head="lm"``. The reuse Outcome
+``observes=OnTree()``: a row that takes its hit verifies its branch's
+continuation next, on ``WINDOW``; when skipping, the next Verify's
+``row_gamma`` is gamma for those rows and 0 for the others.
 
 Draft sharding is SPD-style by default: ``draft_collectives=2`` all-reduces per
 draft step on a draft group (None: Megatron's two per layer). The target pays

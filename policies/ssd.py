@@ -38,13 +38,15 @@ distribution, onto cached tokens, so the hit rate rises to
 applies this to every round's bonus token, whichever proposer made the round's
 speculation.
 
-Executor conventions: speculation ``CACHE`` (1) is the cached speculation the
-last hit selected, ``BACKUP`` (0) the backup's; a pre-speculation step is one
-Forward over ``batch * sum(F_k)`` rows, sequence-major then outcome (k, f) in
-order of k, ``k`` = sum(F_k); ``fanout_of(params)`` gives the F_k. A miss tells
-the spawned pre-speculation to stop through a flag both generators share, so a
-runtime must drive them in one process (as the simulator and the executor's
-task loop do).
+The operations say what each runtime needs (``policies.ops``): the backup
+samples on branch ``BACKUP`` (0), one row per sequence; each pre-speculation
+step is one Forward on branch ``CACHE`` (1) with ``tree=Fanout(F_0..F_K)``, over
+``batch * sum(F_k)`` rows, and every draft Forward keeps ``alternatives``
+candidates beside its tokens (the guesses); the cache-hit Outcome
+``observes=OnTree()``, and the round after a hit verifies on ``CACHE``. A miss
+tells the spawned pre-speculation to stop through a flag both generators
+share, so a runtime must drive them in one process (as the simulator and the
+executor's task loop do).
 """
 
 from __future__ import annotations
@@ -167,7 +169,8 @@ class SSDPlan:
     @property
     def alternatives(self) -> int:
         """Draft candidates kept beside each sampled token: the F_k guesses of an
-        outcome k are the draft's candidates other than its proposed token."""
+        outcome k are the draft's candidates other than its proposed token, so
+        F_k + 1 are needed (one spare kept)."""
         return max(ALTERNATIVES, max(self.fanout) + 2)
 
 

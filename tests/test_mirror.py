@@ -17,7 +17,8 @@ from policies.acceptance import IID
 from policies import sd as sd_policy
 from policies.mirror import (DRAFT, ENTRY_BYTES, FALLBACK, FRESH, PREFIX, VERDICT_BYTES,
                              WINDOW, default_kappa, failing_rows, skip_bound)
-from policies.ops import Forward, Outcome, Parallel, Transfer, Verdict, Verify, drive
+from policies.ops import (Forward, OnTree, Outcome, Parallel, Roots, Transfer, Verdict, Verify,
+                          drive)
 from simcore import Outcomes, RooflineCost
 
 CONTEXT = 128
@@ -542,13 +543,16 @@ def test_operations_carry_what_an_executor_needs():
     driver.drive(build("mirror", ctx, {"gamma": 4, "eta": 2, "exit_layer": 20}))
     ops = driver.ops
     prefix = next(o for o in ops if isinstance(o, Forward) and o.label == PREFIX)
-    assert (prefix.layers, prefix.head, prefix.emit, prefix.k, prefix.head_tokens) == \
+    assert (prefix.layers, prefix.head, prefix.emit, prefix.top_k, prefix.head_tokens) == \
         ((0, 20), "exit", "topk", 8, 1)  # the exit head projects each row's last position
     topk = next(o for o in ops if isinstance(o, Transfer) and o.payload is prefix)
     assert topk.nbytes == 2 * 8 * ENTRY_BYTES
     window = [o for o in ops if isinstance(o, Forward) and o.label == DRAFT]
     assert window[0].inputs is prefix and window[1].inputs is window[0]
-    assert {(o.batch, o.k, o.branch) for o in window} == {(16, 8, WINDOW)}
+    assert {(o.batch, o.tree, o.branch) for o in window} == {(16, Roots(8), WINDOW)}
+    fresh = [o for o in ops if isinstance(o, Forward) and o.label == FALLBACK]
+    assert fresh and {(o.batch, o.tree) for o in fresh} == {(2, None)}  # narrow rollouts
+    assert {o.observes for o in ops if isinstance(o, Outcome)} == {OnTree()}
     # eta = 2 tokens a step; a window's first step also feeds what its rows lack: the
     # correction, the proposal under verification (gamma 4) and the root
     assert [o.n_tokens for o in window[:2]] == [2 + 4 + 2 - 1, 2]
