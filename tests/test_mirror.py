@@ -16,7 +16,8 @@ from policies import PolicyContext, PolicyError, build
 from policies.acceptance import IID
 from policies import sd as sd_policy
 from policies.mirror import (DRAFT, ENTRY_BYTES, FALLBACK, FRESH, PREFIX, VERDICT_BYTES,
-                             WINDOW, default_kappa, failing_rows, skip_bound)
+                             WINDOW, MirrorParams, default_kappa, failing_rows, skip_bound)
+from policies.mirror import plan as mirror_plan
 from policies.ops import (Forward, OnTree, Outcome, Parallel, Roots, Transfer, Verdict, Verify,
                           drive)
 from simcore import Outcomes, RooflineCost
@@ -534,6 +535,16 @@ class _Driver:
                 value = (value,) * op.batch
             return value
         return op
+
+
+def test_eta_defaults_to_one_where_drafts_have_no_multi_token_heads():
+    """What a real runtime records beside its run (executors.measure)."""
+    assert MirrorParams().single_token_defaults() == {"eta": 1}
+    assert MirrorParams(eta=2).single_token_defaults() == {}
+    assert sd_policy.SDParams().single_token_defaults() == {}
+    ctx = PolicyContext(target=load_model("qwen3-32b"), draft=load_model("qwen3-0.6b"),
+                        draft_multi_token=False)
+    assert mirror_plan(ctx, MirrorParams()).eta == 1
 
 
 def test_operations_carry_what_an_executor_needs():
