@@ -7,9 +7,9 @@ Devices only compute. Each reply becomes a measured span; each Verify and
 Outcome a line of the acceptance trace.
 
 Everything it needs to know of a schedule's layout comes from the operations'
-own fields (``policies.ops``): a Forward's ``tree`` (speculation trees,
-``executors.trees``), ``corrections`` (``executors.branches``), ``top_k`` and
-``alternatives``; token trees on other branches (``executors.tokentree``); an
+own fields (``policies.ops``): a Forward's ``branch`` and ``tree`` (``Roots``
+and ``Fanout``: ``executors.trees``; ``Children``: ``executors.tokentree``),
+``corrections`` (``executors.branches``), ``top_k`` and ``alternatives``; an
 Outcome's ``observes``, looked up by its type in ``observers``. One timing
 choice is the executor's own: the install of a hit's speculation waits while
 the tree's own Forwards still grow it (a hit seen after the first
@@ -28,8 +28,8 @@ from executors.feeds import HandleInfo, hidden_command, hidden_inputs, token_com
 from executors.loop import Loop, Pending
 from executors.streaming import StreamCmd
 from executors.tensor import AllReduceCmd, members_of
-from policies.ops import (AllReduce, Delay, Forward, Outcome, StreamWeights, Transfer,
-                          Verdict, Verify)
+from policies.ops import (AllReduce, Delay, Fanout, Forward, Outcome, Roots, StreamWeights,
+                          Transfer, Verdict, Verify)
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class Coordinator:
         self.acceptance: list[dict] = []
         self.observers = observers or {}
         self.steps = 0
-        self.install: list | None = None  # speculation a hit selected, not yet in use
+        self.install: tuple | None = None  # (branch, per row: the hit's speculation)
         self.latest_tree = None
         self.candidates: list = []  # per row: the speculation its last Outcome found
         self.last_topk: HandleInfo | None = None  # early-exit candidates since the Verify
@@ -142,7 +142,7 @@ class Coordinator:
                              f"{trained}; choose that exit layer, use the norm head "
                              "(exit_head=norm / adapter=norm), or train it with 'hetspec "
                              "train-draft --adapters'")
-        wide = op.emit == "sample" and op.tree is not None
+        wide = op.emit == "sample" and isinstance(op.tree, (Roots, Fanout))
         if not self._grows_tree(op, wide):  # a growing tree's rows may be what a hit took
             self._materialise()
         client = self.place.client(op.device)
@@ -252,11 +252,12 @@ class Coordinator:
                 for cmd in self.clients[m].fetch_commands(self.clients[lead], lead, info.id)]
 
     def _materialise(self) -> None:
-        """Make the speculation a hit selected the narrow proposal of branches 0, 1."""
+        """Make the speculation a hit selected the narrow proposal of its branch."""
         if self.install is None:
             return
+        branch, rows = self.install
         prop = Proposal.empty(self.seqs.batch)
-        for r, found in enumerate(self.install):
+        for r, found in enumerate(rows):
             if found is None:  # this row has no proposal: an AR step for it
                 continue
             tree, j, offset = found
@@ -264,7 +265,7 @@ class Coordinator:
             prop.tokens[r] = src.tokens[j][offset:]
             prop.probs[r] = src.probs[j][offset:]
             prop.top[r] = src.top[j][offset:]
-        self.seqs.proposals[0] = self.seqs.proposals[1] = prop
+        self.seqs.proposals[branch] = prop
         self.install = None
 
     # Verify --------------------------------------------------------------------
@@ -350,7 +351,8 @@ class Coordinator:
             self.acceptance.append({"event": op.event, "held": list(rows)})
             taken = rows if op.per_row else (all(rows),) * len(rows)
             if any(taken):  # the rows that take their hit get its speculation next
-                self.install = [c if t else None for c, t in zip(self.candidates, taken)]
+                self.install = (op.observes.into, [c if t else None
+                                                   for c, t in zip(self.candidates, taken)])
             return rows if op.per_row else all(rows)
 
         return Pending([], decide)

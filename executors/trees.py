@@ -7,8 +7,8 @@ rows come from the layout the Forward names (``policies.ops``):
 * ``Roots`` (Mirror's window): from the top-k candidates its ``inputs`` Forward
   emitted after the proposal being verified;
 * ``Fanout`` (SSD's pre-speculation): for each accepted count k, F_k guesses of
-  the bonus token after ``proposal[:k]``; the proposal being verified is the
-  narrow proposal of branch 0.
+  the bonus token after ``proposal[:k]`` of the narrow proposal the layout
+  names.
 
 A row hits (``observe_on_path``) when its committed sequence lies on one of its
 tree rows with tokens beyond it; those tokens become its next proposal. Before
@@ -38,7 +38,7 @@ def start_tree(coord, op, width: int, prior, client: str):
                              "Forward (or its Transfer) as inputs")
         bases, pick = _roots(prior, width, seqs.batch), None
     elif isinstance(op.tree, Fanout):
-        bases, pick = _outcomes(seqs, op.tree.per_accepted)
+        bases, pick = _outcomes(seqs, op.tree.per_accepted, op.tree.branch)
     else:
         raise ValueError(f"Forward '{op.label}' has tree {op.tree!r}; the executor grows "
                          "Roots and Fanout layouts")
@@ -58,8 +58,8 @@ def _roots(prior, width: int, batch: int) -> list[list[int]]:
     return bases
 
 
-def _outcomes(seqs, fanout) -> tuple[list[list[int]], list[int]]:
-    prop = seqs.proposal(0)
+def _outcomes(seqs, fanout, branch: int) -> tuple[list[list[int]], list[int]]:
+    prop = seqs.proposal(branch)
     bases, pick = [], []
     for r in range(seqs.batch):
         c, p = seqs.committed[r], prop.tokens[r]

@@ -70,9 +70,9 @@ step's handle as ``inputs`` (the first: the top-k message's payload, the
 early-exit Forward). The early exit is ``head="exit", emit="topk",
 top_k=kappa, head_tokens=1``: it projects one position per row, its last (the
 simulator charges the head's FLOPs over B rows, not B (gamma+1)); the suffix
-takes it as ``inputs`` and ends in ``head="lm"``. The reuse Outcome
-``observes=OnTree()``: a row that takes its hit verifies its branch's
-continuation next, on ``WINDOW``; when skipping, the next Verify's
+takes it as ``inputs`` and ends in ``head="lm"``; both score the branch the
+step verifies. The reuse Outcome ``observes=OnTree(into=WINDOW)``: a row that
+takes its hit verifies its branch's continuation next, on ``WINDOW``; when skipping, the next Verify's
 ``row_gamma`` is gamma for those rows and 0 for the others.
 
 Draft sharding is SPD-style by default: ``draft_collectives=2`` all-reduces per
@@ -255,11 +255,11 @@ def _step(ctx: PolicyContext, p: MirrorPlan, context: int, branch: int,
         width = max(row_gamma) + 1
     prefix = yield Forward("target", "target", (0, p.exit_layer), width, b, context,
                            head="exit", emit="topk", top_k=p.kappa, head_tokens=TOPK_POSITIONS,
-                           label=PREFIX)
+                           branch=branch, label=PREFIX)
     roots = yield Transfer("target", "draft", b * p.kappa * ENTRY_BYTES, payload=prefix,
                            label=TOPK)
     suffix_op = Forward("target", "target", (p.exit_layer, n), width, b, context,
-                        head="lm", inputs=prefix, label=SUFFIX)
+                        head="lm", inputs=prefix, branch=branch, label=SUFFIX)
     suffix, window = yield Parallel((
         _one(suffix_op),
         _rollout(ctx, p, context, b * p.kappa, WINDOW, Roots(p.kappa), roots, DRAFT,
@@ -338,7 +338,7 @@ def _schedule(ctx: PolicyContext, p: MirrorPlan):
         cache.settle(verdict, own=branch == FRESH or p.kappa == 1)
         skip = skips(p, b, t.verdict(verdict, p.gamma, row_gamma))
         reuse = yield Outcome("reuse", p.omega, batch=b, per_row=skip, label="reuse",
-                              observes=OnTree())
+                              observes=OnTree(into=WINDOW))
         yield from _rendezvous(ctx, p, window, verdict)
         held = _per_row(reuse, b)
         if skip:

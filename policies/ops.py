@@ -49,17 +49,37 @@ class Fanout:
     """Layout of a speculation tree over guessed verdicts (SSD's pre-speculation):
     for each accepted count k = 0..K, ``per_accepted[k]`` (F_k) rows continue
     ``committed + proposal[:k] + [guess f]``, sequence-major, then in order of k
-    and f. The proposal is the one under verification. For k below the proposal's
-    length the guesses are the draft's own top candidates at position k other
-    than the token it proposed there (``Forward.alternatives`` must keep enough);
-    for k = K the tree's first pass emits the draft's rank-f token as the guess."""
+    and f. The proposal is the one under verification, the narrow proposal of
+    speculation ``branch``. For k below the proposal's length the guesses are the
+    draft's own top candidates at position k other than the token it proposed
+    there (``Forward.alternatives`` must keep enough); for k = K the tree's first
+    pass emits the draft's rank-f token as the guess."""
 
     per_accepted: tuple[int, ...]
+    branch: int = 0
 
     @property
     def rows(self) -> int:
         """Rows per sequence: sum(F_k)."""
         return sum(self.per_accepted)
+
+
+@dataclass(frozen=True, slots=True)
+class Children:
+    """Layout of a token tree drafted depth by depth (Medusa, EAGLE; ``emit=
+    "topk"`` Forwards): the first such Forward on its branch feeds the committed
+    sequence and its last token is the root, whose ``top_k`` candidates are
+    depth 1; each later one expands the ``n_tokens`` most confident nodes of the
+    deepest level (confidence: the product of the draft's probabilities along
+    the path) into their ``top_k`` candidates. A Forward on the branch that does
+    not sample (the target's, with a head) then scores the root and its
+    ``n_tokens - 1`` most confident nodes, parents first, under a tree mask, and
+    a Verify on the branch walks it."""
+
+    @property
+    def rows(self) -> int:
+        """Rows per sequence: a token tree's nodes share their sequence's row."""
+        return 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,15 +99,16 @@ class Forward:
     ``head_tokens``: positions per row the head projects (e.g. 1 for a top-k
     taken at each row's last position); None: all ``n_tokens``.
 
-    Speculation branches: branch 0 (the default) holds the narrow proposal, one
-    row per sequence, which a Forward that does not sample scores after the
-    committed tokens. A sampling Forward on another branch with a ``tree`` layout
-    grows a speculation tree over ``batch`` rows (sequences x ``tree.rows``): the
-    first one starts it in that layout, each later one (whose ``inputs`` is the
-    previous) extends every row by one token. A Forward on another branch that
-    does not sample drafts a token tree (``emit="topk"``: each expanded node's
-    ``top_k`` candidates become its children) or scores it (no emit, a head),
-    and a Verify on that branch walks it.
+    Speculation branches: each branch holds a narrow proposal, one row per
+    sequence, which a sampling Forward on it extends and a Forward on it that
+    does not sample scores after the committed tokens (the target's Forwards name
+    the branch their Verify checks). ``tree`` lays out a speculation tree on a
+    branch other than 0: with ``Roots`` or ``Fanout`` a sampling Forward grows
+    one over ``batch`` rows (sequences x ``tree.rows``), the first starting it
+    in that layout and each later one (whose ``inputs`` is the previous)
+    extending every row by one token; with ``Children`` an ``emit="topk"``
+    Forward drafts a token tree, which the branch's next Forward that does not
+    sample scores and its Verify walks.
 
     ``alternatives``: with ``emit="sample"``, how many of the draft's ranked
     candidates to keep beside each sampled token (the acceptance trace ranks the
@@ -216,7 +237,9 @@ class OnTree:
     the Verify just done) lies on a row of the speculation tree grown last
     (``Forward.tree``) with tokens beyond it. A row that takes its hit (every row
     by default, its own with ``per_row``) has those tokens as its next proposal,
-    the narrow proposal of branches 0 and 1; a row that does not has none."""
+    the narrow proposal of speculation ``into``; a row that does not has none."""
+
+    into: int
 
 
 @dataclass(frozen=True, slots=True)

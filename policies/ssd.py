@@ -40,10 +40,11 @@ speculation.
 
 The operations say what each runtime needs (``policies.ops``): the backup
 samples on branch ``BACKUP`` (0), one row per sequence; each pre-speculation
-step is one Forward on branch ``CACHE`` (1) with ``tree=Fanout(F_0..F_K)``, over
-``batch * sum(F_k)`` rows, and every draft Forward keeps ``alternatives``
-candidates beside its tokens (the guesses); the cache-hit Outcome
-``observes=OnTree()``, and the round after a hit verifies on ``CACHE``. A miss
+step is one Forward on branch ``CACHE`` (1) with ``tree=Fanout(F_0..F_K, the
+branch under verification)``, over ``batch * sum(F_k)`` rows, and every draft
+Forward keeps ``alternatives`` candidates beside its tokens (the guesses); the
+cache-hit Outcome ``observes=OnTree(into=CACHE)``, and the round after a hit
+verifies on ``CACHE``. A miss
 tells the spawned pre-speculation to stop through a flag both generators
 share, so a runtime must drive them in one process (as the simulator and the
 executor's task loop do).
@@ -259,14 +260,14 @@ def _round(ctx: PolicyContext, p: SSDPlan, context: int, branch: int, fields: di
     b = ctx.batch
     flag = {"abort": False}
     task = yield Spawn(_draft_steps(p, context + p.k, b * p.branches, CACHE,
-                                    Fanout(p.fanout), PRESPEC, flag,
+                                    Fanout(p.fanout, branch), PRESPEC, flag,
                                     shapes.prespec_positions()))
     logits = yield Forward("target", "target", (0, p.n_layers), shapes.verify_positions(),
-                           b, context, head="lm", label=VERIFY)
+                           b, context, head="lm", branch=branch, label=VERIFY)
     verdict = yield Verify(p.k, b, target=logits, branch=branch, label=VERIFY, **fields)
     cache.settle(verdict, own=branch == BACKUP and p.backup == "jit")
     hit = yield Outcome("cache_hit", p.hit_row, batch=b, label="cache hit",
-                        observes=OnTree())
+                        observes=OnTree(into=CACHE))
     yield Transfer("target", "draft", b * VERDICT_BYTES, payload=verdict, label=TO_DRAFT)
     flag["abort"] = not hit
     (handle,) = yield Join((task,))

@@ -563,7 +563,7 @@ def test_operations_carry_what_an_executor_needs():
     assert {(o.batch, o.tree, o.branch) for o in window} == {(16, Roots(8), WINDOW)}
     fresh = [o for o in ops if isinstance(o, Forward) and o.label == FALLBACK]
     assert fresh and {(o.batch, o.tree) for o in fresh} == {(2, None)}  # narrow rollouts
-    assert {o.observes for o in ops if isinstance(o, Outcome)} == {OnTree()}
+    assert {o.observes for o in ops if isinstance(o, Outcome)} == {OnTree(into=WINDOW)}
     # eta = 2 tokens a step; a window's first step also feeds what its rows lack: the
     # correction, the proposal under verification (gamma 4) and the root
     assert [o.n_tokens for o in window[:2]] == [2 + 4 + 2 - 1, 2]
@@ -572,6 +572,7 @@ def test_operations_carry_what_an_executor_needs():
     assert (suffix.layers, suffix.head) == ((20, 64), "lm")
     verifies = [o for o in ops if isinstance(o, Verify)]
     assert all(v.target.layers == (20, 64) for v in verifies)
+    assert all(v.target.branch == v.branch for v in verifies)  # scores what it verifies
     # first window is a fresh rollout; after a fallback fresh again, after reuse the window
     assert [v.branch for v in verifies][:3] == [FRESH, FRESH, WINDOW]
     assert {o.event for o in ops if isinstance(o, Outcome)} == {"reuse"}
