@@ -72,8 +72,9 @@ top_k=kappa, head_tokens=1``: it projects one position per row, its last (the
 simulator charges the head's FLOPs over B rows, not B (gamma+1)); the suffix
 takes it as ``inputs`` and ends in ``head="lm"``; both score the branch the
 step verifies. The reuse Outcome ``observes=OnTree(into=WINDOW)``: a row that
-takes its hit verifies its branch's continuation next, on ``WINDOW``; when skipping, the next Verify's
-``row_gamma`` is gamma for those rows and 0 for the others.
+takes its hit verifies its branch's continuation next, on ``WINDOW``; when
+skipping, the next Verify's ``row_gamma`` is gamma for those rows and 0 for the
+others.
 
 Draft sharding is SPD-style by default: ``draft_collectives=2`` all-reduces per
 draft step on a draft group (None: Megatron's two per layer). The target pays

@@ -137,7 +137,7 @@ class Forward:
     collectives: int | None = None
     label: str = ""
     head_tokens: int | None = None
-    tree: Roots | Fanout | None = None
+    tree: Roots | Fanout | Children | None = None
     alternatives: int = ALTERNATIVES
     corrections: int = 0
 
