@@ -2,8 +2,8 @@
 
 A shallow verifier, an ``emit="topk"`` Forward over several positions of the
 narrow proposal (branch 0, ``head_tokens=None``), names its top candidates at
-each proposed position. With ``hints['corrections'] = n`` the next token-mode
-Forward of branch 0 re-forwards n correction tokens after the proposal: at the
+each proposed position. A token-mode Forward of branch 0 with ``corrections=n``
+re-forwards n correction tokens after the proposal: at the
 first position i where the verifier's top token differs from the draft's (the
 last position where it agrees everywhere), its best candidates other than the
 draft's token. Each correction is a sibling of ``proposal[i]``: rotary position
@@ -49,7 +49,7 @@ def note_verifier(coord, op, info, result: dict) -> None:
 def take(coord, op, width: int, wide: bool):
     """Per row, the correction tokens ``(token, rope)`` this token-mode Forward
     re-forwards after the proposal, or None when it carries none."""
-    n = coord.hints.get("corrections", 0)
+    n = op.corrections
     if not n or coord.verifier is None or wide or width != 1 or op.branch != 0:
         return None
     info, topk_all = coord.verifier

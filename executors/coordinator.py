@@ -6,21 +6,14 @@ the draft proposed, what a Verify commits, which speculation a hit selects.
 Devices only compute. Each reply becomes a measured span; each Verify and
 Outcome a line of the acceptance trace.
 
-Conventions beyond the operations' own docstrings:
-  * a ``emit="sample"`` Forward on branch 0 appends to the narrow proposal;
-    on another branch it grows a speculation tree over ``batch`` rows (``batch``
-    = sequences x width): from the top-k roots of its ``inputs`` Forward, or,
-    with no inputs, from the outcome layout ``hints['fanout']`` (SSD's F_k);
-  * an Outcome that selects a precomputed speculation installs it as the
-    narrow proposal of branches 0 and 1, which the next Forwards and Verify use;
-    the install waits while the tree's own Forwards still grow it (a hit seen
-    after the first pre-speculation step takes the tokens of all K);
-  * a ``emit="sample"`` Forward emits ``n_tokens`` tokens, one pass each;
-  * with ``hints['corrections']`` (CATS), a verifier's candidates become
-    correction branches verified beside the proposal (``executors.branches``);
-  * a Forward that does not sample on a branch other than 0 drafts (``emit=
-    "topk"``) or scores a token tree, and a Verify on that branch walks it
-    (``executors.tokentree``).
+Everything it needs to know of a schedule's layout comes from the operations'
+own fields (``policies.ops``): a Forward's ``branch`` and ``tree`` (``Roots``
+and ``Fanout``: ``executors.trees``; ``Children``: ``executors.tokentree``),
+``corrections`` (``executors.branches``), ``top_k`` and ``alternatives``; an
+Outcome's ``observes``, looked up by its type in ``observers``. One timing
+choice is the executor's own: the install of a hit's speculation waits while
+the tree's own Forwards still grow it (a hit seen after the first
+pre-speculation step takes the tokens of all K).
 """
 
 from __future__ import annotations
@@ -35,8 +28,8 @@ from executors.feeds import HandleInfo, hidden_command, hidden_inputs, token_com
 from executors.loop import Loop, Pending
 from executors.streaming import StreamCmd
 from executors.tensor import AllReduceCmd, members_of
-from policies.ops import (AllReduce, Delay, Forward, Outcome, StreamWeights, Transfer,
-                          Verdict, Verify)
+from policies.ops import (AllReduce, Delay, Fanout, Forward, Outcome, Roots, StreamWeights,
+                          Transfer, Verdict, Verify)
 
 
 @dataclass(frozen=True)
@@ -72,19 +65,19 @@ class Wait:
 class Coordinator:
     def __init__(self, clients: dict, placement: Placement, seqs: Sequences,
                  n_layers: dict[str, int], *, temperature: float = 0.0, t0: float = 0.0,
-                 observers: dict | None = None, hints: dict | None = None):
+                 observers: dict | None = None, adapters: tuple[int, ...] = ()):
         self.clients, self.place, self.seqs = clients, placement, seqs
         self.n_layers = n_layers
         self.temperature = temperature
         self.t0 = t0
-        self.hints = hints or {}
+        self.adapters = tuple(adapters)  # layers after which the draft artifact has an exit
         self.books: dict[tuple[str, str, int], CacheBook] = {}
         self.handles: dict[int, HandleInfo] = {}
         self.spans: list[dict] = []
         self.acceptance: list[dict] = []
         self.observers = observers or {}
         self.steps = 0
-        self.install: list | None = None  # speculation a hit selected, not yet in use
+        self.install: tuple | None = None  # (branch, per row: the hit's speculation)
         self.latest_tree = None
         self.candidates: list = []  # per row: the speculation its last Outcome found
         self.last_topk: HandleInfo | None = None  # early-exit candidates since the Verify
@@ -142,14 +135,14 @@ class Coordinator:
 
     # Forward -------------------------------------------------------------------
     def forward(self, op: Forward) -> Pending:
-        if op.head == "exit_layer" and op.layers[1] not in self.hints.get("adapters", ()):
-            trained = ", ".join(map(str, self.hints.get("adapters", ()))) or "none"
+        if op.head == "exit_layer" and op.layers[1] not in self.adapters:
+            trained = ", ".join(map(str, self.adapters)) or "none"
             raise ValueError(f"'{op.label}' needs a trained adapter after layer "
                              f"{op.layers[1]}, but the draft artifact has adapters at: "
                              f"{trained}; choose that exit layer, use the norm head "
                              "(exit_head=norm / adapter=norm), or train it with 'hetspec "
                              "train-draft --adapters'")
-        wide = op.emit == "sample" and op.branch != 0
+        wide = op.emit == "sample" and isinstance(op.tree, (Roots, Fanout))
         if not self._grows_tree(op, wide):  # a growing tree's rows may be what a hit took
             self._materialise()
         client = self.place.client(op.device)
@@ -158,7 +151,7 @@ class Coordinator:
         infos = hidden_inputs(op, self.handles)
         extra = {"temperature": self.temperature, "width": width,
                  "steps": op.n_tokens if op.emit == "sample" else 1,
-                 "top": self.hints.get("top", 8)}
+                 "top": op.alternatives}
         book = self.book(client, op.model, width)
         cmds = []
         if infos is not None:
@@ -211,8 +204,8 @@ class Coordinator:
         seqs = self.seqs
         if not wide:
             if width != 1:
-                raise ValueError(f"Forward '{op.label}' runs {op.batch} rows but only "
-                                 "speculation branches other than 0 may widen the batch")
+                raise ValueError(f"Forward '{op.label}' runs {op.batch} rows but only a "
+                                 "sampling Forward with a tree layout may widen the batch")
             return [tuple(seqs.seq(r, op.branch)) for r in range(seqs.batch)], None
         pick = None
         prior = self.handles.get(op.inputs.id) if op.inputs is not None else None
@@ -259,11 +252,12 @@ class Coordinator:
                 for cmd in self.clients[m].fetch_commands(self.clients[lead], lead, info.id)]
 
     def _materialise(self) -> None:
-        """Make the speculation a hit selected the narrow proposal of branches 0, 1."""
+        """Make the speculation a hit selected the narrow proposal of its branch."""
         if self.install is None:
             return
+        branch, rows = self.install
         prop = Proposal.empty(self.seqs.batch)
-        for r, found in enumerate(self.install):
+        for r, found in enumerate(rows):
             if found is None:  # this row has no proposal: an AR step for it
                 continue
             tree, j, offset = found
@@ -271,7 +265,7 @@ class Coordinator:
             prop.tokens[r] = src.tokens[j][offset:]
             prop.probs[r] = src.probs[j][offset:]
             prop.top[r] = src.top[j][offset:]
-        self.seqs.proposals[0] = self.seqs.proposals[1] = prop
+        self.seqs.proposals[branch] = prop
         self.install = None
 
     # Verify --------------------------------------------------------------------
@@ -343,10 +337,11 @@ class Coordinator:
                        lambda r: self.span(op, op.device, client, r[0], "delay"))
 
     def outcome(self, op: Outcome) -> Pending:
-        observe = self.observers.get(op.event)
+        observe = self.observers.get(type(op.observes))
         if observe is None:
-            raise ValueError(f"the executor cannot observe event '{op.event}'; it "
-                             f"observes {', '.join(sorted(self.observers)) or 'none'}")
+            known = ", ".join(sorted(kind.__name__ for kind in self.observers)) or "none"
+            raise ValueError(f"the executor cannot observe event '{op.event}' (Outcome."
+                             f"observes={type(op.observes).__name__}); it observes {known}")
 
         def decide(_replies=None):
             rows = observe(self, op)
@@ -356,7 +351,8 @@ class Coordinator:
             self.acceptance.append({"event": op.event, "held": list(rows)})
             taken = rows if op.per_row else (all(rows),) * len(rows)
             if any(taken):  # the rows that take their hit get its speculation next
-                self.install = [c if t else None for c, t in zip(self.candidates, taken)]
+                self.install = (op.observes.into, [c if t else None
+                                                   for c, t in zip(self.candidates, taken)])
             return rows if op.per_row else all(rows)
 
         return Pending([], decide)

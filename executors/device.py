@@ -39,7 +39,7 @@ class FwdCmd:
     inputs: int | None = None  # handle whose hidden states feed these layers
     head: str | None = None
     emit: str | None = None
-    k: int = 1
+    top_k: int = 1  # emit="topk": candidates per projected position
     n_logits: tuple[int, ...] = ()  # per row: logits for its last n fed positions
     temperature: float = 0.0
     top: int = 8  # draft candidates reported with each sampled token
@@ -161,7 +161,7 @@ class LocalDevice:
             if cmd.emit == "sample":
                 out = self._emit(stack, cache, cmd, logits)
             elif cmd.emit == "topk":
-                ranked = [torch.topk(lg, cmd.k).indices for lg in logits]
+                ranked = [torch.topk(lg, cmd.top_k).indices for lg in logits]
                 out = {"topk": [r[-1].tolist() for r in ranked],
                        # the candidates' probabilities: a draft's confidence in each
                        "topk_p": [torch.softmax(lg, -1).gather(-1, r).tolist()

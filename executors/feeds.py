@@ -99,7 +99,7 @@ def token_command(op: Forward, handle: int, book, seqs: list[tuple],
     padded = [t + [t[-1]] * (width - len(t)) for t in tokens]
     branches = branches if any(branches) else None
     cmd = FwdCmd(handle, op.model, op.layers, starts, n_fed, padded, None, op.head,
-                 op.emit, op.k, tuple(n_logits), branches=branches, **extra)
+                 op.emit, op.top_k, tuple(n_logits), branches=branches, **extra)
     return cmd, {"start": starts, "n_fed": n_fed, "seqs": seqs, "n_logits": tuple(n_logits),
                  "branches": branches}
 
@@ -139,7 +139,7 @@ def hidden_command(op: Forward, handle: int, book, infos: list[HandleInfo],
     ids = tuple(i.id for i in infos) if len(infos) > 1 else first.id
     branches = branches if any(branches) else None
     cmd = FwdCmd(handle, op.model, op.layers, starts, n_fed, None, ids, op.head, op.emit,
-                 op.k, tuple(n_logits), branches=branches, **extra)
+                 op.top_k, tuple(n_logits), branches=branches, **extra)
     seqs = [s[:st + n] for s, st, n in zip(last.seqs, starts, n_fed)]
     return cmd, {"start": starts, "n_fed": n_fed, "seqs": seqs, "n_logits": tuple(n_logits),
                  "branches": branches}

@@ -23,8 +23,9 @@ class _Stop(Exception):
 
 def footprint(schedule, batch: int) -> dict[tuple[str, str, int], int]:
     """{(device role, model role, row width): deepest layer stop} of a schedule's
-    Forwards (width: rows per sequence, above 1 for speculation trees), and
-    {("stream", device role, model role): layers it streams from storage}."""
+    Forwards (width: rows per sequence, above 1 for speculation trees),
+    {("stream", device role, model role): layers it streams from storage} and,
+    when it streams, {"buffer_layers": the largest buffer its StreamWeights ask}."""
     seen: dict[tuple[str, str, int], int] = {"batch": batch}
     budget = {"ops": DRY_OPS, "verifies": DRY_STEPS}
     try:
@@ -52,6 +53,7 @@ def _stand_in(op, seen, budget):
     if isinstance(op, StreamWeights):
         key = ("stream", op.device, op.model)
         seen[key] = seen.get(key, frozenset()) | frozenset(range(*op.layers))
+        seen["buffer_layers"] = max(seen.get("buffer_layers", 1), op.buffer_layers)
         return None
     if isinstance(op, Verify):
         budget["verifies"] -= 1

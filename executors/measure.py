@@ -20,7 +20,6 @@ from executors.models import default_draft
 from executors.prompts import BUILTIN, encode
 from executors.session import BatchResult, Options, Session
 from policies import entry
-from policies.mirror import default_eta
 from policies.runs.metrics import add_speedup, baseline_of, run_metrics
 from policies.runs.records import atomic_write_text, write_record
 from policies.runs.spans import Span, measured_span, write_chrome_trace
@@ -105,11 +104,11 @@ def measure(config, options: Options, messages: list[list[dict]] | None = None, 
     messages = list(messages or BUILTIN)
     if entry(config.policy).needs_draft and config.draft is None:
         config = config.model_copy(update={"draft": default_draft(config.target)})
-    if config.policy == "mirror" and config.params.eta is None:
-        # the executor's drafts have no multi-token heads (PolicyContext.draft_multi_token):
-        # record the eta it runs, so a replay simulates the same schedule
-        config = config.revised(params={**config.given("params"),
-                                        "eta": default_eta(multi_token=False)})
+    # the executor's drafts have no multi-token heads (Session.context): record the
+    # defaults that follows from, so a replay simulates the same schedule
+    pinned = config.params.single_token_defaults()
+    if pinned:
+        config = config.revised(params={**config.given("params"), **pinned})
     with Session(config.platform, config.target, config.draft,
                  placement=config.placement, options=options, seed=config.seed) as session:
         vocab = session.specs["target"].vocab
@@ -126,7 +125,8 @@ def measure(config, options: Options, messages: list[list[dict]] | None = None, 
         eos = getattr(session.tokenizer, "eos_token_id", None)
         outputs = outputs_of(results, options.max_new_tokens, eos)
         if base is None:
-            add_speedup(metrics, own_baseline=config.policy == "ar")
+            add_speedup(metrics, own_baseline=baseline_of(config.policy,
+                                                          config.params) is None)
         else:
             ar = decode_all(session, *base, prompts, config.batch, bar)
             add_speedup(metrics, summarise(config, ar, options.max_new_tokens)["tokens_per_s"])

@@ -24,7 +24,7 @@ from executors.layers import Stack
 from executors.loop import call
 from executors.streaming import StreamSetupCmd
 from executors.tensor import SEP, members_of
-from executors.observers import OBSERVERS, hints_for
+from executors.observers import OBSERVERS
 from hwprofiles import load_platform
 from hwprofiles.placement import check_overrides, resolve
 from policies import PolicyContext, PolicyParams, build, parse_params
@@ -170,6 +170,7 @@ class Session:
         parsed = (params if isinstance(params, PolicyParams)
                   else parse_params(policy, params))
         found = footprint(build(policy, ctx, parsed), len(prompts))
+        buffer_layers = found.pop("buffer_layers", 1)  # the streaming ring's size
         streams = {k[1:]: v for k, v in found.items() if k[0] == "stream"}
         uses = {k: v for k, v in found.items() if k[0] != "stream"}
         for role, model, _ in uses:  # layers an earlier schedule streamed come back
@@ -178,13 +179,12 @@ class Session:
         seqs = Sequences.start(prompts)
         coord = Coordinator(clients, self.placement, seqs, self.n_layers,
                             temperature=self.opts.temperature, observers=OBSERVERS,
-                            hints={**hints_for(policy, parsed), "adapters": self.adapters})
-        hints = coord.hints
+                            adapters=self.adapters)
         start_s = time.perf_counter()  # streamed layers load once for the prefill
-        self._streams(streams, hints.get("buffer_layers", 1), restore=True)
+        self._streams(streams, buffer_layers, restore=True)
         self._prefill(coord, uses)
         prefill_s = time.perf_counter() - start_s
-        self._streams(streams, hints.get("buffer_layers", 1), restore=False)
+        self._streams(streams, buffer_layers, restore=False)
         coord.t0 = time.perf_counter()
         stats = coord.run(build(policy, ctx, parsed))
         short = self.opts.max_new_tokens - min(len(seqs.generated(r)) for r in range(seqs.batch))

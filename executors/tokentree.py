@@ -2,9 +2,10 @@
 tree-masked pass, walked by the Verify (see ``policies.tree``).
 
 The Forwards of a speculation branch other than 0 that do not sample:
-  * an ``emit="topk"`` Forward when the branch has no tree feeds the committed
-    sequence as usual (catch-up positions, then the root: the last committed
-    token) and starts the tree: the root's top-k candidates are depth 1;
+  * an ``emit="topk"`` Forward with ``tree=Children()`` when the branch has no
+    tree feeds the committed sequence as usual (catch-up positions, then the
+    root: the last committed token) and starts the tree: the root's top-k
+    candidates are depth 1;
   * a later ``emit="topk"`` Forward expands the ``n_tokens`` most confident
     nodes of the deepest level (confidence: the product of the draft's
     probabilities along the path; a static tree expands all of them) into
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 
 from executors.book import Proposal
 from executors.device import CompactCmd, FwdCmd, VerifyCmd
+from policies.ops import Children
 
 
 @dataclass
@@ -51,7 +53,8 @@ class TokenTree:
 
 
 def _tree(coord, op):
-    if op.branch == 0 or op.emit == "sample":
+    if op.branch == 0 or op.emit == "sample" or (op.emit == "topk" and
+                                                 not isinstance(op.tree, Children)):
         return None
     return coord.seqs.trees.get(op.branch)
 
@@ -92,7 +95,7 @@ def expand_command(coord, op, handle: int, client: str, **extra):
     most = max(n_fed)
     padded = [t + [t[-1]] * (most - len(t)) for t in tokens]
     cmd = FwdCmd(handle, op.model, op.layers, starts, n_fed, padded, None, op.head,
-                 op.emit, op.k, tuple(n_fed), branches=branches, **extra)
+                 op.emit, op.top_k, tuple(n_fed), branches=branches, **extra)
     seqs = [tuple(c) for c in coord.seqs.committed]
     return cmd, {"start": starts, "n_fed": n_fed, "seqs": seqs, "n_logits": tuple(n_fed),
                  "branches": branches}
@@ -133,7 +136,8 @@ def note_pass(coord, op, client: str, width: int, fed: dict) -> None:
 def emitted(coord, op, result: dict) -> bool:
     """Grow the branch's tree from a draft pass's candidates; False when ``op`` is
     no token-tree pass."""
-    if op.branch == 0 or op.emit != "topk" or op.batch != coord.seqs.batch:
+    if (op.branch == 0 or op.emit != "topk" or not isinstance(op.tree, Children)
+            or op.batch != coord.seqs.batch):
         return False
     tree = coord.seqs.trees.get(op.branch)
     per_pos = result.get("topk_all") or [[t] for t in result["topk"]]

@@ -1,18 +1,14 @@
 """Speculation trees: Mirror's branch-complete window and SSD's pre-speculation.
 
-A tree is started by the first ``emit="sample"`` Forward of a branch other than
-0 and grows by one token per row with every later one (see ``Wide``). Its rows
-come from one of two layouts:
+A tree is started by the first sampling Forward with a ``tree`` layout on its
+branch and grows by one token per row with every later one (see ``Wide``). Its
+rows come from the layout the Forward names (``policies.ops``):
 
-* roots (Mirror): the ``inputs`` Forward emitted the top-k tokens after the
-  proposal being verified; row ``r * width + i`` continues
-  ``committed + proposal + [root i]``, i.e. it guesses the whole proposal is
-  accepted and the bonus token is root i;
-* outcomes (SSD): ``hints['fanout']`` = F_0..F_K; for each accepted count k, row
-  (k, f) continues ``committed + proposal[:k] + [guess f]``. For k below the
-  proposal length the guesses are the draft's own top candidates at position k
-  other than the token it proposed there; for k = K the draft emits its rank-f
-  token as the guess in the tree's first pass.
+* ``Roots`` (Mirror's window): from the top-k candidates its ``inputs`` Forward
+  emitted after the proposal being verified;
+* ``Fanout`` (SSD's pre-speculation): for each accepted count k, F_k guesses of
+  the bonus token after ``proposal[:k]`` of the narrow proposal the layout
+  names.
 
 A row hits (``observe_on_path``) when its committed sequence lies on one of its
 tree rows with tokens beyond it; those tokens become its next proposal. Before
@@ -25,19 +21,27 @@ pre-speculation after the step in flight rather than one step later.
 from __future__ import annotations
 
 from executors.book import Proposal, Wide
+from policies.ops import Fanout, Roots
 
 
 def start_tree(coord, op, width: int, prior, client: str):
     """A new speculation tree for ``op``; returns (tree, per-row pick or None)."""
     seqs, rows = coord.seqs, coord.seqs.batch * width
-    if prior is not None and prior.topk is not None:
+    if op.tree.rows != width:
+        raise ValueError(f"Forward '{op.label}' widens the batch {width}x but its tree "
+                         f"layout has {op.tree.rows} rows per sequence; make batch "
+                         "sequences x tree rows")
+    if isinstance(op.tree, Roots):
+        if prior is None or prior.topk is None:
+            raise ValueError(f"Forward '{op.label}' grows a window from roots, but its "
+                             "inputs emitted no top-k candidates; pass the early-exit "
+                             "Forward (or its Transfer) as inputs")
         bases, pick = _roots(prior, width, seqs.batch), None
+    elif isinstance(op.tree, Fanout):
+        bases, pick = _outcomes(seqs, op.tree.per_accepted, op.tree.branch)
     else:
-        fanout = coord.hints.get("fanout")
-        if fanout is None or sum(fanout) != width:
-            raise ValueError(f"Forward '{op.label}' widens the batch {width}x with no roots "
-                             "to grow from and no outcome layout (fanout) that sums to it")
-        bases, pick = _outcomes(seqs, fanout)
+        raise ValueError(f"Forward '{op.label}' has tree {op.tree!r}; the executor grows "
+                         "Roots and Fanout layouts")
     tree = Wide(width, bases, Proposal.empty(rows), client)
     coord.latest_tree = tree
     return tree, pick
@@ -54,8 +58,8 @@ def _roots(prior, width: int, batch: int) -> list[list[int]]:
     return bases
 
 
-def _outcomes(seqs, fanout) -> tuple[list[list[int]], list[int]]:
-    prop = seqs.proposal(0)
+def _outcomes(seqs, fanout, branch: int) -> tuple[list[list[int]], list[int]]:
+    prop = seqs.proposal(branch)
     bases, pick = [], []
     for r in range(seqs.batch):
         c, p = seqs.committed[r], prop.tokens[r]

@@ -30,6 +30,12 @@ class PolicyParams(StrictModel):
     """Frozen, no unknown fields, finite numbers: ``--set r=inf`` or ``gamma=true``
     is refused with the parameter named (see hwprofiles.numbers)."""
 
+    def single_token_defaults(self) -> dict[str, Any]:
+        """Parameters left unset whose default differs where the draft has no
+        multi-token heads (``PolicyContext.draft_multi_token`` False), with the
+        value they take there; a runtime records them beside its run."""
+        return {}
+
 
 @dataclass(frozen=True)
 class PolicyContext:

@@ -30,7 +30,10 @@ pass over all N layers and the gamma + 1 positions.
 Handles: a Forward whose ``inputs`` is a tuple takes its positions from those
 Forwards' hidden states in order (the shallow verifier reads the gamma draft
 passes' layer-L_DM states; the target pass reads the verifier's and the
-re-forward's layer-L_SV states).
+re-forward's layer-L_SV states). The shallow verifier names ``top_k =
+corrections + 1`` candidates at each position and the re-forward carries
+``Forward.corrections``, which tells a real runtime which correction tokens it
+feeds; every StreamWeights carries the buffer's size (``buffer_layers``).
 
 ``mean_accepted`` (tokens committed per cycle, bonus included, the papers'
 beta+1) becomes the verify's outcome model, a mean of ``mean_accepted - 1``
@@ -176,7 +179,8 @@ class FlashStreamer:
         nbytes = (chunk[1] - chunk[0]) * self.plan.layer_bytes
         self.flash_bytes += nbytes
         yield StreamWeights(self.device, "target", chunk, nbytes,
-                            label=f"stream layers {chunk[0]}-{chunk[1] - 1}")
+                            label=f"stream layers {chunk[0]}-{chunk[1] - 1}",
+                            buffer_layers=self.plan.buffer_layers)
 
     def fill(self):
         """Start streams into every free buffer slot."""
@@ -344,9 +348,10 @@ def _cats(ctx, params: CATSParams, plan: Plan, l_sv: int):
         context = ctx.context(done / b)
         drafts = yield from _drafts(params, b, context)
         sv = yield Forward("target", "target", (l_dm, l_sv), gamma, b, context, head=head,
-                           emit="topk", k=extra + 1, inputs=drafts, label="shallow verify")
+                           emit="topk", top_k=extra + 1, inputs=drafts,
+                           label="shallow verify")
         tail = yield Forward("target", "target", (0, l_sv), 1 + extra, b, context + gamma,
-                             label="correction re-forward")
+                             corrections=extra, label="correction re-forward")
         logits = yield from target_pass(streamer, l_sv, gamma + 1 + extra, b, context,
                                         inputs=(sv, tail))
         verdict = yield Verify(gamma, b, target=logits, label="verify")

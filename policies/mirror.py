@@ -62,26 +62,19 @@ top-kappa message needs), T_rv_ee is the top-k message's trip along the
 platform's route and T_rv_fv the longer of the two rendezvous messages (they
 cross in opposite directions).
 
-Executor conventions (the operations carry everything needed):
-  * speculation (branch) numbers: ``FRESH`` (0) is a single rollout from the
-    committed prefix (start-up, fallback); ``WINDOW`` (1) is the branch-complete
-    window. A window's Verify means "the branch whose root is the correction the
-    last reuse event matched".
-  * a window draft step is one Forward over ``batch * kappa`` rows, sequence-
-    major: row ``r * kappa + i`` extends root ``i`` of sequence ``r``; ``k`` is
-    kappa, ``n_tokens`` the tokens that step emits (eta, fewer in the last);
-    its ``inputs`` is the previous step's handle, for the first step the top-k
-    message's payload (the early-exit Forward).
-  * the early-exit Forward is ``head="exit", emit="topk", k=kappa,
-    head_tokens=1``: the exit head projects one position per row, its last, the
-    one whose top-kappa seed the window (the simulator charges the head's FLOPs
-    over B rows, not B (gamma+1)); the suffix Forward takes it as ``inputs`` and
-    ends in ``head="lm"``. A row's top-kappa are the candidates after its
-    proposal (after its committed tokens when it has none).
-  * skip: ``Outcome("reuse", per_row=True)`` answers, row by row, whether that
-    row's corrected prefix lies on its branch of the window; the next Verify
-    (branch ``WINDOW``) has ``row_gamma`` gamma for those rows, whose proposal
-    is that branch's continuation, and 0 for the others.
+The operations say what each runtime needs (``policies.ops``): the fresh
+rollout samples on branch ``FRESH`` (0), one row per sequence; the window on
+branch ``WINDOW`` (1) with ``tree=Roots(kappa)``, ``batch * kappa`` rows, each
+step emitting ``n_tokens`` (eta, fewer in the last) and taking the previous
+step's handle as ``inputs`` (the first: the top-k message's payload, the
+early-exit Forward). The early exit is ``head="exit", emit="topk",
+top_k=kappa, head_tokens=1``: it projects one position per row, its last (the
+simulator charges the head's FLOPs over B rows, not B (gamma+1)); the suffix
+takes it as ``inputs`` and ends in ``head="lm"``; both score the branch the
+step verifies. The reuse Outcome ``observes=OnTree(into=WINDOW)``: a row that
+takes its hit verifies its branch's continuation next, on ``WINDOW``; when
+skipping, the next Verify's ``row_gamma`` is gamma for those rows and 0 for the
+others.
 
 Draft sharding is SPD-style by default: ``draft_collectives=2`` all-reduces per
 draft step on a draft group (None: Megatron's two per layer). The target pays
@@ -101,7 +94,7 @@ from pydantic import Field, field_validator
 from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyParams,
                            register)
 from policies.modelled import EventModel, OutcomeModels
-from policies.ops import Forward, Outcome, Parallel, Transfer, Verify
+from policies.ops import Forward, OnTree, Outcome, Parallel, Roots, Transfer, Verify
 from policies.sd import DraftCache, first_draft_op
 from policies.traces import covered_s, intervals, overlap_s, recorded_rate
 
@@ -152,6 +145,10 @@ class MirrorParams(PolicyParams):
     rollout_ratio: float | None = Field(None, ge=0, description=(
         "T_f / T: a fresh rollout with its trip over one step (eq. 10), from the cost "
         "model or a stall run; auto skips when it exceeds skip_bound"))
+
+    def single_token_defaults(self) -> dict:
+        """eta defaults to 1 where the draft emits one token a pass."""
+        return {"eta": 1} if self.eta is None else {}
 
     @field_validator("omega")
     @classmethod
@@ -218,13 +215,14 @@ def _one(op):
 
 
 def _rollout(ctx: PolicyContext, p: MirrorPlan, context: int, rows: int, branch: int,
-             k: int, inputs, label: str, positions: int = 1):
-    """J speculative-streaming draft steps over ``rows`` rows; returns the last handle.
-    The first step also feeds the ``positions - 1`` positions its rows lack."""
+             tree: Roots | None, inputs, label: str, positions: int = 1):
+    """J speculative-streaming draft steps over ``rows`` rows (a window: ``tree``
+    names its roots); returns the last handle. The first step also feeds the
+    ``positions - 1`` positions its rows lack."""
     handle = inputs
     for j, n_tokens in enumerate(p.chunks):
         op = Forward("draft", "draft", (0, p.draft_layers), n_tokens, rows,
-                     context + j * p.eta, head="lm", emit="sample", k=k, branch=branch,
+                     context + j * p.eta, head="lm", emit="sample", tree=tree, branch=branch,
                      inputs=handle, collectives=p.collectives, label=label)
         handle = yield first_draft_op(op, positions) if j == 0 else op
     return handle
@@ -248,7 +246,7 @@ def window_positions(ctx: PolicyContext, p: MirrorPlan, row_gamma) -> int:
 
 def _fresh(ctx: PolicyContext, p: MirrorPlan, context: int, cache: DraftCache):
     """A single-branch rollout on the critical path, then its trip to the target."""
-    handle = yield from _rollout(ctx, p, context, ctx.batch, FRESH, 1, None, FALLBACK,
+    handle = yield from _rollout(ctx, p, context, ctx.batch, FRESH, None, None, FALLBACK,
                                  cache.first_step())
     cache.rolled_out(p.gamma)
     yield Transfer("draft", "target", ctx.batch * p.gamma * ENTRY_BYTES, payload=handle,
@@ -263,15 +261,15 @@ def _step(ctx: PolicyContext, p: MirrorPlan, context: int, branch: int,
     if row_gamma is not None and not ctx.expected_outcomes:
         width = max(row_gamma) + 1
     prefix = yield Forward("target", "target", (0, p.exit_layer), width, b, context,
-                           head="exit", emit="topk", k=p.kappa, head_tokens=TOPK_POSITIONS,
-                           label=PREFIX)
+                           head="exit", emit="topk", top_k=p.kappa, head_tokens=TOPK_POSITIONS,
+                           branch=branch, label=PREFIX)
     roots = yield Transfer("target", "draft", b * p.kappa * ENTRY_BYTES, payload=prefix,
                            label=TOPK)
     suffix_op = Forward("target", "target", (p.exit_layer, n), width, b, context,
-                        head="lm", inputs=prefix, label=SUFFIX)
+                        head="lm", inputs=prefix, branch=branch, label=SUFFIX)
     suffix, window = yield Parallel((
         _one(suffix_op),
-        _rollout(ctx, p, context, b * p.kappa, WINDOW, p.kappa, roots, DRAFT,
+        _rollout(ctx, p, context, b * p.kappa, WINDOW, Roots(p.kappa), roots, DRAFT,
                  window_positions(ctx, p, row_gamma))))
     verdict = yield Verify(p.gamma, b, target=suffix, branch=branch, row_gamma=row_gamma,
                            label="verify")
@@ -346,7 +344,8 @@ def _schedule(ctx: PolicyContext, p: MirrorPlan):
             cache.rolled_out(p.gamma + 1)
         cache.settle(verdict, own=branch == FRESH or p.kappa == 1)
         skip = skips(p, b, t.verdict(verdict, p.gamma, row_gamma))
-        reuse = yield Outcome("reuse", batch=b, per_row=skip, label="reuse")
+        reuse = yield Outcome("reuse", batch=b, per_row=skip, label="reuse",
+                              observes=OnTree(into=WINDOW))
         yield from _rendezvous(ctx, p, window, verdict)
         held = _per_row(reuse, b)
         if skip:

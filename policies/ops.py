@@ -24,6 +24,63 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
+ALTERNATIVES = 8  # draft candidates kept beside a sampled token unless a schedule asks more
+
+
+@dataclass(frozen=True, slots=True)
+class Roots:
+    """Layout of a speculation tree grown from candidates (Mirror-SD's
+    branch-complete window): each sequence gets ``count`` rows, row
+    ``r * count + i`` continuing ``committed + proposal + [candidate i]``, the
+    candidates being the top-``count`` tokens the tree's ``inputs`` Forward
+    emitted (``emit="topk"``) after the proposal under verification. Each row
+    guesses the whole proposal is accepted and its candidate is the bonus token."""
+
+    count: int
+
+    @property
+    def rows(self) -> int:
+        """Rows per sequence."""
+        return self.count
+
+
+@dataclass(frozen=True, slots=True)
+class Fanout:
+    """Layout of a speculation tree over guessed verdicts (SSD's pre-speculation):
+    for each accepted count k = 0..K, ``per_accepted[k]`` (F_k) rows continue
+    ``committed + proposal[:k] + [guess f]``, sequence-major, then in order of k
+    and f. The proposal is the one under verification, the narrow proposal of
+    speculation ``branch``. For k below the proposal's length the guesses are the
+    draft's own top candidates at position k other than the token it proposed
+    there (``Forward.alternatives`` must keep enough); for k = K the tree's first
+    pass emits the draft's rank-f token as the guess."""
+
+    per_accepted: tuple[int, ...]
+    branch: int = 0
+
+    @property
+    def rows(self) -> int:
+        """Rows per sequence: sum(F_k)."""
+        return sum(self.per_accepted)
+
+
+@dataclass(frozen=True, slots=True)
+class Children:
+    """Layout of a token tree drafted depth by depth (Medusa, EAGLE; ``emit=
+    "topk"`` Forwards): the first such Forward on its branch feeds the committed
+    sequence and its last token is the root, whose ``top_k`` candidates are
+    depth 1; each later one expands the ``n_tokens`` most confident nodes of the
+    deepest level (confidence: the product of the draft's probabilities along
+    the path) into their ``top_k`` candidates. A Forward on the branch that does
+    not sample (the target's, with a head) then scores the root and its
+    ``n_tokens - 1`` most confident nodes, parents first, under a tree mask, and
+    a Verify on the branch walks it."""
+
+    @property
+    def rows(self) -> int:
+        """Rows per sequence: a token tree's nodes share their sequence's row."""
+        return 1
+
 
 @dataclass(frozen=True, slots=True)
 class Forward:
@@ -34,12 +91,36 @@ class Forward:
     the number of all-reduces that sharding costs (None: Megatron's two per
     layer). ``head`` applies the final norm and LM head ("lm") or an early-exit
     head after the layers: "exit" (a norm and a vocabulary projection) or
-    "exit_layer" (one decoder layer of its own before them). ``emit`` says what the executor produces
-    from the head: "sample" appends one token per row to speculation
-    ``branch``; "topk" returns the top-``k`` candidates; None returns logits.
+    "exit_layer" (one decoder layer of its own before them). ``emit`` says what
+    the executor produces from the head: "sample" appends ``n_tokens`` tokens per
+    row (one pass each) to speculation ``branch``; "topk" returns the top-``top_k``
+    candidates at each projected position; None returns logits.
     ``inputs`` is the handle of the Forward whose hidden states feed this one.
     ``head_tokens``: positions per row the head projects (e.g. 1 for a top-k
     taken at each row's last position); None: all ``n_tokens``.
+
+    Speculation branches: each branch holds a narrow proposal, one row per
+    sequence, which a sampling Forward on it extends and a Forward on it that
+    does not sample scores after the committed tokens (the target's Forwards name
+    the branch their Verify checks). ``tree`` lays out a speculation tree on a
+    branch other than 0: with ``Roots`` or ``Fanout`` a sampling Forward grows
+    one over ``batch`` rows (sequences x ``tree.rows``), the first starting it
+    in that layout and each later one (whose ``inputs`` is the previous)
+    extending every row by one token; with ``Children`` an ``emit="topk"``
+    Forward drafts a token tree, which the branch's next Forward that does not
+    sample scores and its Verify walks.
+
+    ``alternatives``: with ``emit="sample"``, how many of the draft's ranked
+    candidates to keep beside each sampled token (the acceptance trace ranks the
+    target's bonus token among them; a ``Fanout`` tree takes its guesses there).
+    ``corrections``: this Forward (token mode, branch 0) also re-forwards that
+    many correction tokens after the proposal (CATS): at the first position i
+    where the last multi-position ``emit="topk"`` verifier's best token differs
+    from the draft's (the last position where it agrees everywhere), its best
+    candidates other than the draft's, each a sibling of ``proposal[i]`` that
+    sees the committed tokens and ``proposal[:i]`` only. Later Forwards over
+    these positions carry them through their layers, and the Verify may take one
+    where the target's own token equals it.
     """
 
     model: str
@@ -50,12 +131,15 @@ class Forward:
     context: int = 0
     head: str | None = None
     emit: str | None = None
-    k: int = 1
+    top_k: int = 1
     branch: int = 0
     inputs: Any = None
     collectives: int | None = None
     label: str = ""
     head_tokens: int | None = None
+    tree: Roots | Fanout | Children | None = None
+    alternatives: int = ALTERNATIVES
+    corrections: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,13 +166,16 @@ class AllReduce:
 @dataclass(frozen=True, slots=True)
 class StreamWeights:
     """Read layers ``[start, stop)`` of a model from the device's storage tier
-    (flash) into its memory, ``nbytes`` in all."""
+    (flash) into its memory, ``nbytes`` in all. ``buffer_layers``: streamed
+    layers the device's buffer holds at once (the schedule's ring of slots);
+    a runtime that keeps real weights evicts the oldest beyond it."""
 
     device: str
     model: str
     layers: tuple[int, int]
     nbytes: float
     label: str = ""
+    buffer_layers: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +225,17 @@ class Verdict:
 
 
 @dataclass(frozen=True, slots=True)
+class OnTree:
+    """What an Outcome observes: per row, whether the committed sequence (after
+    the Verify just done) lies on a row of the speculation tree grown last
+    (``Forward.tree``) with tokens beyond it. A row that takes its hit (every row
+    by default, its own with ``per_row``) has those tokens as its next proposal,
+    the narrow proposal of speculation ``into``; a row that does not has none."""
+
+    into: int
+
+
+@dataclass(frozen=True, slots=True)
 class Outcome:
     """A yes/no event of the schedule (cache hit, branch reuse, top-k hit).
 
@@ -148,12 +246,17 @@ class Outcome:
     ``per_row=True`` asks each row separately: the answer is a tuple of
     ``batch`` bools, row r's True with chance p independently of the others (in
     deterministic simulation each row keeps its own error-diffusion credit).
+
+    ``observes`` names what the event is in the models (``OnTree``), which is
+    how a real runtime decides it; ``event`` names it in traces and records.
+    None: an event only a model can draw (a runtime refuses it).
     """
 
     event: str
     batch: int = 1
     label: str = ""
     per_row: bool = False
+    observes: OnTree | None = None
 
 
 @dataclass(frozen=True, slots=True)

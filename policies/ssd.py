@@ -43,13 +43,15 @@ speculation (label "verify") scales the run's acceptance by SAGUARO's factor;
 the verify of a fast backup's speculation (label "verify fast backup") has the
 mean of ``fast_alpha``; event "cache_hit" holds per row with the hit rate.
 
-Executor conventions: speculation ``CACHE`` (1) is the cached speculation the
-last hit selected, ``BACKUP`` (0) the backup's; a pre-speculation step is one
-Forward over ``batch * sum(F_k)`` rows, sequence-major then outcome (k, f) in
-order of k, ``k`` = sum(F_k); ``fanout_of(params)`` gives the F_k. A miss tells
-the spawned pre-speculation to stop through a flag both generators share, so a
-runtime must drive them in one process (as the simulator and the executor's
-task loop do).
+The operations say what each runtime needs (``policies.ops``): the backup
+samples on branch ``BACKUP`` (0), one row per sequence; each pre-speculation
+step is one Forward on branch ``CACHE`` (1) with ``tree=Fanout(F_0..F_K, the
+branch under verification)``, over ``batch * sum(F_k)`` rows, and every draft
+Forward keeps ``alternatives`` candidates beside its tokens (the guesses); the
+cache-hit Outcome ``observes=OnTree(into=CACHE)``, and the round after a hit
+verifies on ``CACHE``. A miss tells the spawned pre-speculation to stop through
+a flag both generators share, so a runtime must drive them in one process (as
+the simulator and the executor's task loop do).
 """
 
 from __future__ import annotations
@@ -65,7 +67,8 @@ from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyPa
                            register)
 from policies.mirror import ENTRY_BYTES, VERDICT_BYTES
 from policies.modelled import EventModel, OutcomeModels, VerifyModel
-from policies.ops import Delay, Forward, Join, Outcome, Spawn, Transfer, Verify
+from policies.ops import (ALTERNATIVES, Delay, Fanout, Forward, Join, OnTree, Outcome, Spawn,
+                          Transfer, Verify)
 from policies.sd import DraftCache, first_draft_op
 from policies.traces import covered_s, intervals, recorded_rate
 
@@ -170,6 +173,13 @@ class SSDPlan:
     def branches(self) -> int:
         return sum(self.fanout)
 
+    @property
+    def alternatives(self) -> int:
+        """Draft candidates kept beside each sampled token: the F_k guesses of an
+        outcome k are the draft's candidates other than its proposed token, so
+        F_k + 1 are needed (one spare kept)."""
+        return max(ALTERNATIVES, max(self.fanout) + 2)
+
 
 def plan(ctx: PolicyContext, params: SSDParams) -> SSDPlan:
     draft = ctx.need_draft("ssd")
@@ -181,17 +191,18 @@ def plan(ctx: PolicyContext, params: SSDParams) -> SSDPlan:
                    params.draft_collectives)
 
 
-def _draft_steps(p: SSDPlan, context: int, rows: int, branch: int, k: int, label: str,
-                 flag: dict | None = None, positions: int = 1):
-    """K draft steps over ``rows`` rows; stops early once ``flag['abort']`` is set.
-    The first step also feeds the ``positions - 1`` positions its rows lack."""
+def _draft_steps(p: SSDPlan, context: int, rows: int, branch: int, tree: Fanout | None,
+                 label: str, flag: dict | None = None, positions: int = 1):
+    """K draft steps over ``rows`` rows (the pre-speculation: ``tree`` lays them
+    out); stops early once ``flag['abort']`` is set. The first step also feeds the
+    ``positions - 1`` positions its rows lack."""
     handle = None
     for j in range(p.k):
         if flag is not None and flag["abort"]:
             break
         op = Forward("draft", "draft", (0, p.draft_layers), 1, rows, context + j,
-                     head="lm", emit="sample", k=k, branch=branch, inputs=handle,
-                     collectives=p.collectives, label=label)
+                     head="lm", emit="sample", tree=tree, branch=branch, inputs=handle,
+                     collectives=p.collectives, alternatives=p.alternatives, label=label)
         handle = yield first_draft_op(op, positions) if j == 0 else op
     return handle
 
@@ -249,7 +260,7 @@ def ssd_outcomes(ctx: PolicyContext, params: SSDParams) -> OutcomeModels:
 def _backup(ctx: PolicyContext, p: SSDPlan, context: int, jit: bool, cache: DraftCache):
     """The backup's speculation; returns (handle, the label of its Verify)."""
     if jit:
-        handle = yield from _draft_steps(p, context, ctx.batch, BACKUP, 1, BACKUP_LABEL,
+        handle = yield from _draft_steps(p, context, ctx.batch, BACKUP, None, BACKUP_LABEL,
                                          positions=cache.first_step())
         cache.rolled_out(p.k)
         return handle, VERIFY
@@ -262,13 +273,15 @@ def _round(ctx: PolicyContext, p: SSDPlan, context: int, branch: int, verify: st
     """Verify this round's speculation while the draft pre-speculates the next."""
     b = ctx.batch
     flag = {"abort": False}
-    task = yield Spawn(_draft_steps(p, context + p.k, b * p.branches, CACHE, p.branches,
-                                    PRESPEC, flag, shapes.prespec_positions()))
+    task = yield Spawn(_draft_steps(p, context + p.k, b * p.branches, CACHE,
+                                    Fanout(p.fanout, branch), PRESPEC, flag,
+                                    shapes.prespec_positions()))
     logits = yield Forward("target", "target", (0, p.n_layers), shapes.verify_positions(),
-                           b, context, head="lm", label=VERIFY)
+                           b, context, head="lm", branch=branch, label=VERIFY)
     verdict = yield Verify(p.k, b, target=logits, branch=branch, label=verify)
     cache.settle(verdict, own=branch == BACKUP and p.backup == "jit")
-    hit = yield Outcome("cache_hit", batch=b, label="cache hit")
+    hit = yield Outcome("cache_hit", batch=b, label="cache hit",
+                        observes=OnTree(into=CACHE))
     yield Transfer("target", "draft", b * VERDICT_BYTES, payload=verdict, label=TO_DRAFT)
     flag["abort"] = not hit
     (handle,) = yield Join((task,))

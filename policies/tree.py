@@ -58,7 +58,7 @@ from pydantic import Field, field_validator, model_validator
 
 from policies.base import MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyParams, register
 from policies.modelled import OutcomeModels, VerifyModel
-from policies.ops import Forward, Transfer, Verify
+from policies.ops import Children, Forward, Transfer, Verify
 from policies.sd import TOKEN_BYTES, VERDICT_BYTES, draft_source, first_draft_op
 
 TREE = 1  # the speculation branch the token tree grows on
@@ -245,8 +245,8 @@ def _steps(ctx: PolicyContext, params: TreeParams, source: tuple, shape: tuple):
         context, fed = ctx.context(done / b), 0
         for d, (count, k) in enumerate(passes):
             op = Forward(model, "draft", layers, count, b, context + fed, head=head,
-                         emit="topk", k=k, branch=TREE, collectives=params.draft_collectives,
-                         label="tree draft")
+                         emit="topk", top_k=k, branch=TREE, tree=Children(),
+                         collectives=params.draft_collectives, label="tree draft")
             yield first_draft_op(op, behind) if d == 0 else op
             fed += count
         # each node: its token id and its parent's index

@@ -117,3 +117,92 @@ def test_policies_import_neither_simpy_nor_torch_at_run_time():
 def test_simcore_loads_no_runtime_or_drawing_package_at_run_time():
     loaded = _loaded_after("import simcore, simcore.engine, simcore.costmodel")
     assert not {"torch", "plotly", "executors", "analyses"} & loaded
+
+
+# The executor interprets operations; it never learns which schedule yields them
+# (issue 15): no policy name in its code, no import of a schedule's module.
+def _policy_names() -> set[str]:
+    import policies
+
+    return set(policies.names())
+
+
+def _schedule_modules() -> set[str]:
+    """policies modules that register a schedule (``@register(...)``)."""
+    found = set()
+    for rel, module in _modules("policies"):
+        for node in ast.walk(ast.parse((ROOT / rel).read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                    isinstance(d, ast.Call) and getattr(d.func, "id", None) == "register"
+                    for d in node.decorator_list):
+                found.add(module)
+    return found
+
+
+def _strings(node) -> list[str]:
+    """String constants an expression names directly, or inside a literal collection."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [s for e in node.elts for s in _strings(e)]
+    return []
+
+
+def policy_names_in(source: str, names: set[str]) -> list[tuple[int, str]]:
+    """(line, name) of each policy name compared against (``==``, ``in``, ...)
+    or used as a dict key."""
+    hits = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+        elif isinstance(node, ast.Dict):
+            operands = [k for k in node.keys if k is not None]
+        else:
+            continue
+        hits += [(node.lineno, s) for o in operands for s in _strings(o) if s in names]
+    return hits
+
+
+def imported_modules(source: str, module: str) -> set[str]:
+    """Dotted names of everything ``source`` imports (``from a import b`` gives
+    both ``a`` and ``a.b``, since b may be a module)."""
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(node, module)
+            out |= {base} | {f"{base}.{a.name}" for a in node.names}
+        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "import_module"
+              and node.args and isinstance(node.args[0], ast.Constant)):
+            out.add(str(node.args[0].value))
+    return out
+
+
+def test_executors_name_no_policy():
+    names = _policy_names()
+    found = [(str(rel), line, name) for rel, _ in _modules("executors")
+             for line, name in policy_names_in((ROOT / rel).read_text(), names)]
+    assert not found, f"executors compare against policy names (read op fields instead): {found}"
+
+
+def test_executors_import_no_schedule_module():
+    schedules = _schedule_modules()
+    assert {"policies.ssd", "policies.mirror", "policies.cats"} <= schedules
+    found = [(str(rel), m) for rel, module in _modules("executors")
+             for m in sorted(imported_modules((ROOT / rel).read_text(), module) & schedules)]
+    assert not found, f"executors import schedule modules (use policies.ops): {found}"
+
+
+def test_the_policy_checks_see_comparisons_keys_and_schedule_imports():
+    source = ("def hints(policy, params):\n"
+              "    if policy == 'ssd':\n        from policies.ssd import fanout_of\n"
+              "    if policy in ('mirror', 'x'):\n        pass\n"
+              "    table = {'cats': 1, 'sample': 2}\n"
+              "    from policies import ops, tree\n"
+              "    return params.emit == 'topk'\n")
+    names = {"ssd", "mirror", "cats", "tree"}
+    assert sorted(policy_names_in(source, names)) == [(2, "ssd"), (4, "mirror"), (6, "cats")]
+    mods = imported_modules(source, "executors.x")
+    assert mods & {"policies.ssd", "policies.tree", "policies.mirror"} == \
+        {"policies.ssd", "policies.tree"}

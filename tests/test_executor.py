@@ -164,7 +164,22 @@ def test_streamed_layers_come_from_disk_within_the_budget(tiny, tmp_path, monkey
     assert {tuple(x["op"]["layers"]) for x in streams} == {(2, 3), (3, 4), (4, 5), (5, 6)}
     assert all(x["op"]["bytes_read"] >= x["op"]["nbytes"] for x in streams)
     assert store.streamed == {2, 3, 4, 5} and len(store.loaded) <= 2
+    assert store.capacity == 2  # the StreamWeights' buffer: 2 chunks of 1 layer
     assert set(in_memory) - {0, 1} <= set(store.loaded)  # resident: layers 0, 1 only
+
+
+def test_the_streaming_buffer_size_comes_from_the_schedules_stream_operations():
+    """The executor sizes its buffer from StreamWeights.buffer_layers, learnt by
+    the dry run, not from the policy's parameters."""
+    from executors.footprint import footprint
+    from hwprofiles import load_model
+    from policies import PolicyContext, build
+
+    ctx = PolicyContext(target=load_model("llama-3.1-70b"), tokens=4, batch=1)
+    params = {"dram_budget_gb": 40, "chunk_layers": 2, "buffer_chunks": 3}
+    found = footprint(build("ar_stream", ctx, params), 1)
+    assert found["buffer_layers"] == 6
+    assert footprint(build("ar", ctx, {}), 1).get("buffer_layers") is None
 
 
 def test_a_stream_installs_the_layer_bit_for_bit_and_reuses_unviewed_buffers(
@@ -297,6 +312,33 @@ def test_parallel_branches_overlap_in_worker_processes(tiny):
     a, b = sorted(coord.spans, key=lambda x: x["name"])
     assert elapsed_s < 0.7 and a["physical"] != b["physical"]
     assert min(a["end_s"], b["end_s"]) - max(a["start_s"], b["start_s"]) > 0.2
+
+
+def test_the_executor_refuses_layouts_and_events_its_operations_do_not_give(tiny):
+    """It reads layout facts from the operations alone: an Outcome that names
+    nothing to observe, or a tree whose rows disagree with the batch, is refused
+    in one sentence, before any device command."""
+    from executors.observers import OBSERVERS
+    from policies.ops import Fanout, Forward, Outcome, Roots
+
+    def one(op):
+        yield op
+
+    with session(tiny) as s:
+        s.decode("ar", {}, PROMPTS[:1])  # starts the device
+        cases = [(Outcome("cache_hit", 0.5), r"cannot observe event 'cache_hit' \(Outcome."
+                  r"observes=NoneType\); it observes OnTree"),
+                 (Forward("target", "target", (0, 6), batch=3, head="lm", emit="sample",
+                          branch=1, tree=Fanout((1, 1))),
+                  "widens the batch 3x but its tree layout has 2 rows per sequence"),
+                 (Forward("target", "target", (0, 6), batch=2, head="lm", emit="sample",
+                          branch=1, tree=Roots(2)), "grows a window from roots, but its "
+                  "inputs emitted no top-k candidates")]
+        for op, message in cases:
+            coord = Coordinator(s.clients, s.placement, Sequences.start(PROMPTS[:1]),
+                                s.n_layers, observers=OBSERVERS)
+            with pytest.raises(ValueError, match=message):
+                coord.run(one(op))
 
 
 # distribution at temperature 1 ---------------------------------------------------

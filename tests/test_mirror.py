@@ -16,9 +16,11 @@ from policies import PolicyContext, PolicyError, build
 from simcore.acceptance import IID
 from policies import sd as sd_policy
 from policies.mirror import (DRAFT, ENTRY_BYTES, FALLBACK, FRESH, PREFIX, VERDICT_BYTES,
-                             WINDOW, default_kappa, failing_rows, skip_bound)
+                             WINDOW, MirrorParams, default_kappa, failing_rows, skip_bound)
+from policies.mirror import plan as mirror_plan
 from policies.modelled import EventModel, VerifyModel
-from policies.ops import Forward, Outcome, Parallel, Transfer, Verdict, Verify, drive
+from policies.ops import (Forward, OnTree, Outcome, Parallel, Roots, Transfer, Verdict, Verify,
+                          drive)
 from simcore import Outcomes, RooflineCost
 
 CONTEXT = 128
@@ -554,6 +556,16 @@ class _Driver:
         return op
 
 
+def test_eta_defaults_to_one_where_drafts_have_no_multi_token_heads():
+    """What a real runtime records beside its run (executors.measure)."""
+    assert MirrorParams().single_token_defaults() == {"eta": 1}
+    assert MirrorParams(eta=2).single_token_defaults() == {}
+    assert sd_policy.SDParams().single_token_defaults() == {}
+    ctx = PolicyContext(target=load_model("qwen3-32b"), draft=load_model("qwen3-0.6b"),
+                        draft_multi_token=False)
+    assert mirror_plan(ctx, MirrorParams()).eta == 1
+
+
 def test_operations_carry_what_an_executor_needs():
     ctx = PolicyContext(target=load_model("qwen3-32b"), draft=load_model("qwen3-0.6b"),
                         tokens=12, batch=2)
@@ -561,13 +573,16 @@ def test_operations_carry_what_an_executor_needs():
     driver.drive(build("mirror", ctx, {"gamma": 4, "eta": 2, "exit_layer": 20}))
     ops = driver.ops
     prefix = next(o for o in ops if isinstance(o, Forward) and o.label == PREFIX)
-    assert (prefix.layers, prefix.head, prefix.emit, prefix.k, prefix.head_tokens) == \
+    assert (prefix.layers, prefix.head, prefix.emit, prefix.top_k, prefix.head_tokens) == \
         ((0, 20), "exit", "topk", 8, 1)  # the exit head projects each row's last position
     topk = next(o for o in ops if isinstance(o, Transfer) and o.payload is prefix)
     assert topk.nbytes == 2 * 8 * ENTRY_BYTES
     window = [o for o in ops if isinstance(o, Forward) and o.label == DRAFT]
     assert window[0].inputs is prefix and window[1].inputs is window[0]
-    assert {(o.batch, o.k, o.branch) for o in window} == {(16, 8, WINDOW)}
+    assert {(o.batch, o.tree, o.branch) for o in window} == {(16, Roots(8), WINDOW)}
+    fresh = [o for o in ops if isinstance(o, Forward) and o.label == FALLBACK]
+    assert fresh and {(o.batch, o.tree) for o in fresh} == {(2, None)}  # narrow rollouts
+    assert {o.observes for o in ops if isinstance(o, Outcome)} == {OnTree(into=WINDOW)}
     # eta = 2 tokens a step; a window's first step also feeds what its rows lack: the
     # correction, the proposal under verification (gamma 4) and the root
     assert [o.n_tokens for o in window[:2]] == [2 + 4 + 2 - 1, 2]
@@ -576,6 +591,7 @@ def test_operations_carry_what_an_executor_needs():
     assert (suffix.layers, suffix.head) == ((20, 64), "lm")
     verifies = [o for o in ops if isinstance(o, Verify)]
     assert all(v.target.layers == (20, 64) for v in verifies)
+    assert all(v.target.branch == v.branch for v in verifies)  # scores what it verifies
     # first window is a fresh rollout; after a fallback fresh again, after reuse the window
     assert [v.branch for v in verifies][:3] == [FRESH, FRESH, WINDOW]
     assert {o.event for o in ops if isinstance(o, Outcome)} == {"reuse"}

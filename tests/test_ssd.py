@@ -20,9 +20,9 @@ from hwprofiles.closedforms import geometric_fanout_shape
 from policies import PolicyContext, PolicyError, build
 from simcore.acceptance import IID
 from policies.mirror import ENTRY_BYTES, VERDICT_BYTES
-from policies.ops import Forward, Outcome, Spawn, Verify, drive
-from policies.ssd import (CACHE, PRESPEC, VERIFY, SSDParams, base_hit_rate, fanout_of,
-                          planning_weights, saguaro)
+from policies.ops import Fanout, Forward, OnTree, Outcome, Spawn, Verify, drive
+from policies.ssd import (BACKUP, CACHE, PRESPEC, VERIFY, SSDParams, base_hit_rate, fanout_of,
+                          plan, planning_weights, saguaro)
 from simcore import RooflineCost
 from simcore.outcomes import scaled_expected
 
@@ -244,8 +244,21 @@ def test_operations_carry_what_an_executor_needs():
 
     drive(build("ssd", ctx, {"k": 3, "fanout": 2, "hit_rate": 0.9}), answer)
     prespec = [o for o in ops if isinstance(o, Forward) and o.label == PRESPEC]
-    assert {(o.batch, o.k, o.branch) for o in prespec} == {(2 * 8, 8, CACHE)}
-    assert {o.event for o in ops if isinstance(o, Outcome)} == {"cache_hit"}
+    # k = 3, uniform fan-out 2: F_0..F_3 = 2 each, 8 rows per sequence
+    # the first round verifies the backup's proposal, the later ones the cache's
+    assert {(o.batch, o.branch) for o in prespec} == {(2 * 8, CACHE)}
+    assert prespec[0].tree == Fanout((2,) * 4, BACKUP) and prespec[-1].tree == \
+        Fanout((2,) * 4, CACHE)
+    verifies = [o for o in ops if isinstance(o, Verify)]
+    assert all(v.target.branch == v.branch for v in verifies)  # scores what it verifies
+    assert [v.branch for v in verifies][:2] == [BACKUP, CACHE]
+    drafts = [o for o in ops if isinstance(o, Forward) and o.model == "draft"]
+    assert {o.alternatives for o in drafts} == {8}  # max(8, F + 2): the guesses fit
+    wide = plan(ctx, SSDParams(k=3, fanout=9, hit_rate=0.9))
+    assert wide.alternatives == 11  # 9 guesses besides the proposed token, one spare
+    assert {o.tree for o in drafts if o.label != PRESPEC} == {None}  # the backup: narrow
+    assert {(o.event, o.observes) for o in ops if isinstance(o, Outcome)} == \
+        {("cache_hit", OnTree(into=CACHE))}
     verify = next(o for o in ops if isinstance(o, Forward) and o.label == VERIFY)
     assert (verify.n_tokens, verify.head, verify.layers) == (4, "lm", (0, 80))
 

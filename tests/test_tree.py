@@ -388,3 +388,26 @@ def test_smollm2_tree_equals_ar_token_for_token(params, smollm2):
     accepted = [a["accepted"][0] for r in runs for a in r.acceptance if "accepted" in a]
     assert sum(accepted) > 0  # the real draft's trees are taken (the untrained
     # 15-layer exit rarely: 9 tokens over 57 steps; the 24-layer draft often)
+
+
+def test_tree_operations_name_their_layout():
+    """The draft passes carry ``tree=Children()`` and each node's ``top_k``; the
+    scoring pass and the Verify share the tree's branch (what the executor reads)."""
+    from policies import PolicyContext, build
+    from policies.ops import Children, Forward, Verdict, Verify, drive
+    from policies.tree import TREE
+
+    spec = load_model("llama-3.1-70b")
+    ops = []
+
+    def answer(op):
+        ops.append(op)
+        return Verdict((1,)) if isinstance(op, Verify) else op
+
+    drive(build("tree", PolicyContext(target=spec, draft=load_model("llama-3.2-1b"),
+                                      tokens=2), {"tree": (4, 2)}), answer)
+    drafts = [o for o in ops if isinstance(o, Forward) and o.label == "tree draft"]
+    assert [(o.tree, o.top_k, o.branch, o.emit) for o in drafts[:2]] == [
+        (Children(), 4, TREE, "topk"), (Children(), 2, TREE, "topk")]
+    verify = next(o for o in ops if isinstance(o, Verify))
+    assert (verify.branch, verify.target.branch, verify.target.tree) == (TREE, TREE, None)
