@@ -23,6 +23,7 @@ from analyses.cli import main
 from analyses.costfit import STEP_END, ExecutorWork, predict
 from analyses.heldout import calibrate
 from analyses.replay import load_run
+from analyses.streamterms import dispatch_gaps
 from hwprofiles import load_model, load_platform
 from policies import PolicyContext, acceptance, build
 from policies.ops import Forward, Join, Spawn, StreamWeights, Transfer, Verdict, Verify, drive
@@ -257,19 +258,24 @@ def test_fit_recovers_the_flash_bandwidth_beside_the_kept_host_rate(tmp_path):
     assert disk != pytest.approx(3.15, rel=0.1)  # it moved from the profile's value
 
 
-def test_a_streams_dispatch_gap_counts_only_when_nothing_runs():
-    """A stream that starts 0.3 ms after the last span ended held the critical
-    path for that gap too; one that starts while a span runs waited for nothing."""
-    spans = [{"op": {"type": "Forward"}, "device": "cpu0", "start_s": 0.0, "end_s": 1.0},
-             {"op": {"type": "StreamWeights"}, "device": "disk", "start_s": 1.0003,
-              "end_s": 1.5},
+def test_a_streams_wait_is_its_own_term():
+    """A stream's critical time is its span alone; the wait before it is measured
+    from when it was free to start: the stream before it ended and the latest
+    Forward on its device (which may have freed its buffer slot) ended. The
+    first stream of a batch has no wait measured."""
+    spans = [{"op": {"type": "StreamWeights", "device": "target"}, "device": "disk",
+              "start_s": 0.0, "end_s": 0.5},
+             {"op": {"type": "Forward"}, "device": "cpu0", "start_s": 0.5, "end_s": 1.0},
+             {"op": {"type": "StreamWeights", "device": "target"}, "device": "disk",
+              "start_s": 1.0003, "end_s": 1.5},
              {"op": {"type": "Forward"}, "device": "cpu1", "start_s": 1.6, "end_s": 3.0},
-             {"op": {"type": "StreamWeights"}, "device": "disk", "start_s": 2.0,
-              "end_s": 2.5}]
+             {"op": {"type": "StreamWeights", "device": "target"}, "device": "disk",
+              "start_s": 2.0, "end_s": 2.5}]
     run = dataclasses.make_dataclass("Run", ["spans"])(spans)
     times = critical_times(run, {}, load_platform("cpu-local"))
-    assert times[1] == pytest.approx(0.5)  # 0.4997 s span + 0.0003 s gap
-    assert times[3] == pytest.approx(0.5)  # the cpu1 Forward was running
+    assert times[2] == pytest.approx(0.4997) and times[4] == pytest.approx(0.5)
+    gaps = dispatch_gaps(spans, {"target": "cpu0"})
+    assert gaps == {2: pytest.approx(0.0003), 4: pytest.approx(0.5)}  # cpu1's ends: not its
 
 
 def test_untied_cores_and_fixed_fields(tmp_path):
