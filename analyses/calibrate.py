@@ -14,7 +14,7 @@ it pays; ``analyses.costfit`` evaluates them with the same ``pass_seconds``:
     StreamWeights  latency + requests * request_latency_s / queue_depth
                    + bytes / flash bandwidth [+ bytes / stream_host_gb_s]
     its wait       stream_dispatch_s (``analyses.streamterms``; streams and
-                   waits are fitted on their totals per run and kind)
+                   waits are fitted on their totals per run)
 
 The optional efficiency terms (``costfit.OPTIONAL_FIELDS``: size-dependent
 bandwidth and FLOP rates, a per-engine bandwidth cap, flash request latency)
@@ -47,7 +47,7 @@ from analyses.costfit import (EXPONENT_STARTS, OPTIONAL_FIELDS, Fit, Param, Pass
 from analyses.costfit import fit as _fit
 from analyses.costfit import op_kind_errors  # noqa: F401  (re-exported)
 from analyses.replay import MeasuredRun, model_name
-from analyses.streamterms import DISPATCH_KIND, dispatch_gaps, merge_by_kind
+from analyses.streamterms import DISPATCH_KIND, dispatch_gaps, merge_streams
 from hwprofiles import Platform, load_model
 from hwprofiles.placement import resolve
 from simcore import RooflineCost
@@ -190,7 +190,7 @@ class Terms:
             if term is not None and observed > 0:
                 out.append(term)
         out += self._dispatches(run, placement)
-        return [t for t in merge_by_kind(out, ("StreamWeights",)) if t.measured_s > 0]
+        return merge_streams(out)
 
     def _dispatches(self, run: MeasuredRun, placement: dict) -> list[Term]:
         """Each stream's wait before its read, as ``stream_dispatch_s``."""

@@ -281,9 +281,14 @@ def unidentifiable(problem: Problem, v: np.ndarray, share: float = 0.02) -> list
             continue
         if param.field in OPTIONAL_FIELDS or param.field in ALONE_STARTS:
             continue  # asked for by name, or measured alone: fitted from 0
-        parts = [(t, v[p] * k) for t, p, k in zip(*problem.lin) if p == i] + \
-            [(t, k / v[p]) for t, p, k in zip(*problem.inv) if p == i]
-        if parts and max(x / total[t] for t, x in parts) < share:
+        parts: dict[int, float] = {}  # per term, the parameter's part (summed terms
+        for t, p, k in zip(*problem.lin):  # hold it many times)
+            if p == i:
+                parts[t] = parts.get(t, 0.0) + v[p] * k
+        for t, p, k in zip(*problem.inv):
+            if p == i:
+                parts[t] = parts.get(t, 0.0) + k / v[p]
+        if parts and max(x / total[t] for t, x in parts.items()) < share:
             out.append(param)
     return out
 

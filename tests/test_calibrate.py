@@ -97,6 +97,8 @@ def make_measured_run(out: Path, policy: str, params: dict, *, seed: int, tokens
             lines.append({"accepted": list(verdict.accepted), "gamma": op.gamma})
             _timed(spans, clock, op, "", verify_s, "compute")
             return verdict
+        if isinstance(op, StreamWeights):  # free to start: the round trip first
+            clock["now"] += plat.device(plat.placement[op.device]).stream_dispatch_s
         for o, track, seconds, kind in _fake_steps(plat, cost, models, op):
             seconds *= float(np.exp(rng.normal(0, noise)))
             if rng.random() < outliers:
@@ -518,6 +520,45 @@ def test_fit_recovers_the_flash_request_latency(tmp_path):
     assert result.values[Param("tier", "disk", "request_latency_s")] == pytest.approx(
         4e-4, rel=0.01)
     assert result.values[Param("tier", "disk", "bandwidth_gb_s")] == 3.15  # kept
+
+
+def test_fit_recovers_the_wait_before_each_stream(tmp_path):
+    """Each stream waits 1.5 ms once free to start (the executor's round trip):
+    the wait comes back from AR and ar_stream runs, beside the flash bandwidth; a
+    profile without the term simulates as before (default 0)."""
+    truth = true_platform(device={"stream_dispatch_s": 1.5e-3})
+    for i, (policy, params) in enumerate((("ar", {}), ("ar_stream", {"dram_budget_gb": 0.2}))):
+        make_measured_run(tmp_path / f"{policy}-{i}", policy, params, seed=i, tokens=12,
+                          noise=0.0, outliers=0.0, truth=truth)
+    result = _fit(tmp_path)
+    wait = Param("device", CORES, "stream_dispatch_s")
+    assert result.initial[wait] == 0.0 and wait not in result.unconstrained
+    assert result.values[wait] == pytest.approx(1.5e-3, rel=1e-3)
+    assert result.values[Param("tier", "disk", "bandwidth_gb_s")] == pytest.approx(
+        TRUE_DISK_GB_S, rel=0.01)
+    assert load_platform("cpu-local").device("cpu0").stream_dispatch_s == 0.0
+
+
+def test_stream_waits_and_spans_are_fitted_on_their_totals(tmp_path):
+    """Streams whose reads alternate 1x, 1x, 1.6x (as cpu-local's layers did): one
+    term per run holds every stream, so the fitted bandwidth gives their total
+    time, not the common read's."""
+    make_measured_run(tmp_path / "ar_stream-0", "ar_stream", {"dram_budget_gb": 0.2},
+                      seed=0, tokens=6, noise=0.0, outliers=0.0)
+    spans = [json.loads(l) for l in (tmp_path / "ar_stream-0/spans.jsonl").open()]
+    streams = [s for s in spans if s["op"]["type"] == "StreamWeights"]
+    for k, s in enumerate(streams):
+        s["end_s"] = s["start_s"] + (s["end_s"] - s["start_s"]) * (1.6 if k % 3 == 2 else 1.0)
+    (tmp_path / "ar_stream-0/spans.jsonl").write_text(
+        "".join(json.dumps(s) + "\n" for s in spans))
+    plat = load_platform("cpu-local")
+    terms = Terms(plat).of_run(load_run(tmp_path / "ar_stream-0/record.json"))
+    kinds = [t.op_kind for t in terms if t.op_kind.startswith("StreamWeights")]
+    assert kinds == ["StreamWeights: every stream"]
+    result = fit(plat, terms)
+    total = [t for t in result.terms if t.op_kind == kinds[0]][0]
+    assert predict([total], result.values)[0] == pytest.approx(
+        sum(s["end_s"] - s["start_s"] for s in streams), rel=1e-6)
 
 
 def test_unknown_fit_term_is_one_sentence():
