@@ -13,8 +13,9 @@ it pays; ``analyses.costfit`` evaluates them with the same ``pass_seconds``:
     AllReduce      count * (alpha * a + b / bandwidth)
     StreamWeights  latency + requests * request_latency_s / queue_depth
                    + bytes / flash bandwidth [+ bytes / stream_host_gb_s]
-    its wait       stream_dispatch_s (``analyses.streamterms``; streams and
-                   waits are fitted on their totals per run)
+    its wait       compute its device ran meanwhile (measured) + stream_dispatch_s
+                   (``analyses.streamterms``; streams and waits are fitted on
+                   their totals per run)
 
 The optional efficiency terms (``costfit.OPTIONAL_FIELDS``: size-dependent
 bandwidth and FLOP rates, a per-engine bandwidth cap, flash request latency)
@@ -50,6 +51,7 @@ from analyses.replay import MeasuredRun, model_name
 from analyses.streamterms import DISPATCH_KIND, dispatch_gaps, merge_streams
 from hwprofiles import Platform, load_model
 from hwprofiles.placement import resolve
+from policies import parse_params
 from simcore import RooflineCost
 from simcore.costmodel import (LinearTerms, allreduce_terms, dispatch_terms, hop_terms,
                                stream_terms)
@@ -195,10 +197,15 @@ class Terms:
     def _dispatches(self, run: MeasuredRun, placement: dict) -> list[Term]:
         """Each stream's wait before its read, as ``stream_dispatch_s``."""
         out = []
-        for i, gap in dispatch_gaps(run.spans, placement).items():
+        params = run.inputs.get("params") or {}
+        try:  # the buffer's slots: streams in flight at once
+            slots = getattr(parse_params(run.policy, params), "buffer_chunks", 1)
+        except ValueError:  # parameters of an unknown or changed schedule: one slot
+            slots = 1
+        for i, (gap, busy) in dispatch_gaps(run.spans, placement, slots).items():
             role = run.spans[i]["op"]["device"]
             device = self.platform.device(self.platform.members(placement.get(role, role))[0])
-            term = Term(gap, DISPATCH_KIND, run.name)
+            term = Term(gap, DISPATCH_KIND, run.name, fixed_s=busy)  # compute before it
             _add(term, dispatch_terms(device), self.classes)
             out.append(term)
         return out

@@ -268,8 +268,8 @@ def stream_terms(tier: MemoryTier, device: Device, nbytes: float) -> LinearTerms
 
 
 def dispatch_terms(device: Device) -> LinearTerms:
-    """The wait of a weight stream, once free to start, before its read begins
-    (``Device.stream_dispatch_s``: the runtime's round trip to issue it)."""
+    """Issuing a weight stream on its device's compute stream before its read
+    (``Device.stream_dispatch_s``); calibration adds the compute it queued behind."""
     return LinearTerms(0.0, (("device", device.name, "stream_dispatch_s", 1.0),))
 
 

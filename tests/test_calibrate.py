@@ -262,22 +262,32 @@ def test_fit_recovers_the_flash_bandwidth_beside_the_kept_host_rate(tmp_path):
 
 def test_a_streams_wait_is_its_own_term():
     """A stream's critical time is its span alone; the wait before it is measured
-    from when it was free to start: the stream before it ended and the latest
-    Forward on its device (which may have freed its buffer slot) ended. The
-    first stream of a batch has no wait measured."""
-    spans = [{"op": {"type": "StreamWeights", "device": "target"}, "device": "disk",
-              "start_s": 0.0, "end_s": 0.5},
-             {"op": {"type": "Forward"}, "device": "cpu0", "start_s": 0.5, "end_s": 1.0},
-             {"op": {"type": "StreamWeights", "device": "target"}, "device": "disk",
-              "start_s": 1.0003, "end_s": 1.5},
-             {"op": {"type": "Forward"}, "device": "cpu1", "start_s": 1.6, "end_s": 3.0},
-             {"op": {"type": "StreamWeights", "device": "target"}, "device": "disk",
-              "start_s": 2.0, "end_s": 2.5}]
+    from when it was free to start: the stream before it ended, and so did the
+    Forward that freed its slot (with two slots, the first Forward over the chunk
+    streamed two streams earlier). The first stream of a batch has no wait."""
+    def stream(layer, start_s, end_s):
+        return {"op": {"type": "StreamWeights", "device": "target", "layers": [layer, layer + 1]},
+                "device": "disk", "start_s": start_s, "end_s": end_s}
+
+    def forward(layer, start_s, end_s, device="cpu0"):
+        return {"op": {"type": "Forward", "layers": [layer, layer + 1]}, "device": device,
+                "start_s": start_s, "end_s": end_s}
+
+    spans = [stream(1, 0.0, 0.5), stream(2, 0.5003, 1.0), forward(1, 0.6, 0.7),
+             forward(2, 1.0, 1.2), stream(3, 1.2002, 1.6), forward(9, 1.6, 3.0, "cpu1"),
+             stream(4, 2.0, 2.5)]
     run = dataclasses.make_dataclass("Run", ["spans"])(spans)
     times = critical_times(run, {}, load_platform("cpu-local"))
-    assert times[2] == pytest.approx(0.4997) and times[4] == pytest.approx(0.5)
-    gaps = dispatch_gaps(spans, {"target": "cpu0"})
-    assert gaps == {2: pytest.approx(0.0003), 4: pytest.approx(0.5)}  # cpu1's ends: not its
+    assert times[1] == pytest.approx(0.4997) and times[6] == pytest.approx(0.5)
+    gaps = dispatch_gaps(spans, {"target": "cpu0"}, slots=2)
+    # stream 3 waited for layer 1's Forward (0.7 s) and stream 2 (1.0 s): 0.2002 s;
+    # stream 4 for stream 3 (1.6 s) and layer 2's Forward (1.2 s); cpu1's are not its
+    assert {i: g for i, (g, _) in gaps.items()} == {
+        1: pytest.approx(0.0003), 4: pytest.approx(0.2002), 6: pytest.approx(0.4)}
+    assert gaps[4][1] == pytest.approx(0.2)  # layer 2's Forward ran 1.0-1.2 s of it
+    assert gaps[1][1] == 0.0 and gaps[6][1] == 0.0
+    assert dispatch_gaps(spans, {"target": "cpu0"}, slots=1)[4] == (pytest.approx(0.0002),
+                                                                     0.0)
 
 
 def test_untied_cores_and_fixed_fields(tmp_path):

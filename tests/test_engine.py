@@ -269,21 +269,25 @@ def test_flash_read_pays_its_requests_over_the_queue_depth():
     assert res.time_s == pytest.approx(1e-4 + 11 * 2e-4 / 4 + nbytes / 1e9, rel=1e-12)
 
 
-def test_a_stream_waits_its_dispatch_before_its_read_and_its_span():
-    """stream_dispatch_s delays the read (compute on the device runs meanwhile);
-    the span starts when the read does, as a measured stream's span."""
+def test_a_streams_dispatch_takes_its_device_after_compute_queued_before_it():
+    """stream_dispatch_s holds the device's compute stream (issuing the read takes
+    the core), after the compute queued before it; the read then overlaps the
+    device's later compute, and the span starts when the read does, as a
+    measured stream's span."""
     p = _with(platform(), device="a", stream_dispatch_s=3e-3)
     nbytes = 1e9
 
     def sched():
-        yield Parallel((seq(StreamWeights("a", "target", (0, 1), nbytes)),
-                        seq(Delay(0.002, "a"))))
+        yield Parallel((seq(Delay(0.002, "a")),
+                        seq(StreamWeights("a", "target", (0, 1), nbytes)),
+                        seq(Delay(0.5, "a"))))
 
     res = run(sched, plat=p)
     stream = next(s for s in res.spans if s.kind == "stream")
-    assert stream.start_s == pytest.approx(3e-3, rel=1e-12)
-    assert stream.end_s == pytest.approx(3e-3 + 1e-4 + nbytes / 2e9, rel=1e-12)
-    assert next(s for s in res.spans if s.kind == "delay").start_s == 0.0
+    assert stream.start_s == pytest.approx(0.002 + 3e-3, rel=1e-12)
+    assert stream.end_s == pytest.approx(0.005 + 1e-4 + nbytes / 2e9, rel=1e-12)
+    delays = sorted(s.start_s for s in res.spans if s.kind == "delay")
+    assert delays == [0.0, pytest.approx(0.005, rel=1e-12)]  # the dispatch, then it
 
 
 def test_request_latency_without_a_request_size_is_refused():
