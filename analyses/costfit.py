@@ -224,7 +224,7 @@ def fit(terms: list[Term], initial: dict[Param, float],
                      for p in params])
     lo_all = np.log([BOUNDS[p.field][0] for p in params])
     hi_all = np.log([BOUNDS[p.field][1] for p in params])
-    starts = [initial[p] or ALONE_STARTS.get(p.field, 0.0) for p in params]
+    starts = [initial[p] or _alone_start(problem, i, p) for i, p in enumerate(params)]
     x_all = np.clip(np.log([min(max(v, 1e-30), 1e30) for v in starts]),
                     lo_all + 1e-9,
                     hi_all - 1e-9)
@@ -256,6 +256,21 @@ def fit(terms: list[Term], initial: dict[Param, float],
     held = [p for p in params if p.field in fixed or p in fixed]
     return Fit({p: float(v) for p, v in values.items()}, {p: initial[p] for p in params},
                unconstrained, problem.log_residuals(vector), terms, bool(sol.success), held)
+
+
+def _alone_start(problem: Problem, i: int, param: Param) -> float:
+    """Where an unset parameter measured alone starts: the value its own terms
+    give (their measured total less their fixed parts, over its coefficients),
+    else ``ALONE_STARTS``. The robust loss is flat far from the data: started at
+    its default, a wait of milliseconds beside seconds of fixed time stayed at
+    its bound."""
+    if param.field not in ALONE_STARTS:
+        return 0.0
+    mine = [(t, k) for t, p, k in zip(*problem.lin) if p == i]
+    rows = sorted({t for t, _ in mine})
+    left = float(np.sum(problem.measured[rows]) - np.sum(problem.fixed[rows])) if rows else 0.0
+    coef = sum(k for _, k in mine)
+    return left / coef if left > 0 and coef > 0 else ALONE_STARTS[param.field]
 
 
 def unidentifiable(problem: Problem, v: np.ndarray, share: float = 0.02) -> list[Param]:
