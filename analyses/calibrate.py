@@ -13,6 +13,9 @@ it pays; ``analyses.costfit`` evaluates them with the same ``pass_seconds``:
     AllReduce      count * (alpha * a + b / bandwidth)
     StreamWeights  latency + requests * request_latency_s / queue_depth
                    + bytes / flash bandwidth [+ bytes / stream_host_gb_s]
+    its wait       compute its device ran meanwhile (measured) + stream_dispatch_s
+                   (``analyses.streamterms``; streams and waits are fitted on
+                   their totals per run)
 
 The optional efficiency terms (``costfit.OPTIONAL_FIELDS``: size-dependent
 bandwidth and FLOP rates, a per-engine bandwidth cap, flash request latency)
@@ -22,8 +25,8 @@ which is then kept (the two scale the same bytes).
 
 What a span is compared with is the time the operation held the critical path
 of the executor: its own span, plus, for a Forward, Transfer or StreamWeights,
-the host time before it (since the latest span that ended: command dispatch; for
-a stream only when no span is running as it starts), plus, for the Forward a Verify reads, that
+the host time before it (since the latest span that ended: command dispatch; a
+stream's wait is a term of its own), plus, for the Forward a Verify reads, that
 Verify's sampling and the host time before it (the simulator's Verify is
 instant). A Transfer's span is taken net of the time its sender or receiver
 was still computing (the executor sends and receives a message only when the
@@ -45,10 +48,13 @@ from analyses.costfit import (EXPONENT_STARTS, OPTIONAL_FIELDS, Fit, Param, Pass
 from analyses.costfit import fit as _fit
 from analyses.costfit import op_kind_errors  # noqa: F401  (re-exported)
 from analyses.replay import MeasuredRun, model_name
+from analyses.streamterms import DISPATCH_KIND, dispatch_gaps, merge_streams
 from hwprofiles import Platform, load_model
 from hwprofiles.placement import resolve
+from policies import parse_params
 from simcore import RooflineCost
-from simcore.costmodel import LinearTerms, allreduce_terms, hop_terms, stream_terms
+from simcore.costmodel import (LinearTerms, allreduce_terms, dispatch_terms, hop_terms,
+                               stream_terms)
 from simcore.costmodel import executor_passes as passes_of
 
 __all__ = ["Param", "Terms", "fit", "apply", "current_value", "op_kind", "op_kind_errors",
@@ -118,8 +124,8 @@ def critical_times(run: MeasuredRun, placement: dict, platform: Platform) -> lis
         seen = ends.setdefault(batch, [])
         before = bisect.bisect_right(seen, s["start_s"])  # the latest end before it
         gap = s["start_s"] - seen[before - 1] if before else 0.0
-        if kind == "StreamWeights" and before < len(seen):
-            gap = 0.0  # a span still runs: the stream waited for no dispatch
+        if kind == "StreamWeights":
+            gap = 0.0  # its wait is a term of its own (streamterms.dispatch_gaps)
         if kind == "Verify":
             target = last_forward.get((batch, s.get("device") or None))
             target = last_forward.get((batch, None)) if target is None else target
@@ -185,6 +191,23 @@ class Terms:
             term = self._term(span["op"], placement, run, observed)
             if term is not None and observed > 0:
                 out.append(term)
+        out += self._dispatches(run, placement)
+        return merge_streams(out)
+
+    def _dispatches(self, run: MeasuredRun, placement: dict) -> list[Term]:
+        """Each stream's wait before its read, as ``stream_dispatch_s``."""
+        out = []
+        params = run.inputs.get("params") or {}
+        try:  # the buffer's slots: streams in flight at once
+            slots = getattr(parse_params(run.policy, params), "buffer_chunks", 1)
+        except ValueError:  # parameters of an unknown or changed schedule: one slot
+            slots = 1
+        for i, (gap, busy) in dispatch_gaps(run.spans, placement, slots).items():
+            role = run.spans[i]["op"]["device"]
+            device = self.platform.device(self.platform.members(placement.get(role, role))[0])
+            term = Term(gap, DISPATCH_KIND, run.name, fixed_s=busy)  # compute before it
+            _add(term, dispatch_terms(device), self.classes)
+            out.append(term)
         return out
 
     def _term(self, op: dict, placement: dict, run: MeasuredRun, observed: float):

@@ -30,7 +30,10 @@ BOUNDS = {"compute_efficiency": (1e-4, 1.0), "memory_efficiency": (1e-4, 1.0),
           "latency_s": (1e-9, 1.0), "alpha_s": (1e-9, 1.0), "bandwidth_gb_s": (1e-3, 1e5),
           "stream_host_gb_s": (1e-3, 1e5), "memory_half_bytes": (1.0, 1e10),
           "compute_half_flops": (1.0, 1e13), "memory_bandwidth_gb_s": (1e-3, 1e5),
-          "request_latency_s": (1e-9, 1.0)}
+          "request_latency_s": (1e-9, 1.0), "stream_dispatch_s": (1e-9, 1.0)}
+# Parameters whose terms measure them alone (a stream's wait before its read): never
+# shadowed by another term, so fitted from an unset 0, starting from this value.
+ALONE_STARTS = {"stream_dispatch_s": 1e-4}
 DEVICE_FIELDS = ("launch_overhead_s", "call_overhead_s", "compute_efficiency",
                  "roofline_exponent", "multirow_memory_factor", "memory_half_bytes",
                  "compute_half_flops", "memory_bandwidth_gb_s")
@@ -214,7 +217,8 @@ def fit(terms: list[Term], initial: dict[Param, float],
                      for p in params])
     lo_all = np.log([BOUNDS[p.field][0] for p in params])
     hi_all = np.log([BOUNDS[p.field][1] for p in params])
-    x_all = np.clip(np.log([min(max(initial[p], 1e-30), 1e30) for p in params]),
+    starts = [initial[p] or _alone_start(problem, i, p) for i, p in enumerate(params)]
+    x_all = np.clip(np.log([min(max(v, 1e-30), 1e30) for v in starts]),
                     lo_all + 1e-9,
                     hi_all - 1e-9)
     fitted = [p for p, f in zip(params, free) if f]
@@ -247,6 +251,21 @@ def fit(terms: list[Term], initial: dict[Param, float],
                unconstrained, problem.log_residuals(vector), terms, bool(sol.success), held)
 
 
+def _alone_start(problem: Problem, i: int, param: Param) -> float:
+    """Where an unset parameter measured alone starts: the value its own terms
+    give (their measured total less their fixed parts, over its coefficients),
+    else ``ALONE_STARTS``. The robust loss is flat far from the data: started at
+    its default, a wait of milliseconds beside seconds of fixed time stayed at
+    its bound."""
+    if param.field not in ALONE_STARTS:
+        return 0.0
+    mine = [(t, k) for t, p, k in zip(*problem.lin) if p == i]
+    rows = sorted({t for t, _ in mine})
+    left = float(np.sum(problem.measured[rows]) - np.sum(problem.fixed[rows])) if rows else 0.0
+    coef = sum(k for _, k in mine)
+    return left / coef if left > 0 and coef > 0 else ALONE_STARTS[param.field]
+
+
 def unidentifiable(problem: Problem, v: np.ndarray, share: float = 0.02) -> list[Param]:
     """Parameters the operations cannot pin down, kept at the profile's values: a
     link, collective or flash parameter that makes less than ``share`` of every
@@ -268,11 +287,16 @@ def unidentifiable(problem: Problem, v: np.ndarray, share: float = 0.02) -> list
             if _shadowed_by_bandwidth(problem, i):
                 out.append(param)
             continue
-        if param.field in OPTIONAL_FIELDS:  # asked for by name: fitted from 0
-            continue
-        parts = [(t, v[p] * k) for t, p, k in zip(*problem.lin) if p == i] + \
-            [(t, k / v[p]) for t, p, k in zip(*problem.inv) if p == i]
-        if parts and max(x / total[t] for t, x in parts) < share:
+        if param.field in OPTIONAL_FIELDS or param.field in ALONE_STARTS:
+            continue  # asked for by name, or measured alone: fitted from 0
+        parts: dict[int, float] = {}  # per term, the parameter's part (summed terms
+        for t, p, k in zip(*problem.lin):  # hold it many times)
+            if p == i:
+                parts[t] = parts.get(t, 0.0) + v[p] * k
+        for t, p, k in zip(*problem.inv):
+            if p == i:
+                parts[t] = parts.get(t, 0.0) + k / v[p]
+        if parts and max(x / total[t] for t, x in parts.items()) < share:
             out.append(param)
     return out
 

@@ -155,7 +155,17 @@ def main(argv=None) -> int:
     summary = calibrate(args.runs, "cpu-local", args.output or args.runs / "calibrated.yaml",
                         fit_policies=FIT_POLICIES)
     print(table(summary))
+    print(loads(args.runs))
     return 0
+
+
+def loads(root: Path) -> str:
+    """The machine's load while each run was measured (DIR/NAME.load): spans
+    measured while other processes used the cores run slower, whatever the
+    cost model."""
+    notes = sorted(root.glob("*.load"))
+    return "\n".join(["", "machine load while each run was measured:"] + [
+        f"  {p.stem:14s} {p.read_text().strip()}" for p in notes])
 
 
 if __name__ == "__main__":

@@ -36,6 +36,12 @@ needs a source (a measurement, a calibration, a paper's table):
   requests, ``queue_depth`` of them outstanding at once, each adding
   ``request_latency_s``: the read takes latency_s + b / (bandwidth *
   memory_efficiency) + ceil(b / request_bytes) * request_latency_s / queue_depth.
+- ``Device.stream_dispatch_s`` (s): host time issuing a weight stream once it is
+  free to start (the read before it done, a buffer slot free), on the device's
+  own compute stream, after the compute queued before it: in the torch
+  executor, the previous read's reply to the coordinator, the coordinator's
+  next command and the worker's core issuing the read. 0: a stream starts at
+  once, beside compute.
 """
 
 from __future__ import annotations
@@ -111,6 +117,9 @@ class Device(Sourced):
     # StreamWeights holds the device after its read for bytes / this rate (see
     # simcore.engine); None: a DMA engine streams beside compute.
     stream_host_gb_s: float | None = Field(default=None, ge=MIN_GB_S, le=MAX_GB_S)
+    # seconds of this device's compute stream that issuing each weight stream takes
+    # before its read begins (module docstring); 0: none
+    stream_dispatch_s: float = Field(default=0.0, ge=0, le=MAX_TIME_S)
     # size-dependent efficiency and a per-engine bandwidth cap (module docstring)
     memory_half_bytes: float = Field(default=0.0, ge=0, le=MAX_HALF_BYTES)
     compute_half_flops: float = Field(default=0.0, ge=0, le=MAX_HALF_FLOPS)

@@ -23,7 +23,8 @@ exponent. A Forward on a collective group is sharded evenly over its members
 operation says how many, each of rows * hidden * dtype bytes. Transfers,
 all-reduces and weight streams are sums of ``value * coef`` and ``coef /
 value``: ``hop_terms``, ``allreduce_terms`` and ``stream_terms`` give their
-coefficients per profile parameter (``LinearTerms``, what calibration fits);
+coefficients per profile parameter (``LinearTerms``, what calibration fits;
+``dispatch_terms`` the wait before a stream's read, ``stream_dispatch_s``);
 ``hop_s``, ``allreduce_s`` and ``requests_s`` evaluate them on the simulator's
 path.
 Every optional term's default (0, 1, None) leaves the roofline exactly as it
@@ -266,6 +267,12 @@ def stream_terms(tier: MemoryTier, device: Device, nbytes: float) -> LinearTerms
     return LinearTerms(tier.latency_s, linear, inverse)
 
 
+def dispatch_terms(device: Device) -> LinearTerms:
+    """Issuing a weight stream on its device's compute stream before its read
+    (``Device.stream_dispatch_s``); calibration adds the compute it queued behind."""
+    return LinearTerms(0.0, (("device", device.name, "stream_dispatch_s", 1.0),))
+
+
 def executor_passes(n_tokens: int, n_fed: int, emit: str | None, head: str | None,
                     head_tokens: int | None) -> tuple[tuple[int, ...], int | None]:
     """The device passes a runtime that samples one token per pass runs for a
@@ -376,6 +383,12 @@ class RooflineCost:
         weights (0 for a device that streams by DMA)."""
         rate = device.stream_host_gb_s
         return 0.0 if rate is None else nbytes / (rate * 1e9)
+
+    @staticmethod
+    def stream_dispatch_s(device) -> float:
+        """Seconds a weight stream on the device waits, once free to start, before
+        its read begins (``dispatch_terms``)."""
+        return device.stream_dispatch_s
 
     @staticmethod
     def requests_s(tier: MemoryTier, nbytes: float) -> float:

@@ -247,13 +247,20 @@ class Simulator:
         ahead. The executor reads with O_DIRECT into reused buffers and installs
         views of them (``executors.streaming``), so the core's share of a stream
         is the read's own kernel work, ~1 ms of CPU per 14 MB layer; the host
-        rate stands for that work."""
+        rate stands for that work. A device's ``stream_dispatch_s`` is issuing
+        the read: it takes the device's compute stream (FIFO: the executor's
+        worker first finishes the Forward sent with it) before the read; the
+        span starts after it, where a measured stream's span starts."""
         members = self.members(op.device)
         device = self.platform.device(members[0])
         if device.storage is None:
             raise CostError(f"device {device.name} of platform {self.platform.name} has "
                             "no storage tier to stream weights from; set its 'storage'")
         tier = self.platform.tier(device.storage)
+        if device.stream_dispatch_s:  # issuing the read takes the device's core
+            yield from self._acquire(members)
+            yield self.env.timeout(self.cost.stream_dispatch_s(device))
+            self._release(members)
         start = self.env.now
         wait_s = tier.latency_s + self.cost.requests_s(tier, op.nbytes)
         if wait_s:

@@ -24,6 +24,7 @@ from analyses.costfit import predict
 from analyses.executorwork import STEP_END, ExecutorWork
 from analyses.calibration import calibrate
 from analyses.replay import load_run
+from analyses.streamterms import dispatch_gaps
 from hwprofiles import load_model, load_platform
 from policies import PolicyContext, build
 from policies.ops import Forward, Join, Spawn, StreamWeights, Transfer, Verdict, Verify, drive
@@ -97,6 +98,8 @@ def make_measured_run(out: Path, policy: str, params: dict, *, seed: int, tokens
             lines.append({"accepted": list(verdict.accepted), "gamma": op.gamma})
             _timed(spans, clock, op, "", verify_s, "compute")
             return verdict
+        if isinstance(op, StreamWeights):  # free to start: the round trip first
+            clock["now"] += plat.device(plat.placement[op.device]).stream_dispatch_s
         for o, track, seconds, kind in _fake_steps(plat, cost, models, op):
             seconds *= float(np.exp(rng.normal(0, noise)))
             if rng.random() < outliers:
@@ -258,19 +261,34 @@ def test_fit_recovers_the_flash_bandwidth_beside_the_kept_host_rate(tmp_path):
     assert disk != pytest.approx(3.15, rel=0.1)  # it moved from the profile's value
 
 
-def test_a_streams_dispatch_gap_counts_only_when_nothing_runs():
-    """A stream that starts 0.3 ms after the last span ended held the critical
-    path for that gap too; one that starts while a span runs waited for nothing."""
-    spans = [{"op": {"type": "Forward"}, "device": "cpu0", "start_s": 0.0, "end_s": 1.0},
-             {"op": {"type": "StreamWeights"}, "device": "disk", "start_s": 1.0003,
-              "end_s": 1.5},
-             {"op": {"type": "Forward"}, "device": "cpu1", "start_s": 1.6, "end_s": 3.0},
-             {"op": {"type": "StreamWeights"}, "device": "disk", "start_s": 2.0,
-              "end_s": 2.5}]
+def test_a_streams_wait_is_its_own_term():
+    """A stream's critical time is its span alone; the wait before it is measured
+    from when it was free to start: the stream before it ended, and so did the
+    Forward that freed its slot (with two slots, the first Forward over the chunk
+    streamed two streams earlier). The first stream of a batch has no wait."""
+    def stream(layer, start_s, end_s):
+        return {"op": {"type": "StreamWeights", "device": "target", "layers": [layer, layer + 1]},
+                "device": "disk", "start_s": start_s, "end_s": end_s}
+
+    def forward(layer, start_s, end_s, device="cpu0"):
+        return {"op": {"type": "Forward", "layers": [layer, layer + 1]}, "device": device,
+                "start_s": start_s, "end_s": end_s}
+
+    spans = [stream(1, 0.0, 0.5), stream(2, 0.5003, 1.0), forward(1, 0.6, 0.7),
+             forward(2, 1.0, 1.2), stream(3, 1.2002, 1.6), forward(9, 1.6, 3.0, "cpu1"),
+             stream(4, 2.0, 2.5)]
     run = dataclasses.make_dataclass("Run", ["spans"])(spans)
     times = critical_times(run, {}, load_platform("cpu-local"))
-    assert times[1] == pytest.approx(0.5)  # 0.4997 s span + 0.0003 s gap
-    assert times[3] == pytest.approx(0.5)  # the cpu1 Forward was running
+    assert times[1] == pytest.approx(0.4997) and times[6] == pytest.approx(0.5)
+    gaps = dispatch_gaps(spans, {"target": "cpu0"}, slots=2)
+    # stream 3 waited for layer 1's Forward (0.7 s) and stream 2 (1.0 s): 0.2002 s;
+    # stream 4 for stream 3 (1.6 s) and layer 2's Forward (1.2 s); cpu1's are not its
+    assert {i: g for i, (g, _) in gaps.items()} == {
+        1: pytest.approx(0.0003), 4: pytest.approx(0.2002), 6: pytest.approx(0.4)}
+    assert gaps[4][1] == pytest.approx(0.2)  # layer 2's Forward ran 1.0-1.2 s of it
+    assert gaps[1][1] == 0.0 and gaps[6][1] == 0.0
+    assert dispatch_gaps(spans, {"target": "cpu0"}, slots=1)[4] == (pytest.approx(0.0002),
+                                                                     0.0)
 
 
 def test_untied_cores_and_fixed_fields(tmp_path):
@@ -513,6 +531,45 @@ def test_fit_recovers_the_flash_request_latency(tmp_path):
     assert result.values[Param("tier", "disk", "request_latency_s")] == pytest.approx(
         4e-4, rel=0.01)
     assert result.values[Param("tier", "disk", "bandwidth_gb_s")] == 3.15  # kept
+
+
+def test_fit_recovers_the_wait_before_each_stream(tmp_path):
+    """Each stream waits 1.5 ms once free to start (the executor's round trip):
+    the wait comes back from AR and ar_stream runs, beside the flash bandwidth; a
+    profile without the term simulates as before (default 0)."""
+    truth = true_platform(device={"stream_dispatch_s": 1.5e-3})
+    for i, (policy, params) in enumerate((("ar", {}), ("ar_stream", {"dram_budget_gb": 0.2}))):
+        make_measured_run(tmp_path / f"{policy}-{i}", policy, params, seed=i, tokens=12,
+                          noise=0.0, outliers=0.0, truth=truth)
+    result = _fit(tmp_path)
+    wait = Param("device", CORES, "stream_dispatch_s")
+    assert result.initial[wait] == 0.0 and wait not in result.unconstrained
+    assert result.values[wait] == pytest.approx(1.5e-3, rel=1e-3)
+    assert result.values[Param("tier", "disk", "bandwidth_gb_s")] == pytest.approx(
+        TRUE_DISK_GB_S, rel=0.01)
+    assert load_platform("cpu-local").device("cpu0").stream_dispatch_s == 0.0
+
+
+def test_stream_waits_and_spans_are_fitted_on_their_totals(tmp_path):
+    """Streams whose reads alternate 1x, 1x, 1.6x (as cpu-local's layers did): one
+    term per run holds every stream, so the fitted bandwidth gives their total
+    time, not the common read's."""
+    make_measured_run(tmp_path / "ar_stream-0", "ar_stream", {"dram_budget_gb": 0.2},
+                      seed=0, tokens=6, noise=0.0, outliers=0.0)
+    spans = [json.loads(l) for l in (tmp_path / "ar_stream-0/spans.jsonl").open()]
+    streams = [s for s in spans if s["op"]["type"] == "StreamWeights"]
+    for k, s in enumerate(streams):
+        s["end_s"] = s["start_s"] + (s["end_s"] - s["start_s"]) * (1.6 if k % 3 == 2 else 1.0)
+    (tmp_path / "ar_stream-0/spans.jsonl").write_text(
+        "".join(json.dumps(s) + "\n" for s in spans))
+    plat = load_platform("cpu-local")
+    terms = Terms(plat).of_run(load_run(tmp_path / "ar_stream-0/record.json"))
+    kinds = [t.op_kind for t in terms if t.op_kind.startswith("StreamWeights")]
+    assert kinds == ["StreamWeights: every stream"]
+    result = fit(plat, terms)
+    total = [t for t in result.terms if t.op_kind == kinds[0]][0]
+    assert predict([total], result.values)[0] == pytest.approx(
+        sum(s["end_s"] - s["start_s"] for s in streams), rel=1e-6)
 
 
 def test_unknown_fit_term_is_one_sentence():

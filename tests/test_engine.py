@@ -269,6 +269,27 @@ def test_flash_read_pays_its_requests_over_the_queue_depth():
     assert res.time_s == pytest.approx(1e-4 + 11 * 2e-4 / 4 + nbytes / 1e9, rel=1e-12)
 
 
+def test_a_streams_dispatch_takes_its_device_after_compute_queued_before_it():
+    """stream_dispatch_s holds the device's compute stream (issuing the read takes
+    the core), after the compute queued before it; the read then overlaps the
+    device's later compute, and the span starts when the read does, as a
+    measured stream's span."""
+    p = _with(platform(), device="a", stream_dispatch_s=3e-3)
+    nbytes = 1e9
+
+    def sched():
+        yield Parallel((seq(Delay(0.002, "a")),
+                        seq(StreamWeights("a", "target", (0, 1), nbytes)),
+                        seq(Delay(0.5, "a"))))
+
+    res = run(sched, plat=p)
+    stream = next(s for s in res.spans if s.kind == "stream")
+    assert stream.start_s == pytest.approx(0.002 + 3e-3, rel=1e-12)
+    assert stream.end_s == pytest.approx(0.005 + 1e-4 + nbytes / 2e9, rel=1e-12)
+    delays = sorted(s.start_s for s in res.spans if s.kind == "delay")
+    assert delays == [0.0, pytest.approx(0.005, rel=1e-12)]  # the dispatch, then it
+
+
 def test_request_latency_without_a_request_size_is_refused():
     flash = _sourced(name="flash", kind="flash", capacity_bytes=1e12, bandwidth_gb_s=2.0,
                      request_latency_s=2e-4)
