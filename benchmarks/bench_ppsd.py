@@ -98,7 +98,7 @@ def main() -> None:
               f"AR tok/s {m.get('ar_tokens_per_s', m['tokens_per_s']):.2f}  "
               f"speedup_vs_ar {m.get('speedup_vs_ar', 1.0):.3f}  acceptance "
               f"{'-' if acc is None else f'{acc:.1%}'}  same as AR {m.get('matches_ar')}")
-        tokens = sum(len(o) for o in m["outputs"])
+        tokens = m["tokens"]  # generated, as tokens_per_s counts them (past an end token too)
         shares = time_shares(out / "spans.jsonl", tokens)
         print("  per token: " + "  ".join(
             f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}"
