@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 
 from executors import branches, tokentree
-from executors.book import CacheBook, Proposal, Sequences, Wide, common_prefix
+from executors.book import CacheBook, Proposal, Sequences, Wide
 from executors.device import SleepCmd, VerifyCmd
 from executors.feeds import HandleInfo, hidden_command, hidden_inputs, token_command
 from executors.loop import Loop, Pending
@@ -240,18 +240,20 @@ class Coordinator:
         else:
             prop = self.seqs.proposal(op.branch)
         for r, toks in enumerate(result["tokens"]):
-            if not info.wide and self._rewritten(info.seqs[r], r, op.branch):
-                continue  # a Verify rejected a token this draft followed (PPSD flush)
+            if not info.wide and self._moved_on(info.seqs[r], r, op.branch):
+                continue  # a Verify changed the row while this draft was in flight
             for tok, prob, top in zip(toks, result["probs"][r], result["top"][r]):
                 prop.append(r, tok, prob, top)
             if len(toks) > 1:  # the extra passes fed all but the last emitted token
                 seq = info.seqs[r] + tuple(toks[:-1])
                 book.wrote(op.layers, r, seq, len(seq))
 
-    def _rewritten(self, fed: tuple, row: int, branch: int) -> bool:
-        """Whether ``row``'s sequence no longer starts with ``fed`` (what a draft
-        was computed from): its tokens would extend a sequence that is gone."""
-        return common_prefix(tuple(self.seqs.seq(row, branch)), tuple(fed)) < len(fed)
+    def _moved_on(self, fed: tuple, row: int, branch: int) -> bool:
+        """Whether ``row``'s sequence is no longer ``fed``, the one a draft was
+        computed from: a Verify that landed first rejected a token of it, or
+        committed its own token after it (PPSD verifies the token ahead while the
+        exit head drafts). The draft's tokens follow a sequence that is gone."""
+        return tuple(self.seqs.seq(row, branch)) != tuple(fed)
 
     def move(self, info: HandleInfo, dst: str) -> list:
         """Commands that bring a handle's hidden states to ``dst`` (real sends): to

@@ -47,6 +47,31 @@ def test_a_draft_landing_after_a_rejecting_verify_is_dropped(tiny8):
     assert seqs.proposal(0).tokens == [[]]  # not the late draft's stale token
 
 
+def test_a_draft_landing_after_a_verify_committed_past_its_sequence_is_dropped(tiny8):
+    """A Verify that lands before the draft it should check (no proposal yet)
+    commits the target's token; the draft, computed for that same position, would
+    otherwise sit one position too far (two-stage PPSD failed so on SmolLM2)."""
+    prompt = PROMPTS[1]
+    with session(tiny8, placement=STAGES) as s:
+        s.decode("ppsd", {"exit_layer": 2}, [prompt])
+        seqs = Sequences.start([prompt])
+        coord = Coordinator(s.clients, s.placement, seqs, s.n_layers)
+        ctx = len(prompt)
+
+        def check(logits):
+            return (yield Verify(1, 1, target=logits, bonus=False, label="verify"))
+
+        def schedule():
+            logits = yield Forward("target", "stage0", (0, 8), 1, 1, ctx, head="lm")
+            verdict = yield Spawn(check(logits))
+            yield Forward("target", "stage1", (0, 1), 1, 1, ctx, head="exit", emit="sample")
+            return (yield Join((verdict,)))[0]
+
+        coord.run(schedule())
+    assert len(seqs.committed[0]) == len(prompt) + 1  # the Verify came first
+    assert seqs.proposal(0).tokens == [[]]
+
+
 def test_four_stages_on_two_worker_processes_equal_ar(tiny8):
     """Issue 13: PPSD's default on SmolLM2 (exit 8 of 30: four stages on two
     cores) failed in worker processes; here four stages of two layers."""
