@@ -233,11 +233,20 @@ class Coordinator:
         else:
             prop = self.seqs.proposal(op.branch)
         for r, toks in enumerate(result["tokens"]):
+            if not info.wide and self._moved_on(info.seqs[r], r, op.branch):
+                continue  # a Verify changed the row while this draft was in flight
             for tok, prob, top in zip(toks, result["probs"][r], result["top"][r]):
                 prop.append(r, tok, prob, top)
             if len(toks) > 1:  # the extra passes fed all but the last emitted token
                 seq = info.seqs[r] + tuple(toks[:-1])
                 book.wrote(op.layers, r, seq, len(seq))
+
+    def _moved_on(self, fed: tuple, row: int, branch: int) -> bool:
+        """Whether ``row``'s sequence is no longer ``fed``, the one a draft was
+        computed from: a Verify that landed first rejected a token of it, or
+        committed its own token after it (PPSD verifies the token ahead while the
+        exit head drafts). The draft's tokens follow a sequence that is gone."""
+        return tuple(self.seqs.seq(row, branch)) != tuple(fed)
 
     def move(self, info: HandleInfo, dst: str) -> list:
         """Commands that bring a handle's hidden states to ``dst`` (real sends): to

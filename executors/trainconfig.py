@@ -12,7 +12,8 @@ from executors.models import REAL_NAME
 @dataclass(frozen=True)
 class TrainConfig:
     target: str = REAL_NAME
-    exits: tuple[int, ...] = (8, 15)
+    # 18: PPSD's two stages balance there on SmolLM2 (README, 'Trained self-drafts')
+    exits: tuple[int, ...] = (8, 15, 18)
     adapters: tuple[int, ...] = (3, 29)
     prompts: int = 256           # chat prompts the target answers
     answer_tokens: int = 96      # greedy tokens per answer

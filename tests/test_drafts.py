@@ -26,7 +26,7 @@ def test_the_shipped_artifact_loads_with_its_shapes_and_provenance():
     heads = drafts.load_artifact(path, SMOL_SHAPE)
     prov = json.loads(drafts.provenance_path(path).read_text())
     assert prov["artifact_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
-    assert sorted(heads.exits) == list(prov["config"]["exits"]) == [8, 15]
+    assert sorted(heads.exits) == list(prov["config"]["exits"]) == [8, 15, 18]
     assert sorted(heads.adapters) == list(prov["config"]["adapters"]) == [3, 29]
     for head in [*heads.exits.values(), *(a.head for a in heads.adapters.values())]:
         assert head.proj.shape == (576, 576) and head.norm.shape == (576,)

@@ -43,7 +43,8 @@ def register(sub) -> None:
                    help="artifact path; the provenance goes beside it as .json")
     p.add_argument("--exits", type=layer_list, default=d.exits,
                    help="exit layers of norm exit heads (default "
-                        f"{','.join(map(str, d.exits))}: EESD/PPSD, Mirror, self:15)")
+                        f"{','.join(map(str, d.exits))}: EESD/PPSD, Mirror and self:15, PPSD "
+                        "split into two balanced stages)")
     p.add_argument("--adapters", type=layer_list, default=d.adapters,
                    help="exit layers of Kangaroo/CATS adapters (default "
                         f"{','.join(map(str, d.adapters))}: l_dm and CATS's l_sv)")
