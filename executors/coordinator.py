@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 
 from executors import branches, tokentree
-from executors.book import CacheBook, Proposal, Sequences, Wide
+from executors.book import CacheBook, Proposal, Sequences
 from executors.device import SleepCmd, VerifyCmd
 from executors.feeds import HandleInfo, hidden_command, hidden_inputs, token_command
 from executors.loop import Loop, Pending
