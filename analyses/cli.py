@@ -1,5 +1,5 @@
 """The ``hetspec`` command line. It parses arguments and prints; every action
-is a call into ``analyses.api`` (or the module a subcommand names).
+is a call into ``analyses.run.api`` (or the module a subcommand names).
 
 Subcommands live in ``analyses/commands/``: each module defines
 ``register(subparsers)``, which adds its parser and sets ``func`` to a

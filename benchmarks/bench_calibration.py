@@ -10,7 +10,7 @@ waiting before each until the machine's 1-minute load is below ``--quiet-load``
 (other work on the two cores slows every span), and notes in DIR/NAME.load the
 load and the CPU time other processes used while the run went on (all busy
 CPU time from /proc/stat less the run's own processes'). Then, as without ``--measure``, it runs
-``hetspec calibrate`` (analyses.calibration.calibrate) on DIR and prints, per
+``hetspec calibrate`` (analyses.calibrate.session.calibrate) on DIR and prints, per
 held-out schedule, the end-to-end tokens/s error and the median step-latency
 error of the replay on the calibrated profile, for the schedule as written and
 with the executor's recorded work (positions fed, one pass per sampled token),
@@ -150,7 +150,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.measure:
         measure(args.runs, set(filter(None, args.only.split(","))), args)
-    from analyses.calibration import calibrate
+    from analyses.calibrate.session import calibrate
 
     summary = calibrate(args.runs, "cpu-local", args.output or args.runs / "calibrated.yaml",
                         fit_policies=FIT_POLICIES)

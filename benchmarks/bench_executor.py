@@ -20,9 +20,9 @@ import time
 
 import torch
 
-from analyses.config import RunConfig
+from analyses.run.config import RunConfig
 from executors.measure import decode_all, outputs_of, summarise
-from executors.models import load
+from executors.backend.models import load
 from executors.prompts import BUILTIN, encode
 from executors.session import Options, Session
 

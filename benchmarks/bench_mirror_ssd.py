@@ -34,7 +34,7 @@ import argparse
 import os
 import time
 
-from analyses.api import RunConfig, run_schedule, simulate
+from analyses.run.api import RunConfig, run_schedule, simulate
 
 MIRROR = RunConfig(platform="m2-ultra-8x", target="qwen3-32b", draft="qwen3-0.6b",
                    policy="mirror", params={"gamma": 7, "kappa": 8, "exit_layer": 32,

@@ -1,7 +1,7 @@
 """Simulator speed on the PPSD, EESD, CATS and Kangaroo command lines, and how far
 PPSD on an 8-GPU A100 node falls below eq. 6.
 
-Speed: each command's configuration goes through ``analyses.api.simulate``
+Speed: each command's configuration goes through ``analyses.run.api.simulate``
 exactly as ``hetspec simulate ... --json`` runs it (its baseline run included);
 the figure is simulated tokens per wall-second of that call, best of
 ``--repeat`` runs after one warm-up. Goals: 10,000 for PPSD and EESD, 1,000 for
@@ -19,9 +19,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from analyses.api import run_schedule, simulate
-from analyses.config import RunConfig
-from analyses.laws import ppsd as ppsd_law
+from analyses.run.api import run_schedule, simulate
+from analyses.run.config import RunConfig
+from analyses.laws.forms import ppsd as ppsd_law
 
 COMMANDS = {
     "ppsd": (RunConfig(platform="a100-sxm-8x", target="vicuna-7b", policy="ppsd",

@@ -11,7 +11,7 @@ published one. Platforms without rows are listed as such. A row's unknowns
 are fitted on the platform's fitted rows with the shipped profile as it is, and
 listed; the held-out rows then judge them with the profile. Rows that give the
 draft's measured time per round (``draft_step_s``) list it beside the simulated
-one (the draft devices' busy time per round, analyses.draftstep).
+one (the draft devices' busy time per round, analyses.calibrate.draftstep).
 
     python benchmarks/bench_published.py [--markdown]
 """
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import argparse
 
-from analyses.draftstep import simulate_row_full
-from analyses.published import fit_unknowns, load_published, ranking_flips, shipped_file
+from analyses.calibrate.draftstep import simulate_row_full
+from analyses.calibrate.published import fit_unknowns, load_published, ranking_flips, shipped_file
 from hwprofiles import load_platform
 from hwprofiles.loader import list_names
 

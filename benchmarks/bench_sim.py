@@ -15,7 +15,7 @@ import argparse
 import os
 import time
 
-from analyses.api import RunConfig, run_schedule, simulate
+from analyses.run.api import RunConfig, run_schedule, simulate
 
 SD = RunConfig(platform="h100-sxm-5x", target="llama-3.1-70b", draft="llama-3.2-1b",
                policy="sd", params={"gamma": 5}, acceptance={"kind": "iid", "alpha": 0.8},

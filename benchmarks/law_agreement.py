@@ -1,6 +1,6 @@
 """How closely deterministic simulation reproduces each law on the shipped platforms.
 
-Every law is fed the simulator's own cost model (``analyses.lawterms``: heads,
+Every law is fed the simulator's own cost model (``analyses.laws.terms``: heads,
 links, collectives included) and compared with a deterministic, fixed-context
 run of its schedule; the table prints the largest relative error per law and
 platform. SD and EESD are exact; what remains of PPSD, SSD and Mirror-SD is the
@@ -13,8 +13,8 @@ at 4,000: 0.11%). The tests hold each within 0.5%.
 
 from __future__ import annotations
 
-from analyses.api import RunConfig, simulate
-from analyses.lawterms import early_exit_terms, mirror_terms, sd_terms, ssd_terms
+from analyses.run.api import RunConfig, simulate
+from analyses.laws.terms import early_exit_terms, mirror_terms, sd_terms, ssd_terms
 
 PAIRS = {"a100-sxm-8x": ("vicuna-7b", "llama-3.2-1b"),
          "h100-sxm-5x": ("llama-3.1-70b", "llama-3.2-1b"),

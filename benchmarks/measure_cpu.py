@@ -8,7 +8,7 @@ Measures, on one core (BLAS limited to one thread):
   page cache with posix_fadvise(POSIX_FADV_DONTNEED), then read back),
 * inter-process round-trip latency and bandwidth over a multiprocessing Pipe,
 * with ``--stream-host-only`` (needs torch): the host CPU work of a streamed
-  layer in the executor (``executors.streaming``: a direct read into an aligned
+  layer in the executor (``executors.backend.streaming``: a direct read into an aligned
   buffer, the tensors installed as views of it), in CPU time, the
   ``stream_host_gb_s`` device field,
 * with ``--widths-only`` (needs torch): fp32 matrix-product throughput on one
@@ -168,7 +168,7 @@ def pipe_bandwidth_gb_s(total_mib: int, message_mib: int = 4) -> float:
 
 def stream_host_gb_s(layer_mib: float, repeats: int, directory: str) -> tuple[float, float]:
     """(GB/s, median CPU seconds) of the host work of one streamed layer in the
-    executor (``executors.streaming``): the direct read of a layer file into a
+    executor (``executors.backend.streaming``): the direct read of a layer file into a
     page-aligned buffer and installing its tensors as views of it. Counted in
     the thread's CPU time (``time.thread_time``), not wall time: the disk's own
     time overlaps compute, this work takes the core. The file holds layer-shaped
@@ -176,7 +176,7 @@ def stream_host_gb_s(layer_mib: float, repeats: int, directory: str) -> tuple[fl
     executor's own layout. Needs torch."""
     import torch
 
-    from executors import streaming
+    from executors.backend import streaming
 
     torch.set_num_threads(1)
     hidden = 576  # SmolLM2-135M's shape, scaled in the MLP width to layer_mib

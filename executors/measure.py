@@ -15,8 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from executors import drafts
-from executors.models import default_draft
+from executors.backend import drafts
+from executors.backend.models import default_draft
 from executors.prompts import BUILTIN, encode
 from executors.session import BatchResult, Options, Session
 from policies import entry

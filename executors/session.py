@@ -3,7 +3,7 @@
 ``Session`` maps the platform's placement roles to physical devices
 (``cuda:N`` where present, otherwise CPU cores), starts one device per
 physical name (in-process, or a worker process pinned to its core; a role on a
-group runs sharded on every member, see ``executors.tensor``), and decodes
+group runs sharded on every member, see ``executors.backend.tensor``), and decodes
 prompt batches with any registered policy, unchanged. Before the clock starts
 each batch's prompt is prefilled into every cache the schedule will use.
 """
@@ -14,17 +14,17 @@ import os
 import time
 from dataclasses import dataclass, field, replace
 
-from executors import drafts, models
-from executors.book import Sequences
-from executors.clients import GroupClient, InlineClient
-from executors.coordinator import Coordinator, Placement
-from executors.device import FwdCmd, LocalDevice, ResetCmd
-from executors.footprint import footprint
-from executors.layers import Stack
-from executors.loop import call
-from executors.streaming import StreamSetupCmd
-from executors.tensor import SEP, members_of
-from executors.observers import OBSERVERS
+from executors.backend import drafts, models
+from executors.coordinate.book import Sequences
+from executors.backend.clients import GroupClient, InlineClient
+from executors.coordinate.coordinator import Coordinator, Placement
+from executors.backend.device import FwdCmd, LocalDevice, ResetCmd
+from executors.coordinate.footprint import footprint
+from executors.backend.layers import Stack
+from executors.coordinate.loop import call
+from executors.backend.streaming import StreamSetupCmd
+from executors.backend.tensor import SEP, members_of
+from executors.coordinate.observers import OBSERVERS
 from hwprofiles import load_platform
 from hwprofiles.placement import check_overrides, resolve
 from policies import PolicyContext, PolicyParams, build, parse_params
@@ -258,7 +258,7 @@ class Session:
                 if name not in self.clients:
                     self.clients[name] = InlineClient(LocalDevice(name, self._stacks))
             return
-        from executors.workers import LoadCmd, WorkerClient
+        from executors.backend.workers import LoadCmd, WorkerClient
 
         if not self.clients:
             groups = sorted({c for c in self.placement.clients.values() if SEP in c})

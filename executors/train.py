@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from executors import drafts, models
+from executors.backend import drafts, models
 from executors.trainconfig import TrainConfig
 
 PROMPT_TEMPLATES = (
@@ -314,7 +314,7 @@ def train(cfg: TrainConfig, out_path, progress: bool = True) -> dict:
     """Train every head of ``cfg`` and write the artifact; returns its provenance."""
     from tqdm import tqdm
 
-    from executors.layers import Stack
+    from executors.backend.layers import Stack
 
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.threads)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from executors.models import REAL_NAME
+from executors.backend.models import REAL_NAME
 
 
 @dataclass(frozen=True)

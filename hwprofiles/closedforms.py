@@ -2,7 +2,7 @@
 
 They live once, at the bottom of the import graph, so that ``policies`` (which
 plan with them), ``hwprofiles.schema`` (which costs collectives with them) and
-``analyses.laws`` (which states the papers' formulas with them) cannot drift.
+``analyses.laws.forms`` (which states the papers' formulas with them) cannot drift.
 """
 
 from __future__ import annotations

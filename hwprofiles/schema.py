@@ -64,7 +64,7 @@ MIN_GB_S = 1e-3  # 1 MB/s: slower than any memory or link a model is served over
 MAX_GB_S = 1e12  # 1 ZB/s: above any real bandwidth; room for idealised links
 MIN_FLOPS, MAX_FLOPS = 1e6, 1e21  # 1 MFLOP/s .. 1 ZFLOP/s per device and dtype
 MAX_TIME_S = 1e3  # no latency or per-call overhead lasts a quarter of an hour
-MIN_EFFICIENCY = 1e-6  # a fitted efficiency is >= 1e-4 (analyses.costfit)
+MIN_EFFICIENCY = 1e-6  # a fitted efficiency is >= 1e-4 (analyses.calibrate.costfit)
 MAX_QUEUE_DEPTH = 65536  # NVMe allows 64K commands per queue
 MAX_HALF_BYTES = 1e12  # a kernel needing a terabyte to reach half its bandwidth is a slip
 MAX_HALF_FLOPS = 1e18

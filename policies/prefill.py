@@ -32,7 +32,7 @@ lane. Decoding starts when every segment holds the prompt.
 The prologue runs at every prompt length, the default 128 included: ``ttft_s``
 counts it, while the decode metrics (tokens/s, step latency, speedup over AR,
 every law in deterministic mode) never include it and are exactly what the
-decoding alone gives (``analyses.api.run_schedule`` simulates the prologue
+decoding alone gives (``analyses.run.api.run_schedule`` simulates the prologue
 first, on its own, and the decoding from time 0 as before).
 
 Not prefilled: an exit head's own decoder layer (``exit_layer`` heads: one

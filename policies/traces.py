@@ -9,7 +9,7 @@ trace (Mirror's reuse rate, SSD's cache hits, taken from a real run);
 ``intervals``, ``covered_s`` and ``overlap_s`` measure spans by operation label
 (time a phase runs, time two phases run together).
 
-The executor writes two kinds of acceptance line (executors/coordinator.py):
+The executor writes two kinds of acceptance line (executors/coordinate/coordinator.py):
 a Verify line, ``{"accepted": [k per row], "gamma", "proposed", "committed",
 "bonus_rank", "margin", "branch"[, "correction", "topk_hit"]}``, and an Outcome
 line, ``{"event": name, "held": [bool per row]}`` (older traces: one bool);
@@ -34,7 +34,7 @@ MAX_SPANS_BYTES = 64 * 2**20  # ~200,000 spans of ~300 bytes
 # No policy proposes more than 64 draft tokens a step (sd, mirror, ppsd, cats:
 # gamma <= 64; ssd: k <= 32, tests/test_reliability_runs.py checks it); a
 # Verify line's count per row may add the correction token the target chose
-# (executors/coordinator.py ``_commit``), so 65 is the most a real line holds.
+# (executors/coordinate/coordinator.py ``_commit``), so 65 is the most a real line holds.
 MAX_GAMMA = 64
 MAX_ACCEPTED = MAX_GAMMA + 1
 

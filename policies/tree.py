@@ -41,7 +41,7 @@ Deterministic simulation verifies with that mean (the tree's outcome model,
 ``tree_outcomes``); random simulation draws accepted lengths with that mean; an
 acceptance ``trace`` (record it from a tree run: ``hetspec run --policy tree``) is replayed as
 recorded, its lengths being tree walks already. The executor walks the real
-tree (``executors.tokentree``): greedy, or at temperature > 0 the target samples
+tree (``executors.coordinate.tokentree``): greedy, or at temperature > 0 the target samples
 its token at each node and the walk follows it while it is a child, which keeps
 the target's distribution exactly (the draft's candidates are fixed, not
 sampled). The draft's caches keep no tree slots: its next root pass re-feeds

@@ -245,7 +245,7 @@ class Simulator:
         ar_stream (3,464 streams of one layer) compute ran during streams for
         5.5 s of its 12.8 s, as far as the schedule's buffer lets prefetches run
         ahead. The executor reads with O_DIRECT into reused buffers and installs
-        views of them (``executors.streaming``), so the core's share of a stream
+        views of them (``executors.backend.streaming``), so the core's share of a stream
         is the read's own kernel work, ~1 ms of CPU per 14 MB layer; the host
         rate stands for that work. A device's ``stream_dispatch_s`` is issuing
         the read: it takes the device's compute stream (FIFO: the executor's

@@ -88,7 +88,7 @@ def test_the_checker_sees_function_local_relative_and_dynamic_imports():
               "def f():\n    import torch.nn\n"
               "def g():\n    from ..simcore import engine\n"
               "def h():\n    from . import ops\n"
-              "def k():\n    importlib.import_module('analyses.api')\n")
+              "def k():\n    importlib.import_module('analyses.run.api')\n")
     # a relative import stays inside its own package, whatever it names; the
     # rule table flags the rest
     assert imported(source, "policies.runs.x") == {"os", "torch", "policies", "analyses"}
@@ -206,3 +206,91 @@ def test_the_policy_checks_see_comparisons_keys_and_schedule_imports():
     mods = imported_modules(source, "executors.x")
     assert mods & {"policies.ssd", "policies.tree", "policies.mirror"} == \
         {"policies.ssd", "policies.tree"}
+
+
+# The floor plan of analyses/ and executors/: sub-package folder -> folders (or
+# modules) its modules must never import. Lower sub-packages know nothing of the
+# ones above them; the top-level modules (analyses/cli.py, executors/session.py,
+# ...) use them all. Written as paths, since a sub-package may share its name
+# with the module it replaced (the laws module is now the laws folder's forms).
+ANALYSES_TOP = ("analyses/commands", "analyses/cli")
+EXECUTORS_TOP = ("executors/session", "executors/measure", "executors/prompts",
+                 "executors/train", "executors/trainconfig")
+SUBLAYERS = {
+    "analyses/laws": ("analyses/run", "analyses/measured", "analyses/compare",
+                      "analyses/calibrate") + ANALYSES_TOP,
+    "analyses/run": ("analyses/measured", "analyses/compare", "analyses/calibrate")
+                    + ANALYSES_TOP,
+    "analyses/measured": ("analyses/compare", "analyses/calibrate") + ANALYSES_TOP,
+    "analyses/compare": ("analyses/calibrate",) + ANALYSES_TOP,
+    "analyses/calibrate": ("analyses/compare",) + ANALYSES_TOP,
+    "analyses/commands": (),
+    "executors/backend": ("executors/coordinate",) + EXECUTORS_TOP,
+    "executors/coordinate": EXECUTORS_TOP,
+}
+# Known breaks, each (module path, imported module path): the device's greedy
+# verify takes the agreeing-prefix helper from the coordinator's cache book.
+SUB_EXCEPTIONS = {("executors/backend/device.py", "executors/coordinate/book")}
+
+
+def imported_modules(source: str, module: str) -> set[str]:
+    """Dotted names of everything ``source`` imports (``from a import b``: both
+    ``a`` and ``a.b``, since b may be a module), wherever it is written."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(node, module)
+            names |= {base} | {f"{base}.{a.name}" for a in node.names}
+        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "import_module"
+              and node.args and isinstance(node.args[0], ast.Constant)
+              and isinstance(node.args[0].value, str)):
+            names.add(node.args[0].value)
+    return names
+
+
+def _under(name: str, path: str) -> bool:
+    """Whether dotted module ``name`` is the module or package at ``path`` or in it."""
+    dotted = path.replace("/", ".")
+    return name == dotted or name.startswith(dotted + ".")
+
+
+def forbidden_in(sub: str, names: set[str]) -> set[str]:
+    return {n for n in names if any(_under(n, f) for f in SUBLAYERS[sub])}
+
+
+def sub_violations(sub: str) -> set[tuple[str, str]]:
+    return {(str(rel), name) for rel, module in _modules(sub)
+            for name in forbidden_in(sub, imported_modules((ROOT / rel).read_text(), module))}
+
+
+def _excused(found: tuple[str, str], exception: tuple[str, str]) -> bool:
+    """An exception covers its module and the names imported from it."""
+    path, name = found
+    return path == exception[0] and _under(name, exception[1])
+
+
+@pytest.mark.parametrize("sub", SUBLAYERS)
+def test_every_sub_package_keeps_to_its_layer(sub):
+    found = sub_violations(sub)
+    unexcused = {f for f in found if not any(_excused(f, e) for e in SUB_EXCEPTIONS)}
+    assert not unexcused, f"imports against the floor plan: {sorted(unexcused)}"
+    mine = {e for e in SUB_EXCEPTIONS if e[0].startswith(sub + "/")}
+    stale = {e for e in mine if not any(_excused(f, e) for f in found)}
+    assert not stale, f"listed exceptions that no longer occur (remove them): {stale}"
+
+
+def test_the_floor_plan_names_every_sub_package():
+    found = {f"{pkg}/{p.name}" for pkg in ("analyses", "executors")
+             for p in (ROOT / pkg).iterdir() if (p / "__init__.py").is_file()}
+    assert found == set(SUBLAYERS), "a sub-package outside the floor plan: add it to SUBLAYERS"
+
+
+def test_the_floor_plan_checker_sees_a_lower_package_importing_a_higher_one():
+    source = ("import analyses.run.api\n"
+              "def f():\n    from analyses.compare import sweep\n"
+              "def g():\n    from . import config\n")
+    names = imported_modules(source, "analyses.run.memory")
+    assert forbidden_in("analyses/run", names) == {"analyses.compare", "analyses.compare.sweep"}
+    assert "analyses.run.config" in names

@@ -3,8 +3,8 @@ platforms and models added with them."""
 
 import pytest
 
-from analyses.api import SimConfig, baseline_config, simulate
-from analyses.laws import ppsd as ppsd_law
+from analyses.run.api import SimConfig, baseline_config, simulate
+from analyses.laws.forms import ppsd as ppsd_law
 from hwprofiles import load_model, load_platform
 from policies import PolicyContext, PolicyError, build
 

@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 import yaml
 
-from analyses.calibrate import Param, Terms, critical_times, executor_passes, fit
+from analyses.calibrate.terms import Param, Terms, critical_times, executor_passes, fit
 from analyses.cli import main
-from analyses.costfit import predict
-from analyses.executorwork import STEP_END, ExecutorWork
-from analyses.calibration import calibrate
-from analyses.replay import load_run
-from analyses.streamterms import dispatch_gaps
+from analyses.calibrate.costfit import predict
+from analyses.measured.executorwork import STEP_END, ExecutorWork
+from analyses.calibrate.session import calibrate
+from analyses.measured.replay import load_run
+from analyses.calibrate.streamterms import dispatch_gaps
 from hwprofiles import load_model, load_platform
 from policies import PolicyContext, build
 from policies.ops import Forward, Join, Spawn, StreamWeights, Transfer, Verdict, Verify, drive

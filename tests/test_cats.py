@@ -8,10 +8,10 @@ import json
 import pytest
 import yaml
 
-from analyses.api import run_schedule, simulate
+from analyses.run.api import run_schedule, simulate
 from analyses.cli import main
-from analyses.config import SimConfig
-from analyses.laws import cats as cats_law
+from analyses.run.config import SimConfig
+from analyses.laws.forms import cats as cats_law
 from hwprofiles import load_model, load_platform
 from policies import PolicyContext, PolicyError, build
 

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from executors import drafts, models, train
-from executors.layers import Positions, Stack
+from executors import train
+from executors.backend import drafts, models
+from executors.backend.layers import Positions, Stack
 from executors.prompts import BUILTIN, encode
 from executors.session import Options, Session
 from tests.test_executor import PROMPTS, _chi2_p, _joint, _peaky, tiny_spec

@@ -13,16 +13,16 @@ import pytest
 import torch
 from scipy import stats
 
-from executors import models
-from executors.book import Sequences
-from executors.coordinator import Coordinator
-from executors.loop import call
-from executors.tensor import WeightsCmd
+from executors.backend import models
+from executors.coordinate.book import Sequences
+from executors.coordinate.coordinator import Coordinator
+from executors.coordinate.loop import call
+from executors.backend.tensor import WeightsCmd
 from policies.ops import AllReduce
-from executors.layers import Positions, Stack
+from executors.backend.layers import Positions, Stack
 from executors.measure import measure
 from executors.session import Options, Session
-from analyses.config import SimConfig
+from analyses.run.config import SimConfig
 
 PROMPTS = [[5, 9, 14, 3, 7, 22, 1], [8, 2, 2, 30, 11], [40, 41, 3, 3, 3, 17, 6, 9, 12]]
 
@@ -171,7 +171,7 @@ def test_streamed_layers_come_from_disk_within_the_budget(tiny, tmp_path, monkey
 def test_the_streaming_buffer_size_comes_from_the_schedules_stream_operations():
     """The executor sizes its buffer from StreamWeights.buffer_layers, learnt by
     the dry run, not from the policy's parameters."""
-    from executors.footprint import footprint
+    from executors.coordinate.footprint import footprint
     from hwprofiles import load_model
     from policies import PolicyContext, build
 
@@ -186,7 +186,7 @@ def test_a_stream_installs_the_layer_bit_for_bit_and_reuses_unviewed_buffers(
         tiny, tmp_path, monkeypatch):
     """Streamed tensors are views of a page-aligned read buffer; a buffer comes back
     for a later read only once no tensor views it."""
-    from executors.streaming import ALIGN_BYTES, PAGE_BYTES, LayerStore
+    from executors.backend.streaming import ALIGN_BYTES, PAGE_BYTES, LayerStore
 
     monkeypatch.setenv("HETSPEC_CACHE", str(tmp_path))
     stack = Stack(models.build_random(models.spec_of(f"random:{tiny}"), seed=2))
@@ -215,7 +215,7 @@ def test_layer_files_are_safetensors_with_aligned_views_or_copies():
     equal the tensors, aligned ones sharing the read buffer, misaligned ones copied."""
     from safetensors.torch import load
 
-    from executors.streaming import _aligned_safetensors, _tensors
+    from executors.backend.streaming import _aligned_safetensors, _tensors
 
     state = {"w": torch.randn(3, 5), "m": torch.randn(16, 4),
              "i": torch.arange(7, dtype=torch.int64), "h": torch.randn(3).half()}
@@ -250,7 +250,7 @@ def test_a_branch_token_sees_only_its_prefix_like_the_hf_forward(tiny):
 def test_verify_continues_along_a_correction_the_target_chose():
     """Target rejects proposal[1] with token 7, a correction there: the row commits
     proposal[:1], 7 and the target's token after 7 (from the correction's logits)."""
-    from executors.device import LocalDevice, VerifyCmd
+    from executors.backend.device import LocalDevice, VerifyCmd
 
     logits = torch.zeros(5, 10)
     for row, tok in enumerate([2, 7, 9, 9, 4]):  # rows 0-2: main, 3-4: corrections 5, 7
@@ -293,8 +293,8 @@ def test_parallel_branches_overlap_in_worker_processes(tiny):
     Parallel take about 0.4 s, not 0.8 s, and their spans overlap."""
     import time
 
-    from executors.book import Sequences
-    from executors.coordinator import Coordinator
+    from executors.coordinate.book import Sequences
+    from executors.coordinate.coordinator import Coordinator
     from policies.ops import Delay, Parallel
 
     def one(op):
@@ -318,7 +318,7 @@ def test_the_executor_refuses_layouts_and_events_its_operations_do_not_give(tiny
     """It reads layout facts from the operations alone: an Outcome that names
     nothing to observe, or a tree whose rows disagree with the batch, is refused
     in one sentence, before any device command."""
-    from executors.observers import OBSERVERS
+    from executors.coordinate.observers import OBSERVERS
     from policies.ops import Fanout, Forward, Outcome, Roots
 
     def one(op):

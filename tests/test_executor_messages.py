@@ -11,10 +11,10 @@ from multiprocessing.connection import wait
 
 import pytest
 
-from executors.device import FwdCmd
-from executors.loop import call
+from executors.backend.device import FwdCmd
+from executors.coordinate.loop import call
 from executors.session import Options, Session
-from executors.workers import LoadCmd, WorkerClient
+from executors.backend.workers import LoadCmd, WorkerClient
 from policies.ssd import PRESPEC, TO_DRAFT, TO_TARGET
 
 PROMPT = [5, 9, 14, 3, 7, 22, 1]

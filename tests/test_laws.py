@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from analyses import laws
+from analyses.laws import forms as laws
 from hwprofiles import closedforms
 
 # Leviathan et al. 2023, table (c = c_hat = 0): (alpha, gamma) -> (speed, operations)

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from analyses.api import SimConfig, simulate
-from analyses.lawterms import mirror_terms
-from analyses.laws import mirror as mirror_law
+from analyses.run.api import SimConfig, simulate
+from analyses.laws.terms import mirror_terms
+from analyses.laws.forms import mirror as mirror_law
 from hwprofiles import load_model, load_platform
 from policies import PolicyContext, PolicyError, build
 from simcore.acceptance import IID
@@ -665,7 +665,7 @@ SHIPPED = {"a100-sxm-8x": ("vicuna-7b", "llama-3.2-1b"),
 @pytest.mark.parametrize("platform", sorted(SHIPPED))
 @pytest.mark.parametrize("gamma", [4, 12])
 def test_mirror_equals_eq10_on_every_shipped_platform(platform, gamma):
-    """Eq. 10 with analyses.lawterms' terms (the cost model's prefix, suffix, rollout
+    """Eq. 10 with analyses.laws.terms' terms (the cost model's prefix, suffix, rollout
     and rendezvous times; no overlap budget where draft and target share a device)
     is the deterministic run's mean step within 0.5% (the start-up rollout)."""
     target, draft = SHIPPED[platform]

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from analyses.api import SimConfig, run_models, simulate
-from analyses.fit import Piece, weight_bytes
+from analyses.run.api import SimConfig, run_models, simulate
+from analyses.run.memory import Piece, weight_bytes
 from hwprofiles import load_model, load_platform
 from simcore.costmodel import RooflineCost
 from simcore.moe import alltoall_s, dispatch_bytes

@@ -9,11 +9,11 @@ import math
 
 import pytest
 
-from analyses.api import law, simulate
+from analyses.run.api import law, simulate
 from analyses.cli import main
-from analyses.config import SimConfig
-from analyses.laws import ppsd as ppsd_law
-from analyses.lawterms import early_exit_terms
+from analyses.run.config import SimConfig
+from analyses.laws.forms import ppsd as ppsd_law
+from analyses.laws.terms import early_exit_terms
 from hwprofiles import Platform, load_model
 from policies import PolicyContext, build
 from policies.ops import Verify

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from executors.book import Sequences
-from executors.coordinator import Coordinator
+from executors.coordinate.book import Sequences
+from executors.coordinate.coordinator import Coordinator
 from policies.ops import Forward, Join, Spawn, Verify
 from tests.test_executor import PROMPTS, session, tiny_spec
 

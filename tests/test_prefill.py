@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from analyses import report
-from analyses.api import SimConfig, run_schedule, simulate
+from analyses.compare import report
+from analyses.run.api import SimConfig, run_schedule, simulate
 from analyses.cli import main
-from analyses.sweep import expand_grid, parse_sweep, run_grid
+from analyses.compare.sweep import expand_grid, parse_sweep, run_grid
 from hwprofiles import load_model, load_platform
 from policies import PolicyContext, build, build_prefill, names
 import policies.ops as ops
@@ -309,7 +309,7 @@ def test_a_measured_run_records_its_time_to_first_token(tmp_path):
 
 
 def test_the_report_sets_measured_against_replayed_ttft(tmp_path):
-    from analyses.replay import load_run, replay
+    from analyses.measured.replay import load_run, replay
 
     _measured_run(tmp_path)
     rep = replay(load_run(tmp_path / "run"))

@@ -7,10 +7,10 @@ import pytest
 import yaml
 
 from analyses.cli import main
-from analyses.calibration import profile_text
-from analyses.draftstep import simulate_row_full
-from analyses.publishedcal import calibrate_published
-from analyses.published import (Knob, Measurement, fit_rows, fit_unknowns, knobs_of,
+from analyses.calibrate.session import profile_text
+from analyses.calibrate.draftstep import simulate_row_full
+from analyses.calibrate.publishedcal import calibrate_published
+from analyses.calibrate.published import (Knob, Measurement, fit_rows, fit_unknowns, knobs_of,
                                 load_published, ranking_flips, scaled, shipped_file,
                                 simulate_row)
 from hwprofiles import load_platform
@@ -41,7 +41,7 @@ def _true_platform():
 
 
 def _rows(platform, split_every=2):
-    from analyses.published import Measurement
+    from analyses.calibrate.published import Measurement
 
     rows = []
     for i, (target, where) in enumerate(SHAPES):
@@ -98,7 +98,7 @@ def test_knobs_tie_identical_hardware():
 
 
 def test_ranking_flip_detected_only_with_a_held_out_row():
-    from analyses.published import Measurement
+    from analyses.calibrate.published import Measurement
 
     def row(i, tps, split):
         return Measurement(id=f"r{i}", platform="p", hardware="h", target="t",

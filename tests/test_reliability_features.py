@@ -333,7 +333,7 @@ def test_prefill_flops_of_a_1024_token_prompt_by_hand():
 
 
 def test_ttft_is_the_prefill_plus_the_first_step():
-    from analyses.api import SimConfig, simulate
+    from analyses.run.api import SimConfig, simulate
 
     out = simulate(SimConfig(platform="h100-sxm-5x", target="llama-3.1-70b", policy="ar",
                              tokens=1, deterministic=True, prompt_tokens=1024,
@@ -392,7 +392,7 @@ def test_a_dynamic_tree_never_accepts_past_its_deepest_scored_node():
     """width=4, depth=5 with a budget of 2 nodes keeps the chain's first two (0.8,
     0.64): a random walk then accepts at most 2 tokens, with the closed form's mean
     (before, draws went up to depth 5)."""
-    from analyses.api import SimConfig, run_schedule
+    from analyses.run.api import SimConfig, run_schedule
     from simcore import Outcomes
 
     seen = []
@@ -421,7 +421,7 @@ def test_the_memory_check_counts_a_trees_nodes_and_its_self_draft():
     needs equal sd's with gamma = 44 (before, a tree counted one position and no
     head); its draft's widest pass expands 16 nodes (4 x 2 x 2), whose logits
     sd's one-position draft pass does not hold."""
-    from analyses.fit import Run, positions_per_pass, tier_needs
+    from analyses.run.memory import Run, positions_per_pass, tier_needs
     from hwprofiles import load_model, load_platform
     from policies import parse_params
 
@@ -450,7 +450,7 @@ def test_the_memory_check_counts_the_prefill_pass_and_chunking_relieves_it(tmp_p
     """A 300,000-token prompt prefilled in one pass holds 300,000 rows of
     activations (no logits); chunks of 4,096 hold 4,096. Refused whole with the
     fix named, accepted chunked."""
-    from analyses.fit import Run, tier_needs
+    from analyses.run.memory import Run, tier_needs
     from hwprofiles import load_model, load_platform
 
     plat, spec = load_platform("h100-sxm-5x"), load_model("llama-3.1-70b")
@@ -496,7 +496,7 @@ def test_expert_parallel_for_a_mixture_of_experts_draft_runs(tmp_path):
     ("gamma=2;4", [2, 4]),
 ])
 def test_sweeping_list_valued_settings(spec, shapes):
-    from analyses.sweep import parse_sweep
+    from analyses.compare.sweep import parse_sweep
 
     assert parse_sweep(spec) == (spec.split("=")[0], shapes)
 

@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from analyses import laws
+from analyses.laws import forms as laws
 from clicases import assert_refused, run_cli
 
 LAW_CASES = {
@@ -88,7 +88,7 @@ def test_valid_law_json_is_strict_json_equal_to_the_function(name):
     result = run_cli(*argv)
     assert result.rc == 0, result.err
     printed = json.loads(result.out, parse_constant=lambda c: pytest.fail(c))
-    from analyses.config import parse_sets
+    from analyses.run.config import parse_sets
     direct = getattr(laws, name)(**parse_sets(GOOD_LAWS[name]))
     assert printed == pytest.approx(direct)
     assert all(math.isfinite(v) for v in printed.values() if isinstance(v, float))

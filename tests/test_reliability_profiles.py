@@ -496,7 +496,7 @@ def test_every_shipped_profile_validates():
     for path in sorted(DATA.glob("platforms/*.yaml")) + sorted(DATA.glob("models/*.yaml")):
         result = run_cli("profiles", "validate", path)
         assert result.rc == 0, (path, result.err)
-    from analyses.published import load_published  # the published measurements
+    from analyses.calibrate.published import load_published  # the published measurements
 
     for path in sorted(DATA.glob("published/*.yaml")):
         assert load_published(path)

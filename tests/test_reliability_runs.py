@@ -124,7 +124,7 @@ def test_a_malformed_event_trace_is_refused_naming_its_line(case, policy, key, t
 
 
 def test_the_executors_own_lines_are_accepted(tmp_path, capsys):
-    """Verify and Outcome lines exactly as executors/coordinator.py writes them,
+    """Verify and Outcome lines exactly as executors/coordinate/coordinator.py writes them,
     with the prompt batch the run adds, and an old one-bool Outcome line."""
     verify = {"accepted": [3, 0], "gamma": 4, "proposed": [4, 4], "committed": [4, 1],
               "bonus_rank": [0, None], "margin": [1.5, float("nan")], "branch": 0,

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analyses import report
-from analyses.lawterms import mirror_terms, ssd_terms
-from analyses.lawviews import law_figures
+from analyses.compare import report
+from analyses.laws.terms import mirror_terms, ssd_terms
+from analyses.compare.lawviews import law_figures
 from analyses.cli import main
-from analyses.sweep import expand_grid, parse_sweep, point_config, run_grid
+from analyses.compare.sweep import expand_grid, parse_sweep, point_config, run_grid
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "build" / "test-artifacts"

@@ -160,8 +160,8 @@ LATE_START_S = 32768.129
 
 
 def _kangaroo_late(monkeypatch, tokens: int):
-    from analyses.api import baseline_config, run_schedule
-    from analyses.config import SimConfig
+    from analyses.run.api import baseline_config, run_schedule
+    from analyses.run.config import SimConfig
 
     config = SimConfig(platform="snapdragon-8-gen3", target="llama-2-13b", policy="kangaroo",
                        params={"dram_budget_gb": 5}, tokens=tokens)

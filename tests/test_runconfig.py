@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from analyses.api import simulate
-from analyses.config import RunConfig
+from analyses.run.api import simulate
+from analyses.run.config import RunConfig
 from clicases import assert_refused, run_cli
 from policies import entry, names
 from simcore import acceptance

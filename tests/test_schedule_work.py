@@ -139,9 +139,9 @@ def test_a_sure_miss_is_seen_before_the_tree_answers():
     still meet a guess the first pass samples waits for it."""
     from types import SimpleNamespace
 
-    from executors.book import Proposal, Sequences, Wide
-    from executors.coordinator import Wait
-    from executors.trees import observe_on_path
+    from executors.coordinate.book import Proposal, Sequences, Wide
+    from executors.coordinate.coordinator import Wait
+    from executors.coordinate.trees import observe_on_path
 
     # outcomes k=0 (guesses 7, 8) and k=1 (a guess the first pass samples) after [1, 2]
     tree = Wide(3, [[1, 2, 7], [1, 2, 8], [1, 2, 5]], Proposal.empty(3), "draft")

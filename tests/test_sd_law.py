@@ -2,9 +2,9 @@
 
 import pytest
 
-from analyses.api import SimConfig, simulate
-from analyses.laws import leviathan
-from analyses.lawterms import sd_terms
+from analyses.run.api import SimConfig, simulate
+from analyses.laws.forms import leviathan
+from analyses.laws.terms import sd_terms
 from hwprofiles import load_model, load_platform
 from simcore import RooflineCost
 

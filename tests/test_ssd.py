@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from analyses.api import SimConfig, simulate
-from analyses.lawterms import ssd_terms
-from analyses.laws import ssd as ssd_law
+from analyses.run.api import SimConfig, simulate
+from analyses.laws.terms import ssd_terms
+from analyses.laws.forms import ssd as ssd_law
 from hwprofiles import load_model, load_platform
 from hwprofiles.closedforms import geometric_fanout_shape
 from policies import PolicyContext, PolicyError, build
@@ -28,7 +28,7 @@ from simcore.outcomes import scaled_expected
 
 CONTEXT, ALPHA = 128, 0.8
 # The closed form assumes a miss stops the pre-speculation at once; the schedule
-# lets the draft's step in flight finish (test below, and analyses.lawterms,
+# lets the draft's step in flight finish (test below, and analyses.laws.terms,
 # whose law counts it). The shipped h100-sxm-5x's draft GPU carries fitted
 # draft-process terms (slow per row: a step in flight is a large share of a
 # verify), so the closed form is checked where its assumption holds: the same
@@ -316,7 +316,7 @@ SHIPPED = {"a100-sxm-8x": ("vicuna-7b", "llama-3.2-1b"),
                                           ({"k": 7, "fanout": 3, "hit_rate": 0.9,
                                             "backup": "fast"}, 4)])
 def test_ssd_equals_its_law_on_every_shipped_platform(platform, params, batch):
-    """The closed form with analyses.lawterms' terms (the cost model's verify,
+    """The closed form with analyses.laws.terms' terms (the cost model's verify,
     pre-speculation and backup times, trips included) is the deterministic run's
     speedup within 0.5% (the start-up round is the rest)."""
     target, draft = SHIPPED[platform]

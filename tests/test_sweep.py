@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from analyses.sweep import Point, expand_grid, parse_sweep, point_config, run_grid
+from analyses.compare.sweep import Point, expand_grid, parse_sweep, point_config, run_grid
 
 BASE = dict(platform="m2-ultra-8x", target="qwen3-32b", draft="qwen3-0.6b", tokens=120)
 

@@ -9,10 +9,10 @@ import math
 import pytest
 import torch
 
-from analyses.api import SimConfig, law, simulate
-from analyses.laws import leviathan
-from executors import models
-from executors.layers import Positions, Stack
+from analyses.run.api import SimConfig, law, simulate
+from analyses.laws.forms import leviathan
+from executors.backend import models
+from executors.backend.layers import Positions, Stack
 from hwprofiles import load_model, load_platform
 from policies import PolicyError, parse_params
 from simcore.acceptance import IID, Histogram, Positional
@@ -283,7 +283,7 @@ def test_tree_nodes_see_only_their_ancestors_like_the_hf_forward(tiny):
 def test_the_walk_follows_the_targets_token_and_compaction_keeps_the_path(tiny):
     """Greedy walk on hand-made logits, then a real run: after compaction the
     target's cache holds the committed path as a plain forward would."""
-    from executors.device import LocalDevice, VerifyCmd
+    from executors.backend.device import LocalDevice, VerifyCmd
 
     # logits rows: root, then nodes 0..3 = 3 and 5 (the root's), 7 and 6 (node 1's)
     logits = torch.zeros(5, 10)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from analyses.config import (MAX_BATCH, MAX_TOKENS, RUN_KEYS, RunConfig, parse_placement,
+from analyses.run.config import (MAX_BATCH, MAX_TOKENS, RUN_KEYS, RunConfig, parse_placement,
                              parse_sets, split_sets)
 from policies import names
 

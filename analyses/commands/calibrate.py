@@ -50,10 +50,10 @@ def register(sub) -> None:
 
 
 def _calibrate(args) -> int:
-    from analyses.calibrate import check_fit_terms
+    from analyses.calibrate.terms import check_fit_terms
     from analyses.cli import emit_json
-    from analyses.calibration import calibrate
-    from analyses.outputs import check_outputs, profile_inputs, runs_inputs
+    from analyses.calibrate.session import calibrate
+    from analyses.run.outputs import check_outputs, profile_inputs, runs_inputs
 
     if (args.runs is None) == (args.published is None):
         raise ValueError("calibrate needs exactly one of --runs DIR (measured runs) or "
@@ -90,9 +90,9 @@ def _calibrate(args) -> int:
 
 def _calibrate_published(args) -> int:
     from analyses.cli import emit_json
-    from analyses.outputs import check_outputs, profile_inputs
-    from analyses.published import DEFAULT_FIELDS, shipped_file
-    from analyses.publishedcal import calibrate_published
+    from analyses.run.outputs import check_outputs, profile_inputs
+    from analyses.calibrate.published import DEFAULT_FIELDS, shipped_file
+    from analyses.calibrate.publishedcal import calibrate_published
 
     path = shipped_file() if args.published == "shipped" else args.published
     fields = DEFAULT_FIELDS if args.fit_fields is None else tuple(

@@ -70,8 +70,8 @@ def positive_int(text: str) -> int:
 
 def scenario(args) -> tuple[list[str], list, dict, dict]:
     """(policies, sweeps, fixed sets, base config fields) from the arguments."""
-    from analyses.config import parse_placement, parse_sets
-    from analyses.sweep import parse_sweep
+    from analyses.run.config import parse_placement, parse_sets
+    from analyses.compare.sweep import parse_sweep
     from policies import entry, names
     from simcore import acceptance
 
@@ -133,9 +133,9 @@ def _check_scenario(base: dict) -> None:
 
 
 def _compare(args) -> int:
-    from analyses import report
+    from analyses.compare import report
     from analyses.cli import emit_json
-    from analyses.sweep import expand_grid, run_grid
+    from analyses.compare.sweep import expand_grid, run_grid
 
     policies, sweeps, sets, base = scenario(args)
     _check_scenario(base)
@@ -157,7 +157,7 @@ def _compare(args) -> int:
 
 
 def _check_output(args, base: dict, sets: dict) -> None:
-    from analyses.outputs import check_outputs, profile_inputs, runs_inputs, set_inputs
+    from analyses.run.outputs import check_outputs, profile_inputs, runs_inputs, set_inputs
 
     inputs = profile_inputs(platform=base["platform"], target=base["target"],
                             draft=base["draft"], profile=args.profile) + set_inputs(sets)
@@ -166,13 +166,13 @@ def _check_output(args, base: dict, sets: dict) -> None:
 
 
 def _replays(args):
-    from analyses.replay import replay_dir
+    from analyses.measured.replay import replay_dir
 
     return replay_dir(args.runs, profile=args.profile)
 
 
 def _summary(results, path) -> dict:
-    from analyses import report
+    from analyses.compare import report
 
     best = report.fastest(results)
     skipped = report.skipped_policies(results)

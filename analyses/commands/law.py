@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from analyses.config import parse_sets
-from analyses.laws import LAWS
+from analyses.run.config import parse_sets
+from analyses.laws.forms import LAWS
 
 
 def register(sub) -> None:
@@ -23,7 +23,7 @@ def register(sub) -> None:
 
 
 def _law(args) -> int:
-    from analyses.api import law
+    from analyses.run.api import law
     from analyses.cli import emit_json
 
     out = law(args.name, **parse_sets(args.sets))

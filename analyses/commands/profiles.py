@@ -79,7 +79,7 @@ def _validate(args) -> int:
 def _import(args) -> int:
     from pathlib import Path
 
-    from analyses.outputs import check_outputs
+    from analyses.run.outputs import check_outputs
     from hwprofiles.importer import import_config
     from policies.runs.records import atomic_write_text
 

@@ -30,8 +30,8 @@ def register(sub) -> None:
 
 def _replay(args) -> int:
     from analyses.cli import emit_json
-    from analyses.outputs import check_outputs, profile_inputs, run_inputs
-    from analyses.replay import load_run, replay, side_by_side_trace
+    from analyses.run.outputs import check_outputs, profile_inputs, run_inputs
+    from analyses.measured.replay import load_run, replay, side_by_side_trace
     from policies.runs.records import atomic_write_text
 
     run = load_run(args.run)

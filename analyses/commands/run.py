@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from analyses.commands._common import add_run_arguments, config_from_args
-from analyses.config import MAX_TOKENS, parse_placement
+from analyses.run.config import MAX_TOKENS, parse_placement
 
 MIN_TEMPERATURE = 1e-3  # below it logits / temperature can overflow to inf (NaN probs)
 MAX_THREADS = 1024
@@ -139,8 +139,8 @@ RUN_FILES = ("record.json", "spans.jsonl", "acceptance.jsonl", "trace.json",
 
 
 def run_dir_inputs(args) -> list:
-    from analyses.config import parse_sets
-    from analyses.outputs import profile_inputs, set_inputs
+    from analyses.run.config import parse_sets
+    from analyses.run.outputs import profile_inputs, set_inputs
 
     inputs = profile_inputs(platform=args.platform, target=args.target, draft=args.draft)
     inputs += set_inputs(parse_sets(args.sets))
@@ -158,7 +158,7 @@ class prepared_run_dir:
         self.run_dir, self.inputs, self.created = run_dir, inputs, []
 
     def __enter__(self):
-        from analyses.outputs import check_outputs
+        from analyses.run.outputs import check_outputs
         from policies.runs.records import check_writable
 
         if self.run_dir.exists() and not self.run_dir.is_dir():

@@ -25,10 +25,10 @@ def register(sub) -> None:
 
 
 def _simulate(args) -> int:
-    from analyses.api import simulate
+    from analyses.run.api import simulate
     from analyses.cli import emit_json
-    from analyses.config import parse_sets
-    from analyses.outputs import check_outputs, profile_inputs, set_inputs
+    from analyses.run.config import parse_sets
+    from analyses.run.outputs import check_outputs, profile_inputs, set_inputs
 
     config = config_from_args(args, deterministic=args.deterministic,
                               fixed_context=args.fixed_context)

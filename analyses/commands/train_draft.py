@@ -66,8 +66,8 @@ def _train(args) -> int:
     from pathlib import Path
 
     from analyses.cli import emit_json
-    from analyses.outputs import check_outputs
-    from executors.drafts import provenance_path
+    from analyses.run.outputs import check_outputs
+    from executors.backend.drafts import provenance_path
     from executors.train import TrainConfig, train
 
     if args.seed < 0:

@@ -1,7 +1,7 @@
 """A run's metrics, simulated or measured, and the one speedup over AR.
 
 ``run_metrics`` is the common part of every run's metrics (what ran, tokens,
-time, steps); the simulator (analyses.api) and the executor (executors.measure)
+time, steps); the simulator (analyses.run.api) and the executor (executors.measure)
 add their own (prefill, outcome rates, acceptance). ``baseline_of`` says which
 run a speedup is measured against, and ``add_speedup`` is the only place
 ``speedup_vs_ar`` is computed.

@@ -1,0 +1,38 @@
+"""A published row's second quantity: the draft's time per speculation round.
+
+SSD's draft process times each loop iteration that serves one round (the
+request, building the tree, decoding it, populating the cache) and prints the
+mean as "Avg draft step time (ms)". A row that carries that number as
+``draft_step_s`` is compared with the simulated counterpart: the busy time of
+the devices the draft runs on (its compute spans, the backup's included), per
+decode round, on the busiest of them.
+"""
+
+from __future__ import annotations
+
+from hwprofiles import Platform
+from hwprofiles.placement import resolve
+
+
+def draft_devices(row, platform: Platform) -> tuple[str, ...]:
+    """The devices of the row's draft placement (a group's members, or one device)."""
+    where = resolve(platform, row.placement).get("draft")
+    members = {g.name: tuple(g.members) for g in platform.groups}
+    return members.get(where, (where,))
+
+
+def simulate_row_full(row, platform: Platform, values=None) -> tuple[float, float | None]:
+    """Simulated tokens/s of a row and, where it has ``draft_step_s``, the
+    simulated draft time per round (seconds); None where it has none."""
+    from analyses.run.api import run_schedule
+
+    wants_step = row.draft_step_s is not None
+    result = run_schedule(row.config(values), record_spans=wants_step, platform=platform)
+    tokens_per_s = result.tokens / result.time_s
+    if not wants_step:
+        return tokens_per_s, None
+    busy: dict[str, float] = {d: 0.0 for d in draft_devices(row, platform)}
+    for span in result.spans:
+        if span.kind == "compute" and span.device in busy:
+            busy[span.device] += span.duration_s
+    return tokens_per_s, max(busy.values()) / max(result.steps, 1)

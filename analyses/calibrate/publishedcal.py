@@ -1,0 +1,117 @@
+"""A calibration session against published measurements: fit, judge the held-out
+rows, write the calibrated profile with its provenance (``analyses.calibrate.published``
+holds the data's schema and the fit)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from analyses.calibrate.published import (DEFAULT_FIELDS, Knob, PublishedFit, median_abs_error, objects_of,
+                                evaluate, fit_rows, fit_unknowns, load_published,
+                                ranking_flips, rows_for)
+from hwprofiles import Platform, load_platform
+
+
+def _sourced(fitted: Platform, original: Platform, knobs: list[Knob], source: str):
+    """``fitted`` with a source naming the fit on every field a knob changed."""
+    touched: dict[tuple[str, str], list[str]] = {}
+    for k in knobs:
+        for n in k.names:
+            touched.setdefault((k.kind, n), []).append(k.field)
+
+    def update(obj, was, kind):
+        fields = touched.get((kind, obj.name))
+        if not fields:
+            return obj
+        sources = dict(obj.sources)
+        for field in fields:
+            old = getattr(was, field)
+            sources[field] = (f"{source}; was " + ("unset" if old is None else f"{old:.4g}")
+                              + (f" ({was.sources[field]})" if field in was.sources else ""))
+        return obj.model_copy(update={"sources": sources})
+
+    def each(name, kind):
+        return tuple(update(o, w, kind) for o, w in zip(getattr(fitted, name),
+                                                       getattr(original, name)))
+
+    return fitted.model_copy(update={
+        "devices": each("devices", "device"), "memory_tiers": each("memory_tiers", "tier"),
+        "links": each("links", "link"), "groups": each("groups", "group")})
+
+
+def _change(before: Platform, after: Platform, knob: Knob) -> dict:
+    """A knob's field on its first object, before and after the fit (None: unset)."""
+    name = knob.names[0]
+    pick = {n: next(o for o in objects_of(p, knob.kind) if o.name == name)
+            for n, p in (("before", before), ("after", after))}
+    return {n: getattr(o, knob.field) for n, o in pick.items()}
+
+
+def _shown(value) -> str:
+    return "unset" if value is None else f"{value:.4g}"
+
+
+def _header(path, original: Platform, result: PublishedFit, table, flips) -> str:
+    lines = [f"Calibrated by 'hetspec calibrate --published {Path(path).name}'",
+             "fitted on rows: " + ", ".join(t["id"] for t in table if t["split"] == "fit"),
+             "held-out rows: " + (", ".join(t["id"] for t in table
+                                            if t["split"] == "held_out") or "none")]
+    for knob in result.knobs:
+        change = _change(original, result.platform, knob)
+        lines.append(f"  {knob.label}: {_shown(change['before'])} -> "
+                     f"{_shown(change['after'])}")
+    for knob in result.fixed:
+        lines.append(f"  {knob.label}: kept (no fitted row depends on it)")
+    for u in result.unknowns:
+        lines.append(f"  fitted {u.label}: {result.values[u.key]:.4g} (a row's unknown, "
+                     "not a profile field)")
+    for t in table:
+        lines.append(f"  {t['id']} ({t['split']}): published {t['published_tokens_per_s']:.4g}"
+                     f" tok/s, simulated {t['before_tokens_per_s']:.4g} -> "
+                     f"{t['after_tokens_per_s']:.4g} ({t['error_after']:+.1%})"
+                     + (f"; draft step published {t['published_draft_step_s'] * 1e3:.4g} ms, "
+                        f"simulated {t['after_draft_step_s'] * 1e3:.4g} ms "
+                        f"({t['draft_step_error_after']:+.1%})"
+                        if "after_draft_step_s" in t else ""))
+    lines.append("ranking flips among held-out rows: " + (
+        ", ".join(f"{a} vs {b}" for a, b in flips) or "none"))
+    return "".join(f"# {line}\n" for line in lines)
+
+
+def calibrate_published(path, profile: str, output, *, fields=DEFAULT_FIELDS,
+                        steps: bool = False) -> dict:
+    """Fit ``profile`` to its rows in the file at ``path`` (with ``steps``, the
+    fitted rows' draft steps too), judge the held-out rows, and write the
+    calibrated platform YAML to ``output`` (atomically)."""
+    from analyses.calibrate.session import profile_text
+    from policies.runs.records import atomic_write_text
+
+    platform = load_platform(profile)
+    rows = rows_for(load_published(path), platform.name)
+    fitting = [r for r in rows if r.split == "fit"]
+    result = fit_rows(platform, fitting, fields, steps=steps)
+    table = evaluate(result.platform, platform, rows, result.values,
+                     fit_unknowns(platform, rows))
+    after = {t["id"]: t["after_tokens_per_s"] for t in table}
+    flips = ranking_flips(rows, after)
+    held = median_abs_error(table, "held_out")
+    source = (f"calibrated: hetspec calibrate --published {Path(path).name} on rows "
+              + ("(tokens/s and draft steps) " if steps else "")
+              + f"{', '.join(r.id for r in fitting)}; held-out median |error| "
+              + ("n/a" if held is None else f"{held:.1%}"))
+    fitted = _sourced(result.platform, platform, result.knobs, source)
+    fitted = fitted.model_copy(update={"description": (
+        f"{platform.description.strip()} Calibrated against published measurements "
+        f"({', '.join(r.id for r in fitting)}).").strip()})
+    atomic_write_text(output, profile_text(fitted, _header(path, platform, result, table, flips)))
+    return {"profile": str(output), "platform": platform.name,
+            "fitted_rows": [r.id for r in fitting],
+            "held_out_rows": [r.id for r in rows if r.split == "held_out"],
+            "converged": result.success,
+            "parameters": {k.label: _change(platform, result.platform, k)
+                           for k in result.knobs},
+            "kept": [k.label for k in result.fixed], "rows": table,
+            "unknowns": {u.label: result.values[u.key] for u in result.unknowns},
+            "median_abs_error_fit": median_abs_error(table, "fit"),
+            "median_abs_error_held_out": held,
+            "ranking_flips": [list(f) for f in flips]}

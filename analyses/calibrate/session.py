@@ -1,0 +1,208 @@
+"""A calibration session: split runs, fit, judge on held-out runs, write the profile.
+
+Runs of the fitting policies (AR and SD by default) are fitted; of several
+repeats of one configuration, every other one (in name order) is held out too. Every
+run of another schedule is held out: it is replayed on the calibrated profile
+with its own acceptance trace and compared end to end, and its spans are
+compared per operation kind.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from analyses.calibrate.terms import Terms, apply, fit, initial_values, op_kind_errors, stepped
+from analyses.measured.replay import MeasuredRun, check_run_fits, find_runs, load_run, replay
+from hwprofiles import Platform, load_platform
+from policies.runs.metrics import elapsed_s
+from policies.runs.records import atomic_write_text, scratch_dir
+
+
+def _configuration(run: MeasuredRun) -> str:
+    keys = ("policy", "params", "draft", "weights", "placement", "batch")
+    return json.dumps({k: run.inputs.get(k) for k in keys}, sort_keys=True, default=str)
+
+
+def split_runs(runs: list[MeasuredRun], fit_policies: list[str]):
+    """(fitting runs, held-out runs): runs of the fitting policies are fitted,
+    except that of several repeats of one configuration every other one (in name
+    order) is held out; runs of other policies are held out."""
+    fitting, held = [], []
+    seen: dict[str, int] = {}
+    for run in sorted(runs, key=lambda r: r.name):
+        if run.policy not in fit_policies:
+            held.append(run)
+            continue
+        key = _configuration(run)
+        n = seen[key] = seen.get(key, 0) + 1
+        (held if n % 2 == 0 else fitting).append(run)
+    if not fitting:
+        raise ValueError(f"no run of the fitting policies ({', '.join(fit_policies)}) "
+                         "was found; record AR and SD runs or pass --fit-policies")
+    return fitting, held
+
+
+def check_same_models(runs: list[MeasuredRun]) -> None:
+    """All runs share one target (drafts may differ: each is costed by its spec)."""
+    first = runs[0]
+    for run in runs[1:]:
+        a, b = first.inputs.get("target"), run.inputs.get("target")
+        if a and b and a != b:
+            raise ValueError(f"run {run.name} measured target '{b}' but run "
+                             f"{first.name} measured '{a}'; calibrate runs of one target "
+                             "at a time (move the other runs out)")
+
+
+def _evaluate(profile_path: Path, platform: Platform, held: list[MeasuredRun]) -> dict:
+    """Held-out runs on the calibrated profile: each replayed end to end (the
+    schedule as written, and with the executor's recorded work), and each of
+    their operations predicted against its measured critical-path time."""
+    out = {"runs": [], "op_kinds": {}, "schedules": {}}
+    terms = [t for run in held for t in Terms(platform).of_run(run)]
+    out["op_kinds"] = op_kind_errors(terms, initial_values(platform, terms))
+    for run in held:
+        row = {"run": run.name, "policy": run.policy}
+        for work, prefix in (("schedule", ""), ("executor", "executor_")):
+            rep = replay(run, str(profile_path), work=work)
+            errors = rep.errors()
+            row[f"{prefix}tokens_per_s_error"] = errors.get("tokens_per_s")
+            row[f"{prefix}median_step_latency_error"] = errors.get("median_step_latency")
+            row[f"{prefix}steps"] = rep.predicted.get("steps")
+        row["measured_steps"] = run.metrics.get("steps")
+        row["passes"] = pass_counts(run, rep)
+        out["runs"].append({**row, **unmodelled_shares(run)})
+    for policy in sorted({r["policy"] for r in out["runs"]}):
+        rows = [r for r in out["runs"] if r["policy"] == policy]
+        out["schedules"][policy] = {"runs": len(rows), **{
+            key: _median([r.get(key) for r in rows]) for key in (
+                "tokens_per_s_error", "median_step_latency_error",
+                "executor_tokens_per_s_error", "executor_median_step_latency_error")}}
+    return out
+
+
+def pass_counts(run: MeasuredRun, rep) -> dict[str, list[int]]:
+    """Per Forward label whose counts differ: [device passes the executor ran,
+    passes the executor-work replay simulated] (a sampled Forward of k tokens is
+    k passes). Equal counts mean both did the same work."""
+    measured: dict[str, int] = {}
+    for s in run.spans:
+        op = s["op"]
+        if op["type"] == "Forward":
+            k = op.get("n_tokens", 1) if stepped(op) else 1
+            measured[op.get("label", "")] = measured.get(op.get("label", ""), 0) + k
+    simulated: dict[str, int] = {}
+    for s in rep.sim_spans:
+        if s.kind == "compute":
+            simulated[s.name] = simulated.get(s.name, 0) + 1
+    return {k: [measured.get(k, 0), simulated.get(k, 0)] for k in sorted(
+        set(measured) | set(simulated)) if measured.get(k, 0) != simulated.get(k, 0)}
+
+
+def unmodelled_shares(run: MeasuredRun) -> dict[str, float]:
+    """Shares of a run's measured decoding time that the cost model has no term
+    for: Verify (sampling, acceptance) spans, which the simulator takes as
+    instant, and host time between operations, when no device is busy."""
+    wall_s = elapsed_s(run.metrics) or 0.0
+    if wall_s <= 0 or not run.spans:
+        return {}
+    verify_s = sum(s["end_s"] - s["start_s"] for s in run.spans if s["op"]["type"] == "Verify")
+    busy_s, reach = 0.0, 0.0
+    for s in sorted(run.spans, key=lambda s: s["start_s"]):  # union of busy intervals
+        start, end = max(s["start_s"], reach), s["end_s"]
+        if end > start:
+            busy_s += end - start
+            reach = end
+    refed_s = sum(s["end_s"] - s["start_s"] for s in run.spans if s["op"]["type"] == "Forward"
+                  and (s["op"].get("n_fed") or 0) > s["op"].get("n_tokens", 1))
+    return {"verify_share": verify_s / wall_s, "idle_share": max(0.0, 1 - busy_s / wall_s),
+            "refed_share": refed_s / wall_s}
+
+
+def _pct(value) -> str:
+    return "n/a" if value is None else f"{value:+.1%}"
+
+
+def _median(values) -> float | None:
+    vals = [v for v in values if v is not None]
+    return float(np.median(vals)) if vals else None
+
+
+def _header(fitting, held, result, evaluation, date: str) -> str:
+    lines = ["Calibrated by 'hetspec calibrate' on " + date,
+             "fitted on runs: " + ", ".join(f"{r.name} ({r.policy})" for r in fitting),
+             f"spans fitted: {len(result.terms)}; median |residual| "
+             f"{result.median_abs_error:.1%}; converged: {result.success}"]
+    for p in result.values:
+        mark = " (not constrained by the runs: kept)" if p in result.unconstrained else ""
+        lines.append(f"  {p.label}: {result.initial[p]:.4g} -> {result.values[p]:.4g}{mark}")
+    lines.append("held-out runs: " + (", ".join(f"{r.name} ({r.policy})" for r in held)
+                                      or "none"))
+    for policy, s in evaluation["schedules"].items():
+        lines.append(f"  {policy}: tokens/s error {_pct(s['tokens_per_s_error'])}, median "
+                     f"step-latency error {_pct(s['median_step_latency_error'])}; with the "
+                     f"executor's recorded work {_pct(s['executor_tokens_per_s_error'])}, "
+                     f"{_pct(s['executor_median_step_latency_error'])} ({s['runs']} runs)")
+    for r in evaluation["runs"]:
+        if "verify_share" in r:
+            lines.append(f"  run {r['run']}: time the cost model has no term for: Verify "
+                         f"spans {r['verify_share']:.1%}, host time between operations "
+                         f"{r['idle_share']:.1%}; time in passes that fed more positions "
+                         f"than the schedule asked (a draft catching up on the bonus "
+                         f"token) {r['refed_share']:.1%}")
+    for kind, s in evaluation["op_kinds"].items():
+        lines.append(f"  {kind}: median |error| {s['median_abs_error']:.1%} (bias "
+                     f"{s['median_error']:+.1%}, total {s['total_error']:+.1%}, "
+                     f"{s['spans']} spans)")
+    return "".join(f"# {line}\n" for line in lines)
+
+
+def profile_text(platform: Platform, header: str) -> str:
+    data = platform.model_dump(mode="json", exclude_unset=True)
+    text = header + yaml.safe_dump(data, sort_keys=False, width=100, allow_unicode=True)
+    Platform.model_validate(yaml.safe_load(text))  # the file must load as written
+    return text
+
+
+def calibrate(runs_dir, profile: str, output, *,
+              fit_policies: tuple[str, ...] = ("ar", "ar_stream", "sd"),
+              fit_terms: tuple[str, ...] = ()) -> dict:
+    """Fit ``profile`` to the runs under ``runs_dir`` and write ``output``; the
+    optional efficiency terms named in ``fit_terms`` are fitted too."""
+    runs = [load_run(p) for p in find_runs(runs_dir)]
+    platform = load_platform(profile)
+    for run in runs:
+        check_run_fits(run, platform.name)
+    check_same_models(runs)
+    fitting, held = split_runs(runs, list(fit_policies))
+    terms = Terms(platform)
+    result = fit(platform, [t for run in fitting for t in terms.of_run(run)],
+                 fit_terms=frozenset(fit_terms))
+    date = _dt.date.today().isoformat()
+    source = (f"calibrated: hetspec calibrate on runs {', '.join(r.name for r in fitting)}"
+              f" ({date}), median |residual| {result.median_abs_error:.1%} over "
+              f"{len(result.terms)} spans")
+    changed = {p: v for p, v in result.values.items()
+               if p not in result.unconstrained and p not in result.held}
+    fitted = apply(platform, changed, source)
+    fitted = fitted.model_copy(update={"description": (
+        f"{platform.description.strip()} Calibrated by hetspec calibrate on {date} "
+        f"from measured runs {', '.join(r.name for r in fitting)}.").strip()})
+    with scratch_dir("calibrate") as tmp:  # a killed run's leftover goes next time
+        draft_path = tmp / "calibrated.yaml"
+        draft_path.write_text(profile_text(fitted, ""))
+        evaluation = _evaluate(draft_path, fitted, held)
+    text = profile_text(fitted, _header(fitting, held, result, evaluation, date))
+    atomic_write_text(output, text)
+    return {"profile": str(output), "fitted_runs": [r.name for r in fitting],
+            "held_out_runs": [r.name for r in held], "spans": len(result.terms),
+            "median_abs_residual": result.median_abs_error, "converged": result.success,
+            "parameters": {p.label: {"before": result.initial[p], "after": result.values[p],
+                                     "constrained": p not in result.unconstrained}
+                           for p in result.values if p not in result.held},
+            "fit_op_kinds": op_kind_errors(result.terms, result.values), **{
+                "held_out": evaluation}}

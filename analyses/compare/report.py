@@ -1,0 +1,331 @@
+"""Plotly reports: one self-contained HTML file comparing policies on a scenario.
+
+The file inlines plotly.js once, so it opens offline. Sections: speedup and
+tokens/s per policy with time to first token beside the time per output token,
+the sweep as lines (TTFT and per-token latency too when prompt_tokens is swept),
+the latency-law view, a per-device timeline of a few steps per policy,
+acceptance histograms, and, when measured runs are given, predicted-vs-measured
+and sim-vs-real timelines.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+
+import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
+from plotly.subplots import make_subplots
+
+from analyses.compare.sweep import PointResult
+from policies import entry
+from simcore import acceptance
+from policies.runs.records import atomic_write_text
+
+LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50))
+KIND_COLORS = {"compute": "#1f77b4", "collective": "#ff7f0e", "transfer": "#2ca02c",
+               "stream": "#9467bd", "delay": "#7f7f7f"}
+
+
+@dataclass
+class Section:
+    title: str
+    figures: list[tuple[str, go.Figure]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def best_per_policy(results: list[PointResult]) -> dict[str, PointResult]:
+    """The fastest successful point of each policy, in first-seen policy order."""
+    best: dict[str, PointResult] = {}
+    for r in results:
+        if r.metrics is None:
+            continue
+        cur = best.get(r.point.policy)
+        if cur is None or r.metrics["tokens_per_s"] > cur.metrics["tokens_per_s"]:
+            best[r.point.policy] = r
+    return best
+
+
+def skipped_policies(results: list[PointResult]) -> dict[str, str]:
+    """Policies none of whose points ran, with the first reason given."""
+    ran = {r.point.policy for r in results if r.metrics is not None}
+    out: dict[str, str] = {}
+    for r in results:
+        if r.point.policy not in ran and r.point.policy not in out:
+            out[r.point.policy] = r.error or "no result"
+    return out
+
+
+def summary_figure(best: dict[str, PointResult]) -> go.Figure:
+    names = list(best)
+    labels = [best[p].point.label for p in names]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("tokens/s (best point)",
+                                                        "speedup vs AR"))
+    fig.add_bar(x=names, y=[best[p].metrics["tokens_per_s"] for p in names],
+                hovertext=labels, name="tokens/s", row=1, col=1)
+    fig.add_bar(x=names, y=[best[p].metrics["speedup_vs_ar"] for p in names],
+                hovertext=labels, name="speedup", row=1, col=2)
+    fig.add_hline(y=1.0, line_dash="dot", row=1, col=2)
+    fig.update_layout(title="Speed per policy (each at its fastest swept setting)",
+                      showlegend=False, height=420, **LAYOUT)
+    return fig
+
+
+def latency_figure(best: dict[str, PointResult]) -> go.Figure:
+    """A request's two latencies per policy: time to first token (the prompt's
+    prefill and the decoding up to the first token) beside the decoding time per
+    output token."""
+    names = list(best)
+    labels = [best[p].point.label for p in names]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(
+        "time to first token [ms]", "time per output token [ms]"))
+    for col, key in ((1, "ttft_s"), (2, "tpot_s")):
+        fig.add_bar(x=names, y=[_ms(best[p].metrics.get(key)) for p in names],
+                    hovertext=labels, name=key, row=1, col=col)
+    fig.update_layout(title="Latency per policy (each at its fastest swept setting)",
+                      showlegend=False, height=420, **LAYOUT)
+    return fig
+
+
+def _ms(seconds) -> float | None:
+    return None if seconds is None else seconds * 1e3
+
+
+def sweep_figure(results: list[PointResult], keys: list[str], metric: str) -> go.Figure:
+    """One line per policy (and per setting of the other swept keys) over keys[0]."""
+    x_key = keys[0]
+    lines: dict[str, list[tuple]] = {}
+    for r in results:
+        if r.metrics is None:
+            continue
+        sets = dict(r.point.sets)
+        rest = ", ".join(f"{k}={sets[k]}" for k in keys[1:] if k in sets)
+        name = f"{r.point.policy} ({rest})" if rest else r.point.policy
+        lines.setdefault(name, []).append((sets.get(x_key), r.metrics[metric]))
+    fig = go.Figure()
+    for name, pts in lines.items():
+        swept = [p for p in pts if p[0] is not None]
+        if swept:
+            swept.sort()
+            fig.add_scatter(x=[p[0] for p in swept], y=[p[1] for p in swept],
+                            mode="lines+markers", name=name)
+        else:  # a policy that does not take the key: a flat reference line
+            fig.add_hline(y=pts[0][1], line_dash="dot", annotation_text=name)
+    fig.update_layout(title=f"{metric} over {x_key}", xaxis_title=x_key,
+                      yaxis_title=metric, height=420, **LAYOUT)
+    if x_key == "prompt_tokens":  # prompts span orders of magnitude
+        fig.update_xaxes(type="log")
+    return fig
+
+
+def gantt_traces(spans, *, legend: bool = True) -> list[go.Bar]:
+    """Bars of spans (name, kind, device, start_s, end_s), one trace per kind."""
+    out = []
+    for kind, color in KIND_COLORS.items():
+        mine = [s for s in spans if s[1] == kind]
+        if mine:
+            out.append(go.Bar(y=[s[2] for s in mine], x=[(s[4] - s[3]) * 1e3 for s in mine],
+                              base=[s[3] * 1e3 for s in mine], orientation="h", name=kind,
+                              marker_color=color, hovertext=[s[0] for s in mine],
+                              legendgroup=kind, showlegend=legend))
+    return out
+
+
+def gantt_figure(spans, title: str) -> go.Figure:
+    """Horizontal bars per device track: a few decoding steps of one run."""
+    fig = go.Figure(gantt_traces(spans))
+    tracks = sorted({s[2] for s in spans})
+    fig.update_layout(title=title, xaxis_title="time [ms]", barmode="overlay",
+                      yaxis=dict(categoryorder="array", categoryarray=tracks),
+                      height=max(260, 60 + 28 * len(tracks)), **LAYOUT)
+    return fig
+
+
+def acceptance_figure(best: dict[str, PointResult]) -> go.Figure:
+    fig = go.Figure()
+    for policy, r in best.items():
+        total = sum(r.accepted.values()) or 1
+        fig.add_bar(x=list(r.accepted), y=[n / total for n in r.accepted.values()],
+                    name=r.point.label)
+    fig.update_layout(title="Accepted draft tokens per verify (fraction of steps)",
+                      xaxis_title="accepted tokens", yaxis_title="fraction of steps",
+                      barmode="group", height=420, **LAYOUT)
+    return fig
+
+
+MEASURED_VIEWS = (("tokens_per_s", 1.0, "tokens/s"),
+                  ("step_latency_s", 1e3, "step latency [ms]"),
+                  ("ttft_s", 1e3, "time to first token [ms]"))
+
+
+def measured_scatter(replays) -> go.Figure:
+    """Predicted against measured tokens/s, step latency and, where every run
+    recorded it (runs measured before TTFT was recorded lack it), time to first
+    token; one point per run."""
+    views = [v for v in MEASURED_VIEWS if all(
+        isinstance(r.measured.get(v[0]), (int, float))
+        and isinstance(r.predicted.get(v[0]), (int, float)) for r in replays)]
+    fig = make_subplots(rows=1, cols=len(views), subplot_titles=[v[2] for v in views])
+    for col, (key, scale, _title) in enumerate(views, start=1):
+        xs = [r.measured[key] * scale for r in replays]
+        ys = [r.predicted[key] * scale for r in replays]
+        fig.add_scatter(x=xs, y=ys, mode="markers", text=[r.label for r in replays],
+                        marker=dict(size=10), name=key, row=1, col=col)
+        lo, hi = min(xs + ys) * 0.9, max(xs + ys) * 1.1
+        fig.add_scatter(x=[lo, hi], y=[lo, hi], mode="lines", line_dash="dot",
+                        name="predicted = measured", row=1, col=col)
+        fig.update_xaxes(title_text="measured", row=1, col=col)
+        fig.update_yaxes(title_text="simulated (replay)", row=1, col=col)
+    fig.update_layout(title="Simulated vs measured runs (each replayed with its own "
+                            "acceptance trace)", showlegend=False, height=440, **LAYOUT)
+    return fig
+
+
+def sim_vs_real_figure(replay, steps: int) -> go.Figure:
+    """The measured and the simulated timeline of one run, first steps, stacked."""
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
+                        subplot_titles=("measured", "simulated"))
+    for row, spans in ((1, replay.measured_spans), (2, replay.predicted_spans)):
+        for trace in gantt_traces(spans, legend=row == 1):
+            fig.add_trace(trace, row=row, col=1)
+    tracks = len({s[2] for s in replay.measured_spans} | {s[2] for s in
+                                                            replay.predicted_spans})
+    fig.update_xaxes(title_text="time [ms]", row=2, col=1)
+    fig.update_layout(title=f"{replay.label}: first {steps} steps, measured vs simulated",
+                      barmode="overlay", height=max(380, 120 + 56 * tracks), **LAYOUT)
+    return fig
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return html.escape(str(value))
+
+
+def _table(rows: list[list], header: list[str]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{_fmt(v)}</td>" for v in row) + "</tr>"
+                   for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+STYLE = """body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1200px;color:#222}
+h1{font-size:1.6em}h2{border-bottom:1px solid #ccc;padding-bottom:4px;margin-top:36px}
+table{border-collapse:collapse;margin:12px 0}td,th{border:1px solid #ddd;padding:4px 10px;
+text-align:right}th{background:#f4f4f4}td:first-child{text-align:left}
+.note{color:#8a4b00}.figure{margin:12px 0 28px}"""
+
+
+def render_html(title: str, intro: str, sections: list[Section]) -> str:
+    """One HTML document: plotly.js inlined once, then every section's figures."""
+    parts, n = [], 0
+    for sec in sections:
+        parts.append(f"<h2>{html.escape(sec.title)}</h2>")
+        parts += [f'<p class="note">{html.escape(note)}</p>' for note in sec.notes]
+        for caption, fig in sec.figures:
+            n += 1
+            div = fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"figure-{n}",
+                              config={"displaylogo": False, "responsive": True})
+            parts.append(f'<div class="figure" data-caption="{html.escape(caption)}">'
+                         f"{div}</div>")
+    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
+            f"<title>{html.escape(title)}</title><style>{STYLE}</style>"
+            f"<script type=\"text/javascript\">{get_plotlyjs()}</script></head>"
+            f"<body><h1>{html.escape(title)}</h1>{intro}{''.join(parts)}</body></html>\n")
+
+
+def write_report(path, text: str):
+    """Write the HTML atomically: a reader never sees half a report."""
+    return atomic_write_text(path, text)
+
+
+def _speed_section(results: list[PointResult]) -> Section:
+    best = best_per_policy(results)
+    sec = Section("Speed per policy")
+    if best:
+        sec.figures.append(("speedup and tokens/s per policy", summary_figure(best)))
+        sec.figures.append(("time to first token and per output token",
+                            latency_figure(best)))
+    for policy, reason in skipped_policies(results).items():
+        sec.notes.append(f"{policy}: skipped, it does not apply to this scenario ({reason})")
+    return sec
+
+
+def _law_inputs(results: list[PointResult], base: dict) -> tuple[int, float]:
+    """The gamma and alpha the law views use where the grid ran no such policy."""
+    sd = best_per_policy(results).get("sd")
+    default_gamma = entry("sd").params().gamma  # written once, in sd's parameter model
+    gamma = int(dict(sd.point.sets).get("gamma", default_gamma)) if sd else default_gamma
+    alpha = float(base.get("acceptance", {}).get("alpha", acceptance.IID().alpha))
+    return gamma, alpha
+
+
+def _measured_section(replays, steps: int) -> Section:
+    sec = Section("Simulation vs measured runs")
+    sec.figures.append(("predicted vs measured", measured_scatter(replays)))
+    seen = set()
+    for rep in replays:
+        if rep.policy not in seen:
+            seen.add(rep.policy)
+            sec.figures.append((f"sim vs real: {rep.label}", sim_vs_real_figure(rep, steps)))
+    return sec
+
+
+def build_sections(results: list[PointResult], base: dict, sweep_keys: list[str],
+                   replays=None, steps: int = 4) -> list[Section]:
+    """Every section of the comparison report, in reading order."""
+    from analyses.compare.lawviews import law_figures
+
+    best = best_per_policy(results)
+    sections = [_speed_section(results)]
+    sweep = Section("Sweep")
+    if sweep_keys and best:
+        for metric in ("tokens_per_s", "speedup_vs_ar"):
+            sweep.figures.append((f"sweep: {metric}", sweep_figure(results, sweep_keys,
+                                                                   metric)))
+        if "prompt_tokens" in sweep_keys:  # the prompt's length drives the first token
+            keys = ["prompt_tokens"] + [k for k in sweep_keys if k != "prompt_tokens"]
+            for metric in ("ttft_s", "tpot_s"):
+                sweep.figures.append((f"sweep: {metric}", sweep_figure(results, keys,
+                                                                       metric)))
+    else:
+        sweep.notes.append("No --sweep was given: one point per policy.")
+    sections.append(sweep)
+    gamma, alpha = _law_inputs(results, base)
+    figures, notes = law_figures(results, base, gamma, alpha)
+    sections.append(Section("Latency laws on this platform", figures, notes))
+    sections.append(Section("Per-device timelines", [
+        (f"timeline: {r.point.label}",
+         gantt_figure(r.spans, f"{r.point.label}: first {steps} steps"))
+        for r in best.values() if r.spans]))
+    if best:
+        sections.append(Section("Acceptance", [("acceptance histograms",
+                                                acceptance_figure(best))]))
+    if replays:
+        sections.append(_measured_section(replays, steps))
+    return sections
+
+
+def scenario_intro(results: list[PointResult], base: dict, sets: dict | None = None) -> str:
+    best = best_per_policy(results)
+    rows = [[p, r.point.label, r.metrics["tokens_per_s"], r.metrics["speedup_vs_ar"],
+             r.metrics["mean_tokens_per_step"], r.metrics["step_latency_s"] * 1e3,
+             _ms(r.metrics.get("ttft_s")), _ms(r.metrics.get("tpot_s"))]
+            for p, r in sorted(best.items(), key=lambda kv: -kv[1].metrics["tokens_per_s"])]
+    acc = ", ".join(f"{k}={v}" for k, v in base.get("acceptance", {}).items())
+    head = (f"<p>Platform <b>{html.escape(base['platform'])}</b>, target "
+            f"<b>{html.escape(base['target'])}</b>, draft "
+            f"<b>{html.escape(str(base.get('draft')))}</b>, acceptance {html.escape(acc)}, "
+            f"{base.get('tokens')} tokens per run, batch {base.get('batch', 1)}, seed "
+            f"{base.get('seed', 0)}; {len(results)} simulated points.</p>")
+    if sets:
+        head += ("<p>Settings for every policy that takes them: " + html.escape(", ".join(
+            f"{k}={v}" for k, v in sets.items())) + ".</p>")
+    return head + _table(rows, ["policy", "fastest setting", "tokens/s", "speedup vs AR",
+                                "tokens/step", "step latency [ms]", "TTFT [ms]",
+                                "per output token [ms]"])
+
+
+def fastest(results: list[PointResult]) -> PointResult | None:
+    best = best_per_policy(results)
+    return max(best.values(), key=lambda r: r.metrics["tokens_per_s"]) if best else None

@@ -1,0 +1,312 @@
+"""Grids of simulated runs: ``--sweep key=a..b`` expansion and parallel execution.
+
+A grid is every policy crossed with every combination of the swept values. A
+swept or fixed key that a policy does not take (``gamma`` for ``ar``) is dropped
+for that policy, which then runs once. Run options sweep like policy parameters
+and apply to every policy: ``prompt_tokens=128,1024,8192`` gives each point its
+prompt's prefill (``ttft_s``) and its decoding at that context. Points run in worker processes (or on a
+Ray cluster) and come back in the grid's order, so the same inputs always give
+the same report. A point whose policy does not apply to the scenario (a missing
+draft, a model that does not fit, no storage tier) comes back with its error
+message instead of metrics.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from analyses.run.config import RUN_KEYS, RunConfig, parse_value, split_sets
+from policies import entry
+from simcore import acceptance
+from policies.runs.metrics import add_speedup
+
+TIMELINE_STEPS = 4  # decoding steps of each point kept for the Gantt view
+
+
+@dataclass(frozen=True)
+class Point:
+    """One run of the grid: a policy and the KEY=VALUE settings it takes."""
+
+    policy: str
+    sets: tuple[tuple[str, Any], ...]
+
+    @property
+    def label(self) -> str:
+        inner = ", ".join(f"{k}={v}" for k, v in self.sets)
+        return f"{self.policy}({inner})" if inner else self.policy
+
+
+@dataclass
+class PointResult:
+    point: Point
+    metrics: dict | None = None
+    error: str | None = None
+    spans: list = field(default_factory=list)  # (name, kind, device, start_s, end_s)
+    accepted: dict[int, int] = field(default_factory=dict)  # accepted length -> steps
+
+
+def _number(text: str, spec: str):
+    value = parse_value(text)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise ValueError(f"--sweep {spec}: '{text}' is not a number; write e.g. "
+                         "gamma=2..6 or alpha=0.6..0.9:0.1")
+    if not math.isfinite(value):
+        raise ValueError(f"--sweep {spec}: '{text.strip()}' is not a finite number; write "
+                         "finite bounds, e.g. alpha=0.6..0.9:0.1")
+    return value
+
+
+def _finite_values(values: list, spec: str) -> list:
+    for value in values:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"--sweep {spec}: {value} is not a finite number; sweep "
+                             "finite values, e.g. gamma=2,4,8")
+    return values
+
+
+# Settings whose one value is a comma list (a tree's shape, per-rank acceptances):
+# --sweep tree=4,2,2,1 is that one tree; ';' separates the values swept.
+LIST_KEYS = ("tree", "rank_alphas")
+
+
+def parse_sweep(spec: str) -> tuple[str, list]:
+    """'gamma=2..6' -> ('gamma', [2..6]); 'alpha=0.6..0.9:0.1' steps by 0.1;
+    'gamma=2,4,8' lists values; 'gamma=5' is one value; 'tree=4,2,2,1;3,3'
+    lists comma-list values (a list key's comma list is one value)."""
+    key, sep, text = spec.partition("=")
+    key = key.strip()
+    if not sep or not key or not text.strip():
+        raise ValueError(f"--sweep expects KEY=RANGE, got '{spec}'; write e.g. "
+                         "--sweep gamma=2..6")
+    if ";" in text or key in LIST_KEYS:
+        values = [parse_value(part) for part in text.split(";") if part.strip()]
+        if not values:
+            raise ValueError(f"--sweep {spec} lists no value; write e.g. "
+                             "--sweep 'tree=4,2,2,1;3,3,1'")
+        if key in LIST_KEYS or any(isinstance(v, tuple) for v in values):
+            values = [v if isinstance(v, tuple) else (v,) for v in values]  # one kind
+            for value in values:
+                _finite_values(list(value), spec)
+        else:
+            _finite_values(values, spec)
+        return key, values
+    if ".." not in text:
+        value = parse_value(text)
+        return key, _finite_values(list(value) if isinstance(value, tuple) else [value], spec)
+    lo_text, _, rest = text.partition("..")
+    hi_text, _, step_text = rest.partition(":")
+    lo, hi = _number(lo_text, spec), _number(hi_text, spec)
+    step = _number(step_text, spec) if step_text else 1
+    if step <= 0:
+        raise ValueError(f"--sweep {spec}: the step must be > 0")
+    if hi < lo:
+        raise ValueError(f"--sweep {spec} is an empty range; put the lower bound first, "
+                         f"e.g. {key}={hi}..{lo}")
+    count = int((hi - lo) / step + 1e-9) + 1
+    if count > 10000:
+        raise ValueError(f"--sweep {spec} has {count} values; use a coarser step")
+    if all(isinstance(v, int) for v in (lo, hi, step)):
+        return key, [lo + i * step for i in range(count)]
+    return key, [round(lo + i * step, 10) for i in range(count)]
+
+
+def _accepts(policy: str, key: str) -> bool:
+    return (key in entry(policy).params.model_fields or key in acceptance.KEYS
+            or key in RUN_KEYS)
+
+
+def expand_grid(policies: list[str], sweeps: list[tuple[str, list]],
+                sets: dict[str, Any] | None = None) -> list[Point]:
+    """Every policy crossed with the swept values it takes; deterministic order."""
+    sets = dict(sets or {})
+    keys = [k for k, _ in sweeps] + list(sets)
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise ValueError(f"'{twice[0]}' is given twice across --sweep and --set; keep one")
+    for key in keys:
+        if not any(_accepts(p, key) for p in policies):
+            raise ValueError(f"no chosen policy takes '{key}'; drop it or add a policy "
+                             "that has this parameter")
+    points: list[Point] = []
+    for policy in policies:
+        fixed = tuple((k, v) for k, v in sets.items() if _accepts(policy, k))
+        mine = [(k, vals) for k, vals in sweeps if _accepts(policy, k)]
+        for combo in itertools.product(*[vals for _, vals in mine]):
+            point = Point(policy, tuple(zip([k for k, _ in mine], combo)) + fixed)
+            if point not in points:
+                points.append(point)
+    return points
+
+
+def point_config(point: Point, base: dict) -> RunConfig:
+    """The RunConfig of one point; ``base`` holds platform, models, tokens, ..."""
+    params, acc, run = split_sets(point.policy, dict(point.sets))
+    fields = {**base, "policy": point.policy, "params": params, "acceptance": acc, **run}
+    if "acceptance" in base and not any(k in acceptance.KEYS for k, _ in point.sets):
+        fields["acceptance"] = base["acceptance"]
+    if point.policy == "ar":
+        fields["draft"] = None
+    return RunConfig(**fields)
+
+
+def _why_invalid(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        named = f"field '{where}': " if where else ""  # a check across fields
+        return named + first["msg"].removeprefix("Value error, ")
+    return str(exc).splitlines()[0]
+
+
+def check_points(points: list[Point], base: dict) -> list[RunConfig]:
+    """The points' configs, each validated once here. Refuse the grid when a point's
+    own values are invalid (alpha beyond 1, a NaN gamma): that is a mistake in
+    --sweep/--set, not a policy that does not apply, so it is one error before any
+    run rather than a skipped point in the report."""
+    from analyses.run.api import check_expert_parallel
+    from policies import PolicyError
+
+    try:
+        RunConfig(**base)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        option = "--" + "-".join(str(p) for p in first["loc"][:1]).replace("_", "-")
+        raise ValueError(f"{option}: {first['msg'].removeprefix('Value error, ')}") from None
+    configs = []
+    for point in points:
+        try:
+            config = point_config(point, base)  # validates its params and acceptance
+            # the scenario's models (an ar point drops the draft): a setting they
+            # cannot take is refused for the grid, not skipped as not applying
+            check_expert_parallel(config.model_copy(update={"draft": base.get("draft")}))
+        except (ValidationError, PolicyError, ValueError) as exc:
+            raise ValueError(f"{point.label} is not a valid setting ({_why_invalid(exc)}); "
+                             "fix the --sweep or --set value") from None
+        configs.append(config)
+    return configs
+
+
+def _recording_outcomes():
+    from simcore import Outcomes
+
+    class Recording(Outcomes):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.accepted: dict[int, int] = {}
+
+        def verify(self, op):
+            verdict = super().verify(op)
+            for k in verdict.accepted:
+                key = int(round(k))
+                self.accepted[key] = self.accepted.get(key, 0) + 1
+            return verdict
+
+    return Recording
+
+
+def run_point(point: Point, config: RunConfig, timeline_steps: int = TIMELINE_STEPS,
+              ar_tokens_per_s: float | str | None = None) -> PointResult:
+    """Simulate one point, ``config`` its validated configuration (``check_points``);
+    user errors become ``error``. ``ar_tokens_per_s`` is its
+    baseline's tokens/s (or the baseline's error message) when the grid ran the
+    baselines already; without it the baseline is simulated here."""
+    from analyses.run.api import baseline_tokens_per_s, metrics_of, run_schedule
+
+    holder = {}
+
+    def factory(acc, **kwargs):
+        holder["outcomes"] = _recording_outcomes()(acc, **kwargs)
+        return holder["outcomes"]
+
+    try:
+        result = run_schedule(config, outcomes_factory=factory)
+        metrics = metrics_of(config, result)
+        if ar_tokens_per_s is None:
+            ar_tokens_per_s = baseline_tokens_per_s(config)
+        if isinstance(ar_tokens_per_s, str):
+            raise ValueError(ar_tokens_per_s)
+        # every point gets its baseline's tokens/s, the AR point its own rerun
+        add_speedup(metrics, ar_tokens_per_s)
+    except ValueError as exc:  # PolicyError, CostError, ProfileError, ValidationError
+        return PointResult(point, error=_why_invalid(exc))
+    horizon_s = timeline_steps * metrics["step_latency_s"]
+    spans = [tuple(s[:5]) for s in result.spans if s.start_s < horizon_s]
+    return PointResult(point, metrics, None, spans, dict(sorted(
+        holder["outcomes"].accepted.items())))
+
+
+def _run_packed(args) -> PointResult:
+    return run_point(*args)
+
+
+def _baseline_key(config: RunConfig) -> str:
+    from analyses.run.api import baseline_config
+
+    return baseline_config(config).model_dump_json()
+
+
+def _baseline_packed(key: str) -> float | str:
+    """Tokens/s of one baseline configuration, or its error's first line."""
+    from analyses.run.api import run_schedule
+
+    try:
+        result = run_schedule(RunConfig.model_validate_json(key), record_spans=False)
+    except ValueError as exc:
+        return _why_invalid(exc)
+    return result.tokens / result.time_s
+
+
+def _tasks(points: list[Point], configs: list[RunConfig], mapper) -> list[tuple]:
+    """Each point's arguments, its config and its baseline's tokens/s among them:
+    the distinct baselines of the grid (many points share one AR run) are
+    simulated once, through ``mapper`` (the pool's map), before the points."""
+    keys = [_baseline_key(c) for c in configs]
+    unique = sorted(set(keys))
+    rates = dict(zip(unique, mapper(_baseline_packed, unique)))
+    return [(p, c, TIMELINE_STEPS, rates[k]) for p, c, k in zip(points, configs, keys)]
+
+
+def _progress(total: int, quiet: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="simulating", unit="run", file=sys.stderr,
+                disable=quiet or total <= 1, leave=False)
+
+
+def run_grid(points: list[Point], base: dict, *, jobs: int | None = None,
+             backend: str = "local", quiet: bool = False) -> list[PointResult]:
+    """Run every point; results in the points' order whatever finishes first.
+    Invalid values are refused before any point runs (``check_points``)."""
+    configs = check_points(points, base)
+    if backend == "ray":
+        from analyses.compare.sweep_ray import run_grid_ray
+
+        return run_grid_ray(points, configs, quiet=quiet)
+    if backend != "local":
+        raise ValueError(f"unknown --backend '{backend}'; choose local or ray")
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(points)))
+    if jobs == 1:
+        return _run_all(_tasks(points, configs, map), map, quiet)
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        def mapper(fn, items):
+            return pool.imap(fn, items, chunksize=1)
+
+        return _run_all(_tasks(points, configs, mapper), mapper, quiet)
+
+
+def _run_all(tasks: list[tuple], mapper, quiet: bool) -> list[PointResult]:
+    out = []
+    with _progress(len(tasks), quiet) as bar:
+        for res in mapper(_run_packed, tasks):
+            out.append(res)
+            bar.update()
+    return out

@@ -1,0 +1,210 @@
+"""The Python API under the CLI: load profiles, build policies, simulate.
+
+Everything ``hetspec`` does on the command line is a call here, usable as is
+from a notebook::
+
+    from analyses.run.api import RunConfig, simulate
+    out = simulate(RunConfig(platform="h100-sxm-5x", target="llama-3.1-70b",
+                             draft="llama-3.2-1b", policy="sd",
+                             params={"gamma": 5}, acceptance={"kind": "iid", "alpha": 0.8}))
+    out.metrics["speedup_vs_ar"]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from analyses.run.config import RunConfig, SimConfig  # noqa: F401 (SimConfig: the API's old name)
+from analyses.run.memory import Run, check_fit  # noqa: F401  (check_fit: part of the API)
+from hwprofiles import ModelSpec, Platform, load_model, load_platform
+from hwprofiles.placement import check_overrides, resolve
+from policies import PolicyContext, build, build_prefill, entry, outcome_models
+from policies.runs.metrics import add_speedup, baseline_of, run_metrics
+from policies.runs.records import write_record
+from policies.runs.spans import write_chrome_trace
+from simcore import Outcomes, SimResult, Simulator, acceptance
+
+
+@dataclass
+class Simulation:
+    """A finished simulated run: its config, metrics and raw engine result."""
+
+    config: RunConfig
+    metrics: dict
+    result: SimResult
+
+
+def run_models(config: RunConfig) -> dict[str, ModelSpec]:
+    """The run's models at its precision and expert sharding (config.run_model:
+    expert_parallel shards the mixture-of-experts models among them)."""
+    models = {"target": config.run_model(load_model(config.target))}
+    if config.draft:
+        models["draft"] = config.run_model(load_model(config.draft))
+    return models
+
+
+def check_expert_parallel(config: RunConfig) -> None:
+    """expert_parallel=on is a mistake when the scenario (its target and draft) has
+    no mixture of experts. Judged on what the user asked for, not per run: an AR
+    baseline or an ``ar`` point drops a mixture-of-experts draft, and runs."""
+    if config.expert_parallel and not any(
+            load_model(name).is_moe for name in (config.target, config.draft) if name):
+        raise ValueError("expert_parallel=on needs a mixture-of-experts target or draft "
+                         "(a model with n_experts, e.g. qwen3-30b-a3b); drop the setting")
+
+
+def run_schedule(config: RunConfig, *, record_spans: bool = True,
+                 outcomes_factory=Outcomes, rewrite=None,
+                 prefill: bool = True,
+                 platform: Platform | None = None) -> SimResult:
+    """Simulate one configuration and return the engine's raw result.
+
+    ``outcomes_factory(acceptance_model, seed=, deterministic=, models=)`` builds
+    the outcome source, ``models`` the schedule's outcome models
+    (``policies.modelled``); pass an Outcomes subclass to observe or replay
+    outcomes.
+    ``rewrite(schedule) -> schedule`` wraps the policy's generator (a replay
+    gives Forwards the work a measured run did for them).
+
+    With ``prefill`` the schedule's prologue (the prompt's prefill) runs first,
+    in a simulation of its own on idle hardware, and its time is the result's
+    ``prefill_s``: decoding then starts at time 0 from the same state as without
+    it, so every decode metric is the same with or without the prefill.
+
+    ``platform``, when given, is simulated instead of loading ``config.platform``
+    (a calibration tries candidate profiles in memory)."""
+    platform = platform if platform is not None else load_platform(config.platform)
+    models = run_models(config)
+    pol = entry(config.policy)
+    params = config.params
+    check_overrides(platform, config.placement)
+    placement = resolve(platform, config.placement)
+    # the KV cache holds the context the run models: with fixed_context every step
+    # sees prompt_tokens, otherwise the cache grows by the generated tokens
+    grown = 0 if config.fixed_context else config.tokens
+    if config.memory_check:
+        check_fit(platform, models, placement,
+                  Run(config.policy, params, config.prompt_tokens, grown, config.batch,
+                      pol.streams_weights, config.prefill_chunk))
+    # a copy per run: a trace's replay cursor starts at its first step every run
+    acc = config.acceptance.model_copy()
+    ctx = PolicyContext(target=models["target"], draft=models.get("draft"),
+                        tokens=config.tokens, batch=config.batch,
+                        prompt_tokens=config.prompt_tokens,
+                        fixed_context=config.fixed_context,
+                        expected_outcomes=config.deterministic,
+                        prefill_chunk=config.prefill_chunk, acceptance=acc)
+    schedule = build(config.policy, ctx, params)
+    if rewrite is not None:
+        schedule = rewrite(schedule)
+    outcomes = outcomes_factory(acc, seed=config.seed, deterministic=config.deterministic,
+                                models=outcome_models(config.policy, ctx, params))
+
+    def simulator():  # a fresh engine; the prologue asks the outcome source nothing
+        return Simulator(platform, models, outcomes, placement=config.placement,
+                         contention=config.contention, record_spans=record_spans)
+
+    before = simulator().run(build_prefill(config.policy, ctx, params)) if prefill else None
+    result = simulator().run(schedule)
+    if before is not None:
+        result.prefill_s, result.prefill_spans = before.time_s, before.spans
+        result.stats = {**before.stats, **result.stats}
+    return result
+
+
+def metrics_of(config: RunConfig, result: SimResult) -> dict:
+    steps = result.stats.get("steps", result.steps) or 1
+    out = run_metrics(config, tokens=result.tokens, time_s=result.time_s, steps=steps,
+                      rows_per_step=config.batch)
+    out.update(latency_metrics(config, result))
+    for key, value in result.stats.items():
+        out.setdefault(key, value)
+    for event, rate in sorted(result.outcome_rates.items()):
+        out.setdefault(f"{event}_rate", rate)
+    timeline = entry(config.policy).timeline
+    if timeline is not None and result.spans:
+        for key, value in timeline(result.spans).items():
+            out.setdefault(key, value)
+    return out
+
+
+def latency_metrics(config: RunConfig, result: SimResult) -> dict:
+    """A request's view: ``ttft_s``, the prefill plus the decoding up to the first
+    committed token; ``tpot_s``, decoding time per generated token of a sequence
+    (batch / tokens_per_s, the prefill excluded)."""
+    first = result.first_token_s
+    return {"prompt_tokens": config.prompt_tokens, "prefill_s": result.prefill_s,
+            "ttft_s": None if first is None else result.prefill_s + first,
+            "tpot_s": result.time_s * config.batch / result.tokens if result.tokens
+            else None}
+
+
+def timeline_spans(result: SimResult) -> list:
+    """The run's spans on one timeline: the prefill from 0, then the decoding
+    shifted by the prefill's time."""
+    shift = result.prefill_s
+    if not shift:
+        return list(result.prefill_spans) + list(result.spans)
+    return list(result.prefill_spans) + [s._replace(start_s=s.start_s + shift,
+                                                    end_s=s.end_s + shift)
+                                         for s in result.spans]
+
+
+def baseline_config(config: RunConfig) -> RunConfig:
+    """The autoregressive run a configuration's speedup is measured against (the
+    configuration itself when it is its own baseline)."""
+    name, base_params = (baseline_of(config.policy, config.params)
+                         or (config.policy, config.given("params")))
+    return config.revised(policy=name, params=base_params, draft=None,
+                          placement={k: v for k, v in config.placement.items()
+                                     if k != "draft"})
+
+
+def baseline_tokens_per_s(config: RunConfig) -> float:
+    """Tokens/s of the configuration's baseline, simulated without spans."""
+    base = run_schedule(baseline_config(config), record_spans=False)
+    return base.tokens / base.time_s
+
+
+def simulate(config: RunConfig, *, trace_path: str | Path | None = None,
+             record_path: str | Path | None = None, baseline: bool = True) -> Simulation:
+    """Simulate a configuration; with ``baseline`` also its AR baseline for
+    ``speedup_vs_ar``. Writes a Chrome trace and a run record when paths are given."""
+    check_expert_parallel(config)
+    result = run_schedule(config)
+    metrics = metrics_of(config, result)
+    if baseline:
+        own = baseline_of(config.policy, config.params) is None
+        add_speedup(metrics, None if own else baseline_tokens_per_s(config), own_baseline=own)
+    if trace_path is not None:
+        write_chrome_trace(trace_path, timeline_spans(result),
+                           process=f"simulated {config.policy}",
+                           metadata=config.model_dump(mode="json"))
+        metrics["trace"] = str(trace_path)
+    if record_path is not None:
+        write_record(record_path, kind="simulated", inputs=config.model_dump(mode="json"),
+                     metrics=metrics, trace=str(trace_path) if trace_path else None)
+        metrics["run_record"] = str(record_path)
+    return Simulation(config, metrics, result)
+
+
+def law(name: str, **params) -> dict:
+    """Evaluate a closed-form law by name (see analyses.laws.forms.LAWS)."""
+    from analyses.laws.forms import LAWS
+
+    if name not in LAWS:
+        raise ValueError(f"unknown law '{name}'; choose one of {', '.join(LAWS)}")
+    import inspect
+
+    accepted = inspect.signature(LAWS[name]).parameters
+    for key in params:
+        if key not in accepted:
+            raise ValueError(f"law '{name}' has no parameter '{key}'; its parameters are "
+                             f"{', '.join(accepted)}")
+    missing = [k for k, p in accepted.items()
+               if p.default is inspect.Parameter.empty and k not in params]
+    if missing:
+        raise ValueError(f"law '{name}' needs {', '.join(missing)}; pass each with "
+                         f"--set {missing[0]}=VALUE")
+    return LAWS[name](**params)

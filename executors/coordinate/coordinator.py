@@ -1,0 +1,411 @@
+"""The executor's interpretation of each operation: the second runtime.
+
+``Coordinator`` turns a schedule's operations into device commands. It owns
+the bookkeeping (``executors.coordinate.book``): which tokens each Forward feeds, what
+the draft proposed, what a Verify commits, which speculation a hit selects.
+Devices only compute. Each reply becomes a measured span; each Verify and
+Outcome a line of the acceptance trace.
+
+Everything it needs to know of a schedule's layout comes from the operations'
+own fields (``policies.ops``): a Forward's ``branch`` and ``tree`` (``Roots``
+and ``Fanout``: ``executors.coordinate.trees``; ``Children``: ``executors.coordinate.tokentree``),
+``corrections`` (``executors.coordinate.branches``), ``top_k`` and ``alternatives``; an
+Outcome's ``observes``, looked up by its type in ``observers``. One timing
+choice is the executor's own: the install of a hit's speculation waits while
+the tree's own Forwards still grow it (a hit seen after the first
+pre-speculation step takes the tokens of all K).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from executors.coordinate import branches, tokentree
+from executors.coordinate.book import CacheBook, Proposal, Sequences
+from executors.backend.device import SleepCmd, VerifyCmd
+from executors.coordinate.feeds import HandleInfo, hidden_command, hidden_inputs, token_command
+from executors.coordinate.loop import Loop, Pending
+from executors.backend.streaming import StreamCmd
+from executors.backend.tensor import AllReduceCmd, members_of
+from policies.ops import (AllReduce, Delay, Fanout, Forward, Outcome, Roots, StreamWeights,
+                          Transfer, Verdict, Verify)
+
+
+@dataclass(frozen=True)
+class Handle:
+    """What a Forward returns to the schedule: an opaque reference."""
+
+    id: int
+
+
+@dataclass
+class Placement:
+    """Role -> client name (physical device) and role -> platform device name."""
+
+    clients: dict[str, str]
+    tracks: dict[str, str]
+    storage: dict[str, str] = field(default_factory=dict)  # role -> its storage tier
+
+    def client(self, role: str) -> str:
+        try:
+            return self.clients[role]
+        except KeyError:
+            raise ValueError(f"the schedule uses device '{role}', which the placement does "
+                             f"not map; add --placement {role}=DEVICE") from None
+
+
+@dataclass
+class Wait:
+    """An observer needs the replies ``client`` owes before it can decide."""
+
+    client: str
+
+
+class Coordinator:
+    def __init__(self, clients: dict, placement: Placement, seqs: Sequences,
+                 n_layers: dict[str, int], *, temperature: float = 0.0, t0: float = 0.0,
+                 observers: dict | None = None, adapters: tuple[int, ...] = ()):
+        self.clients, self.place, self.seqs = clients, placement, seqs
+        self.n_layers = n_layers
+        self.temperature = temperature
+        self.t0 = t0
+        self.adapters = tuple(adapters)  # layers after which the draft artifact has an exit
+        self.books: dict[tuple[str, str, int], CacheBook] = {}
+        self.handles: dict[int, HandleInfo] = {}
+        self.spans: list[dict] = []
+        self.acceptance: list[dict] = []
+        self.observers = observers or {}
+        self.steps = 0
+        self.install: tuple | None = None  # (branch, per row: the hit's speculation)
+        self.latest_tree = None
+        self.candidates: list = []  # per row: the speculation its last Outcome found
+        self.last_topk: HandleInfo | None = None  # early-exit candidates since the Verify
+        self.verifier = None  # (HandleInfo, top-k per position): candidates for corrections
+        self.cycle: branches.Cycle | None = None  # correction branches awaiting the Verify
+        self._next_handle = 0
+        self.handlers = {Forward: self.forward, Verify: self.verify, Delay: self.delay,
+                         Transfer: self.transfer, Outcome: self.outcome,
+                         AllReduce: self.allreduce, StreamWeights: self.stream}
+
+    def run(self, schedule):
+        self.loop = Loop(self.clients, self.handlers)
+        return self.loop.run(schedule)
+
+    def drain(self) -> None:
+        """Let work the schedule never joined finish (after the clock stopped)."""
+        self.loop.drain()
+
+    def book(self, client: str, model: str, width: int = 1) -> CacheBook:
+        key = (client, model, width)
+        if key not in self.books:
+            self.books[key] = CacheBook(self.n_layers[model], self.seqs.batch * width)
+        return self.books[key]
+
+    def new_handle(self) -> int:
+        self._next_handle += 1
+        return self._next_handle
+
+    # spans ---------------------------------------------------------------------
+    def span(self, op, role: str, client: str, reply, kind: str, **extra) -> None:
+        fields = {"type": type(op).__name__}
+        for name in op.__slots__:
+            value = getattr(op, name)
+            if isinstance(value, (int, float, str, bool, type(None))):
+                fields[name] = value
+            elif isinstance(value, tuple) and all(isinstance(v, (int, float)) for v in value):
+                fields[name] = list(value)
+        fields.update(extra)
+        self.spans.append({"op": fields, "device": self.place.tracks.get(role, role),
+                           "physical": client, "kind": kind,
+                           "name": getattr(op, "label", "") or fields["type"],
+                           "start_s": reply[1] - self.t0, "end_s": reply[2] - self.t0})
+
+    def collective_spans(self, role: str, client: str, result, name: str,
+                         inside: str | None = None) -> None:
+        """The lead member's timed all-reduces, one span each (an AllReduce of count
+        1 in the role's group; ``inside``: the operation whose span contains it)."""
+        group = self.place.tracks.get(role, role)
+        for start, end, nbytes in (result or {}).get("collectives", ()):
+            op = {"type": "AllReduce", "group": group, "nbytes": nbytes, "count": 1,
+                  "label": name, **({"inside": inside} if inside else {})}
+            self.spans.append({"op": op, "device": group, "physical": client,
+                               "kind": "collective", "name": name,
+                               "start_s": start - self.t0, "end_s": end - self.t0})
+
+    # Forward -------------------------------------------------------------------
+    def forward(self, op: Forward) -> Pending:
+        if op.head == "exit_layer" and op.layers[1] not in self.adapters:
+            trained = ", ".join(map(str, self.adapters)) or "none"
+            raise ValueError(f"'{op.label}' needs a trained adapter after layer "
+                             f"{op.layers[1]}, but the draft artifact has adapters at: "
+                             f"{trained}; choose that exit layer, use the norm head "
+                             "(exit_head=norm / adapter=norm), or train it with 'hetspec "
+                             "train-draft --adapters'")
+        wide = op.emit == "sample" and isinstance(op.tree, (Roots, Fanout))
+        if not self._grows_tree(op, wide):  # a growing tree's rows may be what a hit took
+            self._materialise()
+        client = self.place.client(op.device)
+        width = self._width(op)
+        handle = self.new_handle()
+        infos = hidden_inputs(op, self.handles)
+        extra = {"temperature": self.temperature, "width": width,
+                 "steps": op.n_tokens if op.emit == "sample" else 1,
+                 "top": op.alternatives}
+        book = self.book(client, op.model, width)
+        cmds = []
+        if infos is not None:
+            for info in infos:
+                cmds += self.move(info, client)
+            cmd, fed = hidden_command(op, handle, book, infos, self._lens(width), **extra)
+        elif tokentree.expands(self, op):
+            cmd, fed = tokentree.expand_command(self, op, handle, client, **extra)
+        else:
+            seqs, extra["pick"] = self._sequences(op, width, wide, client)
+            extras = branches.take(self, op, width, wide) or tokentree.scoring(self, op)
+            cmd, fed = token_command(op, handle, book, seqs, self._lens(width, wide), extras,
+                                     **extra)
+        branches.note_pass(self, client, op.model, width, op.layers, fed)
+        tokentree.note_pass(self, op, client, width, fed)
+        info = HandleInfo(handle, client, op.device, op.model, width, op.layers,
+                          at={client}, head=op.head, emit=op.emit, branch=op.branch,
+                          wide=wide, **fed)
+        self.handles[handle] = info
+
+        def finish(replies):
+            reply = replies[-1]
+            self.span(op, op.device, client, reply, "compute", n_fed=max(cmd.n_fed),
+                      context_measured=max(cmd.start), rows=len(cmd.start))
+            self.collective_spans(op.device, client, reply[0], f"{op.label or 'forward'} "
+                                  "all-reduce", inside="Forward")
+            self._emitted(op, info, book, reply[0])
+            return Handle(handle)
+
+        return Pending(cmds + [(client, cmd)], finish)
+
+    def _grows_tree(self, op: Forward, wide: bool) -> bool:
+        """Whether ``op`` extends the speculation tree its inputs Forward grew."""
+        prior = self.handles.get(op.inputs.id) if isinstance(op.inputs, Handle) else None
+        return wide and prior is not None and prior.wide and prior.branch == op.branch
+
+    def _width(self, op: Forward) -> int:
+        if op.batch % self.seqs.batch:
+            raise ValueError(f"Forward '{op.label}' has batch {op.batch}, not a multiple of "
+                             f"the run's {self.seqs.batch} sequences")
+        return op.batch // self.seqs.batch
+
+    def _lens(self, width: int, wide: bool = False) -> list[int | None]:
+        if wide or width != 1:
+            return [None] * (self.seqs.batch * width)
+        return [len(c) for c in self.seqs.committed]
+
+    def _sequences(self, op: Forward, width: int, wide: bool, client: str):
+        """(sequence per row, per-row pick of a ranked token or None)."""
+        seqs = self.seqs
+        if not wide:
+            if width != 1:
+                raise ValueError(f"Forward '{op.label}' runs {op.batch} rows but only a "
+                                 "sampling Forward with a tree layout may widen the batch")
+            return [tuple(seqs.seq(r, op.branch)) for r in range(seqs.batch)], None
+        pick = None
+        prior = self.handles.get(op.inputs.id) if op.inputs is not None else None
+        if not self._grows_tree(op, wide):
+            from executors.coordinate.trees import start_tree
+
+            tree, pick = start_tree(self, op, width, prior, client)
+            seqs.wide[op.branch] = tree
+        tree = seqs.wide[op.branch]
+        return [tuple(tree.seq(j)) for j in range(seqs.batch * width)], pick
+
+    def _emitted(self, op: Forward, info: HandleInfo, book: CacheBook, result: dict) -> None:
+        if op.emit == "topk":
+            info.topk = result["topk"]
+            if tokentree.emitted(self, op, result):
+                return
+            branches.note_verifier(self, op, info, result)
+            if not info.wide and info.width == 1:
+                self.last_topk = info
+        if op.emit != "sample":
+            return
+        if info.wide:
+            tree = self.seqs.wide[op.branch]
+            prop, tree.ready = tree.proposal, True
+        else:
+            prop = self.seqs.proposal(op.branch)
+        for r, toks in enumerate(result["tokens"]):
+            if not info.wide and self._moved_on(info.seqs[r], r, op.branch):
+                continue  # a Verify changed the row while this draft was in flight
+            for tok, prob, top in zip(toks, result["probs"][r], result["top"][r]):
+                prop.append(r, tok, prob, top)
+            if len(toks) > 1:  # the extra passes fed all but the last emitted token
+                seq = info.seqs[r] + tuple(toks[:-1])
+                book.wrote(op.layers, r, seq, len(seq))
+
+    def _moved_on(self, fed: tuple, row: int, branch: int) -> bool:
+        """Whether ``row``'s sequence is no longer ``fed``, the one a draft was
+        computed from: a Verify that landed first rejected a token of it, or
+        committed its own token after it (PPSD verifies the token ahead while the
+        exit head drafts). The draft's tokens follow a sequence that is gone."""
+        return tuple(self.seqs.seq(row, branch)) != tuple(fed)
+
+    def move(self, info: HandleInfo, dst: str) -> list:
+        """Commands that bring a handle's hidden states to ``dst`` (real sends): to
+        each of a group's members that lacks them, from a source group's lead."""
+        if dst in info.at:
+            return []
+        src = next(iter(info.at))
+        held = {m for at in info.at for m in members_of(at)}
+        info.at.add(dst)
+        lead = members_of(src)[0]
+        return [cmd for m in members_of(dst) if m not in held
+                for cmd in self.clients[m].fetch_commands(self.clients[lead], lead, info.id)]
+
+    def _materialise(self) -> None:
+        """Make the speculation a hit selected the narrow proposal of its branch."""
+        if self.install is None:
+            return
+        branch, rows = self.install
+        prop = Proposal.empty(self.seqs.batch)
+        for r, found in enumerate(rows):
+            if found is None:  # this row has no proposal: an AR step for it
+                continue
+            tree, j, offset = found
+            src = tree.proposal
+            prop.tokens[r] = src.tokens[j][offset:]
+            prop.probs[r] = src.probs[j][offset:]
+            prop.top[r] = src.top[j][offset:]
+        self.seqs.proposals[branch] = prop
+        self.install = None
+
+    # Verify --------------------------------------------------------------------
+    def verify(self, op: Verify) -> Pending:
+        self._materialise()
+        info = self.handles[op.target.id]
+        tree = self.seqs.trees.get(op.branch)
+        if tree is not None and tree.scored is not None:
+            return tokentree.verify(self, op, info)
+        prop = self.seqs.proposal(op.branch)
+        gamma = [len(t) if op.bonus else min(op.gamma, len(t)) for t in prop.tokens]
+        if op.row_gamma is not None:  # rows verify proposals of their own lengths
+            gamma = [min(g, rg) for g, rg in zip(gamma, op.row_gamma)]
+        offsets = [len(c) - 1 - s for c, s in zip(self.seqs.committed, info.logit_start)]
+        cmd = VerifyCmd(op.target.id, [t[:g] for t, g in zip(prop.tokens, gamma)],
+                        [p[:g] for p, g in zip(prop.probs, gamma)]
+                        if self.temperature > 0 else None,
+                        self.temperature, offsets, op.bonus, branches.for_verify(self, info))
+
+        def finish(replies):
+            result, _, _ = reply = replies[0]
+            self.span(op, info.role, info.client, reply, "compute")
+            verdict = self._commit(op, result, prop, gamma)
+            moves = branches.compaction(self, result.get("via") or [None] * len(gamma))
+            return Pending(moves, lambda _r: verdict) if moves else verdict
+
+        return Pending([(info.client, cmd)], finish)
+
+    def _commit(self, op: Verify, result: dict, prop: Proposal, gamma: list[int]) -> Verdict:
+        seqs, ranks, committed, taken = self.seqs, [], [], []
+        via = result.get("via") or [None] * len(result["accepted"])
+        for r, (k, tok) in enumerate(zip(result["accepted"], result["bonus"])):
+            branch = [] if via[r] is None else [via[r]]  # a correction the target chose
+            new = prop.tokens[r][:k] + branch + ([tok] if tok is not None else [])
+            seqs.committed[r].extend(new)
+            committed.append(len(new))
+            taken.append(k + len(branch))
+            top = prop.top[r][k] if k < len(prop.top[r]) and not branch else None
+            ranks.append(top.index(tok) if top and tok in top else None)
+        matched = all(k == g for k, g in zip(result["accepted"], gamma))
+        if op.bonus or not matched:
+            seqs.proposals = {}
+        else:  # pipelined verification: every row matched, the tokens behind fly on
+            for r, g in enumerate(gamma):
+                prop.drop_front(r, g)
+            seqs.proposals = {op.branch: prop}
+        self.steps += 1
+        line = {"accepted": taken, "gamma": op.gamma, "proposed": gamma,
+                "committed": committed, "bonus_rank": ranks, "margin": result["margin"],
+                "branch": op.branch}
+        if self.cycle is not None:  # correction branches rode along: which rows took one
+            line["correction"] = [v is not None for v in via]
+        if self.last_topk is not None:  # this step's early exit named candidates
+            line["topk_hit"] = [k == g and tok in top for k, g, tok, top in zip(
+                result["accepted"], gamma, result["bonus"], self.last_topk.topk)]
+            self.last_topk = None
+        self.acceptance.append(line)
+        return Verdict(tuple(taken), None if op.bonus else tuple(committed))
+
+    # the rest --------------------------------------------------------------------
+    def delay(self, op: Delay) -> Pending:
+        if op.device is None:
+            start = time.perf_counter()
+            time.sleep(op.seconds)
+            reply = (None, start, time.perf_counter())
+            return Pending([], lambda _r: self.span(op, "host", "host", reply, "delay"))
+        client = self.place.client(op.device)
+        return Pending([(client, SleepCmd(op.seconds))],
+                       lambda r: self.span(op, op.device, client, r[0], "delay"))
+
+    def outcome(self, op: Outcome) -> Pending:
+        observe = self.observers.get(type(op.observes))
+        if observe is None:
+            known = ", ".join(sorted(kind.__name__ for kind in self.observers)) or "none"
+            raise ValueError(f"the executor cannot observe event '{op.event}' (Outcome."
+                             f"observes={type(op.observes).__name__}); it observes {known}")
+
+        def decide(_replies=None):
+            rows = observe(self, op)
+            if isinstance(rows, Wait):  # the draft still owes the replies that decide
+                return Pending([(rows.client, SleepCmd(0.0))], decide)
+            rows = tuple(bool(h) for h in rows)
+            self.acceptance.append({"event": op.event, "held": list(rows)})
+            taken = rows if op.per_row else (all(rows),) * len(rows)
+            if any(taken):  # the rows that take their hit get its speculation next
+                self.install = (op.observes.into, [c if t else None
+                                                   for c, t in zip(self.candidates, taken)])
+            return rows if op.per_row else all(rows)
+
+        return Pending([], decide)
+
+    def transfer(self, op: Transfer) -> Pending:
+        src, dst = self.place.client(op.src), self.place.client(op.dst)
+        info = self.handles.get(op.payload.id) if isinstance(op.payload, Handle) else None
+        if info is not None and info.head is None:
+            cmds = self.move(info, dst)  # activations: the hidden states themselves
+        elif src == dst or set(members_of(src)) & set(members_of(dst)):
+            cmds = []  # a group shares the message with a member it includes
+        else:
+            lead_src, lead_dst = members_of(src)[0], members_of(dst)[0]
+            cmds = self.clients[lead_dst].message_commands(self.clients[lead_src], lead_src,
+                                                           op.nbytes)
+
+        def finish(replies):
+            if replies:
+                hull = (None, min(r[1] for r in replies), max(r[2] for r in replies))
+                self.span(op, op.src, f"{src}->{dst}", hull, "transfer")
+            return op.payload
+
+        return Pending(cmds, finish)
+
+    def allreduce(self, op: AllReduce) -> Pending:
+        """``count`` real all-reduces of ``op.nbytes`` in the group's process group."""
+        client = self.place.client(op.group)
+        if len(members_of(client)) < 2:  # a group of one: nothing to exchange
+            return Pending([], lambda _r: None)
+
+        def finish(replies):
+            self.collective_spans(op.group, client, replies[0][0], op.label or "all-reduce")
+            return None
+
+        return Pending([(client, AllReduceCmd(client, op.nbytes, op.count))], finish)
+
+    def stream(self, op: StreamWeights) -> Pending:
+        client = self.place.client(op.device)
+
+        def finish(replies):
+            track = self.place.storage.get(op.device, "storage")
+            self.span(op, op.device, client, replies[0], "stream",
+                      bytes_read=replies[0][0]["bytes"])
+            self.spans[-1]["device"] = track
+            return None
+
+        return Pending([(client, StreamCmd(op.model, op.layers))], finish)

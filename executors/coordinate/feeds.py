@@ -1,0 +1,145 @@
+"""Which positions a Forward feeds, and the device command that feeds them.
+
+Token mode (layers from 0, or inputs from another model): each row feeds the
+positions of its sequence past what all the Forward's layers already hold.
+Hidden mode (inputs from the same model's layers just before these): the
+positions of the input Forwards, in order, from their hidden states.
+A row's sequence is ``committed + proposal`` (narrow), or a speculation-tree
+row's own sequence (wide, see ``executors.coordinate.book.Wide``). Branch tokens (CATS's
+corrections, see ``executors.coordinate.branches``) are fed after a row's sequence, in
+slots the book does not record; hidden mode carries them through later layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from executors.backend.device import FwdCmd
+from policies.ops import Forward
+
+
+@dataclass
+class HandleInfo:
+    """What the coordinator knows of a Forward's result (the device keeps tensors)."""
+
+    id: int
+    client: str
+    role: str
+    model: str
+    width: int
+    layers: tuple[int, int]
+    start: list[int]
+    n_fed: list[int]
+    seqs: list[tuple]  # per row: the sequence whose positions were fed, up to the end
+    n_logits: tuple[int, ...]
+    head: str | None
+    emit: str | None
+    branch: int
+    wide: bool
+    at: set = field(default_factory=set)
+    topk: list | None = None
+    branches: list | None = None  # per row: (i, rope, limit) of its branch tokens
+
+    @property
+    def logit_start(self) -> list[int]:
+        """Per row: the position of the first logits row."""
+        return [s + n - m for s, n, m in zip(self.start, self.n_fed, self.n_logits)]
+
+
+def hidden_inputs(op: Forward, handles: dict) -> list[HandleInfo] | None:
+    """The input Forwards whose hidden states continue into ``op``, or None when
+    ``op`` reads tokens (its inputs, if any, only order it after them)."""
+    if op.inputs is None:
+        return None
+    refs = op.inputs if isinstance(op.inputs, tuple) else (op.inputs,)
+    infos = [handles[h.id] for h in refs]
+    if all(i.model == op.model and i.layers[1] == op.layers[0] for i in infos) and (
+            op.layers[0] > 0 or op.layers[0] == op.layers[1]):
+        return infos
+    return None
+
+
+def _n_logits(op: Forward, seq, committed_len: int | None, n_fed: int) -> int:
+    if op.head is None:
+        return 0
+    if op.emit == "topk" and op.head_tokens is None and op.n_tokens > 1:
+        return min(n_fed, op.n_tokens)  # a verifier's candidates at each position
+    if op.emit in ("sample", "topk") or committed_len is None:
+        return 1
+    return max(1, min(n_fed, len(seq) - (committed_len - 1)))
+
+
+def token_command(op: Forward, handle: int, book, seqs: list[tuple],
+                  committed_lens: list[int | None], extras: list | None = None,
+                  **extra) -> tuple[FwdCmd, dict]:
+    """Feed each row's sequence past what the layers hold; ``extras[r]``: branch
+    tokens ``(token, rope)`` fed after it, each seeing the slots below ``rope``, or
+    ``(token, rope, limit, ancestors)``: seeing the slots below ``limit`` and those
+    of the extras it names (indices into ``extras[r]``, a token tree).
+    A sampled Forward with ``head_tokens=1`` samples one token from one pass
+    over its positions (a draft catching up on positions it never fed)."""
+    if op.emit == "sample" and op.head_tokens == 1:
+        extra["steps"] = 1
+    elif op.emit == "sample" and op.n_tokens > 1:
+        raise ValueError(f"Forward '{op.label}' asks one pass to emit {op.n_tokens} tokens "
+                         "per row (multi-token prediction, mirror's eta), but the executor's "
+                         "models have no multi-token heads; run it with eta=1")
+    starts, n_fed, tokens, n_logits, branches = [], [], [], [], []
+    for r, seq in enumerate(seqs):
+        start = min(book.holds(op.layers, r, seq), len(seq) - 1)
+        more = extras[r] if extras else []
+        starts.append(start)
+        n_fed.append(len(seq) - start + len(more))
+        tokens.append(list(seq[start:]) + [e[0] for e in more])
+        branches.append([_branch(len(seq), start, j, *e) for j, e in enumerate(more)])
+        n_logits.append(_n_logits(op, seq, committed_lens[r], n_fed[-1] - len(more))
+                        + (len(more) if op.head else 0))
+        book.wrote(op.layers, r, seq, len(seq))
+    width = max(n_fed)
+    padded = [t + [t[-1]] * (width - len(t)) for t in tokens]
+    branches = branches if any(branches) else None
+    cmd = FwdCmd(handle, op.model, op.layers, starts, n_fed, padded, None, op.head,
+                 op.emit, op.top_k, tuple(n_logits), branches=branches, **extra)
+    return cmd, {"start": starts, "n_fed": n_fed, "seqs": seqs, "n_logits": tuple(n_logits),
+                 "branches": branches}
+
+
+def _branch(end: int, start: int, j: int, _token, rope: int, limit: int | None = None,
+            ancestors=()) -> tuple:
+    """Extra j's branch entry: its index among the fed positions, its rotary
+    position, the slots it sees below, and its ancestors' slots."""
+    return (end - start + j, rope, rope if limit is None else limit,
+            *(end + a for a in ancestors))
+
+
+def hidden_command(op: Forward, handle: int, book, infos: list[HandleInfo],
+                   committed_lens: list[int | None], **extra) -> tuple[FwdCmd, dict]:
+    """Continue the input Forwards' positions through more layers."""
+    first, last = infos[0], infos[-1]
+    starts, n_fed, n_logits, branches = list(first.start), [], [], []
+    for r in range(len(first.start)):
+        end, row = first.start[r], []
+        for info in infos:
+            if info.start[r] != end or (info.branches and info.branches[r]
+                                        and info is not last):
+                raise RuntimeError(f"the inputs of Forward '{op.label}' are not "
+                                   "consecutive positions")
+            if info.branches:  # branch tokens come last, past the main positions
+                row += [(end - starts[r] + i, *rest) for i, *rest in info.branches[r]]
+            end += info.n_fed[r]
+        n_fed.append(end - starts[r])
+        branches.append(row)
+        seq = last.seqs[r]
+        if op.layers[0] < op.layers[1] and book.holds(op.layers, r, seq) < starts[r]:
+            raise RuntimeError(f"layers {op.layers[0]}..{op.layers[1]} of {op.model} lack "
+                               f"positions before {starts[r]}; feed them from layer 0 first")
+        book.wrote(op.layers, r, seq, end - len(row))
+        n_logits.append(_n_logits(op, seq[:end - len(row)], committed_lens[r],
+                                  n_fed[-1] - len(row)) + (len(row) if op.head else 0))
+    ids = tuple(i.id for i in infos) if len(infos) > 1 else first.id
+    branches = branches if any(branches) else None
+    cmd = FwdCmd(handle, op.model, op.layers, starts, n_fed, None, ids, op.head, op.emit,
+                 op.top_k, tuple(n_logits), branches=branches, **extra)
+    seqs = [s[:st + n] for s, st, n in zip(last.seqs, starts, n_fed)]
+    return cmd, {"start": starts, "n_fed": n_fed, "seqs": seqs, "n_logits": tuple(n_logits),
+                 "branches": branches}
