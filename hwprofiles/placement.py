@@ -8,6 +8,14 @@ from __future__ import annotations
 from hwprofiles.schema import Platform
 
 
+class Placement(dict):
+    """{role: device or group}. A role placed nowhere names a device or group
+    itself, so ``placement[role]`` is the one lookup every reader uses."""
+
+    def __missing__(self, role: str) -> str:
+        return role
+
+
 def check_overrides(platform: Platform, overrides: dict[str, str]) -> None:
     """Raise ValueError when an override names no device or group of the platform."""
     names = [d.name for d in platform.devices] + [g.name for g in platform.groups]
@@ -21,8 +29,7 @@ def check_overrides(platform: Platform, overrides: dict[str, str]) -> None:
                              f"{', '.join(names)}")
 
 
-def resolve(platform: Platform, overrides: dict[str, str] | None = None) -> dict[str, str]:
-    """{role: device or group}: the platform's placement, a run's overrides winning.
-    A role placed nowhere names a device or group itself."""
-    return {**platform.placement, **(overrides or {})}
+def resolve(platform: Platform, overrides: dict[str, str] | None = None) -> Placement:
+    """The platform's placement, a run's overrides winning."""
+    return Placement({**platform.placement, **(overrides or {})})
 

@@ -100,7 +100,7 @@ class Simulator:
     def members(self, role: str) -> tuple[str, ...]:
         found = self._members.get(role)
         if found is None:
-            name = self.placement.get(role, role)
+            name = self.placement[role]
             try:
                 found = self.platform.members(name)
             except KeyError:
@@ -112,7 +112,7 @@ class Simulator:
         return found
 
     def track(self, role: str) -> str:
-        return self.placement.get(role, role)
+        return self.placement[role]
 
     def _shared_tiers(self, contention: bool) -> dict[str, SharedBandwidth]:
         readers: dict[str, int] = {}

@@ -3,7 +3,7 @@
 import pytest
 
 from hwprofiles import load_platform
-from hwprofiles.placement import check_overrides, resolve
+from hwprofiles.placement import Placement, check_overrides, resolve
 
 
 def test_overrides_win_over_the_platform_placement():
@@ -19,3 +19,13 @@ def test_an_override_naming_no_device_is_one_sentence():
     with pytest.raises(ValueError, match="'nowhere' is not a device or group"):
         check_overrides(platform, {"draft": "nowhere"})
     check_overrides(platform, {"draft": "gpu0"})  # a device of the platform passes
+
+
+def test_resolve_is_the_one_lookup_overrides_win_and_an_unplaced_role_names_itself():
+    plat = load_platform("cpu-local")
+    placed = resolve(plat, {"draft": "cpu0"})
+    assert isinstance(placed, Placement)
+    assert placed["draft"] == "cpu0"  # the override wins over the platform's
+    assert placed["target"] == plat.placement["target"]
+    assert placed["cpu1"] == "cpu1" and "cpu1" not in placed  # names itself, adds nothing
+    assert resolve(plat) == {**plat.placement}  # no overrides: the platform's own

@@ -24,6 +24,7 @@ per-span fit would take the common mode, while tokens/s follow the totals.
 from __future__ import annotations
 
 from analyses.calibrate.costfit import Term
+from hwprofiles.placement import Placement
 
 DISPATCH_KIND = "StreamWeights: waits before the reads"  # op kind of the waits, summed
 STREAMS_KIND = "StreamWeights: every stream"  # op kind of the streams, summed
@@ -38,6 +39,7 @@ def dispatch_gaps(spans: list[dict], placement: dict,
     chunk streamed ``slots`` streams earlier (the buffer's size,
     ``buffer_chunks``) after that chunk arrived. A batch's first stream has no
     wait measured."""
+    placement = Placement(placement)
     forwards: dict[tuple, list[dict]] = {}
     streams: dict[tuple, list[int]] = {}
     for i, s in enumerate(spans):
@@ -46,7 +48,7 @@ def dispatch_gaps(spans: list[dict], placement: dict,
             forwards.setdefault((batch, s.get("device")), []).append(s)
         elif kind == "StreamWeights":
             role = s["op"].get("device")
-            streams.setdefault((batch, placement.get(role, role)), []).append(i)
+            streams.setdefault((batch, placement[role]), []).append(i)
     out = {}
     for key, order in streams.items():
         order.sort(key=lambda i: spans[i]["start_s"])

@@ -50,7 +50,7 @@ from analyses.calibrate.costfit import op_kind_errors  # noqa: F401  (re-exporte
 from analyses.measured.replay import MeasuredRun, model_name
 from analyses.calibrate.streamterms import DISPATCH_KIND, dispatch_gaps, merge_streams
 from hwprofiles import Platform, load_model
-from hwprofiles.placement import resolve
+from hwprofiles.placement import Placement, resolve
 from policies import parse_params
 from simcore import RooflineCost
 from simcore.costmodel import (LinearTerms, allreduce_terms, dispatch_terms, hop_terms,
@@ -93,11 +93,12 @@ def _add(term: Term, terms: LinearTerms, classes: dict) -> None:
 
 def op_kind(op: dict, placement: dict) -> str:
     """'Forward target[0:30]+lm x5 on cpu0 (verify)': what the error tables group by."""
+    placement = Placement(placement)
     kind, label = op["type"], op.get("label") or ""
     if kind == "Forward":
         lo, hi = op["layers"]
         head = f"+{op['head']}" if op.get("head") else ""
-        where = placement.get(op["device"], op["device"])
+        where = placement[op["device"]]
         rows = f"x{op.get('n_fed') or op.get('n_tokens', 1)}"
         if op.get("batch", 1) > 1:
             rows += f"x{op['batch']}"
@@ -111,6 +112,7 @@ def op_kind(op: dict, placement: dict) -> str:
 
 def critical_times(run: MeasuredRun, placement: dict, platform: Platform) -> list[float]:
     """Per span: the time it held the executor's critical path (module doc)."""
+    placement = Placement(placement)
     spans = run.spans
     observed = [float(s["end_s"]) - float(s["start_s"]) for s in spans]
     order = sorted(range(len(spans)), key=lambda i: (spans[i].get("prompt_batch", 0),
@@ -155,7 +157,7 @@ def _endpoints_busy(span: dict, busy: dict, placement: dict, platform: Platform)
     ends = set()
     for role in (span["op"].get("src"), span["op"].get("dst")):
         try:
-            ends.add(platform.members(placement.get(role, role))[0])
+            ends.add(platform.members(placement[role])[0])
         except (KeyError, TypeError):
             continue
     a, b = float(span["start_s"]), float(span["end_s"])
@@ -204,7 +206,7 @@ class Terms:
             slots = 1
         for i, (gap, busy) in dispatch_gaps(run.spans, placement, slots).items():
             role = run.spans[i]["op"]["device"]
-            device = self.platform.device(self.platform.members(placement.get(role, role))[0])
+            device = self.platform.device(self.platform.members(placement[role])[0])
             term = Term(gap, DISPATCH_KIND, run.name, fixed_s=busy)  # compute before it
             _add(term, dispatch_terms(device), self.classes)
             out.append(term)
@@ -219,7 +221,7 @@ class Terms:
             if not self._transfer(op, placement, term):
                 return None  # both ends on one device: no link to fit
         elif kind == "AllReduce":
-            group = self.platform.group(placement.get(op["group"], op["group"]))
+            group = self.platform.group(placement[op["group"]])
             _add(term, allreduce_terms(group, float(op["nbytes"]), op.get("count", 1)),
                  self.classes)
         elif kind == "StreamWeights":
@@ -230,7 +232,7 @@ class Terms:
 
     def _forward(self, op: dict, placement: dict, run: MeasuredRun, term: Term) -> None:
         spec = self._spec(run, op["model"])
-        where = placement.get(op["device"], op["device"])
+        where = placement[op["device"]]
         members = self.platform.members(where)
         device = self.platform.device(members[0])
         term.device, term.tier = self.classes[device.name], device.memory
@@ -242,15 +244,15 @@ class Terms:
                                        t.collectives), self.classes)
 
     def _transfer(self, op: dict, placement: dict, term: Term) -> bool:
-        src = self.platform.members(placement.get(op["src"], op["src"]))[0]
-        dst = self.platform.members(placement.get(op["dst"], op["dst"]))[0]
+        src = self.platform.members(placement[op["src"]])[0]
+        dst = self.platform.members(placement[op["dst"]])[0]
         route = self.platform.route(src, dst)
         for link in route:
             _add(term, hop_terms(link, float(op["nbytes"])), self.classes)
         return bool(route)
 
     def _stream(self, op: dict, placement: dict, term: Term) -> None:
-        where = placement.get(op["device"], op["device"])
+        where = placement[op["device"]]
         device = self.platform.device(self.platform.members(where)[0])
         tier = self.platform.tier(device.storage)
         _add(term, stream_terms(tier, device, float(op["nbytes"])), self.classes)

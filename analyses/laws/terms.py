@@ -64,26 +64,26 @@ class Scenario:
 
     def target_s(self, layers, n_tokens: int, head, context: int | None = None,
                  head_tokens: int | None = None) -> float:
-        return self.cost.forward(self.target, self.placement.get("target", "target"), layers,
+        return self.cost.forward(self.target, self.placement["target"], layers,
                                  n_tokens, self.batch,
                                  self.context if context is None else context, head,
                                  None, head_tokens).total_s
 
     def draft_s(self, n_tokens: int, rows: int, context: int, collectives) -> float:
-        where = self.placement.get("draft", "draft")
+        where = self.placement["draft"]
         return self.cost.forward(self.draft, where, (0, self.draft.n_layers), n_tokens,
                                  rows, context, "lm", collectives).total_s
 
     def shared(self) -> bool:
         """Whether the target and the draft share a device (its stream is FIFO)."""
-        members = [set(self.platform.members(self.placement.get(r, r)))
+        members = [set(self.platform.members(self.placement[r]))
                    for r in ("target", "draft")]
         return bool(members[0] & members[1])
 
     def trip_s(self, src: str, dst: str, nbytes: float) -> float:
         """A message from the first device of role src to the first of role dst."""
-        a = self.platform.members(self.placement.get(src, src))[0]
-        b = self.platform.members(self.placement.get(dst, dst))[0]
+        a = self.platform.members(self.placement[src])[0]
+        b = self.platform.members(self.placement[dst])[0]
         return sum(RooflineCost.hop_s(link, nbytes) for link in self.platform.route(a, b))
 
 
@@ -269,7 +269,7 @@ def _ppsd_pipeline_s(s: Scenario, e: int, head: str) -> tuple[float, float, floa
     roles = [f"stage{k}" for k in range(len(bounds))]
 
     def stage_s(k: int, head_name=None, layers=None) -> float:
-        where = s.placement.get(roles[k], roles[k])
+        where = s.placement[roles[k]]
         return s.cost.forward(s.target, where, layers or bounds[k], 1, b, c, head_name,
                               None).total_s
 
@@ -300,7 +300,7 @@ def early_exit_terms(cfg) -> EarlyExitTerms:
     if cfg.policy == "ppsd":
         match, flush, t_ar = _ppsd_pipeline_s(s, e, head)
     else:
-        where = s.placement.get("target", "target")
+        where = s.placement["target"]
         draft = sum(s.cost.forward(s.target, where, (0, e), 1, b, c + i, head, None).total_s
                     for i in range(prm.gamma))
         verify = s.target_s((0, n), prm.gamma + 1, "lm")
@@ -338,7 +338,7 @@ def sd_terms(cfg) -> SDTerms:
     model, layers, head = sd_policy.draft_source(s.policy_context(), prm.draft_layers, "sd")
     spec = s.draft if model == "draft" else s.target
     n, b, c, g = s.target.n_layers, s.batch, s.context, prm.gamma
-    where = s.placement.get("draft", "draft")
+    where = s.placement["draft"]
     drafts = sum(s.cost.forward(spec, where, layers, 1, b, c + i, head,
                                 prm.draft_collectives).total_s for i in range(g))
     trips = (s.trip_s("draft", "target", b * g * sd_policy.TOKEN_BYTES)

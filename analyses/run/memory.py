@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass, field
 
 from hwprofiles import ModelSpec, Platform
+from hwprofiles.placement import Placement
 
 # schedules that never run a separate draft model (they draft with the target's
 # own layers, or not at all)
@@ -109,6 +110,7 @@ def draft_positions(params) -> int:
 def pieces(platform: Platform, models: dict[str, ModelSpec], placement: dict[str, str],
            run: Run) -> list[Piece]:
     """The pieces of models the schedule places, by role."""
+    placement = Placement(placement)
     target = models["target"]
     width = positions_per_pass(run.params)
     exit_layer_head = 1 if _param(run.params, "exit_head") == "transformer" else 0
@@ -117,7 +119,7 @@ def pieces(platform: Platform, models: dict[str, ModelSpec], placement: dict[str
                             for k in range(-(-target.n_layers // stage_layers))):
         return _stages(target, placement, stage_layers,
                        exit_layer_head if run.policy == "ppsd" else None)
-    main = dict(role="target", where=placement.get("target", "target"), spec=target,
+    main = dict(role="target", where=placement["target"], spec=target,
                 layers=target.n_layers, lm_head=True, embed=True, positions=width)
     out = []
     if run.streams_weights:
@@ -131,7 +133,7 @@ def pieces(platform: Platform, models: dict[str, ModelSpec], placement: dict[str
     draft_layers = (_param(run.params, "draft_layers") if run.policy in ("sd", "tree")
                     else None)
     if draft_layers is not None:
-        where = placement.get("draft", "draft")
+        where = placement["draft"]
         if platform.members(where) == platform.members(main["where"]):
             main["exit_heads"] = 1
         else:
@@ -139,7 +141,7 @@ def pieces(platform: Platform, models: dict[str, ModelSpec], placement: dict[str
                              exit_heads=1, positions=draft_positions(run.params)))
     elif "draft" in models and run.policy not in SELF_DRAFTING:
         draft = models["draft"]
-        out.append(Piece("draft", placement.get("draft", "draft"), draft, draft.n_layers,
+        out.append(Piece("draft", placement["draft"], draft, draft.n_layers,
                          lm_head=True, embed=True, positions=draft_positions(run.params)))
     return [Piece(**main)] + out
 
@@ -154,7 +156,7 @@ def _stages(target: ModelSpec, placement: dict[str, str], per_stage: int,
     out = []
     for k, (a, b) in enumerate(bounds):
         role = f"stage{k}"
-        out.append(Piece(role, placement.get(role, role), target, b - a,
+        out.append(Piece(role, placement[role], target, b - a,
                          lm_head=k == len(bounds) - 1, embed=k == 0,
                          exit_heads=int(k == 0 and exit_layer_head is not None),
                          exit_layers=(exit_layer_head or 0) if k == 0 else 0))
