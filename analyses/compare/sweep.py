@@ -242,7 +242,7 @@ def run_point(point: Point, config: RunConfig, timeline_steps: int = TIMELINE_ST
         holder["outcomes"].accepted.items())))
 
 
-def _run_packed(args) -> PointResult:
+def run_packed(args) -> PointResult:
     return run_point(*args)
 
 
@@ -263,7 +263,7 @@ def _baseline_packed(key: str) -> float | str:
     return result.tokens / result.time_s
 
 
-def _tasks(points: list[Point], configs: list[RunConfig], mapper) -> list[tuple]:
+def point_tasks(points: list[Point], configs: list[RunConfig], mapper) -> list[tuple]:
     """Each point's arguments, its config and its baseline's tokens/s among them:
     the distinct baselines of the grid (many points share one AR run) are
     simulated once, through ``mapper`` (the pool's map), before the points."""
@@ -273,7 +273,7 @@ def _tasks(points: list[Point], configs: list[RunConfig], mapper) -> list[tuple]
     return [(p, c, TIMELINE_STEPS, rates[k]) for p, c, k in zip(points, configs, keys)]
 
 
-def _progress(total: int, quiet: bool):
+def progress_bar(total: int, quiet: bool):
     from tqdm import tqdm
 
     return tqdm(total=total, desc="simulating", unit="run", file=sys.stderr,
@@ -293,20 +293,20 @@ def run_grid(points: list[Point], base: dict, *, jobs: int | None = None,
         raise ValueError(f"unknown --backend '{backend}'; choose local or ray")
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(points)))
     if jobs == 1:
-        return _run_all(_tasks(points, configs, map), map, quiet)
+        return _run_all(point_tasks(points, configs, map), map, quiet)
     import multiprocessing
 
     with multiprocessing.get_context("fork").Pool(jobs) as pool:
         def mapper(fn, items):
             return pool.imap(fn, items, chunksize=1)
 
-        return _run_all(_tasks(points, configs, mapper), mapper, quiet)
+        return _run_all(point_tasks(points, configs, mapper), mapper, quiet)
 
 
 def _run_all(tasks: list[tuple], mapper, quiet: bool) -> list[PointResult]:
     out = []
-    with _progress(len(tasks), quiet) as bar:
-        for res in mapper(_run_packed, tasks):
+    with progress_bar(len(tasks), quiet) as bar:
+        for res in mapper(run_packed, tasks):
             out.append(res)
             bar.update()
     return out

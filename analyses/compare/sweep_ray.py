@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from analyses.run.config import RunConfig
-from analyses.compare.sweep import Point, PointResult, _progress, _run_packed, _tasks
+from analyses.compare.sweep import Point, PointResult, point_tasks, progress_bar, run_packed
 
 
 def _ray():
@@ -31,10 +31,10 @@ def run_grid_ray(points: list[Point], configs: list[RunConfig], *,
         remote = ray.remote(fn)
         return ray.get([remote.remote(item) for item in items])
 
-    remote = ray.remote(_run_packed)
-    refs = [remote.remote(task) for task in _tasks(points, configs, mapper)]
+    remote = ray.remote(run_packed)
+    refs = [remote.remote(task) for task in point_tasks(points, configs, mapper)]
     pending = list(refs)
-    with _progress(len(refs), quiet) as bar:
+    with progress_bar(len(refs), quiet) as bar:
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             bar.update(len(done))
