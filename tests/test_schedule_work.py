@@ -57,15 +57,15 @@ def _forwards(session, policy, params):
              if s["op"]["type"] == "Forward"] for p in PROMPTS]
 
 
-def _declared(op: dict) -> int:
+def declared(op: dict) -> int:
     """Positions the simulator costs for a Forward: its own, plus, for a
     ``catch_up`` one, what the neutral position book counts its cache lacks."""
     return op["n_tokens"] + op.get("caught_up", 0)
 
 
 def _mismatches(ops_per_prompt) -> Counter:
-    return Counter((op["label"], _declared(op), op["n_fed"])
-                   for ops in ops_per_prompt for op in ops if _declared(op) != op["n_fed"])
+    return Counter((op["label"], declared(op), op["n_fed"])
+                   for ops in ops_per_prompt for op in ops if declared(op) != op["n_fed"])
 
 
 @pytest.mark.parametrize("temperature,seed", [(0.0, 0), (1.0, 1), (1.0, 2)])
