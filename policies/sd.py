@@ -21,8 +21,8 @@ expected accepted lengths: the laws take the draft to cost gamma one-position
 passes, so only whole outcomes (sampled, replayed or real) feed catch-up
 positions.
 
-``DraftCache`` and ``first_draft_op`` are the schedule-side count that mirror,
-ssd and tree still keep.
+``DraftCache`` and ``first_draft_op`` are the schedule-side count that mirror
+still keeps (and ssd's pre-speculation, ``first_draft_op`` with its own count).
 """
 
 from dataclasses import replace
