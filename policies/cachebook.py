@@ -65,6 +65,8 @@ class PositionBook:
         """``op`` as a runtime without tokens runs it: the positions its cache
         lacks fed first (counted as run). A one-token pass catching up still
         samples one token, from its last position (``head_tokens=1``)."""
+        if not op.catch_up and op.emit != "sample":
+            return op  # neither feeds nor samples for a cache the book counts
         extra = self.extra_positions(op)
         self.ran(op)
         if not extra:
