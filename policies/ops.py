@@ -121,6 +121,12 @@ class Forward:
     sees the committed tokens and ``proposal[:i]`` only. Later Forwards over
     these positions carry them through their layers, and the Verify may take one
     where the target's own token equals it.
+    ``catch_up``: this Forward also feeds, before its own positions, what this
+    model's cache for these layers lacks on this branch (the committed tokens
+    its rollouts never fed: the last sampled token, the bonus token), rows padded
+    to the widest; the runtime counts them (``policies.cachebook``), the schedule
+    does not. A sampling one still samples ``n_tokens`` tokens from its last
+    positions.
     """
 
     model: str
@@ -140,6 +146,7 @@ class Forward:
     tree: Roots | Fanout | Children | None = None
     alternatives: int = ALTERNATIVES
     corrections: int = 0
+    catch_up: bool = False
 
 
 @dataclass(frozen=True, slots=True)

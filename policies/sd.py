@@ -11,16 +11,18 @@ pays Megatron's two all-reduces per layer, as vanilla SD deployments shard it;
 ``draft_collectives=2`` gives it Mirror-SD's SPD-style sharding instead (two per
 draft step), which a comparison of the two on equal terms asks for explicitly.
 
-Each Forward declares the positions the step must compute (``DraftCache``).
-The draft samples its last proposed token without ever feeding it; when a row
-accepts all gamma tokens, the draft's next step must compute that token's
-position and the bonus token's: two positions. This holds for a self-draft too,
-whose layers on the draft's device keep their own cache (were the two roles
-placed on one device, the target's pass would have fed them and the step would
-cost one position less than declared). Deterministic simulation verifies with
-expected accepted lengths (``ctx.expected_outcomes``): the laws take the draft
-to cost gamma one-position passes, so only whole outcomes (sampled, replayed or
-real) charge catch-up positions.
+The draft's first step each round is a ``catch_up`` Forward: the runtime feeds
+what the draft's cache lacks before it (``policies.cachebook``). The draft
+samples its last proposed token without ever feeding it; when a row accepts all
+gamma tokens, that step must compute that token's position and the bonus
+token's: two positions. This holds for a self-draft too, whose layers on the
+draft's device keep their own cache. Deterministic simulation verifies with
+expected accepted lengths: the laws take the draft to cost gamma one-position
+passes, so only whole outcomes (sampled, replayed or real) feed catch-up
+positions.
+
+``DraftCache`` and ``first_draft_op`` are the schedule-side count that mirror
+still keeps (and ssd's pre-speculation, ``first_draft_op`` with its own count).
 """
 
 from dataclasses import replace
@@ -111,19 +113,17 @@ def sd(ctx: PolicyContext, params: SDParams):
     """Vanilla speculative decoding: gamma serial draft steps, one target verify."""
     model, layers, head = draft_source(ctx, params.draft_layers, "sd")
     gamma, n = params.gamma, ctx.target.n_layers
-    done, steps, cache = 0.0, 0, DraftCache(ctx)
+    done, steps = 0.0, 0
     while done < ctx.budget:
         context = ctx.context(done / ctx.batch)
-        for i in range(gamma):
-            op = Forward(model, "draft", layers, 1, ctx.batch, context + i, head=head,
-                         emit="sample", collectives=params.draft_collectives, label="draft")
-            yield first_draft_op(op, cache.first_step()) if i == 0 else op
-        cache.rolled_out(gamma)
+        for i in range(gamma):  # the first also feeds what the draft's cache lacks
+            yield Forward(model, "draft", layers, 1, ctx.batch, context + i, head=head,
+                          emit="sample", collectives=params.draft_collectives,
+                          label="draft", catch_up=i == 0)
         yield Transfer("draft", "target", ctx.batch * gamma * TOKEN_BYTES, label="proposal")
         logits = yield Forward("target", "target", (0, n), gamma + 1, ctx.batch, context,
                                head="lm", label="verify")
         verdict = yield Verify(gamma, ctx.batch, target=logits, label="verify")
-        cache.settle(verdict, own=True)
         yield Transfer("target", "draft", ctx.batch * VERDICT_BYTES, label="verdict")
         done += verdict.tokens
         steps += 1

@@ -69,7 +69,7 @@ from policies.mirror import ENTRY_BYTES, VERDICT_BYTES
 from policies.modelled import EventModel, OutcomeModels, VerifyModel
 from policies.ops import (ALTERNATIVES, Delay, Fanout, Forward, Join, OnTree, Outcome, Spawn,
                           Transfer, Verify)
-from policies.sd import DraftCache, first_draft_op
+from policies.sd import first_draft_op
 from policies.traces import covered_s, intervals, recorded_rate
 
 BACKUP, CACHE = 0, 1
@@ -192,17 +192,20 @@ def plan(ctx: PolicyContext, params: SSDParams) -> SSDPlan:
 
 
 def _draft_steps(p: SSDPlan, context: int, rows: int, branch: int, tree: Fanout | None,
-                 label: str, flag: dict | None = None, positions: int = 1):
+                 label: str, flag: dict | None = None, positions: int = 1,
+                 catch_up: bool = False):
     """K draft steps over ``rows`` rows (the pre-speculation: ``tree`` lays them
     out); stops early once ``flag['abort']`` is set. The first step also feeds the
-    ``positions - 1`` positions its rows lack."""
+    ``positions - 1`` positions its rows lack (the pre-speculation's count), or,
+    with ``catch_up``, what the runtime counts they lack (the backup's)."""
     handle = None
     for j in range(p.k):
         if flag is not None and flag["abort"]:
             break
         op = Forward("draft", "draft", (0, p.draft_layers), 1, rows, context + j,
                      head="lm", emit="sample", tree=tree, branch=branch, inputs=handle,
-                     collectives=p.collectives, alternatives=p.alternatives, label=label)
+                     collectives=p.collectives, alternatives=p.alternatives, label=label,
+                     catch_up=catch_up and j == 0)
         handle = yield first_draft_op(op, positions) if j == 0 else op
     return handle
 
@@ -257,19 +260,19 @@ def ssd_outcomes(ctx: PolicyContext, params: SSDParams) -> OutcomeModels:
             "cache_hit": EventModel(p.hit_row)}
 
 
-def _backup(ctx: PolicyContext, p: SSDPlan, context: int, jit: bool, cache: DraftCache):
-    """The backup's speculation; returns (handle, the label of its Verify)."""
+def _backup(ctx: PolicyContext, p: SSDPlan, context: int, jit: bool):
+    """The backup's speculation; returns (handle, the label of its Verify). A jit
+    backup's first step catches up on what the draft's own cache lacks."""
     if jit:
         handle = yield from _draft_steps(p, context, ctx.batch, BACKUP, None, BACKUP_LABEL,
-                                         positions=cache.first_step())
-        cache.rolled_out(p.k)
+                                         catch_up=True)
         return handle, VERIFY
     yield Delay(p.fast_backup_s, device="draft", label=BACKUP_LABEL)
     return None, FAST_VERIFY
 
 
 def _round(ctx: PolicyContext, p: SSDPlan, context: int, branch: int, verify: str,
-           cache: DraftCache, shapes: Shapes):
+           shapes: Shapes):
     """Verify this round's speculation while the draft pre-speculates the next."""
     b = ctx.batch
     flag = {"abort": False}
@@ -279,7 +282,6 @@ def _round(ctx: PolicyContext, p: SSDPlan, context: int, branch: int, verify: st
     logits = yield Forward("target", "target", (0, p.n_layers), shapes.verify_positions(),
                            b, context, head="lm", branch=branch, label=VERIFY)
     verdict = yield Verify(p.k, b, target=logits, branch=branch, label=verify)
-    cache.settle(verdict, own=branch == BACKUP and p.backup == "jit")
     hit = yield Outcome("cache_hit", batch=b, label="cache hit",
                         observes=OnTree(into=CACHE))
     yield Transfer("target", "draft", b * VERDICT_BYTES, payload=verdict, label=TO_DRAFT)
@@ -288,7 +290,7 @@ def _round(ctx: PolicyContext, p: SSDPlan, context: int, branch: int, verify: st
     if hit:
         branch, verify = CACHE, VERIFY
     else:
-        handle, verify = yield from _backup(ctx, p, context, p.backup == "jit", cache)
+        handle, verify = yield from _backup(ctx, p, context, p.backup == "jit")
         branch = BACKUP
     yield Transfer("draft", "target", b * p.k * ENTRY_BYTES, payload=handle,
                    label=TO_TARGET)
@@ -296,14 +298,14 @@ def _round(ctx: PolicyContext, p: SSDPlan, context: int, branch: int, verify: st
 
 
 def _schedule(ctx: PolicyContext, p: SSDPlan):
-    done, rounds, hits, cache, shapes = 0.0, 0, 0, DraftCache(ctx), Shapes(ctx, p)
-    handle, verify = yield from _backup(ctx, p, ctx.context(0), True, cache)  # first one
+    done, rounds, hits, shapes = 0.0, 0, 0, Shapes(ctx, p)
+    handle, verify = yield from _backup(ctx, p, ctx.context(0), True)  # the first one
     yield Transfer("draft", "target", ctx.batch * p.k * ENTRY_BYTES, payload=handle,
                    label=TO_TARGET)
     branch = BACKUP
     while done < ctx.budget:
         verdict, hit, branch, verify = yield from _round(
-            ctx, p, ctx.context(done / ctx.batch), branch, verify, cache, shapes)
+            ctx, p, ctx.context(done / ctx.batch), branch, verify, shapes)
         shapes.next_round(verdict, hit)
         done += verdict.tokens
         rounds += 1

@@ -45,8 +45,9 @@ tree (``executors.coordinate.tokentree``): greedy, or at temperature > 0 the tar
 its token at each node and the walk follows it while it is a child, which keeps
 the target's distribution exactly (the draft's candidates are fixed, not
 sampled). The draft's caches keep no tree slots: its next root pass re-feeds
-the accepted path and the bonus token (declared from the verdict; with
-expected outcomes one position, as the laws take it).
+the accepted path and the bonus token (a ``catch_up`` Forward: the runtime
+counts them from the verdict; with expected outcomes one position, as the
+laws take it).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from pydantic import Field, field_validator, model_validator
 from policies.base import MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyParams, register
 from policies.modelled import OutcomeModels, VerifyModel
 from policies.ops import Children, Forward, Transfer, Verify
-from policies.sd import TOKEN_BYTES, VERDICT_BYTES, draft_source, first_draft_op
+from policies.sd import TOKEN_BYTES, VERDICT_BYTES, draft_source
 
 TREE = 1  # the speculation branch the token tree grows on
 MAX_NODES = 1024  # a larger tree is a typing slip, not a design
@@ -240,21 +241,21 @@ def tree(ctx: PolicyContext, params: TreeParams):
 def _steps(ctx: PolicyContext, params: TreeParams, source: tuple, shape: tuple):
     (model, layers, head), passes = source, draft_passes(params)
     (n_nodes, depth), b, n = shape, ctx.batch, ctx.target.n_layers
-    done, steps, behind = 0.0, 0, 1
+    done, steps = 0.0, 0
     while done < ctx.budget:
         context, fed = ctx.context(done / b), 0
-        for d, (count, k) in enumerate(passes):
-            op = Forward(model, "draft", layers, count, b, context + fed, head=head,
-                         emit="topk", top_k=k, branch=TREE, tree=Children(),
-                         collectives=params.draft_collectives, label="tree draft")
-            yield first_draft_op(op, behind) if d == 0 else op
+        for d, (count, k) in enumerate(passes):  # the first also feeds what the
+            # draft's cache lacks: the committed path and bonus token it never fed
+            yield Forward(model, "draft", layers, count, b, context + fed, head=head,
+                          emit="topk", top_k=k, branch=TREE, tree=Children(),
+                          collectives=params.draft_collectives, label="tree draft",
+                          catch_up=d == 0)
             fed += count
         # each node: its token id and its parent's index
         yield Transfer("draft", "target", b * n_nodes * 2 * TOKEN_BYTES, label="tree")
         logits = yield Forward("target", "target", (0, n), 1 + n_nodes, b, context,
                                head="lm", branch=TREE, label="verify")
         verdict = yield Verify(depth, b, target=logits, branch=TREE, label="verify")
-        behind = 1 if ctx.expected_outcomes else int(max(verdict.accepted)) + 1
         yield Transfer("target", "draft", b * VERDICT_BYTES, label="verdict")
         done += verdict.tokens
         steps += 1

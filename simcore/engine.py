@@ -14,6 +14,7 @@ import simpy
 
 from hwprofiles.placement import resolve
 from hwprofiles.schema import ModelSpec, Platform
+from policies.cachebook import PositionBook
 from policies.ops import (AllReduce, Delay, Forward, Join, Outcome, Parallel, Spawn,
                           StreamWeights, Transfer, Verify)
 from simcore.costmodel import CostError, RooflineCost, roofline
@@ -54,6 +55,7 @@ class Simulator:
         self.placement = resolve(platform, placement)
         self.outcomes = outcomes
         self.cost = cost or RooflineCost(platform)
+        self.book = PositionBook(expected=outcomes.deterministic)
         self.record = record_spans
         self.streams = {d.name: Stream(self.env) for d in platform.devices}
         self.spans: list[Span] = []
@@ -148,8 +150,9 @@ class Simulator:
                             f"{', '.join(self.models)}") from None
         members = self.members(op.device)
         where = self.track(op.device)
-        c = self.cost.forward(spec, where, op.layers, op.n_tokens, op.batch, op.context,
-                              op.head, op.collectives, op.head_tokens)
+        fed = self.book.feed(op)  # with the positions its cache lacks (catch_up)
+        c = self.cost.forward(spec, where, fed.layers, fed.n_tokens, fed.batch, fed.context,
+                              fed.head, fed.collectives, fed.head_tokens)
         yield from self._acquire(members)
         env = self.env
         start = env.now
@@ -284,6 +287,7 @@ class Simulator:
 
     def _verify(self, op: Verify):
         verdict = self.outcomes.verify(op)
+        self.book.settle(verdict, op.branch)
         if self.first_token_s is None and verdict.tokens > 0:
             self.first_token_s = self.env.now
         self.tokens += verdict.tokens

@@ -27,6 +27,7 @@ from analyses.measured.replay import load_run
 from analyses.calibrate.streamterms import dispatch_gaps
 from hwprofiles import load_model, load_platform
 from policies import PolicyContext, build
+from policies.cachebook import PositionBook
 from policies.ops import Forward, Join, Spawn, StreamWeights, Transfer, Verdict, Verify, drive
 from simcore import RooflineCost, acceptance
 from policies.runs.records import write_record
@@ -86,7 +87,7 @@ def make_measured_run(out: Path, policy: str, params: dict, *, seed: int, tokens
     ctx = PolicyContext(models["target"], models["draft"], tokens=tokens,
                         prompt_tokens=prompt_tokens)
     schedule, acc = build(policy, ctx, params), acceptance.IID(alpha=alpha)
-    spans, lines, clock = [], [], {"now": 0.0}
+    spans, lines, clock, book = [], [], {"now": 0.0}, PositionBook()
 
     def answer(op):
         if isinstance(op, Spawn):
@@ -96,15 +97,20 @@ def make_measured_run(out: Path, policy: str, params: dict, *, seed: int, tokens
         if isinstance(op, Verify):
             verdict = Verdict(acc.sample(op.gamma, op.batch, rng))
             lines.append({"accepted": list(verdict.accepted), "gamma": op.gamma})
+            book.settle(verdict, op.branch)
             _timed(spans, clock, op, "", verify_s, "compute")
             return verdict
         if isinstance(op, StreamWeights):  # free to start: the round trip first
             clock["now"] += plat.device(plat.placement[op.device]).stream_dispatch_s
-        for o, track, seconds, kind in _fake_steps(plat, cost, models, op):
+        # a runtime counts what a catch_up Forward feeds: the executor's cache
+        # book and the simulator's position book do; this one uses the latter
+        fed = book.feed(op) if isinstance(op, Forward) else op
+        for o, track, seconds, kind in _fake_steps(plat, cost, models, fed):
             seconds *= float(np.exp(rng.normal(0, noise)))
             if rng.random() < outliers:
                 seconds *= 3.0  # an outlier: the core was preempted
-            _timed(spans, clock, o, track, seconds, kind)
+            _timed(spans, clock, op if o is fed else o, track, seconds, kind,
+                   _caught_up(op, fed))
         return op
 
     drive(schedule, answer)
@@ -112,9 +118,18 @@ def make_measured_run(out: Path, policy: str, params: dict, *, seed: int, tokens
                   spans, lines)
 
 
-def _timed(spans: list, clock: dict, op, track: str, seconds: float, kind: str) -> None:
+def _caught_up(op, fed) -> dict:
+    """What the executor records of a catch-up Forward beside its fields."""
+    if not isinstance(op, Forward) or not op.catch_up:
+        return {}
+    return {"n_fed": fed.n_tokens, "caught_up": fed.n_tokens - op.n_tokens,
+            "context_measured": fed.context}
+
+
+def _timed(spans: list, clock: dict, op, track: str, seconds: float, kind: str,
+           extra: dict | None = None) -> None:
     now = clock["now"]
-    spans.append({"op": _op_fields(op), "device": track, "start_s": now,
+    spans.append({"op": {**_op_fields(op), **(extra or {})}, "device": track, "start_s": now,
                   "end_s": now + seconds, "name": op.label, "kind": kind})
     clock["now"] = now + seconds
 

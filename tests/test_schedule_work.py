@@ -1,6 +1,8 @@
 """Schedule work == executor work: every Forward a schedule yields declares the
-positions the step must compute, and the real executor (tiny random models,
-in-process) feeds exactly those. A span records the operation's fields and the
+positions the step must compute (a ``catch_up`` Forward: its own plus those the
+runtime's position book, ``policies.cachebook``, counts its cache lacks), and the
+real executor (tiny random models, in-process) feeds exactly those. A span
+records the operation's fields, the book's count (``caught_up``) and the
 executor's ``n_fed`` (the most positions any row fed in the Forward's pass).
 
 A close draft (the target's first 5 of 6 layers, a model of its own on the
@@ -55,9 +57,15 @@ def _forwards(session, policy, params):
              if s["op"]["type"] == "Forward"] for p in PROMPTS]
 
 
+def declared(op: dict) -> int:
+    """Positions the simulator costs for a Forward: its own, plus, for a
+    ``catch_up`` one, what the neutral position book counts its cache lacks."""
+    return op["n_tokens"] + op.get("caught_up", 0)
+
+
 def _mismatches(ops_per_prompt) -> Counter:
-    return Counter((op["label"], op["n_tokens"], op["n_fed"])
-                   for ops in ops_per_prompt for op in ops if op["n_tokens"] != op["n_fed"])
+    return Counter((op["label"], declared(op), op["n_fed"])
+                   for ops in ops_per_prompt for op in ops if declared(op) != op["n_fed"])
 
 
 @pytest.mark.parametrize("temperature,seed", [(0.0, 0), (1.0, 1), (1.0, 2)])

@@ -18,6 +18,7 @@ from policies import PolicyError, parse_params
 from simcore.acceptance import IID, Histogram, Positional
 from policies.tree import depth_alphas, draft_passes, rank_probs, tree_nodes
 from simcore import RooflineCost
+from tests.test_schedule_work import declared
 from tests.test_executor import (PROMPTS, STAGES, _chi2_p, _joint, _peaky, session,
                                  tiny_spec)
 
@@ -222,7 +223,7 @@ def test_greedy_tree_equals_ar_token_for_token(close_draft, params):
     verifies = [a for r in one for a in r.acceptance if "accepted" in a]
     assert sum(sum(a["accepted"]) for a in verifies) > 0  # the tree's tokens are taken
     forwards = [x["op"] for r in one for x in r.spans if x["op"]["type"] == "Forward"]
-    assert forwards and all(op["n_tokens"] == op["n_fed"] for op in forwards)
+    assert forwards and all(declared(op) == op["n_fed"] for op in forwards)
 
 
 def test_trees_in_worker_processes_equal_ar(close_draft, tiny):
@@ -253,8 +254,8 @@ def test_sampled_trees_feed_the_positions_they_declare(tiny, temperature, seed):
                  seed=seed) as s:
         runs = [s.decode("tree", p, [q]) for p in TREES for q in PROMPTS]
     ops = [x["op"] for r in runs for x in r.spans if x["op"]["type"] == "Forward"]
-    assert len(ops) > 30 and [(o["label"], o["n_tokens"], o["n_fed"]) for o in ops
-                              if o["n_tokens"] != o["n_fed"]] == []
+    assert len(ops) > 30 and [(o["label"], declared(o), o["n_fed"]) for o in ops
+                              if declared(o) != o["n_fed"]] == []
     assert max(o["n_fed"] for o in ops if o["label"] == "tree draft") >= 2  # catch-up
 
 

@@ -118,7 +118,8 @@ def unmodelled_shares(run: MeasuredRun) -> dict[str, float]:
             busy_s += end - start
             reach = end
     refed_s = sum(s["end_s"] - s["start_s"] for s in run.spans if s["op"]["type"] == "Forward"
-                  and (s["op"].get("n_fed") or 0) > s["op"].get("n_tokens", 1))
+                  and (s["op"].get("n_fed") or 0) > s["op"].get("n_tokens", 1)
+                  + s["op"].get("caught_up", 0))  # a draft's catch-up is not a re-feed
     return {"verify_share": verify_s / wall_s, "idle_share": max(0.0, 1 - busy_s / wall_s),
             "refed_share": refed_s / wall_s}
 

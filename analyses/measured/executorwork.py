@@ -68,7 +68,10 @@ class ExecutorWork:
             return (yield op)
         widths, one = executor_passes(op.n_tokens, done.get("n_fed") or op.n_tokens,
                                       op.emit, op.head, op.head_tokens)
-        result = yield replace(op, n_tokens=widths[0], head_tokens=one)
+        # the measured positions include any catch-up, which the runtime's book
+        # counted (``caught_up``) before the op's own: the replay adds none
+        result = yield replace(op, n_tokens=widths[0], head_tokens=one, catch_up=False,
+                               context=op.context - done.get("caught_up", 0))
         for j in range(1, len(widths)):
             result = yield replace(op, n_tokens=1, context=op.context + j, head_tokens=one)
         return result

@@ -28,6 +28,7 @@ from executors.coordinate.feeds import HandleInfo, hidden_command, hidden_inputs
 from executors.coordinate.loop import Loop, Pending
 from executors.backend.streaming import StreamCmd
 from executors.backend.tensor import AllReduceCmd, members_of
+from policies.cachebook import PositionBook
 from policies.ops import (AllReduce, Delay, Fanout, Forward, Outcome, Roots, StreamWeights,
                           Transfer, Verdict, Verify)
 
@@ -72,6 +73,9 @@ class Coordinator:
         self.t0 = t0
         self.adapters = tuple(adapters)  # layers after which the draft artifact has an exit
         self.books: dict[tuple[str, str, int], CacheBook] = {}
+        # the simulator's count of catch-up positions, kept beside the real one
+        # so each span records what the simulator would cost (``caught_up``)
+        self.positions = PositionBook()
         self.handles: dict[int, HandleInfo] = {}
         self.spans: list[dict] = []
         self.acceptance: list[dict] = []
@@ -149,6 +153,8 @@ class Coordinator:
         width = self._width(op)
         handle = self.new_handle()
         infos = hidden_inputs(op, self.handles)
+        caught = self.positions.extra_positions(op)
+        self.positions.ran(op)
         extra = {"temperature": self.temperature, "width": width,
                  "steps": op.n_tokens if op.emit == "sample" else 1,
                  "top": op.alternatives}
@@ -175,7 +181,8 @@ class Coordinator:
         def finish(replies):
             reply = replies[-1]
             self.span(op, op.device, client, reply, "compute", n_fed=max(cmd.n_fed),
-                      context_measured=max(cmd.start), rows=len(cmd.start))
+                      context_measured=max(cmd.start), rows=len(cmd.start),
+                      **({"caught_up": caught} if op.catch_up else {}))
             self.collective_spans(op.device, client, reply[0], f"{op.label or 'forward'} "
                                   "all-reduce", inside="Forward")
             self._emitted(op, info, book, reply[0])
@@ -332,7 +339,9 @@ class Coordinator:
                 result["accepted"], gamma, result["bonus"], self.last_topk.topk)]
             self.last_topk = None
         self.acceptance.append(line)
-        return Verdict(tuple(taken), None if op.bonus else tuple(committed))
+        verdict = Verdict(tuple(taken), None if op.bonus else tuple(committed))
+        self.positions.settle(verdict, op.branch)
+        return verdict
 
     # the rest --------------------------------------------------------------------
     def delay(self, op: Delay) -> Pending:
