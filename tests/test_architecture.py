@@ -46,20 +46,26 @@ def _absolute(node: ast.ImportFrom, module: str) -> str:
     return ".".join(parts + ([node.module] if node.module else []))
 
 
-def imported(source: str, module: str) -> set[str]:
-    """Top-level names of everything ``source`` (module ``module``) imports,
-    wherever in the file the import is written."""
+def imported_modules(source: str, module: str) -> set[str]:
+    """Dotted names of everything ``source`` imports (``from a import b``: both
+    ``a`` and ``a.b``, since b may be a module), wherever it is written."""
     names = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            names |= {a.name.split(".")[0] for a in node.names}
+            names |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
-            names.add(_absolute(node, module).split(".")[0])
+            base = _absolute(node, module)
+            names |= {base} | {f"{base}.{a.name}" for a in node.names}
         elif (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "import_module"
               and node.args and isinstance(node.args[0], ast.Constant)
               and isinstance(node.args[0].value, str)):
-            names.add(node.args[0].value.split(".")[0])
-    return names - {""}
+            names.add(node.args[0].value)
+    return names
+
+
+def imported(source: str, module: str) -> set[str]:
+    """Top-level names of everything ``source`` (module ``module``) imports."""
+    return {name.split(".")[0] for name in imported_modules(source, module)} - {""}
 
 
 def _modules(package: str):
@@ -163,22 +169,6 @@ def policy_names_in(source: str, names: set[str]) -> list[tuple[int, str]]:
     return hits
 
 
-def imported_modules(source: str, module: str) -> set[str]:
-    """Dotted names of everything ``source`` imports (``from a import b`` gives
-    both ``a`` and ``a.b``, since b may be a module)."""
-    out = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = _absolute(node, module)
-            out |= {base} | {f"{base}.{a.name}" for a in node.names}
-        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "import_module"
-              and node.args and isinstance(node.args[0], ast.Constant)):
-            out.add(str(node.args[0].value))
-    return out
-
-
 def test_executors_name_no_policy():
     names = _policy_names()
     found = [(str(rel), line, name) for rel, _ in _modules("executors")
@@ -231,23 +221,6 @@ SUBLAYERS = {
 # Known breaks, each (module path, imported module path): the device's greedy
 # verify takes the agreeing-prefix helper from the coordinator's cache book.
 SUB_EXCEPTIONS = {("executors/backend/device.py", "executors/coordinate/book")}
-
-
-def imported_modules(source: str, module: str) -> set[str]:
-    """Dotted names of everything ``source`` imports (``from a import b``: both
-    ``a`` and ``a.b``, since b may be a module), wherever it is written."""
-    names = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            names |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = _absolute(node, module)
-            names |= {base} | {f"{base}.{a.name}" for a in node.names}
-        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "import_module"
-              and node.args and isinstance(node.args[0], ast.Constant)
-              and isinstance(node.args[0].value, str)):
-            names.add(node.args[0].value)
-    return names
 
 
 def _under(name: str, path: str) -> bool:
