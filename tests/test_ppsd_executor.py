@@ -13,6 +13,11 @@ from tests.test_executor import PROMPTS, session, tiny_spec
 STAGES = {"stage0": "cpu0", "stage1": "cpu1", "stage2": "cpu0", "stage3": "cpu1"}
 
 
+def _verify_one(logits):
+    """A PPSD Verify: one proposed token, no bonus."""
+    return (yield Verify(1, 1, target=logits, bonus=False, label="verify"))
+
+
 @pytest.fixture(scope="module")
 def tiny8(tmp_path_factory):
     return tiny_spec(tmp_path_factory.mktemp("spec"), name="tiny8", layers=8)
@@ -30,13 +35,10 @@ def test_a_draft_landing_after_a_rejecting_verify_is_dropped(tiny8):
         coord = Coordinator(s.clients, s.placement, seqs, s.n_layers)
         ctx = len(prompt)
 
-        def check(logits):
-            return (yield Verify(1, 1, target=logits, bonus=False, label="verify"))
-
         def schedule():
             yield Forward("target", "stage1", (0, 1), 1, 1, ctx, head="exit", emit="sample")
             logits = yield Forward("target", "stage0", (0, 8), 1, 1, ctx, head="lm")
-            verdict = yield Spawn(check(logits))
+            verdict = yield Spawn(_verify_one(logits))
             late = yield Forward("target", "stage1", (0, 1), 1, 1, ctx + 1, head="exit",
                                  emit="sample", label="late draft")
             return (yield Join((verdict,)))[0], late
@@ -58,12 +60,9 @@ def test_a_draft_landing_after_a_verify_committed_past_its_sequence_is_dropped(t
         coord = Coordinator(s.clients, s.placement, seqs, s.n_layers)
         ctx = len(prompt)
 
-        def check(logits):
-            return (yield Verify(1, 1, target=logits, bonus=False, label="verify"))
-
         def schedule():
             logits = yield Forward("target", "stage0", (0, 8), 1, 1, ctx, head="lm")
-            verdict = yield Spawn(check(logits))
+            verdict = yield Spawn(_verify_one(logits))
             yield Forward("target", "stage1", (0, 1), 1, 1, ctx, head="exit", emit="sample")
             return (yield Join((verdict,)))[0]
 
