@@ -249,25 +249,31 @@ def test_cli_shipped_fit_prints_table_and_is_byte_identical(tmp_path, capsys):
            "ssd-h100-llama70b-ar-tp4" in a.read_text()
 
 
-def test_fit_recovers_a_size_dependent_bandwidth_term_that_starts_off(tmp_path):
-    """memory_half_bytes (the costmodel's size-dependent bandwidth) is 0 in the start
-    profile: the fit starts it at OFF_STARTS and finds the true 20 MB per kernel."""
-    base = load_platform("a100-sxm-8x")
-    fields = ("memory_efficiency", "memory_half_bytes")
-    truth = base.model_copy(update={
-        "memory_tiers": tuple(t.model_copy(update={"memory_efficiency": 0.8})
-                              for t in base.memory_tiers),
-        "devices": tuple(d.model_copy(update={"memory_half_bytes": 20e6, "sources": {
-            **d.sources, "memory_half_bytes": "synthetic truth"}}) for d in base.devices)})
-    start = base.model_copy(update={
-        "memory_tiers": tuple(t.model_copy(update={"memory_efficiency": 1.0})
-                              for t in base.memory_tiers)})
+def _memory_efficiency(platform, value):
+    """``platform`` with every memory tier read at ``value`` of its bandwidth."""
+    return platform.model_copy(update={"memory_tiers": tuple(
+        t.model_copy(update={"memory_efficiency": value}) for t in platform.memory_tiers)})
+
+
+def _fit_from(tmp_path, truth, start, fields):
+    """Fit ``fields`` of ``start`` on rows simulated with ``truth``: (summary, fitted)."""
     rows_file = _write_rows(tmp_path / "rows.yaml", _rows(truth))
     (tmp_path / "start.yaml").write_text(profile_text(start, ""))
     out = tmp_path / "fitted.yaml"
     summary = calibrate_published(rows_file, str(tmp_path / "start.yaml"), out,
                                   fields=fields)
-    fitted = load_platform(str(out))
+    return summary, load_platform(str(out))
+
+
+def test_fit_recovers_a_size_dependent_bandwidth_term_that_starts_off(tmp_path):
+    """memory_half_bytes (the costmodel's size-dependent bandwidth) is 0 in the start
+    profile: the fit starts it at OFF_STARTS and finds the true 20 MB per kernel."""
+    base = load_platform("a100-sxm-8x")
+    fields = ("memory_efficiency", "memory_half_bytes")
+    truth = _memory_efficiency(base, 0.8).model_copy(update={
+        "devices": tuple(d.model_copy(update={"memory_half_bytes": 20e6, "sources": {
+            **d.sources, "memory_half_bytes": "synthetic truth"}}) for d in base.devices)})
+    summary, fitted = _fit_from(tmp_path, truth, _memory_efficiency(base, 1.0), fields)
     assert fitted.device("gpu5").memory_half_bytes == pytest.approx(20e6, rel=0.01)
     assert fitted.tier("hbm2").memory_efficiency == pytest.approx(0.8, rel=0.01)
     assert summary["median_abs_error_held_out"] < 1e-3
@@ -300,20 +306,11 @@ def test_fit_recovers_one_devices_own_call_overhead(tmp_path):
     """gpu0 alone pays a 2 ms per-call overhead (its neighbours none): fitting
     call_overhead_s@gpu0 with the memory efficiency recovers both."""
     base = load_platform("a100-sxm-8x")
-    truth = base.model_copy(update={
-        "memory_tiers": tuple(t.model_copy(update={"memory_efficiency": 0.8})
-                              for t in base.memory_tiers),
+    truth = _memory_efficiency(base, 0.8).model_copy(update={
         "devices": tuple(d.model_copy(update={"call_overhead_s": 2e-3}) if d.name == "gpu0"
                          else d for d in base.devices)})
-    start = base.model_copy(update={
-        "memory_tiers": tuple(t.model_copy(update={"memory_efficiency": 1.0})
-                              for t in base.memory_tiers)})
-    rows_file = _write_rows(tmp_path / "rows.yaml", _rows(truth))
-    (tmp_path / "start.yaml").write_text(profile_text(start, ""))
-    out = tmp_path / "fitted.yaml"
-    summary = calibrate_published(rows_file, str(tmp_path / "start.yaml"), out,
-                                  fields=("memory_efficiency", "call_overhead_s@gpu0"))
-    fitted = load_platform(str(out))
+    summary, fitted = _fit_from(tmp_path, truth, _memory_efficiency(base, 1.0),
+                                ("memory_efficiency", "call_overhead_s@gpu0"))
     assert fitted.device("gpu0").call_overhead_s == pytest.approx(2e-3, rel=0.01)
     assert fitted.device("gpu1").call_overhead_s == 0.0
     assert fitted.tier("hbm2").memory_efficiency == pytest.approx(0.8, rel=0.01)
