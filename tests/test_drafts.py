@@ -14,8 +14,8 @@ import torch
 from executors import train
 from executors.backend import drafts, models
 from executors.backend.layers import Positions, Stack
-from executors.prompts import BUILTIN, encode
 from executors.session import Options, Session
+from smollm2 import smollm2_with_ar
 from tests.test_executor import PROMPTS, _chi2_p, _joint, _peaky, tiny_spec
 
 SMOL_SHAPE = {"hidden": 576, "vocab": 49152, "n_heads": 9, "n_kv_heads": 3, "head_dim": 64}
@@ -212,14 +212,10 @@ SMOLLM2_TOKENS = 24
 def shipped():
     """One SmolLM2 session with the shipped heads for every schedule below, and AR's
     outputs on the built-in prompts (loading the model and decoding AR once)."""
-    stages = {"stage0": "cpu0", "stage1": "cpu1", "stage2": "cpu0", "stage3": "cpu1"}
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv(drafts.ENV, raising=False)
-        with Session("cpu-local", "smollm2-135m", "self:15", placement=stages,
-                     options=Options(max_new_tokens=SMOLLM2_TOKENS, mode="inline")) as s:
-            prompts = [encode(m, s.tokenizer, 49152) for m in BUILTIN]
-            ref = [s.decode("ar", {}, [p]).generated[0][:SMOLLM2_TOKENS] for p in prompts]
-            yield s, prompts, ref
+        with smollm2_with_ar("self:15", SMOLLM2_TOKENS) as shared:
+            yield shared
 
 
 @pytest.mark.slow

@@ -7,12 +7,12 @@ import json
 import pytest
 import torch
 
-from executors.prompts import BUILTIN, encode
+from executors.prompts import BUILTIN
 from executors.session import Options, Session
+from smollm2 import smollm2_with_ar
 
 pytestmark = pytest.mark.slow
 MAX_NEW = 16
-STAGES = {"stage0": "cpu0", "stage1": "cpu1", "stage2": "cpu0", "stage3": "cpu1"}
 SCHEDULES = [("sd", {"gamma": 4, "draft_layers": 15}), ("sd", {"gamma": 3}),
              ("mirror", {"gamma": 4, "kappa": 4, "exit_layer": 15, "eta": 1}),
              ("ssd", {"k": 3, "fanout": 2, "hit_rate": 0.5}),
@@ -23,10 +23,8 @@ SCHEDULES = [("sd", {"gamma": 4, "draft_layers": 15}), ("sd", {"gamma": 3}),
 
 @pytest.fixture(scope="module")
 def real():
-    with Session("cpu-local", "smollm2-135m", "self:24", placement=STAGES,
-                 options=Options(max_new_tokens=MAX_NEW, mode="inline")) as s:
-        s.prompts = [encode(m, s.tokenizer, 49152) for m in BUILTIN]
-        s.reference = [s.decode("ar", {}, [p]).generated[0][:MAX_NEW] for p in s.prompts]
+    with smollm2_with_ar("self:24", MAX_NEW) as (s, prompts, reference):
+        s.prompts, s.reference = prompts, reference
         yield s
 
 

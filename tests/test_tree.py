@@ -369,15 +369,10 @@ TREE_TOKENS = 12  # per prompt: several verify cycles of each tree, in suite tim
 def smollm2():
     """One SmolLM2 session (a 24-layer self-draft) for the tree cases below, and AR's
     outputs on the built-in prompts: the model loads and AR decodes once."""
-    from executors.prompts import BUILTIN, encode
-    from executors.session import Options, Session
+    from smollm2 import smollm2_with_ar
 
-    stages = {"stage0": "cpu0", "stage1": "cpu1", "stage2": "cpu0", "stage3": "cpu1"}
-    with Session("cpu-local", "smollm2-135m", "self:24", placement=stages,
-                 options=Options(max_new_tokens=TREE_TOKENS, mode="inline")) as s:
-        prompts = [encode(m, s.tokenizer, 49152) for m in BUILTIN]
-        ref = [s.decode("ar", {}, [p]).generated[0][:TREE_TOKENS] for p in prompts]
-        yield s, prompts, ref
+    with smollm2_with_ar("self:24", TREE_TOKENS) as shared:
+        yield shared
 
 
 @pytest.mark.slow
