@@ -294,13 +294,35 @@ def run_grid(points: list[Point], base: dict, *, jobs: int | None = None,
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(points)))
     if jobs == 1:
         return _run_all(point_tasks(points, configs, map), map, quiet)
-    import multiprocessing
-
-    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+    pool = _pool(jobs)
+    try:
         def mapper(fn, items):
             return pool.imap(fn, items, chunksize=1)
 
-        return _run_all(point_tasks(points, configs, mapper), mapper, quiet)
+        out = _run_all(point_tasks(points, configs, mapper), mapper, quiet)
+        pool.close()  # every result is in: let the workers finish on their own
+        return out
+    except BaseException:
+        pool.terminate()
+        raise
+    finally:
+        pool.join()
+
+
+def _pool(jobs: int):
+    """A worker pool started from a fresh server process, not forked from this
+    one: a forked child inherits whatever lock another thread of the caller (a
+    test runner's, a progress bar's) held at that instant, and one such worker
+    once blocked forever on the task queue. The server imports this module
+    once, so each worker starts without re-importing the simulator."""
+    import multiprocessing
+
+    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() \
+        else "spawn"
+    ctx = multiprocessing.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload([__name__])
+    return ctx.Pool(jobs)
 
 
 def _run_all(tasks: list[tuple], mapper, quiet: bool) -> list[PointResult]:
