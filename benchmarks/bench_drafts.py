@@ -48,10 +48,9 @@ def wait_for_quiet(limit: float, timeout_s: float = 900) -> float:
     return os.getloadavg()[0]
 
 
-def run_one(policy: str, extra: list[str], max_new: int, env: dict) -> dict:
+def run_one(policy: str, extra: list[str], max_new: int, env: dict, out: str) -> dict:
     cmd = [sys.executable, "-m", "analyses.cli", "run", *BASE, "--policy", policy, *extra,
-           "--max-new-tokens", str(max_new), "--json", "--out",
-           f"runs/bench-drafts-{policy}-{abs(hash(tuple(extra))) % 10_000}"]
+           "--max-new-tokens", str(max_new), "--json", "--out", out]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode:
         return {"error": (done.stderr.strip().splitlines() or ["?"])[-1]}
@@ -64,6 +63,9 @@ def main() -> None:
     ap.add_argument("--wait-load", type=float, default=1.5)
     ap.add_argument("--only", help="comma-separated policies")
     ap.add_argument("--untrained", action="store_true")
+    ap.add_argument("--runs", default="runs/bench-drafts", help=(
+        "directory the runs are written to, one NN-POLICY folder each (replaced if "
+        "there): benchmarks/break_even.py reads them"))
     args = ap.parse_args()
     env = dict(os.environ, **({"HETSPEC_DRAFTS": "none"} if args.untrained else {}))
     env["PYTHONPATH"] = os.getcwd() + os.pathsep + env.get("PYTHONPATH", "")
@@ -71,11 +73,12 @@ def main() -> None:
     print(f"{'command (hetspec run ' + ' '.join(BASE) + ' ...)':72s} {'load':>5s} "
           f"{'tok/s':>6s} {'AR':>6s} {'speedup':>7s} {'accept':>6s} {'tok/step':>8s} "
           "same")
-    for policy, extra in RUNS:
+    for i, (policy, extra) in enumerate(RUNS):
         if only and policy not in only:
             continue
         load = wait_for_quiet(args.wait_load)
-        m = run_one(policy, extra, args.max_new_tokens, env)
+        out = os.path.join(args.runs, f"{i:02d}-{policy}")
+        m = run_one(policy, extra, args.max_new_tokens, env, out)
         label = " ".join(["--policy", policy, *extra])
         if "error" in m:
             print(f"{label:72s} {load:5.2f} error: {m['error']}")
