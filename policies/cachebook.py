@@ -167,8 +167,8 @@ class PositionBook:
             cache.follows, cache.held = branch, [[None] * len(seqs) for _ in cache.held]
             return
         cache.follows, cache.layout, cache.continued = layout.branch, layout, lengths
-        cache.held = [list(col) for col in zip(*(
-            [m for m, _ in _wants(layout, n)] for n in lengths))]
+        wants = [_wants(layout, n) for n in lengths]  # per row, per group
+        cache.held = [[w[g][0] for w in wants] for g in range(len(cache.behind))]
         self._latest = cache
 
     def proposed(self, op: Delay) -> None:
@@ -205,6 +205,6 @@ class PositionBook:
                 for t, a, n in zip(taken, self._accepted, tree.continued)]
         self._proposals[op.observes.into] = _Taken(tree, less)
         if tree.layout.rows == 1:
-            for r, t in enumerate(taken):
-                tree.behind[0][r] = 0 if t else tree.behind[0][r]
+            for r in (r for r, t in enumerate(taken) if t):
+                tree.behind[0][r] = 0  # its root or guess was the bonus
             tree.follows, tree.held = op.observes.into, [[None] * len(taken)]
