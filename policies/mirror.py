@@ -64,10 +64,14 @@ cross in opposite directions).
 
 The operations say what each runtime needs (``policies.ops``): the fresh
 rollout samples on branch ``FRESH`` (0), one row per sequence; the window on
-branch ``WINDOW`` (1) with ``tree=Roots(kappa)``, ``batch * kappa`` rows, each
-step emitting ``n_tokens`` (eta, fewer in the last) and taking the previous
-step's handle as ``inputs`` (the first: the top-k message's payload, the
-early-exit Forward). The early exit is ``head="exit", emit="topk",
+branch ``WINDOW`` (1) with ``tree=Roots(kappa, the branch under verification)``,
+``batch * kappa`` rows, each step emitting ``n_tokens`` (eta, fewer in the last)
+and taking the previous step's handle as ``inputs`` (the first: the top-k
+message's payload, the early-exit Forward). The first step of each is a
+``catch_up`` Forward: the runtime counts what its rows lack (``policies.cachebook``;
+a window's rows, the correction, the proposal under verification and the root;
+with kappa = 1 they are the draft's own rows, which fed that proposal but its
+last token). The early exit is ``head="exit", emit="topk",
 top_k=kappa, head_tokens=1``: it projects one position per row, its last (the
 simulator charges the head's FLOPs over B rows, not B (gamma+1)); the suffix
 takes it as ``inputs`` and ends in ``head="lm"``; both score the branch the
@@ -95,7 +99,6 @@ from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyPa
                            register)
 from policies.modelled import EventModel, OutcomeModels
 from policies.ops import Forward, OnTree, Outcome, Parallel, Roots, Transfer, Verify
-from policies.sd import DraftCache, first_draft_op
 from policies.traces import covered_s, intervals, overlap_s, recorded_rate
 
 ENTRY_BYTES = 8           # a token id with its fp32 log-prob
@@ -215,40 +218,22 @@ def _one(op):
 
 
 def _rollout(ctx: PolicyContext, p: MirrorPlan, context: int, rows: int, branch: int,
-             tree: Roots | None, inputs, label: str, positions: int = 1):
+             tree: Roots | None, inputs, label: str):
     """J speculative-streaming draft steps over ``rows`` rows (a window: ``tree``
-    names its roots); returns the last handle. The first step also feeds the
-    ``positions - 1`` positions its rows lack."""
+    names its roots); returns the last handle. The first also feeds what its rows
+    lack (``catch_up``)."""
     handle = inputs
     for j, n_tokens in enumerate(p.chunks):
-        op = Forward("draft", "draft", (0, p.draft_layers), n_tokens, rows,
-                     context + j * p.eta, head="lm", emit="sample", tree=tree, branch=branch,
-                     inputs=handle, collectives=p.collectives, label=label)
-        handle = yield first_draft_op(op, positions) if j == 0 else op
+        handle = yield Forward("draft", "draft", (0, p.draft_layers), n_tokens, rows,
+                               context + j * p.eta, head="lm", emit="sample", tree=tree,
+                               branch=branch, inputs=handle, collectives=p.collectives,
+                               label=label, catch_up=j == 0)
     return handle
 
 
-def window_positions(ctx: PolicyContext, p: MirrorPlan, row_gamma) -> int:
-    """Positions the window's first step feeds per row: each of the B*kappa rows
-    holds its own cache, and its last window diverged from the new one right after
-    the last step's accepted tokens (the other roots differ from the correction), so
-    it feeds the correction, the proposal under verification and its root:
-    gamma + 2 (a row verifying no proposal: 2). The first window's rows hold the
-    prompt but its last token: the same count. With kappa = 1 the window's rows are
-    the draft's own, which last fed the proposal but its last token (the rollout
-    that made it): 2."""
-    if ctx.expected_outcomes:
-        return 1
-    if p.kappa == 1:
-        return 2
-    return max(row_gamma if row_gamma is not None else (p.gamma,)) + 2
-
-
-def _fresh(ctx: PolicyContext, p: MirrorPlan, context: int, cache: DraftCache):
+def _fresh(ctx: PolicyContext, p: MirrorPlan, context: int):
     """A single-branch rollout on the critical path, then its trip to the target."""
-    handle = yield from _rollout(ctx, p, context, ctx.batch, FRESH, None, None, FALLBACK,
-                                 cache.first_step())
-    cache.rolled_out(p.gamma)
+    handle = yield from _rollout(ctx, p, context, ctx.batch, FRESH, None, None, FALLBACK)
     yield Transfer("draft", "target", ctx.batch * p.gamma * ENTRY_BYTES, payload=handle,
                    label=FALLBACK_SEND)
 
@@ -269,8 +254,8 @@ def _step(ctx: PolicyContext, p: MirrorPlan, context: int, branch: int,
                         head="lm", inputs=prefix, branch=branch, label=SUFFIX)
     suffix, window = yield Parallel((
         _one(suffix_op),
-        _rollout(ctx, p, context, b * p.kappa, WINDOW, Roots(p.kappa), roots, DRAFT,
-                 window_positions(ctx, p, row_gamma))))
+        _rollout(ctx, p, context, b * p.kappa, WINDOW, Roots(p.kappa, branch), roots,
+                 DRAFT)))
     verdict = yield Verify(p.gamma, b, target=suffix, branch=branch, row_gamma=row_gamma,
                            label="verify")
     return verdict, window
@@ -334,15 +319,12 @@ class _Tally:
 
 
 def _schedule(ctx: PolicyContext, p: MirrorPlan):
-    b, t, cache = ctx.batch, _Tally(), DraftCache(ctx)
-    yield from _fresh(ctx, p, ctx.context(0), cache)  # the first window, every row
+    b, t = ctx.batch, _Tally()
+    yield from _fresh(ctx, p, ctx.context(0))  # the first window, every row
     branch, row_gamma = FRESH, None  # None: every row verifies its window
     while t.tokens < ctx.budget:
         verdict, window = yield from _step(ctx, p, ctx.context(t.tokens / b), branch,
                                            row_gamma)
-        if p.kappa == 1:  # the window's rows are the draft's own: it fed the proposal
-            cache.rolled_out(p.gamma + 1)
-        cache.settle(verdict, own=branch == FRESH or p.kappa == 1)
         skip = skips(p, b, t.verdict(verdict, p.gamma, row_gamma))
         reuse = yield Outcome("reuse", batch=b, per_row=skip, label="reuse",
                               observes=OnTree(into=WINDOW))
@@ -361,7 +343,7 @@ def _schedule(ctx: PolicyContext, p: MirrorPlan):
             t.fallbacks += 1
             t.rows_failed += failing_rows(p.omega, b)
             if t.tokens < ctx.budget:
-                yield from _fresh(ctx, p, ctx.context(t.tokens / b), cache)
+                yield from _fresh(ctx, p, ctx.context(t.tokens / b))
     return _stats(ctx, p, t)
 
 

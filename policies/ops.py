@@ -33,10 +33,12 @@ class Roots:
     branch-complete window): each sequence gets ``count`` rows, row
     ``r * count + i`` continuing ``committed + proposal + [candidate i]``, the
     candidates being the top-``count`` tokens the tree's ``inputs`` Forward
-    emitted (``emit="topk"``) after the proposal under verification. Each row
+    emitted (``emit="topk"``) after the proposal under verification, the narrow
+    proposal of speculation ``branch`` (the branch that Forward scores). Each row
     guesses the whole proposal is accepted and its candidate is the bonus token."""
 
     count: int
+    branch: int = 0
 
     @property
     def rows(self) -> int:
@@ -121,12 +123,16 @@ class Forward:
     sees the committed tokens and ``proposal[:i]`` only. Later Forwards over
     these positions carry them through their layers, and the Verify may take one
     where the target's own token equals it.
-    ``catch_up``: this Forward also feeds, before its own positions, what this
-    model's cache for these layers lacks on this branch (the committed tokens
-    its rollouts never fed: the last sampled token, the bonus token), rows padded
-    to the widest; the runtime counts them (``policies.cachebook``), the schedule
-    does not. A sampling one still samples ``n_tokens`` tokens from its last
-    positions.
+    ``catch_up``: this Forward also feeds, before its own positions, what its
+    rows lack in this model's cache for these layers, rows padded to the widest:
+    a narrow rollout's, the committed tokens its rollouts never fed (the last
+    sampled token, the bonus token); a tree's first Forward's (``Roots``,
+    ``Fanout``), besides those, the part of the proposal under verification its
+    rows continue and did not feed, and their root or guess. The runtime counts
+    them (``policies.cachebook``), the schedule does not. A sampling one still
+    samples ``n_tokens`` tokens from its last positions. Caches are the model's
+    layers at one width (``tree.rows`` rows per sequence, 1 without a tree),
+    whatever the branch: a one-row tree continues the narrow rollouts' cache.
     """
 
     model: str
@@ -268,11 +274,18 @@ class Outcome:
 
 @dataclass(frozen=True, slots=True)
 class Delay:
-    """Occupy ``device`` (or nothing, when None) for a fixed time."""
+    """Occupy ``device`` (or nothing, when None) for a fixed time.
+
+    ``proposes``: meanwhile a proposer outside the models (SSD's fast backup:
+    n-gram lookup, random tokens) appends that many tokens a row to the narrow
+    proposal of speculation ``branch``. The executor has no such proposer and
+    appends none (its Verify then commits the target's token alone)."""
 
     seconds: float
     device: str | None = None
     label: str = ""
+    branch: int = 0
+    proposes: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,12 +20,7 @@ draft's device keep their own cache. Deterministic simulation verifies with
 expected accepted lengths: the laws take the draft to cost gamma one-position
 passes, so only whole outcomes (sampled, replayed or real) feed catch-up
 positions.
-
-``DraftCache`` and ``first_draft_op`` are the schedule-side count that mirror
-still keeps (and ssd's pre-speculation, ``first_draft_op`` with its own count).
 """
-
-from dataclasses import replace
 
 from pydantic import Field
 
@@ -57,55 +52,6 @@ def draft_source(ctx: PolicyContext, draft_layers: int | None, policy: str):
         raise PolicyError(f"draft_layers ({draft_layers}) must be below the target's "
                           f"{ctx.target.n_layers} layers; choose a smaller value")
     return "target", (0, draft_layers), "exit"
-
-
-class DraftCache:
-    """Per row, what a draft's cache (one row per sequence) lacks, counted by the
-    schedule from the verdicts it receives.
-
-    ``behind[r]``: positions of row r's committed sequence the cache lacks (1 at
-    the start: prefill leaves the prompt's last token to the first step);
-    ``ahead[r]``: tokens of the pending proposal it fed (a rollout of gamma
-    tokens feeds gamma - 1 of them: the last is sampled, never fed). With
-    expected outcomes every rollout starts one position behind (the laws).
-    """
-
-    def __init__(self, ctx: PolicyContext):
-        self.expected = ctx.expected_outcomes
-        self.behind = [1] * ctx.batch
-        self.ahead = [0] * ctx.batch
-
-    def first_step(self) -> int:
-        """Positions per row the next rollout's first step feeds (the most any row
-        lacks: rows are padded to one width)."""
-        return 1 if self.expected else max(self.behind)
-
-    def rolled_out(self, gamma: int) -> None:
-        self.behind = [0] * len(self.behind)
-        self.ahead = [gamma - 1] * len(self.ahead)
-
-    def settle(self, verdict, own: bool) -> None:
-        """Commit ``verdict``; ``own``: the proposal it verified is the one this
-        cache rolled out (its accepted tokens are already fed)."""
-        if self.expected:
-            self.behind, self.ahead = [1] * len(self.behind), [0] * len(self.ahead)
-            return
-        committed = verdict.committed or [a + 1 for a in verdict.accepted]
-        for r, (a, c) in enumerate(zip(verdict.accepted, committed)):
-            kept = min(int(a), self.ahead[r]) if own else 0
-            self.behind[r] += int(c) - kept
-            self.ahead[r] = 0
-
-
-def first_draft_op(op: Forward, positions: int) -> Forward:
-    """``op`` also feeding the ``positions - 1`` earlier positions its cache lacks;
-    a one-token op still samples one token, from its last position
-    (``head_tokens=1``)."""
-    extra = positions - 1
-    if extra <= 0:
-        return op
-    return replace(op, n_tokens=op.n_tokens + extra, context=op.context - extra,
-                   head_tokens=1 if op.n_tokens == 1 else op.head_tokens)
 
 
 @register("sd", SDParams)

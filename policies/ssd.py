@@ -49,7 +49,10 @@ step is one Forward on branch ``CACHE`` (1) with ``tree=Fanout(F_0..F_K, the
 branch under verification)``, over ``batch * sum(F_k)`` rows, and every draft
 Forward keeps ``alternatives`` candidates beside its tokens (the guesses); the
 cache-hit Outcome ``observes=OnTree(into=CACHE)``, and the round after a hit
-verifies on ``CACHE``. A miss tells the spawned pre-speculation to stop through
+verifies on ``CACHE``. The first step of the backup and of the pre-speculation
+is a ``catch_up`` Forward: the runtime counts what their rows lack
+(``policies.cachebook``); the fast backup's Delay ``proposes`` its K tokens on
+``BACKUP``. A miss tells the spawned pre-speculation to stop through
 a flag both generators share, so a runtime must drive them in one process (as
 the simulator and the executor's task loop do).
 """
@@ -69,7 +72,6 @@ from policies.mirror import ENTRY_BYTES, VERDICT_BYTES
 from policies.modelled import EventModel, OutcomeModels, VerifyModel
 from policies.ops import (ALTERNATIVES, Delay, Fanout, Forward, Join, OnTree, Outcome, Spawn,
                           Transfer, Verify)
-from policies.sd import first_draft_op
 from policies.traces import covered_s, intervals, recorded_rate
 
 BACKUP, CACHE = 0, 1
@@ -192,64 +194,40 @@ def plan(ctx: PolicyContext, params: SSDParams) -> SSDPlan:
 
 
 def _draft_steps(p: SSDPlan, context: int, rows: int, branch: int, tree: Fanout | None,
-                 label: str, flag: dict | None = None, positions: int = 1,
-                 catch_up: bool = False):
+                 label: str, flag: dict | None = None):
     """K draft steps over ``rows`` rows (the pre-speculation: ``tree`` lays them
-    out); stops early once ``flag['abort']`` is set. The first step also feeds the
-    ``positions - 1`` positions its rows lack (the pre-speculation's count), or,
-    with ``catch_up``, what the runtime counts they lack (the backup's)."""
+    out); stops early once ``flag['abort']`` is set. The first also feeds what its
+    rows lack (``catch_up``)."""
     handle = None
     for j in range(p.k):
         if flag is not None and flag["abort"]:
             break
-        op = Forward("draft", "draft", (0, p.draft_layers), 1, rows, context + j,
-                     head="lm", emit="sample", tree=tree, branch=branch, inputs=handle,
-                     collectives=p.collectives, alternatives=p.alternatives, label=label,
-                     catch_up=catch_up and j == 0)
-        handle = yield first_draft_op(op, positions) if j == 0 else op
+        handle = yield Forward("draft", "draft", (0, p.draft_layers), 1, rows, context + j,
+                               head="lm", emit="sample", tree=tree, branch=branch,
+                               inputs=handle, collectives=p.collectives,
+                               alternatives=p.alternatives, label=label, catch_up=j == 0)
     return handle
 
 
 class Shapes:
-    """Per row, what the schedule knows of the proposals' lengths, from which the
-    verify's and the pre-speculation's first step's positions follow.
-
-    A proposal is K tokens, but K - 1 when a hit's row is one whose guess the
-    tree sampled in its first pass: the row of k = K, or any k once the previous
-    proposal was that short (a row accepted all of it). Each outcome row (k, f)
-    holds its own cache, last extending the previous round's proposal by
-    min(k, L) tokens (and a guess unless k >= L), which the verdict's correction
-    left after its accepted tokens (the row whose guess was the correction feeds
-    fewer; the count is the worst row). The first round's rows hold the prompt
-    but its last token. Expected outcomes: the laws' one position and K + 1.
-    """
+    """Per row, the length of the proposal under verification, from which the
+    verify's positions follow: K tokens, but K - 1 when a hit's row is one whose
+    guess the tree sampled in its first pass: the row of k = K, or any k once the
+    previous proposal was that short (a row accepted all of it). Expected
+    outcomes: the laws' K + 1 positions."""
 
     def __init__(self, ctx: PolicyContext, p: SSDPlan):
         self.expected, self.p = ctx.expected_outcomes, p
-        self.accepted = [0] * ctx.batch  # the previous round's, per row
-        self.prev_len = [0] * ctx.batch  # the previous round's proposal length
-        self.length = [p.k] * ctx.batch  # this round's proposal length
+        self.length = [p.k] * ctx.batch
 
     def verify_positions(self) -> int:
         """The bonus token and the longest row's proposal (rows padded)."""
         return self.p.k + 1 if self.expected else max(self.length) + 1
 
-    def prespec_positions(self) -> int:
-        if self.expected:
-            return 1
-        rows = zip(self.accepted, self.prev_len, self.length)
-        return max(a + 1 + min(k, n) + (k < n) - min(a, k, prev)
-                   for a, prev, n in rows
-                   for k, f in enumerate(self.p.fanout) if f > 0)
-
     def next_round(self, verdict, hit: bool) -> None:
-        if self.expected:
-            return
-        accepted = [int(a) for a in verdict.accepted]
-        self.length, self.prev_len = [
-            self.p.k - 1 if hit and a >= n else self.p.k
-            for a, n in zip(accepted, self.length)], self.length
-        self.accepted = accepted
+        if not self.expected:
+            self.length = [self.p.k - 1 if hit and a >= n else self.p.k
+                           for a, n in zip(verdict.accepted, self.length)]
 
 
 def ssd_outcomes(ctx: PolicyContext, params: SSDParams) -> OutcomeModels:
@@ -264,10 +242,10 @@ def _backup(ctx: PolicyContext, p: SSDPlan, context: int, jit: bool):
     """The backup's speculation; returns (handle, the label of its Verify). A jit
     backup's first step catches up on what the draft's own cache lacks."""
     if jit:
-        handle = yield from _draft_steps(p, context, ctx.batch, BACKUP, None, BACKUP_LABEL,
-                                         catch_up=True)
+        handle = yield from _draft_steps(p, context, ctx.batch, BACKUP, None, BACKUP_LABEL)
         return handle, VERIFY
-    yield Delay(p.fast_backup_s, device="draft", label=BACKUP_LABEL)
+    yield Delay(p.fast_backup_s, device="draft", label=BACKUP_LABEL, branch=BACKUP,
+                proposes=p.k)
     return None, FAST_VERIFY
 
 
@@ -277,8 +255,7 @@ def _round(ctx: PolicyContext, p: SSDPlan, context: int, branch: int, verify: st
     b = ctx.batch
     flag = {"abort": False}
     task = yield Spawn(_draft_steps(p, context + p.k, b * p.branches, CACHE,
-                                    Fanout(p.fanout, branch), PRESPEC, flag,
-                                    shapes.prespec_positions()))
+                                    Fanout(p.fanout, branch), PRESPEC, flag))
     logits = yield Forward("target", "target", (0, p.n_layers), shapes.verify_positions(),
                            b, context, head="lm", branch=branch, label=VERIFY)
     verdict = yield Verify(p.k, b, target=logits, branch=branch, label=verify)

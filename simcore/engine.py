@@ -69,7 +69,7 @@ class Simulator:
         self._timed = {Forward: self._forward, Transfer: self._transfer,
                        AllReduce: self._allreduce, StreamWeights: self._stream,
                        Delay: self._delay, Join: self._join, Parallel: self._parallel}
-        self._instant = {Verify: self._verify, Outcome: self.outcomes.outcome,
+        self._instant = {Verify: self._verify, Outcome: self._outcome,
                          Spawn: self._spawn}
 
     # driving ---------------------------------------------------------------
@@ -277,6 +277,7 @@ class Simulator:
                    self.env.now, 0.0, op.nbytes)
 
     def _delay(self, op: Delay):
+        self.book.proposed(op)
         members = self.members(op.device) if op.device else ()
         yield from self._acquire(members)
         start = self.env.now
@@ -293,6 +294,11 @@ class Simulator:
         self.tokens += verdict.tokens
         self.steps += 1
         return verdict
+
+    def _outcome(self, op: Outcome):
+        answer = self.outcomes.outcome(op)
+        self.book.observed(op, answer)  # a hit's tree rows become the next proposal
+        return answer
 
     def _spawn(self, op: Spawn):
         return self.env.process(self._drive(op.branch))

@@ -579,13 +579,17 @@ def test_operations_carry_what_an_executor_needs():
     assert topk.nbytes == 2 * 8 * ENTRY_BYTES
     window = [o for o in ops if isinstance(o, Forward) and o.label == DRAFT]
     assert window[0].inputs is prefix and window[1].inputs is window[0]
-    assert {(o.batch, o.tree, o.branch) for o in window} == {(16, Roots(8), WINDOW)}
+    # the window's roots follow the proposal the step verifies: FRESH, then WINDOW
+    assert {(o.batch, o.tree, o.branch) for o in window} == \
+        {(16, Roots(8, FRESH), WINDOW), (16, Roots(8, WINDOW), WINDOW)}
     fresh = [o for o in ops if isinstance(o, Forward) and o.label == FALLBACK]
     assert fresh and {(o.batch, o.tree) for o in fresh} == {(2, None)}  # narrow rollouts
     assert {o.observes for o in ops if isinstance(o, Outcome)} == {OnTree(into=WINDOW)}
-    # eta = 2 tokens a step; a window's first step also feeds what its rows lack: the
-    # correction, the proposal under verification (gamma 4) and the root
-    assert [o.n_tokens for o in window[:2]] == [2 + 4 + 2 - 1, 2]
+    # eta = 2 tokens a step; a window's first step also feeds what its rows lack (the
+    # runtime counts it: policies.cachebook)
+    assert [(o.n_tokens, o.catch_up) for o in window[:3]] == [(2, True), (2, False),
+                                                               (2, True)]
+    assert [o.catch_up for o in fresh][:2] == [True, False]
     suffix = next(o for o in ops if isinstance(o, Forward) and o.inputs is prefix
                   and o.model == "target")
     assert (suffix.layers, suffix.head) == ((20, 64), "lm")

@@ -345,6 +345,7 @@ class Coordinator:
 
     # the rest --------------------------------------------------------------------
     def delay(self, op: Delay) -> Pending:
+        self.positions.proposed(op)  # what the simulator counts; no tokens here
         if op.device is None:
             start = time.perf_counter()
             time.sleep(op.seconds)
@@ -368,6 +369,7 @@ class Coordinator:
             rows = tuple(bool(h) for h in rows)
             self.acceptance.append({"event": op.event, "held": list(rows)})
             taken = rows if op.per_row else (all(rows),) * len(rows)
+            self.positions.observed(op, taken)
             if any(taken):  # the rows that take their hit get its speculation next
                 self.install = (op.observes.into, [c if t else None
                                                    for c, t in zip(self.candidates, taken)])

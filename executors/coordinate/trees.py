@@ -36,6 +36,10 @@ def start_tree(coord, op, width: int, prior, client: str):
             raise ValueError(f"Forward '{op.label}' grows a window from roots, but its "
                              "inputs emitted no top-k candidates; pass the early-exit "
                              "Forward (or its Transfer) as inputs")
+        if prior.branch != op.tree.branch:
+            raise ValueError(f"Forward '{op.label}' grows roots after the proposal of "
+                             f"branch {op.tree.branch}, but its inputs scored branch "
+                             f"{prior.branch}; make Roots.branch the branch they score")
         bases, pick = _roots(prior, width, seqs.batch), None
     elif isinstance(op.tree, Fanout):
         bases, pick = _outcomes(seqs, op.tree.per_accepted, op.tree.branch)
