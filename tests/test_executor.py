@@ -127,11 +127,21 @@ def test_a_close_draft_is_accepted_and_events_are_observed(inline_session):
     assert [g[:12] for g in mirror.generated] == s.reference
 
 
-def test_worker_processes_run_the_draft_on_its_own_core(tiny):
+@pytest.fixture(scope="module")
+def workers(tiny):
+    """One worker process per core (target on cpu:0, draft on cpu:1, the cpu_tp
+    group over both) for the tests below that need worker processes but no model
+    of their own: starting the workers costs more than what each test runs on
+    them, and every decode resets the caches it uses."""
     with session(tiny, "self:5", mode="processes", placement=STAGES) as s:
-        ref = s.decode("ar", {}, PROMPTS[:1]).generated[0][:12]
-        sd = s.decode("sd", {"gamma": 3}, PROMPTS[:1])
-        pp = s.decode("ppsd", {"exit_layer": 2}, PROMPTS[:1])
+        yield s
+
+
+def test_worker_processes_run_the_draft_on_its_own_core(workers):
+    s = workers
+    ref = s.decode("ar", {}, PROMPTS[:1]).generated[0][:12]
+    sd = s.decode("sd", {"gamma": 3}, PROMPTS[:1])
+    pp = s.decode("ppsd", {"exit_layer": 2}, PROMPTS[:1])
     assert sd.generated[0][:12] == ref and pp.generated[0][:12] == ref
     where = {(x["op"].get("label"), x["physical"]) for x in sd.spans}
     assert ("draft", "cpu:1") in where and ("verify", "cpu:0") in where
@@ -288,7 +298,7 @@ def test_cats_correction_branches_are_lossless_and_taken(tiny, seed):
         assert torch.allclose(cache.k[layer][0, :, :n], plain.k[layer][0, :, :n], atol=1e-4)
 
 
-def test_parallel_branches_overlap_in_worker_processes(tiny):
+def test_parallel_branches_overlap_in_worker_processes(workers):
     """Fork/join branches on two devices run at once: two 0.4 s device delays in a
     Parallel take about 0.4 s, not 0.8 s, and their spans overlap."""
     import time
@@ -303,12 +313,12 @@ def test_parallel_branches_overlap_in_worker_processes(tiny):
     def schedule():
         yield Parallel((one(Delay(0.4, "target", "a")), one(Delay(0.4, "draft", "b"))))
 
-    with session(tiny, mode="processes") as s:
-        clients = s._devices({("target", "target", 1): 1, ("draft", "target", 1): 1}, 1)
-        coord = Coordinator(clients, s.placement, Sequences.start([[1, 2]]), s.n_layers)
-        coord.t0 = start = time.perf_counter()
-        coord.run(schedule())
-        elapsed_s = time.perf_counter() - start
+    s = workers
+    clients = s._devices({("target", "target", 1): 1, ("draft", "target", 1): 1}, 1)
+    coord = Coordinator(clients, s.placement, Sequences.start([[1, 2]]), s.n_layers)
+    coord.t0 = start = time.perf_counter()
+    coord.run(schedule())
+    elapsed_s = time.perf_counter() - start
     a, b = sorted(coord.spans, key=lambda x: x["name"])
     assert elapsed_s < 0.7 and a["physical"] != b["physical"]
     assert min(a["end_s"], b["end_s"]) - max(a["start_s"], b["start_s"]) > 0.2
@@ -508,16 +518,15 @@ def test_a_target_sharded_over_two_workers_is_lossless(tmp_path, seed):
                for layers, whole in shards)
 
 
-def test_a_standalone_all_reduce_runs_in_the_group(tiny):
-    with session(tiny, mode="processes") as s:
-        s.decode("ar", {}, PROMPTS[:1])  # starts the workers
-        coord = Coordinator(s.clients, s.placement, Sequences.start(PROMPTS[:1]),
-                            s.n_layers)
+def test_a_standalone_all_reduce_runs_in_the_group(workers):
+    s = workers
+    s.decode("ar", {}, PROMPTS[:1])  # starts the workers (if no test above did)
+    coord = Coordinator(s.clients, s.placement, Sequences.start(PROMPTS[:1]), s.n_layers)
 
-        def schedule():
-            yield AllReduce("cpu_tp", 65536, count=3, label="sync")
+    def schedule():
+        yield AllReduce("cpu_tp", 65536, count=3, label="sync")
 
-        coord.run(schedule())
+    coord.run(schedule())
     spans = [x for x in coord.spans if x["kind"] == "collective"]
     assert [(x["name"], x["op"]["nbytes"], x["device"]) for x in spans] == [
         ("sync", 65536, "cpu_tp")] * 3

@@ -45,11 +45,13 @@ def _await(clients: dict, wanted: set[int]) -> dict[int, tuple]:
     return got
 
 
-@pytest.fixture
-def three_workers(tmp_path):
+@pytest.fixture(scope="module")
+def three_workers(tmp_path_factory):
     """Workers cpu:0 and cpu:1 holding a tiny target, and cpu:2 (sharing a core
-    with cpu:0 on a 2-core machine) that only sends."""
-    source = f"random:{spec(tmp_path, 'tiny', 6, 64)}"
+    with cpu:0 on a 2-core machine) that only sends. Started once for the module:
+    each test below names handles of its own, so neither sees states the other
+    sent, whichever runs first."""
+    source = f"random:{spec(tmp_path_factory.mktemp('workers'), 'tiny', 6, 64)}"
     clients = WorkerClient.start_all(["cpu:0", "cpu:1", "cpu:2"])
     try:
         call(clients, [(name, LoadCmd({"target": source}, 0, source))
@@ -92,9 +94,9 @@ def test_messages_between_two_workers_end_in_the_order_sent(three_workers):
     pipeline stages relies on it)."""
     clients = three_workers
     a, b = clients["cpu:0"], clients["cpu:1"]
-    call(clients, [("cpu:0", FwdCmd(1, "target", (0, 3), [0], [4], [PROMPT[:4]]))])
+    call(clients, [("cpu:0", FwdCmd(3, "target", (0, 3), [0], [4], [PROMPT[:4]]))])
     for i in range(6):
-        pairs = b.fetch_commands(a, "cpu:0", 1) if i == 0 else \
+        pairs = b.fetch_commands(a, "cpu:0", 3) if i == 0 else \
             b.message_commands(a, "cpu:0", 16.0 * i)
         a.submit(100 + 2 * i, pairs[0][1])
         b.submit(101 + 2 * i, pairs[1][1])

@@ -4,7 +4,8 @@
 the bookkeeping (``executors.coordinate.book``): which tokens each Forward feeds, what
 the draft proposed, what a Verify commits, which speculation a hit selects.
 Devices only compute. Each reply becomes a measured span; each Verify and
-Outcome a line of the acceptance trace.
+Outcome a line of the acceptance trace. The operations that only move bytes or
+wait (Transfer, AllReduce, StreamWeights, Delay) are ``executors.coordinate.traffic``.
 
 Everything it needs to know of a schedule's layout comes from the operations'
 own fields (``policies.ops``): a Forward's ``branch`` and ``tree`` (``Roots``
@@ -18,26 +19,16 @@ pre-speculation step takes the tokens of all K).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
-from executors.coordinate import branches, tokentree
+from executors.coordinate import branches, tokentree, traffic
 from executors.coordinate.book import CacheBook, Proposal, Sequences
 from executors.backend.device import SleepCmd, VerifyCmd
-from executors.coordinate.feeds import HandleInfo, hidden_command, hidden_inputs, token_command
+from executors.coordinate.feeds import (Handle, HandleInfo, hidden_command, hidden_inputs,
+                                        token_command)
 from executors.coordinate.loop import Loop, Pending
-from executors.backend.streaming import StreamCmd
-from executors.backend.tensor import AllReduceCmd, members_of
 from policies.cachebook import PositionBook
-from policies.ops import (AllReduce, Delay, Fanout, Forward, Outcome, Roots, StreamWeights,
-                          Transfer, Verdict, Verify)
-
-
-@dataclass(frozen=True)
-class Handle:
-    """What a Forward returns to the schedule: an opaque reference."""
-
-    id: int
+from policies.ops import Fanout, Forward, Outcome, Roots, Verdict, Verify
 
 
 @dataclass
@@ -88,9 +79,8 @@ class Coordinator:
         self.verifier = None  # (HandleInfo, top-k per position): candidates for corrections
         self.cycle: branches.Cycle | None = None  # correction branches awaiting the Verify
         self._next_handle = 0
-        self.handlers = {Forward: self.forward, Verify: self.verify, Delay: self.delay,
-                         Transfer: self.transfer, Outcome: self.outcome,
-                         AllReduce: self.allreduce, StreamWeights: self.stream}
+        self.handlers = {Forward: self.forward, Verify: self.verify, Outcome: self.outcome,
+                         **traffic.handlers(self)}
 
     def run(self, schedule):
         self.loop = Loop(self.clients, self.handlers)
@@ -162,7 +152,7 @@ class Coordinator:
         cmds = []
         if infos is not None:
             for info in infos:
-                cmds += self.move(info, client)
+                cmds += traffic.move(self, info, client)
             cmd, fed = hidden_command(op, handle, book, infos, self._lens(width), **extra)
         elif tokentree.expands(self, op):
             cmd, fed = tokentree.expand_command(self, op, handle, client, **extra)
@@ -255,18 +245,6 @@ class Coordinator:
         exit head drafts). The draft's tokens follow a sequence that is gone."""
         return tuple(self.seqs.seq(row, branch)) != tuple(fed)
 
-    def move(self, info: HandleInfo, dst: str) -> list:
-        """Commands that bring a handle's hidden states to ``dst`` (real sends): to
-        each of a group's members that lacks them, from a source group's lead."""
-        if dst in info.at:
-            return []
-        src = next(iter(info.at))
-        held = {m for at in info.at for m in members_of(at)}
-        info.at.add(dst)
-        lead = members_of(src)[0]
-        return [cmd for m in members_of(dst) if m not in held
-                for cmd in self.clients[m].fetch_commands(self.clients[lead], lead, info.id)]
-
     def _materialise(self) -> None:
         """Make the speculation a hit selected the narrow proposal of its branch."""
         if self.install is None:
@@ -343,18 +321,7 @@ class Coordinator:
         self.positions.settle(verdict, op.branch)
         return verdict
 
-    # the rest --------------------------------------------------------------------
-    def delay(self, op: Delay) -> Pending:
-        self.positions.proposed(op)  # what the simulator counts; no tokens here
-        if op.device is None:
-            start = time.perf_counter()
-            time.sleep(op.seconds)
-            reply = (None, start, time.perf_counter())
-            return Pending([], lambda _r: self.span(op, "host", "host", reply, "delay"))
-        client = self.place.client(op.device)
-        return Pending([(client, SleepCmd(op.seconds))],
-                       lambda r: self.span(op, op.device, client, r[0], "delay"))
-
+    # Outcome -------------------------------------------------------------------
     def outcome(self, op: Outcome) -> Pending:
         observe = self.observers.get(type(op.observes))
         if observe is None:
@@ -376,47 +343,3 @@ class Coordinator:
             return rows if op.per_row else all(rows)
 
         return Pending([], decide)
-
-    def transfer(self, op: Transfer) -> Pending:
-        src, dst = self.place.client(op.src), self.place.client(op.dst)
-        info = self.handles.get(op.payload.id) if isinstance(op.payload, Handle) else None
-        if info is not None and info.head is None:
-            cmds = self.move(info, dst)  # activations: the hidden states themselves
-        elif src == dst or set(members_of(src)) & set(members_of(dst)):
-            cmds = []  # a group shares the message with a member it includes
-        else:
-            lead_src, lead_dst = members_of(src)[0], members_of(dst)[0]
-            cmds = self.clients[lead_dst].message_commands(self.clients[lead_src], lead_src,
-                                                           op.nbytes)
-
-        def finish(replies):
-            if replies:
-                hull = (None, min(r[1] for r in replies), max(r[2] for r in replies))
-                self.span(op, op.src, f"{src}->{dst}", hull, "transfer")
-            return op.payload
-
-        return Pending(cmds, finish)
-
-    def allreduce(self, op: AllReduce) -> Pending:
-        """``count`` real all-reduces of ``op.nbytes`` in the group's process group."""
-        client = self.place.client(op.group)
-        if len(members_of(client)) < 2:  # a group of one: nothing to exchange
-            return Pending([], lambda _r: None)
-
-        def finish(replies):
-            self.collective_spans(op.group, client, replies[0][0], op.label or "all-reduce")
-            return None
-
-        return Pending([(client, AllReduceCmd(client, op.nbytes, op.count))], finish)
-
-    def stream(self, op: StreamWeights) -> Pending:
-        client = self.place.client(op.device)
-
-        def finish(replies):
-            track = self.place.storage.get(op.device, "storage")
-            self.span(op, op.device, client, replies[0], "stream",
-                      bytes_read=replies[0][0]["bytes"])
-            self.spans[-1]["device"] = track
-            return None
-
-        return Pending([(client, StreamCmd(op.model, op.layers))], finish)

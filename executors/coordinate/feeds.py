@@ -18,6 +18,13 @@ from executors.backend.device import FwdCmd
 from policies.ops import Forward
 
 
+@dataclass(frozen=True)
+class Handle:
+    """What a Forward returns to the schedule: an opaque reference."""
+
+    id: int
+
+
 @dataclass
 class HandleInfo:
     """What the coordinator knows of a Forward's result (the device keeps tensors)."""
