@@ -93,6 +93,77 @@ def test_train_draft_refuses_an_exit_outside_the_target(tmp_path):
         train.check_layers(train.TrainConfig(exits=(30,)), 30)
 
 
+# multi-token heads ---------------------------------------------------------------
+def _tiny_fit(tmp_path, ahead: tuple[int, ...]):
+    """fit_all on a tiny random model's random windows: exits 2 and 3, adapter 2,
+    and multi-token heads on ``ahead``."""
+    from tqdm import tqdm
+
+    spec = models.spec_of(f"random:{tiny_spec(tmp_path, layers=4)}")
+    hf = models.build_random(spec, seed=3)
+    ids = torch.randint(0, spec.vocab, (8, 16), generator=torch.Generator().manual_seed(1))
+    corpus = train.Corpus(ids, torch.ones_like(ids, dtype=torch.bool))
+    teacher = train.teach(hf, corpus, (2, 3), k=8)
+    cfg = train.TrainConfig(exits=(2, 3), adapters=(2,), ahead=ahead, eta=3, steps=3,
+                            batch_windows=2, lr=1e-2, warmup=1, draft_vocab=40, seq_len=16,
+                            held_out_every=4)
+    train.check_layers(cfg, 4)
+    with tqdm(disable=True) as bar:
+        return train.fit_all(hf, drafts.shape_of(Stack(hf)), cfg, corpus, teacher, bar)
+
+
+def test_multi_token_heads_leave_the_other_heads_bit_for_bit(tmp_path):
+    """Trained last, the multi-token heads change no other head's tensors or numbers,
+    and the artifact round-trips them (shapes, offsets j = 1..eta-1)."""
+    plain, plain_prov = _tiny_fit(tmp_path, ())
+    more, prov = _tiny_fit(tmp_path, (3,))
+    base = plain.state()
+    mine = more.state()
+    assert set(mine) - set(base) == {f"ahead.3.{j}.{k}" for j in (1, 2)
+                                     for k in ("norm", "proj")}
+    assert all(torch.equal(base[k], mine[k]) for k in base)
+    assert {k: v for k, v in prov["heads"].items() if not k.startswith("ahead")} == \
+        plain_prov["heads"]
+    for j in (1, 2):
+        h = prov["heads"][f"ahead.3.{j}"]
+        assert h["loss_first"] > 0 and 0 <= h["held_out_top1"] <= 1
+    shape = {"hidden": 64, "vocab": 48, "n_heads": 4, "n_kv_heads": 2, "head_dim": 16}
+    drafts.save_artifact(more, tmp_path / "a.safetensors", shape, "tiny", prov)
+    back = drafts.load_artifact(tmp_path / "a.safetensors", shape)
+    assert sorted(back.ahead) == [3] and len(back.ahead[3]) == 2
+    assert all(h.proj.shape == (64, 64) and h.norm.shape == (64,) for h in back.ahead[3])
+    assert torch.equal(back.ahead[3][1].proj.half(), mine["ahead.3.2.proj"])
+
+
+def test_one_training_step_lowers_a_multi_token_heads_loss(tmp_path):
+    """Head j = 1 of exit 2 against the target's distribution one position on."""
+    from executors import trainahead
+
+    spec = models.spec_of(f"random:{tiny_spec(tmp_path, layers=4)}")
+    hf = models.build_random(spec, seed=3)
+    ids = torch.randint(0, spec.vocab, (1, 16), generator=torch.Generator().manual_seed(1))
+    corpus = train.Corpus(ids, torch.ones_like(ids, dtype=torch.bool))
+    teacher = train.teach(hf, corpus, (2,), k=8)
+    vocab_ids = train.draft_vocabulary(teacher.argmax, corpus.valid, 40, spec.vocab)
+    pos, probs = train.targets_in_vocab(teacher, vocab_ids, spec.vocab)
+    sh = trainahead.shifted(teacher.states[2], pos, probs, teacher.argmax, corpus.scored, 1)
+    assert sh.states.shape[1] == sh.pos.shape[1] == 15 and torch.equal(sh.pos, pos[:, 1:])
+    rows = hf.lm_head.weight.detach()[vocab_ids]
+    head = drafts.ExitHead(spec.hidden, hf.model.norm.weight)
+    args = (sh.states, rows, sh.pos, sh.probs, sh.scored, None)
+    with torch.no_grad():
+        before = float(train.distill_loss(head, *args))
+    cfg = train.TrainConfig(steps=1, batch_windows=1, lr=1e-2, warmup=1)
+    train.train_head(head, *args, cfg, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert float(train.distill_loss(head, *args)) < before
+
+
+def test_multi_token_heads_need_their_exit_head():
+    with pytest.raises(ValueError, match="--ahead 15 has no exit head to extend"):
+        train.check_layers(train.TrainConfig(exits=(8,)), 30)
+
+
 # executor with trained heads --------------------------------------------------------
 EXITS, ADAPTERS = (3, 5), (2, 3, 4)
 
@@ -251,7 +322,7 @@ def test_train_draft_mistakes_are_one_sentence(args, needle, capsys, tmp_path, m
     from analyses.cli import main
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(train, "train", lambda cfg, out: train.check_layers(cfg, 30))
+    monkeypatch.setattr(train, "train", lambda cfg, out, **_: train.check_layers(cfg, 30))
     try:
         code = main(["train-draft", *args])
     except SystemExit as exc:  # argparse's own refusals
