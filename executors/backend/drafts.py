@@ -75,6 +75,23 @@ def available(target_source: str) -> dict[str, tuple[int, ...]]:
         return _layers_of(f.keys())
 
 
+def ahead_counts(target_source: str) -> dict[int, int]:
+    """Per exit layer with multi-token heads, how many (eta - 1), from the
+    artifact's header alone; empty when there is none."""
+    path = artifact_path(target_source)
+    if path is None or not path.is_file():
+        return {}
+    from safetensors import safe_open
+
+    found: dict[int, set[int]] = {}
+    with safe_open(str(path), "pt") as f:
+        for key in f.keys():
+            kind, *rest = key.split(".")
+            if kind == "ahead":
+                found.setdefault(int(rest[0]), set()).add(int(rest[1]))
+    return {e: len(js) for e, js in sorted(found.items())}
+
+
 def _layers_of(keys) -> dict[str, tuple[int, ...]]:
     found: dict[str, set[int]] = {"exit": set(), "adapter": set(), "ahead": set()}
     for key in keys:
