@@ -297,7 +297,7 @@ def test_more_tokens_a_pass_than_heads_is_one_sentence(trained_mtp, monkeypatch)
                  options=Options(max_new_tokens=6, mode="inline")) as s:
         with pytest.raises(ValueError, match="has 2 multi-token head.s. after layer 5; run "
                                              "it with eta=3") as err:
-            s.decode("mirror", {"kappa": 2, "gamma": 4, "eta": 4}, PROMPTS[:1])
+            s.decode("mirror", {"kappa": 2, "gamma": 8, "eta": 4}, PROMPTS[:1])
     assert "\n" not in str(err.value)
 
 
