@@ -301,6 +301,33 @@ def test_more_tokens_a_pass_than_heads_is_one_sentence(trained_mtp, monkeypatch)
     assert "\n" not in str(err.value)
 
 
+def test_a_multi_token_run_records_one_pass_and_replays(trained_mtp, monkeypatch, tmp_path,
+                                                        capsys):
+    """The record leaves eta to the simulator's default (2: multi-token heads, as
+    ran), its spans say which passes emitted several tokens, and the replay
+    simulates the run from them."""
+    from analyses.cli import main
+    from analyses.measured.replay import load_run
+    from executors.measure import measure
+    from analyses.run.config import SimConfig
+
+    spec, path = trained_mtp
+    monkeypatch.setenv(drafts.ENV, str(path))
+    config = SimConfig(platform="cpu-local", target=f"random:{spec}", draft="self:5",
+                       policy="mirror", params={"kappa": 2, "gamma": 3}, seed=1)
+    out = measure(config, Options(max_new_tokens=8, mode="inline"),
+                  [[{"role": "user", "content": "hello there"}]], out_dir=tmp_path / "run")
+    assert out["matches_ar"] is True
+    record = json.loads((tmp_path / "run" / "record.json").read_text())
+    assert record["inputs"]["params"] == {"gamma": 3, "kappa": 2}  # no eta=1 pinned
+    run = load_run(tmp_path / "run")
+    emitted = [x["op"]["multi_token"] for x in run.spans if "multi_token" in x["op"]]
+    assert emitted and max(emitted) == 2
+    capsys.readouterr()
+    assert main(["replay", str(tmp_path / "run"), "--json"]) == 0
+    replayed = json.loads(capsys.readouterr().out)
+    assert replayed["predicted"]["tokens"] == record["metrics"]["tokens"]
+
 def test_an_exit_layer_without_a_trained_adapter_is_one_sentence(tiny_drafts, monkeypatch):
     spec, path = tiny_drafts
     monkeypatch.setenv(drafts.ENV, str(path))
