@@ -148,7 +148,8 @@ def doc_windows(tokenizer, packages, n: int, seq_len: int) -> list[list[int]]:
 
 
 def build_corpus(model, tokenizer, cfg: TrainConfig, bar=None) -> Corpus:
-    packages = package_texts()
+    gone = {n.lower() for n in cfg.exclude_packages}
+    packages = [p for p in package_texts() if p[0].lower() not in gone]
     prompts = chat_prompts(tokenizer, cfg.prompts)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else \
         tokenizer.eos_token_id

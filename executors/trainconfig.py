@@ -33,3 +33,6 @@ class TrainConfig:
     threads: int = 2
     held_out_every: int = 8
     gen_batch: int = 64
+    # installed distributions left out of the corpus (by name): rebuilds an older
+    # artifact's corpus on a machine that has since installed more
+    exclude_packages: tuple[str, ...] = ()

@@ -67,6 +67,11 @@ def register(sub) -> None:
                    help=f"chat prompts the target answers (default {d.prompts})")
     p.add_argument("--doc-windows", type=count(100_000), default=d.doc_windows,
                    help=f"windows of package descriptions (default {d.doc_windows})")
+    p.add_argument("--exclude-packages", type=lambda t: tuple(x.strip() for x in t.split(",")
+                                                            if x.strip()), default=(),
+                   help="installed distributions to leave out of the corpus, comma-"
+                        "separated (to rebuild an artifact's corpus after more were "
+                        "installed; its provenance counts the packages it read)")
     p.add_argument("--threads", type=count(1024), default=d.threads,
                    help=f"torch threads (default {d.threads})")
     p.add_argument("--seed", type=int, default=d.seed, help="random seed (default 0)")
@@ -90,7 +95,7 @@ def _train(args) -> int:
     cfg = replace(TrainConfig(), target=args.target, exits=args.exits,
                   adapters=args.adapters, ahead=args.ahead, eta=args.eta, steps=args.steps,
                   prompts=args.prompts, doc_windows=args.doc_windows, threads=args.threads,
-                  seed=args.seed)
+                  seed=args.seed, exclude_packages=args.exclude_packages)
     prov = train(cfg, Path(args.output), command=_command_line())
     if args.json:
         emit_json(prov)

@@ -250,8 +250,7 @@ class Coordinator:
                 continue  # a Verify changed the row while this draft was in flight
             for tok, prob, top in zip(toks, result["probs"][r], result["top"][r]):
                 prop.append(r, tok, prob, top)
-            if len(toks) > 1 and not result.get("ahead"):  # the extra passes fed all
-                # but the last emitted token (multi-token heads feed none of them)
+            if len(toks) > 1 and not result.get("ahead"):  # stepped: fed all but the last
                 seq = info.seqs[r] + tuple(toks[:-1])
                 book.wrote(op.layers, r, seq, len(seq))
 
