@@ -34,6 +34,9 @@ def test_the_shipped_artifact_loads_with_its_shapes_and_provenance():
     for a in heads.adapters.values():
         assert a.q.shape == (576, 576) and a.k.shape == a.v.shape == (192, 576)
         assert a.o.shape == (576, 576)
+    assert sorted(heads.ahead) == list(prov["config"]["ahead"]) == [15]  # Mirror's exit
+    assert len(heads.ahead[15]) == prov["config"]["eta"] - 1 == 1
+    assert all(h.proj.shape == (576, 576) and h.norm.shape == (576,) for h in heads.ahead[15])
     ids = heads.vocab_ids
     assert len(ids) == prov["draft_vocab"] == prov["config"]["draft_vocab"]
     assert bool((ids[1:] > ids[:-1]).all()) and 0 <= int(ids[0]) and int(ids[-1]) < 49152
@@ -424,6 +427,8 @@ def test_smollm2_with_the_shipped_heads_is_lossless(policy, params, shipped):
             assert float(top[0] - top[1]) < 1e-4, (policy, row)
     accepted = sum(sum(a["accepted"]) for o in outs for a in o.acceptance if "accepted" in a)
     assert accepted > 0
+    if policy == "mirror":  # eta 2 by default: the shipped multi-token head on exit 15
+        assert any(x["op"].get("multi_token") == 2 for o in outs for x in o.spans)
 
 
 @pytest.mark.parametrize("args,needle", [
