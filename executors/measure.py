@@ -104,13 +104,14 @@ def measure(config, options: Options, messages: list[list[dict]] | None = None, 
     messages = list(messages or BUILTIN)
     if entry(config.policy).needs_draft and config.draft is None:
         config = config.model_copy(update={"draft": default_draft(config.target)})
-    # the executor's drafts have no multi-token heads (Session.context): record the
-    # defaults that follows from, so a replay simulates the same schedule
-    pinned = config.params.single_token_defaults()
-    if pinned:
-        config = config.revised(params={**config.given("params"), **pinned})
     with Session(config.platform, config.target, config.draft,
                  placement=config.placement, options=options, seed=config.seed) as session:
+        # a draft without multi-token heads (Session.draft_multi_token) emits one
+        # token a pass: record the defaults that follow, so a replay simulates the
+        # same schedule (with them, the simulator's own defaults hold)
+        pinned = {} if session.draft_multi_token else config.params.single_token_defaults()
+        if pinned:
+            config = config.revised(params={**config.given("params"), **pinned})
         vocab = session.specs["target"].vocab
         prompts = [encode(m, session.tokenizer, vocab) for m in messages]
         config = config.model_copy(update={  # the mean prompt really in the caches

@@ -137,6 +137,7 @@ class Session:
             self.loaded["draft"] = models.load(draft, seed=seed + 1, weights=weights)
         drafts.warn_if_absent(target)
         self.adapters = drafts.available(target).get("adapter", ())  # trained exit layers
+        self.ahead = multi_token_heads(target, draft, self.adapters)
         self.specs = {role: ld.spec for role, ld in self.loaded.items()}
         self.n_layers = {role: ld.spec.n_layers for role, ld in self.loaded.items()}
         self.placement = Placement(*physical_map(self.platform,
@@ -158,7 +159,15 @@ class Session:
         mean_len = sum(len(p) for p in prompts) // max(1, len(prompts))
         return PolicyContext(target=self.specs["target"], draft=self.specs.get("draft"),
                              tokens=self.opts.max_new_tokens, batch=len(prompts),
-                             prompt_tokens=mean_len, draft_multi_token=False)
+                             prompt_tokens=mean_len,
+                             draft_multi_token=self.draft_multi_token)
+
+    @property
+    def draft_multi_token(self) -> bool:
+        """Whether the draft's own head has multi-token heads (Mirror's eta then
+        defaults to 2, as in the papers), or emits one token a pass."""
+        n = models.self_layers(self.sources.get("draft"))
+        return bool(n) and self.ahead.get("draft", {}).get(n, 0) > 0
 
     def decode(self, policy: str, params: PolicyParams | dict,
                prompts: list[list[int]]) -> BatchResult:
@@ -179,7 +188,7 @@ class Session:
         seqs = Sequences.start(prompts)
         coord = Coordinator(clients, self.placement, seqs, self.n_layers,
                             temperature=self.opts.temperature, observers=OBSERVERS,
-                            adapters=self.adapters)
+                            adapters=self.adapters, ahead=self.ahead)
         start_s = time.perf_counter()  # streamed layers load once for the prefill
         self._streams(streams, buffer_layers, restore=True)
         self._prefill(coord, uses)
@@ -314,3 +323,16 @@ class Session:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def multi_token_heads(target: str, draft: str | None,
+                      adapters: tuple[int, ...]) -> dict[str, dict[int, int]]:
+    """Per model of the session, exit layer -> the multi-token heads its trained
+    exit head has there (the target's draft artifact; a self-draft shares it, and
+    its own head at its last layer is that exit's unless an adapter sits there)."""
+    counts = drafts.ahead_counts(target)
+    out = {"target": counts}
+    n = models.self_layers(draft)
+    if n:
+        out["draft"] = {e: c for e, c in counts.items() if e < n or n not in adapters}
+    return out

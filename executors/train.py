@@ -16,6 +16,8 @@ last-layer distribution, read from the hidden states after its exit layer.
    the head's log-softmax over the draft vocabulary. The LM head stays frozen.
 5. Held-out windows (every ``held_out_every``-th) give each head's top-1
    agreement with the target's argmax over the full vocabulary.
+6. Last, the multi-token heads (``executors.trainahead``): for Mirror's draft,
+   heads that guess the tokens after the next from the same states.
 
 Same config, same machine, same thread count: the same artifact.
 """
@@ -30,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from executors import trainahead
 from executors.backend import drafts, models
 from executors.trainconfig import TrainConfig
 
@@ -145,7 +148,8 @@ def doc_windows(tokenizer, packages, n: int, seq_len: int) -> list[list[int]]:
 
 
 def build_corpus(model, tokenizer, cfg: TrainConfig, bar=None) -> Corpus:
-    packages = package_texts()
+    gone = {n.lower() for n in cfg.exclude_packages}
+    packages = [p for p in package_texts() if p[0].lower() not in gone]
     prompts = chat_prompts(tokenizer, cfg.prompts)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else \
         tokenizer.eos_token_id
@@ -308,17 +312,20 @@ def check_layers(cfg: TrainConfig, n_layers: int) -> None:
                              f"{n_layers}-layer target; give layers from 1 to {n_layers - 1}")
     if not cfg.exits and not cfg.adapters:
         raise ValueError("train-draft has no heads to train; give --exits or --adapters")
+    trainahead.ahead_layers_ok(cfg)
 
 
-def train(cfg: TrainConfig, out_path, progress: bool = True) -> dict:
-    """Train every head of ``cfg`` and write the artifact; returns its provenance."""
+def train(cfg: TrainConfig, out_path, progress: bool = True,
+          command: str | None = None) -> dict:
+    """Train every head of ``cfg`` and write the artifact; returns its provenance
+    (``command``: the command line that ran it, recorded there)."""
     from tqdm import tqdm
 
     from executors.backend.layers import Stack
 
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.threads)
-    t0 = time.perf_counter()
+    t0, started = time.perf_counter(), trainahead.machine_facts()
     loaded = models.load(cfg.target, seed=cfg.seed)
     model, tok = loaded.model, loaded.tokenizer
     if tok is None:
@@ -326,7 +333,8 @@ def train(cfg: TrainConfig, out_path, progress: bool = True) -> dict:
                          f"none (use {models.REAL_NAME} or a checkpoint directory)")
     check_layers(cfg, loaded.spec.n_layers)
     shape = drafts.shape_of(Stack(model))
-    steps_total = cfg.prompts + cfg.steps * (len(cfg.exits) + len(cfg.adapters))
+    steps_total = cfg.prompts + cfg.steps * (len(cfg.exits) + len(cfg.adapters)
+                                             + trainahead.n_ahead_heads(cfg))
     with tqdm(total=steps_total, desc="train-draft", unit="step", disable=not progress,
               file=sys.stderr) as bar:
         phase_s = {"load": time.perf_counter() - t0}
@@ -341,7 +349,9 @@ def train(cfg: TrainConfig, out_path, progress: bool = True) -> dict:
     prov["phase_s"] = {k: round(v, 1) for k, v in phase_s.items()}
     prov.update({"target": cfg.target, "config": asdict(cfg), "corpus": corpus.sources,
                  "threads": cfg.threads, "wall_s": round(time.perf_counter() - t0, 1),
-                 "torch": torch.__version__})
+                 "torch": torch.__version__, "started": started,
+                 "finished": trainahead.machine_facts(),
+                 **({"command": command} if command else {})})
     drafts.save_artifact(heads, out_path, shape, cfg.target, prov)
     return prov
 
@@ -379,8 +389,17 @@ def fit_all(model, shape, cfg: TrainConfig, corpus: Corpus, teacher: Teacher, ba
                                      "loss_last_mean10": round(sum(losses[-10:]) / 10, 4),
                                      "held_out_top1_before": round(base, 4),
                                      "held_out_top1": round(after, 4)}
+    split = {name: {"states": {e: teacher.states[e][rows] for e in cfg.ahead
+                               if e in teacher.states},
+                    "pos": pos[rows], "probs": probs[rows], "argmax": teacher.argmax[rows],
+                    "scored": corpus.scored[rows]}
+             for name, rows in (("train", train_rows), ("held", held_rows))}
+    ahead, more = trainahead.fit_ahead(
+        exits, {**split, "rows": lm_rows, "vocab_ids": vocab_ids, "rope": rope}, cfg, gen,
+        bar, train_head, agreement)
+    report.update(more)
     covered = corpus.scored[held_rows] & torch.isin(teacher.argmax[held_rows], vocab_ids)
-    heads = drafts.DraftHeads(exits, adapters, vocab_ids)
+    heads = drafts.DraftHeads(exits, adapters, vocab_ids, ahead=ahead)
     return heads, {"heads": report, "draft_vocab": len(vocab_ids),
                    "held_out_windows": len(held_rows), "train_windows": len(train_rows),
                    "held_out_positions": int(corpus.scored[held_rows].sum()),

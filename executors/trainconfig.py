@@ -15,6 +15,10 @@ class TrainConfig:
     # 18: PPSD's two stages balance there on SmolLM2 (README, 'Trained self-drafts')
     exits: tuple[int, ...] = (8, 15, 18)
     adapters: tuple[int, ...] = (3, 29)
+    # multi-token heads on these exits (each one of ``exits``): Mirror's default
+    # exit, half of SmolLM2's 30 layers; eta tokens per pass (eta - 1 heads each)
+    ahead: tuple[int, ...] = (15,)
+    eta: int = 2
     prompts: int = 256           # chat prompts the target answers
     answer_tokens: int = 96      # greedy tokens per answer
     doc_windows: int = 24        # windows of package descriptions
@@ -29,3 +33,6 @@ class TrainConfig:
     threads: int = 2
     held_out_every: int = 8
     gen_batch: int = 64
+    # installed distributions left out of the corpus (by name): rebuilds an older
+    # artifact's corpus on a machine that has since installed more
+    exclude_packages: tuple[str, ...] = ()

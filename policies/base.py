@@ -55,7 +55,8 @@ class PolicyContext:
     and, in its ``outcome_models``, to turn into a modelled mean.
     ``draft_multi_token``: the draft has multi-token heads (one pass emits several
     tokens, Mirror's eta > 1), as the papers' drafts do; the real executor's
-    drafts have none, so its schedules default to one token a pass.
+    drafts have them only where the trained draft artifact does (``hetspec
+    train-draft --ahead``), and default to one token a pass elsewhere.
     """
 
     target: ModelSpec

@@ -376,6 +376,31 @@ def test_executor_work_rewrites_forwards_and_marks_steps():
     assert ops[0].head_tokens == 1 and ops[3].label == STEP_END and ops[3].seconds == 0.0
 
 
+def test_a_multi_token_pass_is_one_pass_in_calibration_and_replay():
+    """A draft pass that sampled its tokens through multi-token heads (the span's
+    multi_token: tokens it emitted) is one pass in both directions: calibration
+    costs it as one model call projecting that many heads, and the replay runs the
+    schedule's Forward as one pass over the positions measured."""
+    plat, spec = load_platform("cpu-local"), load_model("smollm2-135m")
+    op = {"type": "Forward", "model": "draft", "device": "draft", "layers": [0, 15],
+          "n_tokens": 9, "n_fed": 8, "batch": 2, "context": 50, "head": "lm",
+          "emit": "sample", "multi_token": 2}
+    passes = list(executor_passes(Terms(plat).cost, spec, "cpu1", op))
+    assert [(p.rows, p.calls) for p in passes] == [(16, 1)]
+    stepped = list(executor_passes(Terms(plat).cost, spec, "cpu1",
+                                   {k: v for k, v in op.items() if k != "multi_token"}))
+    assert len(stepped) == 9  # the same Forward, one token a pass
+    measured = [{"op": {"type": "Forward", "label": "draft", "n_fed": 8, "multi_token": 2},
+                 "start_s": 0.0, "end_s": 1.0}]
+
+    def schedule():
+        yield Forward("draft", "draft", (0, 15), 9, 1, 10, head="lm", emit="sample",
+                      label="draft")
+
+    ops = list(ExecutorWork(measured).wrap(schedule()))
+    assert [(o.n_tokens, o.head_tokens, o.context) for o in ops] == [(8, 2, 10)]
+
+
 def test_calibrate_cli_writes_valid_profile_and_meets_held_out_target(runs_dir, tmp_path,
                                                                       capsys):
     out = tmp_path / "calibrated.yaml"

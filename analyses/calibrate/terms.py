@@ -262,7 +262,7 @@ def _passes(op: dict) -> tuple[tuple[int, ...], int | None]:
     """``simcore.costmodel.executor_passes`` of a measured Forward."""
     n_tokens = op.get("n_tokens", 1)
     return passes_of(n_tokens, op.get("n_fed") or n_tokens, op.get("emit"), op.get("head"),
-                     op.get("head_tokens"))
+                     op.get("head_tokens"), op.get("multi_token") or 0)
 
 
 def stepped(op: dict) -> bool:
@@ -273,7 +273,8 @@ def stepped(op: dict) -> bool:
 def executor_passes(cost: RooflineCost, spec, where: str, op: dict):
     """The device passes the executor ran for a measured Forward, as cost terms: a
     sampled Forward of k tokens is k passes (``stepped``), the first feeding
-    ``n_fed`` positions per row, the others one; a sampled or top-k head projects
+    ``n_fed`` positions per row, the others one (one pass through multi-token
+    heads, when the span says ``multi_token``); a sampled or top-k head projects
     one position per row. Each pass is one model call and pays call_overhead_s,
     as the replay's rewrite (``executorwork.ExecutorWork``) charges it: one simulated
     Forward per pass."""

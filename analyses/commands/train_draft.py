@@ -1,4 +1,5 @@
-"""hetspec train-draft: self-distil a target's early-exit heads and adapters."""
+"""hetspec train-draft: self-distil a target's early-exit heads, adapters and
+multi-token heads."""
 
 from __future__ import annotations
 
@@ -27,12 +28,16 @@ def register(sub) -> None:
 
     d = TrainConfig()
     p = sub.add_parser(
-        "train-draft", help="train the target's own draft heads (early exits, adapters)",
+        "train-draft", help="train the target's own draft heads (early exits, adapters, "
+                            "multi-token heads)",
         description="Self-distillation on CPU: the target answers chat prompts built from "
                     "the installed packages' summaries and reads windows of their "
                     "descriptions; every exit head and adapter learns the target's "
                     "last-layer distribution (top-K reduced KL) from the hidden states at "
-                    "its exit. Writes an fp16 safetensors artifact and its provenance "
+                    "its exit; multi-token heads (--ahead, --eta) learn the distribution "
+                    "of the tokens after the next from an exit's states, so one draft pass "
+                    "proposes eta tokens (Mirror's eta; they are trained last, leaving the "
+                    "other heads as they would be without them). Writes an fp16 safetensors artifact and its provenance "
                     "JSON (data, steps, loss, held-out top-1 agreement), atomically; "
                     "'hetspec run' uses the shipped one for smollm2-135m, or the file "
                     "named by HETSPEC_DRAFTS.",
@@ -48,12 +53,25 @@ def register(sub) -> None:
     p.add_argument("--adapters", type=layer_list, default=d.adapters,
                    help="exit layers of Kangaroo/CATS adapters (default "
                         f"{','.join(map(str, d.adapters))}: l_dm and CATS's l_sv)")
+    p.add_argument("--ahead", type=layer_list, default=d.ahead,
+                   help="exit layers (each among --exits) that get multi-token heads "
+                        f"(default {','.join(map(str, d.ahead)) or 'none'}: Mirror's default "
+                        "exit, half the layers, and its self:15 draft); 'none' for none")
+    p.add_argument("--eta", type=count(16), default=d.eta,
+                   help=f"tokens one draft pass proposes there (default {d.eta}): heads for "
+                        "tokens t+2..t+eta beside the exit head's t+1; 1 trains none. "
+                        "'hetspec run' then defaults Mirror's eta to 2 on that exit")
     p.add_argument("--steps", type=count(100_000), default=d.steps,
                    help=f"optimiser steps per head (default {d.steps})")
     p.add_argument("--prompts", type=count(100_000), default=d.prompts,
                    help=f"chat prompts the target answers (default {d.prompts})")
     p.add_argument("--doc-windows", type=count(100_000), default=d.doc_windows,
                    help=f"windows of package descriptions (default {d.doc_windows})")
+    p.add_argument("--exclude-packages", type=lambda t: tuple(x.strip() for x in t.split(",")
+                                                            if x.strip()), default=(),
+                   help="installed distributions to leave out of the corpus, comma-"
+                        "separated (to rebuild an artifact's corpus after more were "
+                        "installed; its provenance counts the packages it read)")
     p.add_argument("--threads", type=count(1024), default=d.threads,
                    help=f"torch threads (default {d.threads})")
     p.add_argument("--seed", type=int, default=d.seed, help="random seed (default 0)")
@@ -75,9 +93,10 @@ def _train(args) -> int:
     check_outputs({"--output": args.output,
                    "provenance": str(provenance_path(Path(args.output)))}, [])
     cfg = replace(TrainConfig(), target=args.target, exits=args.exits,
-                  adapters=args.adapters, steps=args.steps, prompts=args.prompts,
-                  doc_windows=args.doc_windows, threads=args.threads, seed=args.seed)
-    prov = train(cfg, Path(args.output))
+                  adapters=args.adapters, ahead=args.ahead, eta=args.eta, steps=args.steps,
+                  prompts=args.prompts, doc_windows=args.doc_windows, threads=args.threads,
+                  seed=args.seed, exclude_packages=args.exclude_packages)
+    prov = train(cfg, Path(args.output), command=_command_line())
     if args.json:
         emit_json(prov)
         return 0
@@ -87,3 +106,13 @@ def _train(args) -> int:
         print(f"  {name:12s} loss {h['loss_first']:.3f} -> {h['loss_last_mean10']:.3f}  "
               f"held-out top-1 {h['held_out_top1_before']:.1%} -> {h['held_out_top1']:.1%}")
     return 0
+
+
+def _command_line() -> str:
+    """This process's command line from 'train-draft' on, as the provenance notes it."""
+    import shlex
+    import sys
+
+    argv = sys.argv
+    start = argv.index("train-draft") if "train-draft" in argv else len(argv)
+    return "hetspec " + shlex.join(argv[start:] or ["train-draft"])

@@ -1,8 +1,9 @@
 """The work the executor did for a schedule, as a rewriter a replay runs it through.
 
-The executor has no multi-token heads and feeds whatever positions a cache
-lacks, so a measured Forward can be more work than the schedule's: a sampled
-Forward of k tokens is k passes, and a draft catching up on the bonus token, or
+The executor feeds whatever positions a cache lacks, and samples one token a
+pass unless the draft has multi-token heads there (the span's ``multi_token``),
+so a measured Forward can be more work than the schedule's: a sampled Forward of
+k tokens is k passes (one through multi-token heads), and a draft catching up on the bonus token, or
 a speculation tree's first pass re-feeding its rows' prefixes, feeds more
 positions (``n_fed``). ``ExecutorWork`` rewrites a schedule's Forwards into the
 passes the executor ran for them (the mapping ``analyses.calibrate.terms`` fits the
@@ -67,7 +68,8 @@ class ExecutorWork:
         if done is None:
             return (yield op)
         widths, one = executor_passes(op.n_tokens, done.get("n_fed") or op.n_tokens,
-                                      op.emit, op.head, op.head_tokens)
+                                      op.emit, op.head, op.head_tokens,
+                                      done.get("multi_token") or 0)
         # the measured positions include any catch-up, which the runtime's book
         # counted (``caught_up``) before the op's own: the replay adds none
         result = yield replace(op, n_tokens=widths[0], head_tokens=one, catch_up=False,

@@ -45,6 +45,8 @@ class FwdCmd:
     top: int = 8  # draft candidates reported with each sampled token
     tree: object = None  # [B, n, n] bool: new token i may see new token j
     steps: int = 1  # emit="sample": tokens to emit, each fed back for the next
+    ahead: int = 0  # emit="sample", when > 0: this many tokens from one pass, the ones
+    # after the first from multi-token heads (draft artifact ``ahead.E.j``), none fed back
     pick: list[int] | None = None  # per row: emit the draft's rank-i token (-1: sample)
     width: int = 1  # rows = batch * width (speculation trees)
     branches: list | None = None  # per row: (i, rope, limit) branch tokens (layers.Positions)
@@ -158,7 +160,9 @@ class LocalDevice:
         if cmd.head is not None:
             feats = stack.pre_head(cmd.head, cmd.layers[1], hidden, cache, at)
             entry["logits"] = logits = self._logits(stack, feats, cmd)
-            if cmd.emit == "sample":
+            if cmd.emit == "sample" and cmd.ahead:
+                out = self._emit_ahead(stack, cmd, feats, logits)
+            elif cmd.emit == "sample":
                 out = self._emit(stack, cache, cmd, logits)
             elif cmd.emit == "topk":
                 ranked = [torch.topk(lg, cmd.top_k).indices for lg in logits]
@@ -306,10 +310,18 @@ class LocalDevice:
             hidden = stack.pre_head(cmd.head, cmd.layers[1], hidden, cache, at)
             step = self._sample(list(stack.head(hidden, cmd.head, cmd.layers[1]).cpu()), cmd,
                                 None)
-            for key in out:
-                for r, value in enumerate(step[key]):
-                    out[key][r].extend(value)
+            _extend(out, step)
             ends = [e + 1 for e in ends]
+        return out
+
+    def _emit_ahead(self, stack, cmd: FwdCmd, feats, logits) -> dict:
+        """Sample ``ahead`` tokens per row from one pass: the first from the head's
+        logits, token 1 + j from multi-token head j at the same (last) position."""
+        out = self._sample(logits, cmd, cmd.pick)
+        last = torch.stack([feats[b, n - 1] for b, n in enumerate(cmd.n_fed)])[:, None]
+        for lg in stack.ahead_logits(last, cmd.head, cmd.layers[1])[:cmd.ahead - 1]:
+            _extend(out, self._sample(list(lg.cpu()), cmd, None))
+        out["ahead"] = True  # the coordinator's book: no emitted token was fed
         return out
 
     def _sample(self, logits, cmd: FwdCmd, pick) -> dict:
@@ -357,6 +369,13 @@ class LocalDevice:
         if g and not bonus:
             return g, None
         return g, int(torch.multinomial(p[g], 1, generator=self.gen))
+
+
+def _extend(out: dict, step: dict) -> None:
+    """Append one more sampled token per row (and its probs and candidates)."""
+    for key in out:
+        for r, value in enumerate(step[key]):
+            out[key][r].extend(value)
 
 
 def _concat(entries: list[dict]) -> torch.Tensor:

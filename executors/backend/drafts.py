@@ -13,7 +13,10 @@ layer, which rarely agrees with the last layer. A trained artifact
 * ``exit.E``: an RMS norm and a square residual projection before the shared LM
   head (``ExitHead``);
 * ``adapter.E``: one attention block (the shape of one of the target's attention
-  layers, with its own KV cache slot) followed by such a head (``Adapter``).
+  layers, with its own KV cache slot) followed by such a head (``Adapter``);
+* ``ahead.E.j`` (j = 1..eta-1): multi-token heads, each an ``ExitHead`` that reads
+  the same states at position t as ``exit.E`` and predicts token t+1+j instead
+  of t+1 (Medusa-style): one pass over layers 1..E proposes eta tokens.
 
 Every trained head projects onto a draft vocabulary (the artifact's
 ``vocab_ids``, the tokens the target emits most often) and gives -inf to the
@@ -60,8 +63,9 @@ def provenance_path(artifact: Path) -> Path:
 
 
 def available(target_source: str) -> dict[str, tuple[int, ...]]:
-    """Exit layers with a trained head, by kind ("exit", "adapter"), read from the
-    artifact's header alone; empty when there is none."""
+    """Exit layers with a trained head, by kind ("exit", "adapter", "ahead": an
+    exit with multi-token heads), read from the artifact's header alone; empty
+    when there is none."""
     path = artifact_path(target_source)
     if path is None or not path.is_file():
         return {}
@@ -71,8 +75,25 @@ def available(target_source: str) -> dict[str, tuple[int, ...]]:
         return _layers_of(f.keys())
 
 
+def ahead_counts(target_source: str) -> dict[int, int]:
+    """Per exit layer with multi-token heads, how many (eta - 1), from the
+    artifact's header alone; empty when there is none."""
+    path = artifact_path(target_source)
+    if path is None or not path.is_file():
+        return {}
+    from safetensors import safe_open
+
+    found: dict[int, set[int]] = {}
+    with safe_open(str(path), "pt") as f:
+        for key in f.keys():
+            kind, *rest = key.split(".")
+            if kind == "ahead":
+                found.setdefault(int(rest[0]), set()).add(int(rest[1]))
+    return {e: len(js) for e, js in sorted(found.items())}
+
+
 def _layers_of(keys) -> dict[str, tuple[int, ...]]:
-    found: dict[str, set[int]] = {"exit": set(), "adapter": set()}
+    found: dict[str, set[int]] = {"exit": set(), "adapter": set(), "ahead": set()}
     for key in keys:
         kind, _, rest = key.partition(".")
         if kind in found:
@@ -171,17 +192,21 @@ def rotate(x, cos, sin):
 
 
 class DraftHeads:
-    """The trained heads of one target, by exit layer, and the draft vocabulary."""
+    """The trained heads of one target, by exit layer, and the draft vocabulary.
+    ``ahead[E][j - 1]`` predicts token t+1+j from exit E's states at t."""
 
     def __init__(self, exits: dict[int, ExitHead], adapters: dict[int, Adapter],
-                 vocab_ids: torch.Tensor, meta: dict | None = None):
+                 vocab_ids: torch.Tensor, meta: dict | None = None,
+                 ahead: dict[int, list[ExitHead]] | None = None):
         self.exits, self.adapters = exits, adapters
+        self.ahead = ahead or {}
         self.vocab_ids = vocab_ids.long()
         self.meta = meta or {}
         self._rows = None  # the LM head's rows of the draft vocabulary
 
     def to(self, device) -> DraftHeads:
-        for m in [*self.exits.values(), *self.adapters.values()]:
+        for m in [*self.exits.values(), *self.adapters.values(),
+                  *(h for hs in self.ahead.values() for h in hs)]:
             m.to(device)
         self.vocab_ids = self.vocab_ids.to(device)
         return self
@@ -209,6 +234,9 @@ class DraftHeads:
             out.update({f"exit.{e}.{k}": v for k, v in m.state_dict().items()})
         for e, m in self.adapters.items():
             out.update({f"adapter.{e}.{k}": v for k, v in m.state_dict().items()})
+        for e, hs in self.ahead.items():
+            for j, m in enumerate(hs, start=1):
+                out.update({f"ahead.{e}.{j}.{k}": v for k, v in m.state_dict().items()})
         return {k: (v.detach().cpu().half() if v.is_floating_point() else v).contiguous()
                 for k, v in out.items()}
 
@@ -247,7 +275,29 @@ def load_artifact(path: Path, shape: dict[str, int], name: str = "the target") -
             m.load_state_dict({k[len(own):]: v.float() for k, v in tensors.items()
                                if k.startswith(own)})
             m.eval().requires_grad_(False)
-    return DraftHeads(exits, adapters, tensors["vocab_ids"], meta)
+    return DraftHeads(exits, adapters, tensors["vocab_ids"], meta,
+                      _ahead_of(tensors, shape["hidden"]))
+
+
+def _ahead_of(tensors: dict, hidden: int) -> dict[int, list[ExitHead]]:
+    """The multi-token heads ``ahead.E.j``, j = 1, 2, ... in order per exit E."""
+    found: dict[int, dict[int, dict]] = {}
+    for key, v in tensors.items():
+        kind, e, j, name = (key.split(".", 3) + ["", "", ""])[:4]
+        if kind == "ahead":
+            found.setdefault(int(e), {}).setdefault(int(j), {})[name] = v.float()
+    out = {}
+    for e, by_j in found.items():
+        if sorted(by_j) != list(range(1, len(by_j) + 1)):
+            raise ValueError(f"the draft artifact's multi-token heads after layer {e} skip "
+                             f"an offset ({sorted(by_j)}); rewrite it with 'hetspec "
+                             "train-draft'")
+        out[e] = []
+        for j in sorted(by_j):
+            head = ExitHead(hidden)
+            head.load_state_dict(by_j[j])
+            out[e].append(head.eval().requires_grad_(False))
+    return out
 
 
 def save_artifact(heads: DraftHeads, path: Path, shape: dict[str, int], target: str,

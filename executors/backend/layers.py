@@ -187,6 +187,16 @@ class Stack:
             return self.lm_head(self.norm(hidden)).float()
         return self.drafts.logits(exit_head, hidden, self.lm_head.weight)
 
+    @torch.inference_mode()
+    def ahead_logits(self, hidden: torch.Tensor, kind: str, end: int) -> list[torch.Tensor]:
+        """fp32 logits of the multi-token heads after layer ``end`` (head j: token
+        t+1+j from the states at t), j = 1, 2, ...; none unless ``kind`` resolves
+        to that exit's trained exit head, the one they extend."""
+        if self.drafts is None or self._kind(kind, end) != "exit":
+            return []
+        return [self.drafts.logits(h, hidden, self.lm_head.weight)
+                for h in self.drafts.ahead.get(end, ())]
+
     def _kind(self, kind: str | None, end: int) -> str | None:
         """A self-draft's own head (``lm`` before the last layer) is its trained
         adapter where there is one, else its exit head."""

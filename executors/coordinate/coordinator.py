@@ -25,7 +25,7 @@ from executors.coordinate import branches, tokentree, traffic
 from executors.coordinate.book import CacheBook, Proposal, Sequences
 from executors.backend.device import SleepCmd, VerifyCmd
 from executors.coordinate.feeds import (Handle, HandleInfo, hidden_command, hidden_inputs,
-                                        token_command)
+                                        multi_token, token_command)
 from executors.coordinate.loop import Loop, Pending
 from policies.cachebook import PositionBook
 from policies.ops import Fanout, Forward, Outcome, Roots, Verdict, Verify
@@ -57,12 +57,14 @@ class Wait:
 class Coordinator:
     def __init__(self, clients: dict, placement: Placement, seqs: Sequences,
                  n_layers: dict[str, int], *, temperature: float = 0.0, t0: float = 0.0,
-                 observers: dict | None = None, adapters: tuple[int, ...] = ()):
+                 observers: dict | None = None, adapters: tuple[int, ...] = (),
+                 ahead: dict[str, dict[int, int]] | None = None):
         self.clients, self.place, self.seqs = clients, placement, seqs
         self.n_layers = n_layers
         self.temperature = temperature
         self.t0 = t0
         self.adapters = tuple(adapters)  # layers after which the draft artifact has an exit
+        self.ahead = ahead or {}  # per model, exit layer -> its multi-token heads
         self.books: dict[tuple[str, str, int], CacheBook] = {}
         # the simulator's count of catch-up positions, kept beside the real one
         # so each span records what the simulator would cost (``caught_up``)
@@ -147,7 +149,9 @@ class Coordinator:
         self.positions.ran(op)
         extra = {"temperature": self.temperature, "width": width,
                  "steps": op.n_tokens if op.emit == "sample" else 1,
-                 "top": op.alternatives}
+                 "top": op.alternatives,
+                 "ahead": multi_token(op, self.ahead.get(op.model, {}), self.adapters,
+                                      self.handles)}
         book = self.book(client, op.model, width)
         cmds = []
         if infos is not None:
@@ -172,7 +176,8 @@ class Coordinator:
             reply = replies[-1]
             self.span(op, op.device, client, reply, "compute", n_fed=max(cmd.n_fed),
                       context_measured=max(cmd.start), rows=len(cmd.start),
-                      **({"caught_up": caught} if op.catch_up else {}))
+                      **({"caught_up": caught} if op.catch_up else {}),
+                      **({"multi_token": cmd.ahead} if cmd.ahead else {}))
             self.collective_spans(op.device, client, reply[0], f"{op.label or 'forward'} "
                                   "all-reduce", inside="Forward")
             self._emitted(op, info, book, reply[0])
@@ -234,7 +239,7 @@ class Coordinator:
                 continue  # a Verify changed the row while this draft was in flight
             for tok, prob, top in zip(toks, result["probs"][r], result["top"][r]):
                 prop.append(r, tok, prob, top)
-            if len(toks) > 1:  # the extra passes fed all but the last emitted token
+            if len(toks) > 1 and not result.get("ahead"):  # stepped: fed all but the last
                 seq = info.seqs[r] + tuple(toks[:-1])
                 book.wrote(op.layers, r, seq, len(seq))
 

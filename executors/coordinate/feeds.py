@@ -76,6 +76,40 @@ def _n_logits(op: Forward, seq, committed_len: int | None, n_fed: int) -> int:
     return max(1, min(n_fed, len(seq) - (committed_len - 1)))
 
 
+def multi_token(op: Forward, heads: dict[int, int], adapters: tuple[int, ...],
+                handles: dict) -> int:
+    """The most tokens ``op``'s one pass may emit per row through multi-token heads
+    (0: it uses none): a sampled Forward of several tokens whose head is a trained
+    exit head (``exit``, or a self-draft's own ``lm`` where no adapter sits) with
+    ``heads[E]`` heads after its exit layer E (the draft artifact's ``ahead.E.j``)
+    emits up to 1 + heads[E]. ``token_command`` settles the count
+    (``ahead_tokens``). A Forward that extends a rollout asks exactly its tokens,
+    so one asking more than the heads give is refused."""
+    if op.emit != "sample" or op.n_tokens < 2 or op.head_tokens == 1:
+        return 0
+    exit_layer = op.layers[1]
+    if op.head not in ("exit", "lm") or (op.head == "lm" and exit_layer in adapters):
+        return 0
+    have = heads.get(exit_layer, 0)
+    prior = handles.get(getattr(op.inputs, "id", None))  # the Forward it continues
+    if have and prior is not None and prior.model == op.model and prior.emit == "sample" \
+            and op.n_tokens > 1 + have:
+        raise ValueError(f"Forward '{op.label}' asks one pass to emit {op.n_tokens} tokens "
+                         f"per row, but the draft artifact has {have} multi-token head(s) "
+                         f"after layer {exit_layer}; run it with eta={have + 1}, or train "
+                         f"more with 'hetspec train-draft --eta {op.n_tokens}'")
+    return 1 + have if have else 0
+
+
+def ahead_tokens(op: Forward, most: int, n_fed: int) -> int:
+    """Tokens a pass through multi-token heads emits per row, at most ``most``.
+    A rollout's first Forward declares in ``n_tokens`` the positions it catches up
+    on (all ``n_fed`` but the last, see ``policies.sd.first_draft_op``) beside its
+    tokens; a later one feeds the previous pass's tokens, no fewer than it asks."""
+    asked = op.n_tokens - n_fed + 1 if op.n_tokens > n_fed else op.n_tokens
+    return max(1, min(most, asked))
+
+
 def token_command(op: Forward, handle: int, book, seqs: list[tuple],
                   committed_lens: list[int | None], extras: list | None = None,
                   **extra) -> tuple[FwdCmd, dict]:
@@ -87,10 +121,11 @@ def token_command(op: Forward, handle: int, book, seqs: list[tuple],
     over its positions (a draft catching up on positions it never fed)."""
     if op.emit == "sample" and op.head_tokens == 1:
         extra["steps"] = 1
-    elif op.emit == "sample" and op.n_tokens > 1:
+    elif op.emit == "sample" and op.n_tokens > 1 and not extra.get("ahead"):
         raise ValueError(f"Forward '{op.label}' asks one pass to emit {op.n_tokens} tokens "
-                         "per row (multi-token prediction, mirror's eta), but the executor's "
-                         "models have no multi-token heads; run it with eta=1")
+                         "per row (multi-token prediction, mirror's eta), but this model has "
+                         "no multi-token heads after that layer; run it with eta=1, or train "
+                         "them with 'hetspec train-draft --ahead'")
     starts, n_fed, tokens, n_logits, branches = [], [], [], [], []
     for r, seq in enumerate(seqs):
         start = min(book.holds(op.layers, r, seq), len(seq) - 1)
@@ -103,6 +138,8 @@ def token_command(op: Forward, handle: int, book, seqs: list[tuple],
                         + (len(more) if op.head else 0))
         book.wrote(op.layers, r, seq, len(seq))
     width = max(n_fed)
+    if extra.get("ahead"):
+        extra["ahead"] = ahead_tokens(op, extra["ahead"], width)
     padded = [t + [t[-1]] * (width - len(t)) for t in tokens]
     branches = branches if any(branches) else None
     cmd = FwdCmd(handle, op.model, op.layers, starts, n_fed, padded, None, op.head,
@@ -143,6 +180,8 @@ def hidden_command(op: Forward, handle: int, book, infos: list[HandleInfo],
         book.wrote(op.layers, r, seq, end - len(row))
         n_logits.append(_n_logits(op, seq[:end - len(row)], committed_lens[r],
                                   n_fed[-1] - len(row)) + (len(row) if op.head else 0))
+    if extra.get("ahead"):
+        extra["ahead"] = ahead_tokens(op, extra["ahead"], max(n_fed))
     ids = tuple(i.id for i in infos) if len(infos) > 1 else first.id
     branches = branches if any(branches) else None
     cmd = FwdCmd(handle, op.model, op.layers, starts, n_fed, None, ids, op.head, op.emit,
