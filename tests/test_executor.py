@@ -553,3 +553,23 @@ def test_a_target_sharded_over_two_cuda_devices_is_lossless(tmp_path):
         out = s.decode("sd", {"gamma": 3}, PROMPTS)
     assert [g[:12] for g in out.generated] == ref
     assert any(x["kind"] == "collective" for x in out.spans)
+
+
+def test_closing_a_stopped_worker_kills_it(monkeypatch):
+    """A worker that ignores SIGTERM (here: stopped) is killed, so close() returns."""
+    import signal
+    import subprocess
+    import sys
+    from multiprocessing import Pipe
+
+    from executors.backend import workers
+
+    monkeypatch.setattr(workers, "EXIT_WAIT_S", 0.2)
+    monkeypatch.setattr(workers, "TERM_WAIT_S", 0.2)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    os.kill(proc.pid, signal.SIGSTOP)
+    ours, _theirs = Pipe()
+    client = workers.WorkerClient.__new__(workers.WorkerClient)
+    client.conn, client.proc = ours, proc
+    client.close()
+    assert proc.returncode == -signal.SIGKILL

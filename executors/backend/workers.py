@@ -37,6 +37,8 @@ from pathlib import Path
 from executors.backend.streaming import StreamCmd
 
 STARTUP_TIMEOUT_S = 600
+EXIT_WAIT_S = 10.0  # a closed worker's own exit, then SIGTERM
+TERM_WAIT_S = 5.0   # after SIGTERM, then SIGKILL (a stopped worker ignores SIGTERM)
 # How long a worker's compute thread keeps the interpreter while a message's thread
 # waits for it (Python's default, 5 ms, would delay a message by up to that much).
 GIL_SWITCH_S = 0.0005
@@ -181,10 +183,14 @@ class WorkerClient:
         except OSError:
             pass
         try:
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=EXIT_WAIT_S)
         except subprocess.TimeoutExpired:
             self.proc.terminate()
-            self.proc.wait(timeout=5)
+            try:
+                self.proc.wait(timeout=TERM_WAIT_S)
+            except subprocess.TimeoutExpired:  # a stopped or wedged worker ignores SIGTERM
+                self.proc.kill()
+                self.proc.wait()
         self.conn.close()
 
 
