@@ -349,6 +349,21 @@ def test_the_executor_refuses_layouts_and_events_its_operations_do_not_give(tiny
                                 s.n_layers, observers=OBSERVERS)
             with pytest.raises(ValueError, match=message):
                 coord.run(one(op))
+        coord = Coordinator(s.clients, s.placement, Sequences.start(PROMPTS[:1]),
+                            s.n_layers, observers=OBSERVERS)
+        with pytest.raises(ValueError, match="grows roots after the proposal of branch 1, "
+                           "but its inputs scored branch 0"):
+            coord.run(_roots_after(Roots(2, branch=1)))
+
+
+def _roots_after(tree):
+    """An early exit scoring branch 0, then a window grown from its top-2 as ``tree``."""
+    from policies.ops import Forward
+
+    exit_handle = yield Forward("target", "target", (0, 3), head="exit", emit="topk",
+                                top_k=2, head_tokens=1, branch=0)
+    yield Forward("target", "target", (0, 6), batch=2, head="lm", emit="sample", branch=1,
+                  tree=tree, inputs=exit_handle)
 
 
 # distribution at temperature 1 ---------------------------------------------------
