@@ -205,7 +205,8 @@ def test_the_policy_checks_see_comparisons_keys_and_schedule_imports():
 # with the module it replaced (the laws module is now the laws folder's forms).
 ANALYSES_TOP = ("analyses/commands", "analyses/cli")
 EXECUTORS_TOP = ("executors/session", "executors/measure", "executors/prompts",
-                 "executors/train", "executors/trainconfig")
+                 "executors/train", "executors/trainconfig", "executors/traincorpus",
+                 "executors/trainahead")
 SUBLAYERS = {
     "analyses/laws": ("analyses/run", "analyses/measured", "analyses/compare",
                       "analyses/calibrate") + ANALYSES_TOP,
