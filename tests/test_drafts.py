@@ -60,16 +60,23 @@ def test_a_wrong_shape_or_format_is_one_sentence(tmp_path):
 
 
 # training -------------------------------------------------------------------------
-def test_one_training_step_lowers_the_loss_on_a_tiny_random_model(tmp_path):
+def _tiny_teacher(tmp_path):
+    """A tiny random model's teacher at exit 2 over one 16-token window, its
+    40-token draft vocabulary, the targets in it and the LM head's rows."""
     spec = models.spec_of(f"random:{tiny_spec(tmp_path, layers=4)}")
     hf = models.build_random(spec, seed=3)
     ids = torch.randint(0, spec.vocab, (1, 16), generator=torch.Generator().manual_seed(1))
     corpus = train.Corpus(ids, torch.ones_like(ids, dtype=torch.bool))
     teacher = train.teach(hf, corpus, (2,), k=8)
     vocab_ids = train.draft_vocabulary(teacher.argmax, corpus.valid, 40, spec.vocab)
-    assert len(vocab_ids) == 40 and len(set(vocab_ids.tolist())) == 40
     pos, probs = train.targets_in_vocab(teacher, vocab_ids, spec.vocab)
     rows = hf.lm_head.weight.detach()[vocab_ids]
+    return spec, hf, corpus, teacher, vocab_ids, pos, probs, rows
+
+
+def test_one_training_step_lowers_the_loss_on_a_tiny_random_model(tmp_path):
+    spec, hf, corpus, teacher, vocab_ids, pos, probs, rows = _tiny_teacher(tmp_path)
+    assert len(vocab_ids) == 40 and len(set(vocab_ids.tolist())) == 40
     cos, sin = hf.model.rotary_emb(rows[:1], torch.arange(16)[None])
     rope = (cos[:, None], sin[:, None])
     cfg = train.TrainConfig(steps=1, batch_windows=1, lr=1e-2, warmup=1)
@@ -145,16 +152,9 @@ def test_one_training_step_lowers_a_multi_token_heads_loss(tmp_path):
     """Head j = 1 of exit 2 against the target's distribution one position on."""
     from executors import trainahead
 
-    spec = models.spec_of(f"random:{tiny_spec(tmp_path, layers=4)}")
-    hf = models.build_random(spec, seed=3)
-    ids = torch.randint(0, spec.vocab, (1, 16), generator=torch.Generator().manual_seed(1))
-    corpus = train.Corpus(ids, torch.ones_like(ids, dtype=torch.bool))
-    teacher = train.teach(hf, corpus, (2,), k=8)
-    vocab_ids = train.draft_vocabulary(teacher.argmax, corpus.valid, 40, spec.vocab)
-    pos, probs = train.targets_in_vocab(teacher, vocab_ids, spec.vocab)
+    spec, hf, corpus, teacher, _, pos, probs, rows = _tiny_teacher(tmp_path)
     sh = trainahead.shifted(teacher.states[2], pos, probs, teacher.argmax, corpus.scored, 1)
     assert sh.states.shape[1] == sh.pos.shape[1] == 15 and torch.equal(sh.pos, pos[:, 1:])
-    rows = hf.lm_head.weight.detach()[vocab_ids]
     head = drafts.ExitHead(spec.hidden, hf.model.norm.weight)
     args = (sh.states, rows, sh.pos, sh.probs, sh.scored, None)
     with torch.no_grad():
