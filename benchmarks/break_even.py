@@ -67,10 +67,10 @@ def at_alpha(config, alpha: float) -> dict:
     return simulate(revised).metrics
 
 
-def needed_alpha(config, goal: float, tolerance: float) -> float | None:
+def needed_alpha(config, goal: float, tolerance: float, at_top: float) -> float | None:
     """The smallest alpha whose simulated speedup reaches ``goal``; None when
-    even TOP_ALPHA does not."""
-    if at_alpha(config, TOP_ALPHA)["speedup_vs_ar"] < goal:
+    even TOP_ALPHA does not (``at_top``: the speedup there)."""
+    if at_top < goal:
         return None
     lo, hi = 0.0, TOP_ALPHA
     while hi - lo > tolerance:
@@ -99,7 +99,7 @@ def row(run, profile: str | None, goal: float, tolerance: float) -> str:
     measured = alpha_for_mean(float(m.get("mean_accepted") or 0.0), gamma)
     at_measured = at_alpha(config, measured)["speedup_vs_ar"]
     at_top = at_alpha(config, TOP_ALPHA)["speedup_vs_ar"]
-    need = needed_alpha(config, goal, tolerance)
+    need = needed_alpha(config, goal, tolerance, at_top)
     if need is None:
         needed = f"{'never':>7s} {'':>7s}"
     else:
