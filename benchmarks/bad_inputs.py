@@ -374,7 +374,13 @@ REFUSED_BY_SIZE_LIMIT = {"p14v", "v05v"}
 GROUPS = [("s", "simulate"), ("t", "simulate-trace"), ("o", "simulate-out"),
           ("p", "platform-file"), ("v", "profiles"), ("m", "model-file"), ("l", "law"),
           ("c", "compare"), ("k0", "calibrate"), ("k1", "calibrate"),
-          ("k", "calibrate-runs"), ("r", "replay"), ("x", "run")]
+          ("k", "calibrate-runs"), ("r", "replay"), ("x", "run"),
+          # the second review's classes (benchmarks/badcases/, one module each)
+          ("w", "outputs"), ("b", "budgets"), ("f", "fit-sanity"), ("e", "evidence"),
+          ("i", "inputs")]
+# Expectations a class module sets by case id ("accept", "refuse" or "either"),
+# over the id rule below (an id ending in 'v' is a valid input).
+EXPECT: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -393,6 +399,8 @@ class Case:
 
     @property
     def expect(self) -> str:
+        if self.id in EXPECT:
+            return EXPECT[self.id]
         if self.id in EITHER:
             return "either"
         if self.id in REFUSED_BY_SIZE_LIMIT:
@@ -401,8 +409,6 @@ class Case:
 
 
 GROUP_ORDER = list(dict.fromkeys(name for _, name in GROUPS))
-CASES = sorted((Case(*row) for row in CASES_TABLE),
-               key=lambda c: (GROUP_ORDER.index(c.group), c.id))  # the review's order
 
 # ------------------------------------------------------------------------ fixtures
 DELETE = object()  # a value in an edit that removes the key
@@ -681,6 +687,27 @@ VARIANTS = {
     "op_no_type": line("spans.jsonl", 0, {"op.type": DELETE}),
     "device_mixed": line("spans.jsonl", 2, {"device": 7}),
 }
+
+
+def load_class_modules() -> None:
+    """Each module of ``benchmarks/badcases/`` adds one class of cases: its
+    ``register(h)`` extends this module's CASES_TABLE, FIXTURES, VARIANTS, SLOW
+    and EXPECT (``h`` is this module, so it can use the fixture builders)."""
+    import importlib
+    import pkgutil
+
+    here = Path(__file__).resolve().parent
+    if str(here) not in sys.path:
+        sys.path.insert(0, str(here))
+    import badcases
+
+    for info in sorted(pkgutil.iter_modules(badcases.__path__), key=lambda m: m.name):
+        importlib.import_module(f"badcases.{info.name}").register(sys.modules[__name__])
+
+
+load_class_modules()
+CASES = sorted((Case(*row) for row in CASES_TABLE),
+               key=lambda c: (GROUP_ORDER.index(c.group), c.id))  # the review's order
 
 
 def record_base_runs(shared: Path, timeout_s: float) -> str | None:
