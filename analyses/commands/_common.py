@@ -13,7 +13,14 @@ RUN_EXAMPLES = {"contention": "contention=on", "prompt_tokens": "prompt_tokens=1
                 "prefill_chunk": "prefill_chunk=512"}
 
 
-def add_run_arguments(p, *, tokens_default: int = 2000) -> None:
+# Tokens generated per sequence when --tokens is not given: one default for the
+# simulated commands (simulate, compare); a measured run's is smaller (real decoding
+# on a CPU runs at tens of tokens a second).
+SIM_TOKENS = 1000
+
+
+def add_run_arguments(p, *, tokens_default: int = SIM_TOKENS,
+                      token_flags: tuple[str, ...] = ("--tokens",)) -> None:
     p.add_argument("--platform", required=True, help="shipped platform name or YAML path "
                    "(see 'hetspec profiles list')")
     p.add_argument("--target", required=True, help="target model name or YAML path")
@@ -28,7 +35,7 @@ def add_run_arguments(p, *, tokens_default: int = 2000) -> None:
                         "repeat; an unknown key is refused with the policy's valid keys")
     p.add_argument("--acceptance", help="acceptance model kind (iid, positional, histogram, "
                    "trace); normally implied by the --set keys")
-    p.add_argument("--tokens", type=int, default=tokens_default,
+    p.add_argument(*token_flags, dest="tokens", type=int, default=tokens_default,
                    help=f"tokens to generate per sequence (default {tokens_default}; at "
                         f"most {MAX_TOKENS:,}, far beyond real outputs, so that a typo "
                         "cannot start an hours-long run)")
@@ -49,3 +56,61 @@ def config_from_args(args, **overrides) -> RunConfig:
                   placement=parse_placement(args.placement), **run)
     fields.update(overrides)
     return RunConfig(**fields)
+
+
+def settings_help(width: int = 88) -> str:
+    """Every --set key, generated from the parameter models: per policy each key
+    with its default, range and one line; then the acceptance and run keys."""
+    import textwrap
+
+    from policies import entry
+
+    def wrap(text: str, indent: str) -> str:
+        return textwrap.fill(" ".join(text.split()), width=width, initial_indent=indent,
+                             subsequent_indent=indent + "    ")
+
+    out = ["--set keys of each policy (KEY=DEFAULT [RANGE]: what it sets):"]
+    for name in names():
+        out.append(f"  {name}:")
+        for key, field in entry(name).params.model_fields.items():
+            out.append(wrap(f"{key}={_default(field.default)}{_bounds(field.metadata)}: "
+                            f"{field.description or ''}", "    "))
+    out.append("acceptance model (one kind per run; default alpha=0.8, i.i.d.):")
+    for key, example in (("alpha", "alpha=0.8: each draft token accepted with this "
+                                   "probability, independently"),
+                         ("alphas", "alphas=0.9,0.8,0.7: acceptance per draft position"),
+                         ("histogram", "histogram=0.2,0.3,0.5: probabilities of 0, 1, 2, "
+                                       "... accepted tokens"),
+                         ("trace", "trace=PATH: the acceptance.jsonl a measured run "
+                                   "recorded")):
+        out.append(wrap(example, "    "))
+    out.append("run options:")
+    for key, text in RUN_KEYS.items():
+        out.append(wrap(f"{RUN_EXAMPLES[key]}: {text}", "    "))
+    return "\n".join(out)
+
+
+def _default(value) -> str:
+    return "unset" if value is None else str(value).lower() if isinstance(
+        value, bool) else str(value)
+
+
+def _bounds(metadata) -> str:
+    """' [1..64]', ' [>=1]', ' [>0]' from a field's annotated-types bounds."""
+    found = {a: getattr(m, a) for m in metadata for a in ("ge", "gt", "le", "lt")
+             if hasattr(m, a)}
+    if "ge" in found and "le" in found:
+        return f" [{found['ge']}..{found['le']}]"
+    signs = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
+    text = ", ".join(f"{signs[a]}{v}" for a, v in found.items())
+    return f" [{text}]" if text else ""
+
+
+def announce(path, what: str, *, json_mode: bool) -> None:
+    """'wrote PATH (what)' for every file a command writes: on stdout with the text
+    output, on stderr under --json (stdout then holds one JSON object)."""
+    import sys
+
+    from hwprofiles.loader import printable
+
+    print(f"wrote {printable(str(path))} ({what})", file=sys.stderr if json_mode else sys.stdout)

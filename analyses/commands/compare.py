@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from analyses.commands._common import SIM_TOKENS
+
 DEFAULTS = {"platform": "m2-ultra-8x", "target": "qwen3-32b", "draft": "qwen3-0.6b"}
 DEFAULT_SWEEP = "gamma=2..8"
 DEFAULT_OUTPUT = "hetspec-report.html"
@@ -35,7 +37,8 @@ def register(sub) -> None:
                         "gamma and no --set gamma is given)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="a fixed setting for every policy that takes it (alpha=0.8 ...)")
-    p.add_argument("--tokens", type=int, default=1000, help="tokens per run (default 1000)")
+    p.add_argument("--tokens", type=int, default=SIM_TOKENS,
+                   help=f"tokens to generate per sequence in each run (default {SIM_TOKENS})")
     p.add_argument("--batch", type=int, default=1, help="sequences decoded together")
     p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--placement", help="role=device overrides, e.g. draft=gpu4")

@@ -6,11 +6,30 @@ from analyses.run.config import parse_sets
 from analyses.laws.forms import LAWS
 
 
+def law_description(name: str, fn) -> str:
+    """One law for --help: its whole docstring as a paragraph, then its parameters
+    (required ones bare, the others with their defaults)."""
+    import inspect
+    import textwrap
+
+    doc = " ".join((fn.__doc__ or "").split())
+    params = []
+    for key, param in inspect.signature(fn).parameters.items():
+        default = param.default
+        params.append(key if default is inspect.Parameter.empty
+                      else f"{key}={'(derived)' if default is None else default}")
+    body = textwrap.fill(doc, width=86, initial_indent="    ", subsequent_indent="    ")
+    keys = textwrap.fill("parameters: " + ", ".join(params), width=86,
+                         initial_indent="    ", subsequent_indent="      ")
+    return f"  {name}\n{body}\n{keys}"
+
+
 def register(sub) -> None:
-    lines = "\n".join(f"  {name}: {(fn.__doc__ or '').strip().splitlines()[0]}"
-                      for name, fn in LAWS.items())
+    lines = "\n\n".join(law_description(name, fn) for name, fn in LAWS.items())
     p = sub.add_parser("law", help="evaluate a closed-form latency law",
-                       description="Evaluate one schedule's closed-form law.\n\n" + lines,
+                       description="Evaluate one schedule's closed-form law, as its paper\n"
+                                   "states it. Pass each parameter with --set KEY=VALUE; a\n"
+                                   "parameter with a default may be left out.\n\n" + lines,
                        formatter_class=__import__("argparse").RawDescriptionHelpFormatter,
                        epilog="example: hetspec law leviathan --set alpha=0.8 "
                               "--set gamma=5 --set c=0 --json\n"
@@ -31,5 +50,12 @@ def _law(args) -> int:
         emit_json(out)
     else:
         for key, value in out.items():
-            print(f"{key:28s} {value}")
+            print(f"{key:28s} {_shown(value)}")
     return 0
+
+
+def _shown(value) -> str:
+    """A result as text: floats to 6 significant digits (--json keeps them whole)."""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)

@@ -13,9 +13,13 @@ def register(sub) -> None:
                        description="Shipped platforms and models, and validation of "
                                    "your own YAML files (a platform has 'devices').")
     ps = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    ps.add_parser("list", help="list shipped platforms and models").set_defaults(func=_list)
-    show = ps.add_parser("show", help="print a platform or model with derived figures")
+    ps.add_parser("list", help="list shipped platforms (devices, memory, what they are) "
+                  "and models (size, layers, dtype)").set_defaults(func=_list)
+    show = ps.add_parser("show", help="print a platform or model with derived figures "
+                         "(alike devices, tiers and links summarised)")
     show.add_argument("name", help="a shipped name or a YAML path")
+    show.add_argument("--full", action="store_true",
+                      help="every object spelled out, each number with its source")
     show.set_defaults(func=_show)
     val = ps.add_parser("validate", help="check a YAML profile file; exit 0 when valid")
     val.add_argument("path")
@@ -33,10 +37,15 @@ def register(sub) -> None:
 
 
 def _list(args) -> int:
-    for kind in ("platforms", "models"):
+    from analyses.commands._profileview import model_line, platform_line
+
+    for kind, load, line in (("platforms", load_platform, platform_line),
+                             ("models", load_model, model_line)):
         print(f"{kind}:")
-        for name in list_names(kind):
-            print(f"  {name}")
+        names = list_names(kind)
+        width = max(map(len, names), default=0)
+        for name in names:
+            print(f"  {name:{width}}  {line(load(name))}")
     return 0
 
 
@@ -55,7 +64,14 @@ def _show(args) -> int:
                     "'hetspec profiles list' (models also go by their Hugging Face "
                     "ids, e.g. Qwen/Qwen3-32B) or give a path to a YAML file") from None
             raise platform_error from None
-    data = obj.model_dump(mode="json", exclude={"sources"})
+    from analyses.commands._profileview import compact, platform_totals
+
+    if args.full:
+        print(yaml.safe_dump(obj.model_dump(mode="json"), sort_keys=False), end="")
+        return 0
+    data = compact(obj.model_dump(mode="json"))
+    if hasattr(obj, "devices"):
+        data["derived"] = platform_totals(obj)
     if hasattr(obj, "layer_bytes"):
         data["derived"] = {"total_params": obj.total_params,
                            "weight_bytes": obj.weight_bytes,

@@ -51,11 +51,9 @@ def register(sub) -> None:
                     "run record, measured spans, a Chrome trace and an acceptance trace.",
         epilog="example: hetspec run --platform cpu-local --target smollm2-135m --policy sd "
                "--set gamma=4 --set draft_layers=15 --max-new-tokens 64 --seed 1 --json")
-    add_run_arguments(p, tokens_default=64)
+    add_run_arguments(p, tokens_default=64, token_flags=("--tokens", "--max-new-tokens"))
     p.add_argument("--prompts", metavar="FILE",
                    help="JSONL of chat messages, one prompt a line (default: 4 built-in)")
-    p.add_argument("--max-new-tokens", type=count(MAX_TOKENS), default=None,
-                   help="tokens to generate per prompt (default: --tokens, 64)")
     p.add_argument("--threads", type=count(MAX_THREADS), default=1,
                    help="torch threads per device (1)")
     p.add_argument("--temperature", type=temperature, default=0.0,
@@ -66,6 +64,9 @@ def register(sub) -> None:
                         "worker processes pinned to cores")
     p.add_argument("--no-baseline", action="store_true",
                    help="skip the autoregressive run that speedup_vs_ar compares with")
+    p.add_argument("--outputs", action="store_true",
+                   help="with --json, also print what each prompt generated (token ids "
+                        "and texts; the run record keeps them either way)")
     p.add_argument("--out", metavar="DIR", help="run directory (default runs/POLICY-..."
                    "); created and checked writable before the models load")
     p.set_defaults(func=_run)
@@ -104,9 +105,10 @@ def _run(args) -> int:
     from executors.prompts import load_jsonl
     from executors.session import Options
 
-    max_new = args.max_new_tokens if args.max_new_tokens is not None else args.tokens
-    if max_new < 1:
-        raise ValueError("--max-new-tokens must be at least 1")
+    max_new = args.tokens
+    if not 1 <= max_new <= MAX_TOKENS:
+        raise ValueError(f"--tokens (--max-new-tokens) is {max_new}; give a number from 1 "
+                         f"to {MAX_TOKENS:,}")
     args.placement, physical = split_placement(args.placement)
     config = config_from_args(args, tokens=max_new)
     _measurable(config)
@@ -119,7 +121,8 @@ def _run(args) -> int:
         out = measure(config, options, messages, out_dir=run_dir,
                       baseline=not args.no_baseline, progress=True)
     if args.json:
-        emit_json(out)
+        emit_json(out if args.outputs else {k: v for k, v in out.items()
+                                           if k not in GENERATED})
     else:
         speedup = out.get("speedup_vs_ar")
         print(f"{config.policy} measured on {config.platform}: {out['tokens_per_s']:.1f} "
@@ -134,6 +137,7 @@ def _run(args) -> int:
     return 0
 
 
+GENERATED = ("outputs", "texts")  # per-prompt token ids and texts: --json --outputs
 RUN_FILES = ("record.json", "spans.jsonl", "acceptance.jsonl", "trace.json",
              "models/target.yaml", "models/draft.yaml")  # what a run writes
 

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-from analyses.commands._common import add_run_arguments, config_from_args
+import argparse
+
+from analyses.commands._common import (add_run_arguments, announce, config_from_args,
+                                       settings_help)
 
 
 def register(sub) -> None:
     p = sub.add_parser(
         "simulate", help="simulate one schedule on a hardware profile",
-        description="Simulate a decoding schedule on a platform with a target (and draft) "
-                    "model. Prints tokens/s, step latency and the speedup over "
+        description="Simulate a decoding schedule on a platform with a target (and draft)\n"
+                    "model. Prints tokens/s, step latency and the speedup over\n"
                     "autoregressive decoding simulated on the same platform.",
-        epilog="example: hetspec simulate --platform h100-sxm-5x --target llama-3.1-70b "
-               "--draft llama-3.2-1b --policy sd --set gamma=5 --set alpha=0.8 "
-               "--tokens 2000 --seed 1 --json")
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=settings_help() + "\n\nexample: hetspec simulate --platform h100-sxm-5x "
+               "--target llama-3.1-70b --draft llama-3.2-1b \\\n    --policy sd --set gamma=5 "
+               "--set alpha=0.8 --tokens 2000 --seed 1 --json")
     add_run_arguments(p)
     p.add_argument("--deterministic", action="store_true",
                    help="no randomness: expected outcomes (for checking the laws)")
@@ -40,13 +44,19 @@ def _simulate(args) -> int:
         emit_json(out.metrics)
     else:
         m = out.metrics
-        print(f"{config.policy} on {config.platform}: {m['tokens_per_s']:.1f} tokens/s, "
+        batch = f" x batch {config.batch}" if config.batch > 1 else ""
+        print(f"{config.policy} on {config.platform} ({config.tokens:,} tokens{batch}): "
+              f"{m['tokens_per_s']:.1f} tokens/s, "
               f"{m['mean_tokens_per_step']:.2f} tokens/step, step "
               f"{m['step_latency_s'] * 1e3:.3f} ms, speedup vs AR "
               f"{m['speedup_vs_ar']:.2f}x")
         print(f"  {config.prompt_tokens}-token prompt: time to first token "
               f"{_ms(m['ttft_s'])} (prefill {_ms(m['prefill_s'])}), "
               f"{_ms(m['tpot_s'])} per output token")
+    for path, what in ((args.trace, "Chrome trace, open in Perfetto"),
+                       (args.record, "run record")):
+        if path:
+            announce(path, what, json_mode=args.json)
     return 0
 
 

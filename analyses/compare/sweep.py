@@ -122,6 +122,19 @@ def _accepts(policy: str, key: str) -> bool:
             or key in RUN_KEYS)
 
 
+def _not_taken(key: str, policies: list[str]) -> str:
+    """The refusal of a key no chosen policy takes, with the nearest valid key and
+    every valid one."""
+    import difflib
+
+    valid = sorted({k for p in policies for k in entry(p).params.model_fields}
+                   | set(acceptance.KEYS) | set(RUN_KEYS))
+    near = difflib.get_close_matches(key, valid, n=1)
+    hint = f"did you mean '{near[0]}'? " if near else ""
+    return (f"no chosen policy takes '{key}'; {hint}the keys of "
+            f"{', '.join(policies)} are {', '.join(valid)}")
+
+
 def expand_grid(policies: list[str], sweeps: list[tuple[str, list]],
                 sets: dict[str, Any] | None = None) -> list[Point]:
     """Every policy crossed with the swept values it takes; deterministic order."""
@@ -132,8 +145,7 @@ def expand_grid(policies: list[str], sweeps: list[tuple[str, list]],
         raise ValueError(f"'{twice[0]}' is given twice across --sweep and --set; keep one")
     for key in keys:
         if not any(_accepts(p, key) for p in policies):
-            raise ValueError(f"no chosen policy takes '{key}'; drop it or add a policy "
-                             "that has this parameter")
+            raise ValueError(_not_taken(key, policies))
     points: list[Point] = []
     for policy in policies:
         fixed = tuple((k, v) for k, v in sets.items() if _accepts(policy, k))

@@ -25,7 +25,8 @@ def run_metrics(config, *, tokens: float, time_s: float, steps: int, rows_per_st
            "deterministic": False if measured else config.deterministic}
     if measured:
         out["measured"] = True
-    out.update({"tokens": tokens, ("wall_s" if measured else "simulated_time_s"): time_s,
+    whole = isinstance(tokens, float) and tokens.is_integer()
+    out.update({"tokens": int(tokens) if whole else tokens, ("wall_s" if measured else "simulated_time_s"): time_s,
                 "tokens_per_s": tokens / time_s if time_s else 0.0, "steps": steps,
                 "mean_tokens_per_step": tokens / (steps * rows_per_step),
                 "step_latency_s": time_s / steps})
