@@ -20,6 +20,7 @@ from executors.backend.models import default_draft
 from executors.prompts import BUILTIN, encode
 from executors.session import BatchResult, Options, Session
 from policies import entry
+from policies.runs.breakdown import breakdown
 from policies.runs.metrics import add_speedup, baseline_of, run_metrics
 from policies.runs.records import atomic_write_text, write_record
 from policies.runs.spans import Span, measured_span, write_chrome_trace
@@ -89,6 +90,16 @@ def timeline_metrics(policy: str, results: list[BatchResult]) -> dict:
     return timeline(as_spans(results)) if timeline else {}
 
 
+def measured_breakdown(results: list[BatchResult]) -> dict:
+    """Where the measured decoding time went (policies.runs.breakdown), over the
+    prompt batches laid end to end; per token of one sequence."""
+    tokens = sum(len(g) for r in results for g in r.generated)
+    rows_per_batch = sum(len(r.generated) for r in results) / len(results)
+    return breakdown(as_spans(results), tokens=tokens / rows_per_batch,
+                     steps=sum(r.steps for r in results) or 1, start_s=0.0,
+                     end_s=sum(r.wall_s for r in results))
+
+
 def outputs_of(results: list[BatchResult], max_new: int, eos: int | None = None):
     """Generated tokens per prompt: the first ``max_new``, cut after an end token."""
     out = [g[:max_new] for r in results for g in r.generated]
@@ -123,6 +134,7 @@ def measure(config, options: Options, messages: list[list[dict]] | None = None, 
                              config.batch, bar)
         metrics = summarise(config, results, options.max_new_tokens)
         metrics.update(timeline_metrics(config.policy, results))
+        metrics["breakdown"] = measured_breakdown(results)
         eos = getattr(session.tokenizer, "eos_token_id", None)
         outputs = outputs_of(results, options.max_new_tokens, eos)
         if base is None:

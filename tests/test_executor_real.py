@@ -89,6 +89,9 @@ def test_issue_command_lines(tmp_path, args, capsys):
     assert data["outputs"][0][:3] == [504, 3575, 282]  # "The capital of"
     assert data["speedup_vs_ar"] > 0 and data["tokens_per_s"] > 0
     assert data["run_record"].endswith("record.json") and data.get("matches_ar", True)
+    # where the measured time went: the critical path sums to the measured step
+    parts = data["breakdown"]
+    assert sum(parts["per_step_s"].values()) == pytest.approx(data["step_latency_s"], rel=0.01)
 
 
 def test_a_target_sharded_over_two_workers_is_lossless_on_the_builtin_prompts(real):

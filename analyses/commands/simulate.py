@@ -53,11 +53,28 @@ def _simulate(args) -> int:
         print(f"  {config.prompt_tokens}-token prompt: time to first token "
               f"{_ms(m['ttft_s'])} (prefill {_ms(m['prefill_s'])}), "
               f"{_ms(m['tpot_s'])} per output token")
+        print_breakdown(config.policy, m.get("breakdown"))
     for path, what in ((args.trace, "Chrome trace, open in Perfetto"),
                        (args.record, "run record")):
         if path:
             announce(path, what, json_mode=args.json)
     return 0
+
+
+def print_breakdown(policy: str, parts: dict | None) -> None:
+    """Why: one sentence, then each cost's time per output token on the critical
+    path, then each device's utilisation."""
+    from policies.runs.breakdown import LABELS, sentence
+
+    if not parts:
+        return
+    print(f"  why: {sentence(policy, parts)}")
+    costs = ", ".join(f"{LABELS[c]} {t * 1e3:.3g} ms" for c, t in sorted(
+        parts["per_token_s"].items(), key=lambda kv: -kv[1]))
+    print(f"  per output token: {costs}")
+    busy = ", ".join(f"{d} {u:.0%}" for d, u in parts["utilisation"].items()
+                     if not d.startswith("link:") or u >= 0.01)
+    print(f"  device utilisation: {busy}")
 
 
 def _ms(seconds: float | None) -> str:

@@ -22,6 +22,7 @@ from hwprofiles.placement import check_overrides, resolve
 from policies import PolicyContext, build, build_prefill, entry, outcome_models
 from policies.runs.metrics import add_speedup, baseline_of, run_metrics
 from policies.runs.records import write_record
+from policies.runs.breakdown import breakdown
 from policies.runs.spans import write_chrome_trace
 from simcore import Outcomes, SimResult, Simulator, acceptance
 
@@ -122,6 +123,9 @@ def metrics_of(config: RunConfig, result: SimResult) -> dict:
         out.setdefault(key, value)
     for event, rate in sorted(result.outcome_rates.items()):
         out.setdefault(f"{event}_rate", rate)
+    if result.spans:
+        out["breakdown"] = breakdown(result.spans, tokens=result.tokens / config.batch,
+                                     steps=steps, start_s=0.0, end_s=result.time_s)
     timeline = entry(config.policy).timeline
     if timeline is not None and result.spans:
         for key, value in timeline(result.spans).items():

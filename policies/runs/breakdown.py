@@ -1,0 +1,148 @@
+"""Where a run's time goes: the critical path through its spans, by cost.
+
+One function for both runtimes: the simulator's spans and a measured run's
+(``measured_span``) have the same shape. Spans carry no dependencies, so the
+critical path is rebuilt backwards from the end of decoding: at each instant the
+span that finished last before it is the one the work after it waited for; a
+stretch no span covers is a wait. The chain covers the decoding window exactly,
+so the costs sum to the decoding time, and per output token to the time per
+token. What runs off the chain (a draft under the target's layers) is *hidden*.
+
+Costs: ``target`` (the target's own layers), ``draft`` (draft passes, early
+exits and windows), ``verify`` (target passes that score drafted tokens),
+``collective`` (all-reduce, all-to-all), ``transfer`` (messages on links),
+``stream`` (weights read from flash), ``wait`` (delays, and gaps the chain
+crosses).
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections import defaultdict
+
+NUMBERS = re.compile(r"\s*\d+(-\d+)?$")  # 'stream layers 12-12' is one phase per layer
+COSTS = ("target", "draft", "verify", "collective", "transfer", "stream", "wait")
+EPS_S = 1e-12
+
+
+def cost_of(span) -> str:
+    """The cost a span's time counts as, from its kind and its name."""
+    if span.kind in ("collective", "transfer", "stream"):
+        return span.kind
+    if span.kind == "delay":
+        return "wait"
+    name = span.name.lower()
+    if "verif" in name:
+        return "verify"
+    if "draft" in name or "exit" in name or "window" in name or "proposal" in name:
+        return "draft"
+    return "target"
+
+
+def phase_of(span) -> str:
+    """The schedule's phase a span belongs to (an all-reduce inside a draft step
+    is the draft's): its name without a trailing collective or bracketed part."""
+    name = span.name.split("[")[0].strip()
+    for suffix in (" all-reduce", " all-to-all", " all-gather"):
+        name = name.removesuffix(suffix)
+    return NUMBERS.sub("", name) or name
+
+
+def critical_path(spans, start_s: float, end_s: float) -> list[tuple[object, float, float]]:
+    """(span or None for a wait, from, to) pieces covering [start_s, end_s], latest
+    first."""
+    timed = sorted((s for s in spans if s.end_s > s.start_s and s.end_s > start_s
+                    and s.start_s < end_s), key=lambda s: (s.end_s, -s.start_s))
+    ends = [s.end_s for s in timed]
+    pieces, now = [], end_s
+    while now > start_s + EPS_S:
+        i = bisect.bisect_right(ends, now + EPS_S) - 1
+        while i >= 0 and timed[i].start_s >= now - EPS_S:
+            i -= 1  # a span that starts where we stand ran after it, not before
+        if i < 0:
+            pieces.append((None, start_s, now))
+            break
+        span = timed[i]
+        finish = min(span.end_s, now)
+        if finish < now - EPS_S:
+            pieces.append((None, finish, now))
+        begin = max(span.start_s, start_s)
+        pieces.append((span, begin, finish))
+        now = begin
+    return pieces
+
+
+def busy_s(spans) -> float:
+    """Time covered by at least one of ``spans`` (their union)."""
+    total, last = 0.0, float("-inf")
+    for s in sorted(spans, key=lambda s: s.start_s):
+        if s.end_s > last:
+            total += s.end_s - max(s.start_s, last)
+            last = s.end_s
+    return total
+
+
+def breakdown(spans, *, tokens: float, steps: int, start_s: float, end_s: float) -> dict:
+    """Where the decoding window's time goes on the critical path: seconds per step
+    and per output token of a sequence (``tokens``: one sequence's tokens) by cost,
+    the shares, the phases on the path and what they hide off it, and each device's
+    utilisation over the window."""
+    window_s = end_s - start_s
+    if window_s <= 0 or not tokens or not steps:
+        return {}
+    on_path = defaultdict(float)
+    phase_on_path = defaultdict(float)
+    top = defaultdict(lambda: defaultdict(float))  # cost -> (name, device) -> seconds
+    for span, begin, finish in critical_path(spans, start_s, end_s):
+        cost = "wait" if span is None else cost_of(span)
+        on_path[cost] += finish - begin
+        if span is not None:
+            phase_on_path[phase_of(span)] += finish - begin
+            top[cost][(NUMBERS.sub("", span.name.split("[")[0].strip()), span.device)] += (
+                finish - begin)
+    phase_busy = defaultdict(float)
+    by_device = defaultdict(list)
+    for s in spans:
+        lo, hi = max(s.start_s, start_s), min(s.end_s, end_s)
+        if hi > lo:
+            phase_busy[phase_of(s)] += hi - lo
+            by_device[s.device].append(s._replace(start_s=lo, end_s=hi))
+    hidden = {phase: busy - phase_on_path.get(phase, 0.0)
+              for phase, busy in phase_busy.items()}
+    return {
+        "per_step_s": {c: on_path[c] / steps for c in COSTS if on_path[c] > 0},
+        "largest": {c: {"name": name, "device": device, "share": t / on_path[c]}
+                    for c, parts in top.items()
+                    for (name, device), t in [max(parts.items(), key=lambda kv: kv[1])]},
+        "per_token_s": {c: on_path[c] / tokens for c in COSTS if on_path[c] > 0},
+        "share": {c: on_path[c] / window_s for c in COSTS if on_path[c] > 0},
+        "phases_per_token_s": {p: t / tokens for p, t in sorted(
+            phase_on_path.items(), key=lambda kv: -kv[1])},
+        "hidden_per_token_s": {p: t / tokens for p, t in sorted(
+            hidden.items(), key=lambda kv: -kv[1]) if t > 0.01 * window_s},
+        "utilisation": {d: busy_s(v) / window_s for d, v in sorted(by_device.items())},
+    }
+
+
+LABELS = {"target": "target compute", "draft": "draft compute", "verify": "verify",
+          "collective": "collectives", "transfer": "transfers", "stream": "flash streams",
+          "wait": "waits"}
+
+
+def sentence(policy: str, parts: dict) -> str:
+    """One sentence naming a run's dominant cost and where it comes from, and the
+    largest phase the run hides under other work."""
+    if not parts.get("share"):
+        return f"{policy}: no spans recorded"
+    cost, share = max(parts["share"].items(), key=lambda kv: kv[1])
+    text = f"{policy}: {share:.0%} of each token's time is {LABELS[cost]}"
+    largest = parts.get("largest", {}).get(cost)
+    if largest and cost != "wait":
+        text += (f", {largest['share']:.0%} of it '{largest['name']}' on "
+                 f"{largest['device']}")
+    hidden = parts.get("hidden_per_token_s", {})
+    if hidden:
+        phase, t = next(iter(hidden.items()))
+        text += f"; it hides {t * 1e3:.3g} ms of '{phase}' a token under other work"
+    return text
