@@ -16,6 +16,7 @@ from analyses.compare import report
 from analyses.laws.terms import mirror_terms, ssd_terms
 from analyses.compare.lawviews import law_figures
 from analyses.cli import main
+from hwprofiles import load_model
 from analyses.compare.sweep import expand_grid, parse_sweep, point_config, run_grid
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,14 +53,35 @@ def test_report_holds_every_section_and_inlines_plotly(tmp_path):
     results = _grid()
     sections = report.build_sections(results, BASE, ["gamma"])
     titles = [s.title for s in sections]
-    assert titles == ["Speed per policy", "Sweep", "Latency laws on this platform",
+    assert titles == ["Speed per policy", "Why", "Sweep", "Latency laws on this platform",
                       "Per-device timelines", "Acceptance"]
     text = report.render_html("t", report.scenario_intro(results, BASE), sections)
     path = report.write_report(tmp_path / "r.html", text)
     body = path.read_text()
     assert "<script src=" not in body  # nothing to fetch: opens offline
     assert body.count("Plotly.newPlot(") == sum(len(s.figures) for s in sections)
-    assert "sd(gamma=" in body and "knee" in body
+    assert "sd(gamma=" in body
+    # no law view is drawn for a schedule that did not run (only ar and sd ran)
+    assert "knee" not in body and "has a law view" in body
+
+
+def test_report_says_why_in_order_of_speed_and_keeps_ar_out_of_acceptance():
+    results = _grid("ar,sd,mirror", "gamma=2..3")
+    sections = {s.title: s for s in report.build_sections(results, BASE, ["gamma"])}
+    why = sections["Why"]
+    order = report.by_speed(report.best_per_policy(results))
+    assert [n.split(":")[0].split("(")[0] for n in why.notes] == order
+    assert all("of each token's time is" in n for n in why.notes)
+    (_, bars), = why.figures
+    assert {t.orientation for t in bars.data} == {"h"} and bars.layout.barmode == "stack"
+    assert list(bars.data[0].y) == order[::-1]  # fastest on top
+    (_, hist), = sections["Acceptance"].figures
+    assert {t.name.split("(")[0] for t in hist.data} == {"sd", "mirror"}
+    laws = [caption for caption, _ in sections["Latency laws on this platform"].figures]
+    assert laws == ["Mirror-SD: the knee at Δ"]
+    timelines = [fig for _, fig in sections["Per-device timelines"].figures]
+    assert len({tuple(f.layout.xaxis.range) for f in timelines}) == 1
+    assert not any(y.startswith("link:") for f in timelines for t in f.data for y in t.y)
 
 
 def test_policy_that_does_not_apply_is_skipped_with_a_note():
@@ -69,7 +91,7 @@ def test_policy_that_does_not_apply_is_skipped_with_a_note():
     assert report.skipped_policies(results) == {
         "sd": "policy 'sd' needs a draft model; pass --draft NAME"}
     notes = report.build_sections(results, base, ["gamma"])[0].notes
-    assert notes and notes[0].startswith("sd: skipped")
+    assert notes == ["sd was not run: policy 'sd' needs a draft model; pass --draft NAME"]
     assert report.fastest(results).point.policy == "ar"
 
 
@@ -126,7 +148,8 @@ def test_report_renders_in_headless_chromium(tmp_path):
     uncaught = [ln for ln in dom.stderr.splitlines() if "CONSOLE" in ln and "Uncaught" in ln]
     assert check["errors"] == [] and uncaught == []
     expected = text.count("Plotly.newPlot(")
-    assert len(check["figures"]) == expected >= 11  # the measured views included
+    # speed 2, why 1, sweep 2, timelines 2, acceptance 1, measured 2 (scatter, sim vs real)
+    assert len(check["figures"]) == expected >= 10
     for fig in check["figures"]:
         assert fig["svg"] >= 1 and fig["marks"] > 0 and fig["height"] > 100, fig
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -231,8 +254,14 @@ def test_law_view_titles_name_the_run_and_its_terms():
     fastest = report.best_per_policy(results)["mirror"].point.label
     assert fastest == "mirror(gamma=8)" and fastest in mirror
     assert "γ=8, κ=8, η=2, exit at layer 32 of 64" in mirror and "Ω=0.9" in mirror
-    assert "no such run" in titles["CATS: bytes per token vs DRAM budget"]
-    assert "N=64" in titles["PPSD: speedup vs α and E"]
+    # CATS and PPSD did not run here: their law views are not drawn
+    assert set(titles) == {"SSD: speedup vs hit rate", "Mirror-SD: the knee at Δ"}
+    base, results = _law_grid("a100 pipeline, heads and links")
+    figures, _ = law_figures(results, base, 4, 0.8)
+    titles = {caption: fig.layout.title.text for caption, fig in figures}
+    assert set(titles) == {"PPSD: speedup vs α and E",
+                           "PPSD: speedup vs match rate, cost-model times"}
+    assert f"N={load_model(base['target']).n_layers}" in titles["PPSD: speedup vs α and E"]
 
 
 def test_law_grids_cover_both_sides_of_each_kink():

@@ -56,15 +56,23 @@ def skipped_policies(results: list[PointResult]) -> dict[str, str]:
     return out
 
 
+def by_speed(best: dict[str, PointResult]) -> list[str]:
+    """Policies fastest first: the order of the summary table and every bar chart."""
+    return sorted(best, key=lambda p: -best[p].metrics["tokens_per_s"])
+
+
 def summary_figure(best: dict[str, PointResult]) -> go.Figure:
-    names = list(best)
+    names = by_speed(best)
     labels = [best[p].point.label for p in names]
     fig = make_subplots(rows=1, cols=2, subplot_titles=("tokens/s (best point)",
                                                         "speedup vs AR"))
     fig.add_bar(x=names, y=[best[p].metrics["tokens_per_s"] for p in names],
-                hovertext=labels, name="tokens/s", row=1, col=1)
+                hovertext=labels, name="tokens/s", row=1, col=1,
+                hovertemplate="%{hovertext}<br>%{y:.4g} tokens/s<extra></extra>")
     fig.add_bar(x=names, y=[best[p].metrics["speedup_vs_ar"] for p in names],
-                hovertext=labels, name="speedup", row=1, col=2)
+                hovertext=[f"{lab} against {baseline_name(best[p])}" for p, lab in
+                           zip(names, labels)], name="speedup", row=1, col=2,
+                hovertemplate="%{hovertext}<br>%{y:.3g}x<extra></extra>")
     fig.add_hline(y=1.0, line_dash="dot", row=1, col=2)
     fig.update_layout(title="Speed per policy (each at its fastest swept setting)",
                       showlegend=False, height=420, **LAYOUT)
@@ -75,13 +83,14 @@ def latency_figure(best: dict[str, PointResult]) -> go.Figure:
     """A request's two latencies per policy: time to first token (the prompt's
     prefill and the decoding up to the first token) beside the decoding time per
     output token."""
-    names = list(best)
+    names = by_speed(best)
     labels = [best[p].point.label for p in names]
-    fig = make_subplots(rows=1, cols=2, subplot_titles=(
-        "time to first token [ms]", "time per output token [ms]"))
+    titles = ("time to first token [ms]", "time per output token [ms]")
+    fig = make_subplots(rows=1, cols=2, subplot_titles=titles)
     for col, key in ((1, "ttft_s"), (2, "tpot_s")):
         fig.add_bar(x=names, y=[_ms(best[p].metrics.get(key)) for p in names],
-                    hovertext=labels, name=key, row=1, col=col)
+                    hovertext=labels, name=titles[col - 1], row=1, col=col,
+                    hovertemplate="%{hovertext}<br>%{y:.4g} ms<extra></extra>")
     fig.update_layout(title="Latency per policy (each at its fastest swept setting)",
                       showlegend=False, height=420, **LAYOUT)
     return fig
@@ -89,6 +98,25 @@ def latency_figure(best: dict[str, PointResult]) -> go.Figure:
 
 def _ms(seconds) -> float | None:
     return None if seconds is None else seconds * 1e3
+
+
+METRICS = {"tokens_per_s": ("tokens/s", 1.0), "speedup_vs_ar": ("speedup vs AR", 1.0),
+           "ttft_s": ("time to first token [ms]", 1e3),
+           "tpot_s": ("time per output token [ms]", 1e3)}
+
+
+def baseline_name(result: PointResult) -> str:
+    """The run a point's speedup is measured against (ar, ar_stream, AR through
+    PPSD's stages, ...)."""
+    from policies.runs.metrics import baseline_of
+
+    fields = entry(result.point.policy).params.model_fields
+    params = {k: v for k, v in result.point.sets if k in fields}
+    try:
+        found = baseline_of(result.point.policy, params)
+    except ValueError:
+        return "AR"
+    return "itself" if found is None else found[0]
 
 
 def sweep_figure(results: list[PointResult], keys: list[str], metric: str) -> go.Figure:
@@ -101,7 +129,9 @@ def sweep_figure(results: list[PointResult], keys: list[str], metric: str) -> go
         sets = dict(r.point.sets)
         rest = ", ".join(f"{k}={sets[k]}" for k in keys[1:] if k in sets)
         name = f"{r.point.policy} ({rest})" if rest else r.point.policy
-        lines.setdefault(name, []).append((sets.get(x_key), r.metrics[metric]))
+        value = r.metrics[metric]
+        lines.setdefault(name, []).append(
+            (sets.get(x_key), None if value is None else value * METRICS[metric][1]))
     fig = go.Figure()
     for name, pts in lines.items():
         swept = [p for p in pts if p[0] is not None]
@@ -111,39 +141,58 @@ def sweep_figure(results: list[PointResult], keys: list[str], metric: str) -> go
                             mode="lines+markers", name=name)
         else:  # a policy that does not take the key: a flat reference line
             fig.add_hline(y=pts[0][1], line_dash="dot", annotation_text=name)
-    fig.update_layout(title=f"{metric} over {x_key}", xaxis_title=x_key,
-                      yaxis_title=metric, height=420, **LAYOUT)
+    title = METRICS[metric][0]
+    fig.update_layout(title=f"{title} over {x_key}", xaxis_title=x_key,
+                      yaxis_title=title, height=420, **LAYOUT)
     if x_key == "prompt_tokens":  # prompts span orders of magnitude
         fig.update_xaxes(type="log")
     return fig
 
 
+def lane(device: str) -> str:
+    """A timeline lane's name: 'uf-cpu0-ane0 (link)' for the simulator's
+    'link:uf-cpu0-ane0'."""
+    return f"{device[5:]} (link)" if device.startswith("link:") else device
+
+
 def gantt_traces(spans, *, legend: bool = True) -> list[go.Bar]:
-    """Bars of spans (name, kind, device, start_s, end_s), one trace per kind."""
+    """Bars of spans (name, kind, device, start_s, end_s), one trace per kind; the
+    hover gives each bar's operation, start and duration."""
     out = []
     for kind, color in KIND_COLORS.items():
         mine = [s for s in spans if s[1] == kind]
         if mine:
-            out.append(go.Bar(y=[s[2] for s in mine], x=[(s[4] - s[3]) * 1e3 for s in mine],
+            out.append(go.Bar(y=[lane(s[2]) for s in mine],
+                              x=[(s[4] - s[3]) * 1e3 for s in mine],
                               base=[s[3] * 1e3 for s in mine], orientation="h", name=kind,
-                              marker_color=color, hovertext=[s[0] for s in mine],
-                              legendgroup=kind, showlegend=legend))
+                              marker_color=color, legendgroup=kind, showlegend=legend,
+                              customdata=[[s[0], s[3] * 1e3] for s in mine],
+                              hovertemplate="%{customdata[0]}<br>starts %{customdata[1]:.4g}"
+                                            " ms, takes %{x:.4g} ms<extra>%{y}</extra>"))
     return out
 
 
-def gantt_figure(spans, title: str) -> go.Figure:
-    """Horizontal bars per device track: a few decoding steps of one run."""
+def gantt_figure(spans, title: str, x_range_ms: tuple[float, float] | None = None) -> go.Figure:
+    """Horizontal bars per device track: a few decoding steps of one run; timelines
+    of one report share ``x_range_ms``, so their lengths compare."""
     fig = go.Figure(gantt_traces(spans))
-    tracks = sorted({s[2] for s in spans})
+    tracks = sorted({lane(s[2]) for s in spans})
     fig.update_layout(title=title, xaxis_title="time [ms]", barmode="overlay",
                       yaxis=dict(categoryorder="array", categoryarray=tracks),
                       height=max(260, 60 + 28 * len(tracks)), **LAYOUT)
+    if x_range_ms:
+        fig.update_xaxes(range=list(x_range_ms))
     return fig
+
+
+def drafting(best: dict[str, PointResult]) -> dict[str, PointResult]:
+    """The policies that verified drafted tokens (AR decoding has none to show)."""
+    return {p: r for p, r in best.items() if any(k > 0 for k in r.accepted)}
 
 
 def acceptance_figure(best: dict[str, PointResult]) -> go.Figure:
     fig = go.Figure()
-    for policy, r in best.items():
+    for policy, r in drafting(best).items():
         total = sum(r.accepted.values()) or 1
         fig.add_bar(x=list(r.accepted), y=[n / total for n in r.accepted.values()],
                     name=r.point.label)
@@ -239,6 +288,44 @@ def write_report(path, text: str):
     return atomic_write_text(path, text)
 
 
+COST_COLORS = {"target": "#1f77b4", "draft": "#17becf", "verify": "#2ca02c",
+               "collective": "#ff7f0e", "transfer": "#bcbd22", "stream": "#9467bd",
+               "wait": "#7f7f7f"}
+
+
+def why_figure(best: dict[str, PointResult]) -> go.Figure:
+    """Each policy's time per output token split by cost on its critical path
+    (policies.runs.breakdown), one stacked bar per policy, fastest on top."""
+    from policies.runs.breakdown import LABELS
+
+    names = [p for p in by_speed(best) if best[p].metrics.get("breakdown")][::-1]
+    fig = go.Figure()
+    for cost, color in COST_COLORS.items():
+        values = [_ms(best[p].metrics["breakdown"]["per_token_s"].get(cost, 0.0))
+                  for p in names]
+        if any(values):
+            fig.add_bar(y=names, x=values, orientation="h", name=LABELS[cost],
+                        marker_color=color,
+                        hovertemplate="%{y}: %{x:.3g} ms a token<extra>" + LABELS[cost]
+                                      + "</extra>")
+    fig.update_layout(title="Where each output token's time goes (critical path)",
+                      xaxis_title="time per output token [ms]", barmode="stack",
+                      height=max(260, 80 + 40 * len(names)), **LAYOUT)
+    return fig
+
+
+def _why_section(best: dict[str, PointResult]) -> Section:
+    from policies.runs.breakdown import sentence
+
+    sec = Section("Why")
+    ranked = [p for p in by_speed(best) if best[p].metrics.get("breakdown")]
+    if ranked:
+        sec.figures.append(("time per output token by cost", why_figure(best)))
+    sec.notes += [sentence(best[p].point.label, best[p].metrics["breakdown"])
+                  for p in ranked]
+    return sec
+
+
 def _speed_section(results: list[PointResult]) -> Section:
     best = best_per_policy(results)
     sec = Section("Speed per policy")
@@ -247,7 +334,7 @@ def _speed_section(results: list[PointResult]) -> Section:
         sec.figures.append(("time to first token and per output token",
                             latency_figure(best)))
     for policy, reason in skipped_policies(results).items():
-        sec.notes.append(f"{policy}: skipped, it does not apply to this scenario ({reason})")
+        sec.notes.append(f"{policy} was not run: {reason}")
     return sec
 
 
@@ -277,7 +364,7 @@ def build_sections(results: list[PointResult], base: dict, sweep_keys: list[str]
     from analyses.compare.lawviews import law_figures
 
     best = best_per_policy(results)
-    sections = [_speed_section(results)]
+    sections = [_speed_section(results), _why_section(best)]
     sweep = Section("Sweep")
     if sweep_keys and best:
         for metric in ("tokens_per_s", "speedup_vs_ar"):
@@ -294,11 +381,13 @@ def build_sections(results: list[PointResult], base: dict, sweep_keys: list[str]
     gamma, alpha = _law_inputs(results, base)
     figures, notes = law_figures(results, base, gamma, alpha)
     sections.append(Section("Latency laws on this platform", figures, notes))
+    shown = [best[p] for p in by_speed(best) if best[p].spans]
+    x_range = (0.0, max((s[4] for r in shown for s in r.spans), default=0.0) * 1e3)
     sections.append(Section("Per-device timelines", [
         (f"timeline: {r.point.label}",
-         gantt_figure(r.spans, f"{r.point.label}: first {steps} steps"))
-        for r in best.values() if r.spans]))
-    if best:
+         gantt_figure(r.spans, f"{r.point.label}: first {steps} steps", x_range))
+        for r in shown]))
+    if drafting(best):
         sections.append(Section("Acceptance", [("acceptance histograms",
                                                 acceptance_figure(best))]))
     if replays:
@@ -306,9 +395,21 @@ def build_sections(results: list[PointResult], base: dict, sweep_keys: list[str]
     return sections
 
 
+# What a setting the comparison fills in for the user means (analyses.commands.compare).
+SET_MEANINGS = {
+    "hit_rate": "hit_rate is the SSD cache's chance that a round's verify outcome was "
+                "pre-speculated: an assumption unless --set hit_rate, r or hit_trace gives "
+                "it.",
+    "dram_budget_gb": "dram_budget_gb is the memory the weight-streaming schedules (cats, "
+                      "kangaroo, ar_stream) keep resident: half the target's decoder "
+                      "weights unless --set gives it, the memory-limited regime they are "
+                      "made for."}
+
+
 def scenario_intro(results: list[PointResult], base: dict, sets: dict | None = None) -> str:
     best = best_per_policy(results)
-    rows = [[p, r.point.label, r.metrics["tokens_per_s"], r.metrics["speedup_vs_ar"],
+    rows = [[p, r.point.label, r.metrics["tokens_per_s"],
+             f"{r.metrics['speedup_vs_ar']:.3g}x {baseline_name(r)}",
              r.metrics["mean_tokens_per_step"], r.metrics["step_latency_s"] * 1e3,
              _ms(r.metrics.get("ttft_s")), _ms(r.metrics.get("tpot_s"))]
             for p, r in sorted(best.items(), key=lambda kv: -kv[1].metrics["tokens_per_s"])]
@@ -321,7 +422,10 @@ def scenario_intro(results: list[PointResult], base: dict, sets: dict | None = N
     if sets:
         head += ("<p>Settings for every policy that takes them: " + html.escape(", ".join(
             f"{k}={v}" for k, v in sets.items())) + ".</p>")
-    return head + _table(rows, ["policy", "fastest setting", "tokens/s", "speedup vs AR",
+        meaning = [SET_MEANINGS[k] for k in sets if k in SET_MEANINGS]
+        if meaning:
+            head += f"<p>{html.escape(' '.join(meaning))}</p>"
+    return head + _table(rows, ["policy", "fastest setting", "tokens/s", "speedup vs",
                                 "tokens/step", "step latency [ms]", "TTFT [ms]",
                                 "per output token [ms]"])
 

@@ -73,13 +73,13 @@ def critical_path(spans, start_s: float, end_s: float) -> list[tuple[object, flo
     return pieces
 
 
-def busy_s(spans) -> float:
-    """Time covered by at least one of ``spans`` (their union)."""
+def busy_s(intervals) -> float:
+    """Time covered by at least one of the (start, end) ``intervals`` (their union)."""
     total, last = 0.0, float("-inf")
-    for s in sorted(spans, key=lambda s: s.start_s):
-        if s.end_s > last:
-            total += s.end_s - max(s.start_s, last)
-            last = s.end_s
+    for lo, hi in sorted(intervals):
+        if hi > last:
+            total += hi - max(lo, last)
+            last = hi
     return total
 
 
@@ -91,6 +91,15 @@ def breakdown(spans, *, tokens: float, steps: int, start_s: float, end_s: float)
     window_s = end_s - start_s
     if window_s <= 0 or not tokens or not steps:
         return {}
+    phases: dict[str, str] = {}  # span name -> phase (names repeat every step)
+    stems: dict[str, str] = {}
+
+    def phase(span) -> str:
+        if span.name not in phases:
+            phases[span.name] = phase_of(span)
+            stems[span.name] = NUMBERS.sub("", span.name.split("[")[0].strip())
+        return phases[span.name]
+
     on_path = defaultdict(float)
     phase_on_path = defaultdict(float)
     top = defaultdict(lambda: defaultdict(float))  # cost -> (name, device) -> seconds
@@ -98,18 +107,16 @@ def breakdown(spans, *, tokens: float, steps: int, start_s: float, end_s: float)
         cost = "wait" if span is None else cost_of(span)
         on_path[cost] += finish - begin
         if span is not None:
-            phase_on_path[phase_of(span)] += finish - begin
-            top[cost][(NUMBERS.sub("", span.name.split("[")[0].strip()), span.device)] += (
-                finish - begin)
+            phase_on_path[phase(span)] += finish - begin
+            top[cost][(stems[span.name], span.device)] += finish - begin
     phase_busy = defaultdict(float)
     by_device = defaultdict(list)
     for s in spans:
         lo, hi = max(s.start_s, start_s), min(s.end_s, end_s)
         if hi > lo:
-            phase_busy[phase_of(s)] += hi - lo
-            by_device[s.device].append(s._replace(start_s=lo, end_s=hi))
-    hidden = {phase: busy - phase_on_path.get(phase, 0.0)
-              for phase, busy in phase_busy.items()}
+            phase_busy[phase(s)] += hi - lo
+            by_device[s.device].append((lo, hi))
+    hidden = {p: busy - phase_on_path.get(p, 0.0) for p, busy in phase_busy.items()}
     return {
         "per_step_s": {c: on_path[c] / steps for c in COSTS if on_path[c] > 0},
         "largest": {c: {"name": name, "device": device, "share": t / on_path[c]}
