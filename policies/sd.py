@@ -7,9 +7,10 @@ plus, when draft and target sit on different devices, the proposal's trip to
 the target and the verdict's trip back (zero on one device).
 The draft is a separate model, or (``draft_layers``) the target's own first
 layers followed by an early-exit head. A draft placed on a tensor-parallel group
-pays Megatron's two all-reduces per layer, as vanilla SD deployments shard it;
-``draft_collectives=2`` gives it Mirror-SD's SPD-style sharding instead (two per
-draft step), which a comparison of the two on equal terms asks for explicitly.
+is sharded as every separate-draft schedule shards it by default (Mirror-SD,
+SSD, token trees): SPD-style, two all-reduces per draft step, so that schedules
+compare on equal terms; ``draft_collectives=none`` gives it Megatron's two
+all-reduces per layer instead.
 
 The draft's first step each round is a ``catch_up`` Forward: the runtime feeds
 what the draft's cache lacks before it (``policies.cachebook``). The draft
@@ -37,10 +38,10 @@ class SDParams(PolicyParams):
     draft_layers: int | None = Field(
         None, ge=1, description="self-speculate with the target's first N layers + exit head")
     draft_collectives: int | None = Field(
-        None, ge=0, le=MAX_COLLECTIVES,
+        2, ge=0, le=MAX_COLLECTIVES,
         description="all-reduces per draft step when the draft runs on a group "
-                    "(default none: Megatron's two per layer; 2: SPD-style sharding, "
-                    "as Mirror-SD's draft, to compare the two on equal terms)")
+                    "(2: SPD-style, as every separate-draft schedule by default; none: "
+                    "Megatron's two per layer)")
 
 
 def draft_source(ctx: PolicyContext, draft_layers: int | None, policy: str):

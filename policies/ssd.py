@@ -102,8 +102,9 @@ class SSDParams(PolicyParams):
         "SAGUARO sampling constant C (1: plain sampling)"))
     top_mass: float = Field(0.5, ge=0, le=1, description=(
         "draft probability mass on its cached top-F tokens (SAGUARO model)"))
-    draft_collectives: int | None = Field(None, ge=0, le=MAX_COLLECTIVES, description=(
-        "all-reduces per draft step when the draft runs on a group (none: two per layer)"))
+    draft_collectives: int | None = Field(2, ge=0, le=MAX_COLLECTIVES, description=(
+        "all-reduces per draft step when the draft runs on a group (2: SPD-style, as "
+        "every separate-draft schedule by default; none: two per layer)"))
 
 
 def planning_weights(a_p: float, k_max: int) -> list[float]:

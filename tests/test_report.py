@@ -293,3 +293,18 @@ def test_ssd_runs_with_the_draft_on_the_targets_device_are_not_drawn():
     fig = dict(law_figures(results, base, 4, 0.8)[0])["SSD: speedup vs hit rate"]
     assert "share a device" in fig.layout.title.text
     assert not [t for t in fig.data if t.meta and "on_curve" in t.meta]
+
+
+def test_separate_draft_schedules_shard_the_draft_alike_and_the_report_says_so():
+    from policies import entry
+
+    defaults = {p: entry(p).params.model_fields["draft_collectives"].default
+                for p in ("sd", "mirror", "ssd", "tree")}
+    assert set(defaults.values()) == {2}
+    results = _grid("sd,mirror", "gamma=8")
+    intro = report.scenario_intro(results, BASE)
+    assert "one placement: target on gpu_tp, draft on ane_tp" in intro
+    best = report.best_per_policy(results)
+    # on equal terms vanilla SD is within reach of Mirror-SD (not 2x behind)
+    ratio = best["mirror"].metrics["tokens_per_s"] / best["sd"].metrics["tokens_per_s"]
+    assert 1.0 < ratio < 1.3

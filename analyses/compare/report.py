@@ -395,6 +395,21 @@ def build_sections(results: list[PointResult], base: dict, sweep_keys: list[str]
     return sections
 
 
+def placement_note(base: dict) -> str:
+    """Where the target and the draft run: one placement for every schedule."""
+    from hwprofiles import load_platform
+    from hwprofiles.placement import resolve
+
+    placement = resolve(load_platform(base["platform"]), base.get("placement"))
+    where = f"target on {placement['target']}"
+    if base.get("draft"):
+        where += f", draft on {placement['draft']}"
+    return (f"<p>Every schedule runs with one placement: {html.escape(where)}; a draft on "
+            "a group is sharded alike by each (two all-reduces per draft step unless "
+            "--set draft_collectives says otherwise); self-drafting schedules draft "
+            "with the target's own layers.</p>")
+
+
 # What a setting the comparison fills in for the user means (analyses.commands.compare).
 SET_MEANINGS = {
     "hit_rate": "hit_rate is the SSD cache's chance that a round's verify outcome was "
@@ -419,6 +434,7 @@ def scenario_intro(results: list[PointResult], base: dict, sets: dict | None = N
             f"<b>{html.escape(str(base.get('draft')))}</b>, acceptance {html.escape(acc)}, "
             f"{base.get('tokens')} tokens per run, batch {base.get('batch', 1)}, seed "
             f"{base.get('seed', 0)}; {len(results)} simulated points.</p>")
+    head += placement_note(base)
     if sets:
         head += ("<p>Settings for every policy that takes them: " + html.escape(", ".join(
             f"{k}={v}" for k, v in sets.items())) + ".</p>")
