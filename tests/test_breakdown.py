@@ -53,13 +53,17 @@ def test_simulated_breakdown_sums_to_the_step_time(policy, params, draft, platfo
     assert all(0 <= u <= 1 + 1e-9 for u in parts["utilisation"].values())
 
 
-def test_vanilla_sd_on_the_default_scenario_is_named_for_its_draft_all_reduce():
+def test_a_megatron_sharded_draft_is_named_for_its_all_reduce():
+    """Vanilla SD's draft sharded Megatron-style over 8 nodes: the all-reduces are
+    the dominant cost; sharded as Mirror's draft (the default), the verify is."""
     config = RunConfig(platform="m2-ultra-8x", target="qwen3-32b", draft="qwen3-0.6b",
-                       policy="sd", params={"gamma": 4}, acceptance={"kind": "iid"},
-                       tokens=120)
+                       policy="sd", params={"gamma": 4, "draft_collectives": None},
+                       acceptance={"kind": "iid"}, tokens=120)
     parts = simulate(config).metrics["breakdown"]
     assert max(parts["share"], key=parts["share"].get) == "collective"
     assert parts["largest"]["collective"]["name"] == "draft all-reduce"
+    alike = simulate(config.revised(params={"gamma": 4})).metrics["breakdown"]
+    assert max(alike["share"], key=alike["share"].get) == "verify"
 
 
 spans_strategy = st.lists(
@@ -81,3 +85,27 @@ def test_the_critical_path_covers_the_window_exactly_once(rows, end_s):
         assert lo == pytest.approx(hi)  # no gap, no overlap
     for span, lo, hi in pieces:
         assert span is None or span.start_s - 1e-9 <= lo < hi <= span.end_s + 1e-9
+
+
+def test_the_operator_table_accounts_for_every_span_and_its_peak_fraction():
+    from analyses.run.api import RunConfig, run_schedule
+    from analyses.run.operators import operator_table
+    from hwprofiles import load_platform
+
+    config = RunConfig(platform="h100-sxm-5x", target="llama-3.1-70b", draft="llama-3.2-1b",
+                       policy="sd", params={"gamma": 4}, acceptance={"kind": "iid"},
+                       tokens=80, deterministic=True)
+    spans = run_schedule(config).spans
+    rows = operator_table(spans, load_platform("h100-sxm-5x"), "bf16")
+    assert sum(r["count"] for r in rows) == len(spans)
+    assert sum(r["time_s"] for r in rows) == pytest.approx(sum(s.duration_s for s in spans))
+    assert [r["time_s"] for r in rows] == sorted((r["time_s"] for r in rows), reverse=True)
+    verify = next(r for r in rows if r["operation"] == "verify")
+    # a decode verify is bandwidth-bound: its bytes over its time, against one H100's
+    # HBM bandwidth (each member of target_tp reads its shard)
+    hbm = load_platform("h100-sxm-5x").tier("hbm0").bandwidth_gb_s * 1e9
+    assert verify["peak_fraction"] == pytest.approx(
+        verify["bytes"] / verify["time_s"] / hbm)
+    assert 0 < verify["peak_fraction"] <= 1
+    collective = next(r for r in rows if r["kind"] == "collective")
+    assert collective["peak_fraction"] is None  # no work recorded, only latency

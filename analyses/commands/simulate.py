@@ -54,6 +54,7 @@ def _simulate(args) -> int:
               f"{_ms(m['ttft_s'])} (prefill {_ms(m['prefill_s'])}), "
               f"{_ms(m['tpot_s'])} per output token")
         print_breakdown(config.policy, m.get("breakdown"))
+        print_operators(m.get("operators"), m["tokens"] / config.batch)
     for path, what in ((args.trace, "Chrome trace, open in Perfetto"),
                        (args.record, "run record")):
         if path:
@@ -75,6 +76,19 @@ def print_breakdown(policy: str, parts: dict | None) -> None:
     busy = ", ".join(f"{d} {u:.0%}" for d, u in parts["utilisation"].items()
                      if not d.startswith("link:") or u >= 0.01)
     print(f"  device utilisation: {busy}")
+
+
+def print_operators(rows: list | None, tokens: float, top: int = 6) -> None:
+    """The longest operations: per output token, their time, count, and the
+    fraction of the hardware's peak reached (FLOPs and bytes per device; --json
+    has every row)."""
+    if not rows or not tokens:
+        return
+    print(f"  {'operation':28} {'on':18} {'ms/token':>9} {'calls/token':>11} {'of peak':>8}")
+    for r in rows[:top]:
+        peak = "" if r["peak_fraction"] is None else f"{r['peak_fraction']:.0%}"
+        print(f"  {r['operation'][:28]:28} {r['device'][:18]:18} "
+              f"{r['time_s'] / tokens * 1e3:9.3g} {r['count'] / tokens:11.3g} {peak:>8}")
 
 
 def _ms(seconds: float | None) -> str:

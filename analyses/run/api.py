@@ -178,6 +178,8 @@ def simulate(config: RunConfig, *, trace_path: str | Path | None = None,
     check_expert_parallel(config)
     result = run_schedule(config)
     metrics = metrics_of(config, result)
+    if result.spans:
+        metrics["operators"] = operators_of(config, result.spans)
     if baseline:
         own = baseline_of(config.policy, config.params) is None
         add_speedup(metrics, None if own else baseline_tokens_per_s(config), own_baseline=own)
@@ -191,6 +193,15 @@ def simulate(config: RunConfig, *, trace_path: str | Path | None = None,
                      metrics=metrics, trace=str(trace_path) if trace_path else None)
         metrics["run_record"] = str(record_path)
     return Simulation(config, metrics, result)
+
+
+def operators_of(config: RunConfig, spans) -> list[dict]:
+    """The run's per-operator table (analyses.run.operators) on its platform, peaks
+    taken at the target's dtype."""
+    from analyses.run.operators import operator_table
+
+    return operator_table(spans, load_platform(config.platform),
+                          load_model(config.target).dtype)
 
 
 def law(name: str, **params) -> dict:
