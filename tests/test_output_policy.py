@@ -28,7 +28,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from analyses.run.outputs import check_outputs, check_run_dir, shipped_data_dirs
+from analyses.run import outputs as policy
+from analyses.run.outputs import check_outputs, check_run_dir
 from policies.runs import folders
 from policies.runs.folders import claim_new_dir, free_name, retire_run
 from policies.runs.records import (atomic_write_bytes, atomic_write_text,
@@ -51,10 +52,39 @@ def refused(result, *fragments: str) -> None:
     assert len(result.err.strip().splitlines()) == 1, result.err
 
 
-def shipped_state() -> dict:
-    """Every path in the shipped data folders with its content hash."""
+def shipped_state(folders=None) -> dict:
+    """Every path in the (stand-in) shipped data folders with its content hash."""
+    folders = folders or policy.shipped_data_dirs()
     return {str(p): digest(p) if p.is_file() else "dir"
-            for folder in (DATA, DRAFTS_DATA) for p in sorted(folder.rglob("*"))}
+            for folder in folders for p in sorted(folder.rglob("*"))}
+
+
+@pytest.fixture
+def shipped(tmp_path, monkeypatch):
+    """Copies standing in for the shipped data folders (hwprofiles/data, executors/data),
+    so that a broken rule cannot damage the checkout; a training or measured run
+    that starts fails the test."""
+    import shutil
+
+    import executors.measure
+    import executors.train
+
+    hw, ex = (tmp_path / "pkg" / pkg / "data" for pkg in ("hwprofiles", "executors"))
+    shutil.copytree(DATA, hw)
+    ex.mkdir(parents=True)
+    (ex / "smollm2-135m-drafts.safetensors").write_bytes(b"stand-in artifact")
+    monkeypatch.setattr(policy, "shipped_data_dirs", lambda: [hw.resolve(), ex.resolve()])
+
+    def started(*_a, **_k):
+        raise AssertionError("the command started its work before refusing the output")
+
+    monkeypatch.setattr(executors.train, "train", started)
+    monkeypatch.setattr(executors.measure, "measure", started)
+    return hw, ex
+
+
+def test_the_shipped_data_folders_are_the_packages_own():
+    assert policy.shipped_data_dirs() == [DATA.resolve(), DRAFTS_DATA.resolve()]
 
 
 def tree(root: Path) -> dict:
@@ -126,41 +156,49 @@ FILE_COMMANDS = {
     "replay --trace": lambda out, w: ("replay", w["run"], "--trace", out),
     "train-draft -o": lambda out, w: ("train-draft", "-o", out),
 }
+# where -> output path from (hwprofiles/data, executors/data)
 SHIPPED_OUTPUTS = {
-    "new file in platforms": DATA / "platforms" / "new.yaml",
-    "new file in published": DATA / "published" / "extra.yaml",
-    "new file at the top": DATA / "notes.txt",
-    "new sub-folder": DATA / "mine" / "out.json",
-    "a .. detour": DATA / ".." / "data" / "models" / "x.yaml",
-    "the draft heads folder": DRAFTS_DATA / "smollm2-135m-drafts.safetensors",
+    "new file in platforms": lambda hw, ex: hw / "platforms" / "new.yaml",
+    "new file in published": lambda hw, ex: hw / "published" / "extra.yaml",
+    "new file at the top": lambda hw, ex: hw / "notes.txt",
+    "new sub-folder": lambda hw, ex: hw / "mine" / "out.json",
+    "a .. detour": lambda hw, ex: hw / ".." / "data" / "models" / "x.yaml",
+    "the draft heads": lambda hw, ex: ex / "smollm2-135m-drafts.safetensors",
 }
 
 
 @pytest.mark.parametrize("where", SHIPPED_OUTPUTS)
 @pytest.mark.parametrize("command", FILE_COMMANDS)
-def test_no_command_writes_in_the_shipped_data_folders(command, where, config, run_copy):
+def test_no_command_writes_in_the_shipped_data_folders(command, where, config, run_copy,
+                                                       shipped):
     before = shipped_state()
-    argv = FILE_COMMANDS[command](SHIPPED_OUTPUTS[where], {
+    argv = FILE_COMMANDS[command](SHIPPED_OUTPUTS[where](*shipped), {
         "config": config, "runs": run_copy.parent, "run": run_copy})
     refused(run_cli(*argv, timeout_s=20), "shipped data folder")
     assert shipped_state() == before
 
 
-def test_a_link_into_the_shipped_data_is_followed_and_refused(tmp_path):
-    os.symlink(DATA, tmp_path / "alias")
+def test_a_link_into_the_shipped_data_is_followed_and_refused(tmp_path, shipped):
+    os.symlink(shipped[0], tmp_path / "alias")
     before = shipped_state()
     refused(run_cli(*simulate("--record", tmp_path / "alias" / "r.json")),
             "shipped data folder hwprofiles/data")
     assert shipped_state() == before
 
 
-@pytest.mark.parametrize("out", [DATA / "platforms", DATA / "new-run", DATA,
-                                 DRAFTS_DATA, DATA / "models" / ".." / "published"])
+RUN_OUTS = {"platforms": lambda hw, ex: hw / "platforms",
+            "a new folder": lambda hw, ex: hw / "new-run",
+            "the folder itself": lambda hw, ex: hw,
+            "the draft heads' folder": lambda hw, ex: ex,
+            "a .. detour": lambda hw, ex: hw / "models" / ".." / "published"}
+
+
+@pytest.mark.parametrize("out", RUN_OUTS)
 @pytest.mark.parametrize("force", [(), ("--force",)])
-def test_run_never_writes_in_the_shipped_data_even_with_force(out, force, no_model_load):
+def test_run_never_writes_in_the_shipped_data_even_with_force(out, force, shipped):
     before = shipped_state()
-    refused(run_cli(*run("--out", out, *force), timeout_s=20), "--out",
-            "shipped data folder")
+    refused(run_cli(*run("--out", RUN_OUTS[out](*shipped), *force), timeout_s=20),
+            "--out", "shipped data folder")
     assert shipped_state() == before
 
 
@@ -333,7 +371,8 @@ def test_profiles_import_into_newdir_slash_is_refused_naming_the_file_to_give(co
                      "mine")
     assert result.rc == 0  # a plain name is a file
     result = run_cli("profiles", "import", config, "-o", f"{tmp_path}/other/")
-    refused(result, f"-o {tmp_path}/other/ names a directory", f"{tmp_path}/other/ckpt.yaml")
+    refused(result, f"-o {tmp_path}/other/ names a directory",
+            f"e.g. {tmp_path}/other/ckpt.yaml")
     assert not (tmp_path / "other").exists()
 
 
@@ -367,7 +406,8 @@ def _writer_script(target: Path, size: int, hold: bool) -> str:
         "    if hold:\n"
         "        print('holding', flush=True); time.sleep(600)\n"
         "records.os.fsync = fsync\n"
-        f"records.atomic_write_bytes({str(target)!r}, bytes([os.getpid() % 251]) * {size})\n"
+        "data = bytes([os.getpid() % 251])\n"
+        f"records.atomic_write_bytes({str(target)!r}, data * {size})\n"
     )
 
 
@@ -421,17 +461,18 @@ SEGMENT = st.sampled_from(["a", "b.json", ".", "..", "", "data", "platforms", "x
 @given(inside=st.booleans(), parts=st.lists(SEGMENT, min_size=1, max_size=4),
        slash=st.booleans())
 def test_check_outputs_accepts_exactly_file_paths_outside_the_shipped_data(
-        tmp_path, inside, parts, slash):
+        tmp_path, shipped, inside, parts, slash):
     """For any path built from these segments, from the shipped data folder or a
     scratch folder (with a folder 'a' in each), check_outputs accepts it exactly
     when it names a file (last part not '', '.', '..', not an existing directory)
     that resolves outside the shipped data folders; it never creates anything."""
     (tmp_path / "a").mkdir(exist_ok=True)
-    base = DATA if inside else tmp_path
+    base = shipped[0] if inside else tmp_path
     text = os.path.join(str(base), *parts) + ("/" if slash else "")
     before = shipped_state(), tree(tmp_path)
     real = Path(os.path.realpath(text))
-    in_shipped = any(real == d or d in real.parents for d in shipped_data_dirs())
+    in_shipped = any(real == d or d in real.parents
+                     for d in policy.shipped_data_dirs())
     names_file = (os.path.basename(text) not in ("", ".", "..")
                   and not Path(text).is_dir())
     # a file under an existing file cannot be written: not this property's concern

@@ -67,16 +67,17 @@ def register(sub) -> None:
     p.add_argument("--no-baseline", action="store_true",
                    help="skip the autoregressive run that speedup_vs_ar compares with")
     p.add_argument("--out", metavar="DIR",
-                   help="run folder (default: a new runs/POLICY-seedN-DATE-TIME, numbered "
-                        "-2, -3, ... if taken); created and checked before the models load. "
-                        "A folder that is not empty is refused unless --force; never one "
-                        "inside hetspec's shipped data folders")
+                   help="run folder (default: a new runs/POLICY-seedN-DATE-TIME, "
+                        "numbered -2, -3, ... if taken); created and checked before the "
+                        "models load. A folder that is not empty is refused unless "
+                        "--force; one in hetspec's shipped data folders always is")
     p.add_argument("--force", action="store_true",
-                   help="write into an --out folder that is not empty: replace a previous "
-                        "run's own files there (record.json, spans.jsonl, acceptance.jsonl, "
-                        "trace.json, models/*.yaml, replay-trace.json) once the new run is "
-                        "measured, keeping every other file (default: refuse, so that an "
-                        "hour-long measured run is never overwritten by mistake)")
+                   help="write into an --out folder that is not empty: replace a "
+                        "previous run's own files there (record.json, spans.jsonl, "
+                        "acceptance.jsonl, trace.json, models/*.yaml, replay-trace.json) "
+                        "once the new run is measured, keeping every other file (default: "
+                        "refuse, so that an hour-long measured run is never overwritten "
+                        "by mistake)")
     p.set_defaults(func=_run)
 
 

@@ -120,7 +120,8 @@ def _empty(label: str, folder: Path) -> None:
         what = "already holds a run (record.json)"
     else:
         shown = ", ".join(printable(e) for e in entries[:SHOWN_ENTRIES])
-        what = f"is not empty (it holds {shown}{', ...' if len(entries) > SHOWN_ENTRIES else ''})"
+        more = ", ..." if len(entries) > SHOWN_ENTRIES else ""
+        what = f"is not empty (it holds {shown}{more})"
     raise ValueError(f"{label} {folder} {what}; give a new folder such as {label} "
                      f"{free_name(folder)}, or pass --force to replace the run's own files "
                      "there (other files are kept)")
