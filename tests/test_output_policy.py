@@ -328,10 +328,11 @@ def test_force_replaces_a_real_run_and_keeps_other_files(tmp_path):
     """End to end with a tiny random-weight model: --force replaces the previous
     run's files, keeps the user's, and the new record is whole."""
     spec = tmp_path / "tiny.yaml"
-    spec.write_text(json.dumps({"name": "tiny", "n_layers": 4, "hidden": 64, "ffn": 128,
-                                "n_heads": 4, "n_kv_heads": 2, "head_dim": 16,
-                                "vocab": 48, "dtype": "fp32",
-                                "hf_architecture": "LlamaForCausalLM"}))
+    sizes = {"n_layers": 4, "hidden": 64, "ffn": 128, "n_heads": 4, "n_kv_heads": 2,
+             "head_dim": 16, "vocab": 48}
+    spec.write_text(json.dumps({"name": "tiny", **sizes, "dtype": "fp32",
+                                "hf_architecture": "LlamaForCausalLM",
+                                "sources": {k: "test fixture" for k in sizes}}))
     argv = ("run", "--platform", "cpu-local", "--target", f"random:{spec}", "--policy",
             "sd", "--set", "gamma=2", "--set", "draft_layers=2", "--max-new-tokens", "4",
             "--no-baseline", "--inline", "--out", tmp_path / "r")
