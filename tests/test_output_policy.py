@@ -316,6 +316,10 @@ def test_a_file_output_never_replaces_a_measured_runs_own_files(run_copy):
         refused(run_cli(*simulate("--record", run_copy / name)),
                 f"is the {name} of the measured run {run_copy}", "--force")
     refused(run_cli(*compare("-o", run_copy / "acceptance.jsonl")), "measured run")
+    os.symlink("record.json", run_copy / "alias.json")  # written through: the record
+    before = tree(run_copy)
+    refused(run_cli(*simulate("--record", run_copy / "alias.json")),
+            "is the record.json of the measured run")
     assert tree(run_copy) == before
     # a new file beside the run, and a simulated record, are the user's to replace
     assert run_cli(*simulate("--record", run_copy / "sim.json")).rc == 0

@@ -169,9 +169,11 @@ def _not_in_shipped_data(label: str, path: Path) -> None:
 
 def _not_a_measured_run_file(label: str, path: Path) -> None:
     """Refuse a file output that would replace one of a measured run's own files
-    (its record, spans, acceptance lines, trace, model specs)."""
-    for folder in (path.parent, path.parent.parent):
-        name = os.path.relpath(path, folder).replace(os.sep, "/")
+    (its record, spans, acceptance lines, trace, model specs), by any name: a
+    link within its folder is written through, so its target is what counts."""
+    real = Path(os.path.realpath(path))
+    for folder in (real.parent, real.parent.parent):
+        name = real.relative_to(folder).as_posix()
         if name in RUN_FILES and _measured(folder):
             raise ValueError(f"{label} {path} is the {name} of the measured run {folder}; "
                              "write elsewhere (only 'hetspec run --out "
