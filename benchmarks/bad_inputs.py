@@ -381,6 +381,10 @@ GROUPS = [("s", "simulate"), ("t", "simulate-trace"), ("o", "simulate-out"),
 # Expectations a class module sets by case id ("accept", "refuse" or "either"),
 # over the id rule below (an id ending in 'v' is a valid input).
 EXPECT: dict[str, str] = {}
+# Files under work/ an accepted case is documented to replace or remove, by case id:
+# path -> "changed", "removed" (each must happen) or "either" (may change or stay).
+# E.g. a previous run's files under 'hetspec run --force', a killed writer's temp file.
+REPLACED: dict[str, dict[str, str]] = {}
 
 
 @dataclass(frozen=True)
@@ -954,9 +958,21 @@ def as_expected(case: Case, verdict: str, diffs: list[str]) -> bool:
     if verdict == "SKIPPED":
         return True
     inputs_kept = not any(d.startswith(("changed", "removed")) for d in diffs)
+    if case.id in REPLACED and verdict == "ACCEPTED":
+        inputs_kept = replaced_as_documented(REPLACED[case.id], diffs)
     accepted = verdict == "ACCEPTED" and inputs_kept
     return {"refuse": verdict == "CLEAN", "accept": accepted,
             "either": accepted or verdict == "CLEAN"}[case.expect]
+
+
+def replaced_as_documented(documented: dict[str, str], diffs: list[str]) -> bool:
+    """Every input change is one ``documented`` allows, and every required one
+    (``changed``/``removed``) happened."""
+    changes = [d.split(" ", 1) for d in diffs if d.startswith(("changed", "removed"))]
+    allowed = all(documented.get(path) in (kind, "either") for kind, path in changes)
+    required = all(f"{kind} {path}" in diffs for path, kind in documented.items()
+                   if kind != "either")
+    return allowed and required
 
 
 @dataclass

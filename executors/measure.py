@@ -10,7 +10,6 @@ baseline on the same prompts), then writes under the run directory:
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import yaml
@@ -22,13 +21,10 @@ from executors.session import BatchResult, Options, Session
 from policies import entry
 from policies.runs.breakdown import breakdown
 from policies.runs.metrics import add_speedup, baseline_of, run_metrics
+from policies.runs.folders import claim_new_dir, default_run_dir, retire_run
 from policies.runs.records import atomic_write_text, write_record
 from policies.runs.spans import Span, measured_span, write_chrome_trace
 from policies.traces import held_rows
-
-
-def default_run_dir(policy: str, seed: int) -> Path:
-    return Path("runs") / f"{policy}-seed{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def decode_all(session: Session, policy: str, params, prompts: list[list[int]],
@@ -109,9 +105,12 @@ def outputs_of(results: list[BatchResult], max_new: int, eos: int | None = None)
 
 
 def measure(config, options: Options, messages: list[list[dict]] | None = None, *,
-            out_dir=None, baseline: bool = True, progress: bool = False) -> dict:
+            out_dir=None, baseline: bool = True, progress: bool = False,
+            replace: bool = False) -> dict:
     """Run ``config`` (a RunConfig) for real; returns the metrics (with ``outputs``
-    and ``run_record``)."""
+    and ``run_record``). Without ``out_dir`` the run goes to a new folder under
+    runs/; ``replace`` removes a previous run's own files from ``out_dir`` once this
+    run is measured, before its files are written (``hetspec run --force``)."""
     messages = list(messages or BUILTIN)
     if entry(config.policy).needs_draft and config.draft is None:
         config = config.model_copy(update={"draft": default_draft(config.target)})
@@ -150,7 +149,10 @@ def measure(config, options: Options, messages: list[list[dict]] | None = None, 
         texts = ([session.tokenizer.decode(o, skip_special_tokens=True) for o in outputs]
                  if session.tokenizer is not None else None)
         specs = session.specs
-    run_dir = Path(out_dir) if out_dir else default_run_dir(config.policy, config.seed)
+    run_dir = (Path(out_dir) if out_dir
+               else claim_new_dir(default_run_dir(config.policy, config.seed)))
+    if replace:
+        retire_run(run_dir)
     inputs = {**config.model_dump(mode="json"), "max_new_tokens": options.max_new_tokens,
               "threads": options.threads, "temperature": options.temperature,
               "mode": options.mode, "physical": options.physical, "prompts": messages,

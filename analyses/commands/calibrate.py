@@ -70,7 +70,8 @@ def _calibrate(args) -> int:
     check_fit_terms(fit_terms)  # a misspelt term is refused before any run is read
     # the uncalibrated --profile is an input too: a calibration never replaces it
     check_outputs({"--output": args.output},
-                  profile_inputs(profile=args.profile) + runs_inputs(args.runs))
+                  profile_inputs(profile=args.profile) + runs_inputs(args.runs),
+                  names={"--output": "calibrated.yaml"})
     summary = calibrate(args.runs, args.profile, args.output, fit_policies=policies,
                         fit_terms=fit_terms)
     if args.json:
@@ -100,7 +101,8 @@ def _calibrate_published(args) -> int:
     if not fields:
         raise ValueError("--fit-fields is empty; name at least one, e.g. memory_efficiency")
     check_outputs({"--output": args.output},
-                  profile_inputs(profile=args.profile) + [("--published", path)])
+                  profile_inputs(profile=args.profile) + [("--published", path)],
+                  names={"--output": "calibrated.yaml"})
     summary = calibrate_published(path, args.profile, args.output, fields=fields,
                                   steps=args.fit_draft_steps)
     if args.json:

@@ -165,7 +165,8 @@ def _check_output(args, base: dict, sets: dict) -> None:
     inputs = profile_inputs(platform=base["platform"], target=base["target"],
                             draft=base["draft"], profile=args.profile) + set_inputs(sets)
     check_outputs({"--output": args.output},
-                  inputs + (runs_inputs(args.runs) if args.runs else []))
+                  inputs + (runs_inputs(args.runs) if args.runs else []),
+                  names={"--output": DEFAULT_OUTPUT})
 
 
 def _replays(args):

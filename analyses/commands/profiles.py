@@ -100,9 +100,10 @@ def _import(args) -> int:
     from policies.runs.records import atomic_write_text
 
     config = Path(args.config)
-    check_outputs({"-o": args.output}, [("the config.json", config)])
-    name = args.name or (Path(args.output).stem if args.output
-                         else config.resolve().parent.name or "imported")
+    folder_name = config.resolve().parent.name or "imported"
+    check_outputs({"-o": args.output}, [("the config.json", config)],
+                  names={"-o": f"{args.name or folder_name}.yaml"})
+    name = args.name or (Path(args.output).stem if args.output else folder_name)
     fields = import_config(config, name, args.hf_id)
     text = yaml.safe_dump(fields, sort_keys=False, allow_unicode=True)
     if args.output is None:

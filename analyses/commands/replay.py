@@ -35,9 +35,11 @@ def _replay(args) -> int:
     from policies.runs.records import atomic_write_text
 
     run = load_run(args.run)
-    trace = Path(args.trace) if args.trace else run.path.parent / "replay-trace.json"
-    check_outputs({"--trace": trace},
-                  run_inputs(run.path) + profile_inputs(profile=args.profile))
+    trace = args.trace if args.trace is not None else run.path.parent / "replay-trace.json"
+    check_outputs({"--trace": trace},  # as typed: a trailing '/' names a directory
+                  run_inputs(run.path) + profile_inputs(profile=args.profile),
+                  names={"--trace": "replay-trace.json"})
+    trace = Path(trace)
     rep = replay(run, args.profile, work=args.work)
     atomic_write_text(trace, json.dumps(side_by_side_trace(rep, run)))
     out = {"run": str(run.path), "profile": rep.config.platform, "trace": str(trace),

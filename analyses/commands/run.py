@@ -67,8 +67,18 @@ def register(sub) -> None:
     p.add_argument("--outputs", action="store_true",
                    help="with --json, also print what each prompt generated (token ids "
                         "and texts; the run record keeps them either way)")
-    p.add_argument("--out", metavar="DIR", help="run directory (default runs/POLICY-..."
-                   "); created and checked writable before the models load")
+    p.add_argument("--out", metavar="DIR",
+                   help="run folder (default: a new runs/POLICY-seedN-DATE-TIME, "
+                        "numbered -2, -3, ... if taken); created and checked before the "
+                        "models load. A folder that is not empty is refused unless "
+                        "--force; one in hetspec's shipped data folders always is")
+    p.add_argument("--force", action="store_true",
+                   help="write into an --out folder that is not empty: replace a "
+                        "previous run's own files there (record.json, spans.jsonl, "
+                        "acceptance.jsonl, trace.json, models/*.yaml, replay-trace.json) "
+                        "once the new run is measured, keeping every other file (default: "
+                        "refuse, so that an hour-long measured run is never overwritten "
+                        "by mistake)")
     p.set_defaults(func=_run)
 
 
@@ -101,9 +111,7 @@ def _measurable(config) -> None:
 
 def _run(args) -> int:
     from analyses.cli import emit_json
-    from executors.measure import default_run_dir, measure
-    from executors.prompts import load_jsonl
-    from executors.session import Options
+    from policies.runs.folders import default_run_dir
 
     max_new = args.tokens
     if not 1 <= max_new <= MAX_TOKENS:
@@ -112,14 +120,20 @@ def _run(args) -> int:
     args.placement, physical = split_placement(args.placement)
     config = config_from_args(args, tokens=max_new)
     _measurable(config)
-    options = Options(max_new_tokens=max_new, threads=args.threads,
-                      temperature=args.temperature,
-                      mode="inline" if args.inline else "processes", physical=physical)
-    messages = load_jsonl(args.prompts) if args.prompts else None
-    run_dir = Path(args.out) if args.out else default_run_dir(config.policy, config.seed)
-    with prepared_run_dir(run_dir, run_dir_inputs(args)):
+    folder = prepared_run_dir(Path(args.out) if args.out else None,
+                              default_run_dir(config.policy, config.seed),
+                              run_dir_inputs(args), force=args.force)
+    with folder as run_dir:  # checked before torch is imported or a model loads
+        from executors.measure import measure
+        from executors.prompts import load_jsonl
+        from executors.session import Options
+
+        options = Options(max_new_tokens=max_new, threads=args.threads,
+                          temperature=args.temperature,
+                          mode="inline" if args.inline else "processes", physical=physical)
+        messages = load_jsonl(args.prompts) if args.prompts else None
         out = measure(config, options, messages, out_dir=run_dir,
-                      baseline=not args.no_baseline, progress=True)
+                      baseline=not args.no_baseline, progress=True, replace=args.force)
     if args.json:
         emit_json(out if args.outputs else {k: v for k, v in out.items()
                                            if k not in GENERATED})
@@ -138,8 +152,6 @@ def _run(args) -> int:
 
 
 GENERATED = ("outputs", "texts")  # per-prompt token ids and texts: --json --outputs
-RUN_FILES = ("record.json", "spans.jsonl", "acceptance.jsonl", "trace.json",
-             "models/target.yaml", "models/draft.yaml")  # what a run writes
 
 
 def run_dir_inputs(args) -> list:
@@ -154,33 +166,38 @@ def run_dir_inputs(args) -> list:
 
 
 class prepared_run_dir:
-    """Create the run directory and check its files can be written, before the
-    models load (a measured run is minutes; finding out after it is too late).
-    Directories created here are removed again if the run fails before writing."""
+    """Check the run folder by the output policy (``analyses.run.outputs.
+    check_run_dir``) and create it, before the models load (a measured run is
+    minutes; finding out after it is too late). ``out`` None claims a new folder
+    at ``default`` (or its first free numbered name). Folders created here are
+    removed again if the run fails before writing."""
 
-    def __init__(self, run_dir: Path, inputs: list):
-        self.run_dir, self.inputs, self.created = run_dir, inputs, []
+    def __init__(self, out: Path | None, default: Path, inputs: list, *,
+                 force: bool = False):
+        self.out, self.default, self.inputs, self.force = out, default, inputs, force
+        self.created: list[Path] = []
 
-    def __enter__(self):
-        from analyses.run.outputs import check_outputs
-        from policies.runs.records import check_writable
+    def __enter__(self) -> Path:
+        from analyses.run.outputs import check_run_dir
+        from policies.runs.folders import claim_new_dir
 
-        if self.run_dir.exists() and not self.run_dir.is_dir():
-            raise ValueError(f"--out {self.run_dir} exists and is not a directory; give "
-                             "a new or an existing directory for the run")
-        check_writable(self.run_dir / "record.json", "--out")
-        check_outputs({f"--out file {name}": self.run_dir / name for name in RUN_FILES},
-                      self.inputs)
-        missing = self.run_dir
-        while not missing.exists():
+        run_dir = self.out or self.default
+        # a default folder is claimed new, so only --out can find one occupied
+        check_run_dir(run_dir, self.inputs, force=self.force or self.out is None)
+        missing = run_dir.parent if self.out is None else run_dir
+        while not missing.exists() and missing != missing.parent:
             self.created.append(missing)
             missing = missing.parent
         try:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+            if self.out is None:
+                run_dir = claim_new_dir(self.default)
+                self.created.insert(0, run_dir)
+            else:
+                run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise ValueError(f"--out {self.run_dir} cannot be created ({exc.strerror}); "
+            raise ValueError(f"--out {run_dir} cannot be created ({exc.strerror}); "
                              "choose a writable directory") from None
-        return self.run_dir
+        return run_dir
 
     def __exit__(self, exc_type, _exc, _tb):
         if exc_type is not None:

@@ -38,7 +38,8 @@ def _simulate(args) -> int:
                               fixed_context=args.fixed_context)
     check_outputs({"--trace": args.trace, "--record": args.record},
                   profile_inputs(platform=args.platform, target=args.target,
-                                 draft=args.draft) + set_inputs(parse_sets(args.sets)))
+                                 draft=args.draft) + set_inputs(parse_sets(args.sets)),
+                  names={"--trace": "trace.json", "--record": "record.json"})
     out = simulate(config, trace_path=args.trace, record_path=args.record)
     if args.json:
         emit_json(out.metrics)

@@ -90,8 +90,11 @@ def _train(args) -> int:
 
     if args.seed < 0:
         raise ValueError(f"--seed {args.seed} is negative; give an integer >= 0")
+    artifact = Path(args.output)  # '' or a directory is refused below, before this
     check_outputs({"--output": args.output,
-                   "provenance": str(provenance_path(Path(args.output)))}, [])
+                   "provenance": provenance_path(artifact) if artifact.name else None}, [],
+                  names={"--output": "smollm2-135m-drafts.safetensors",
+                         "provenance": "smollm2-135m-drafts.json"})
     cfg = replace(TrainConfig(), target=args.target, exits=args.exits,
                   adapters=args.adapters, ahead=args.ahead, eta=args.eta, steps=args.steps,
                   prompts=args.prompts, doc_windows=args.doc_windows, threads=args.threads,

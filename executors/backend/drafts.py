@@ -316,16 +316,11 @@ def save_artifact(heads: DraftHeads, path: Path, shape: dict[str, int], target: 
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    """The one atomic writer every output goes through (a killed writer's temp file
+    is removed by the next write of the same path)."""
+    from policies.runs.records import atomic_write_bytes
+
+    atomic_write_bytes(path, data)
 
 
 def attach(stack, target_source: str) -> None:

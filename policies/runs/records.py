@@ -8,7 +8,10 @@ that points out of its own directory (a planted link must not redirect a write
 elsewhere); a link within its directory is followed and its target replaced, the
 link kept. A replaced file keeps its permissions. Write failures are raised as
 ``WriteError`` naming the path the caller gave, never the hidden temp file, and
-the temp file is removed (on SIGKILL, the next write of that output removes it).
+the temp file is removed. A writer killed by SIGKILL leaves its temp file
+(``.NAME.HOST-PID.XXXX.tmp`` beside NAME, or ``.NAME.PID.tmp`` from writers before
+this one): the next write of NAME on this host removes every such file whose
+writer process is gone, and never one whose writer still runs.
 """
 
 from __future__ import annotations
@@ -118,13 +121,38 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _remove_stale_temps(target: Path) -> None:
-    """Temp files a killed writer (SIGKILL) of this output on this host left."""
+def temp_prefix(target: Path, pid: int | str) -> str:
+    """The start of the temp file name a writer with process id ``pid`` uses for
+    ``target`` (public so that tests and fixtures can plant a killed writer's)."""
+    return _temp_prefix(target, pid)
+
+
+def remove_stale_temps(target: Path) -> list[Path]:
+    """Remove the temp files killed writers of ``target`` left beside it: this
+    host's ``.NAME.HOST-PID.*.tmp`` and the older ``.NAME.PID.tmp``, each only when
+    process PID is gone (a live writer's file is its own). Returns those removed."""
+    removed = []
+    for leftover, pid in _temps_of(target):
+        if not _alive(pid):
+            leftover.unlink(missing_ok=True)
+            removed.append(leftover)
+    return removed
+
+
+def _temps_of(target: Path) -> list[tuple[Path, int]]:
+    """(temp file, its writer's process id) for every temp file of ``target``."""
     prefix = _temp_prefix(target, "")[:-1]  # up to the writer's process id
+    found = []
     for leftover in target.parent.glob(f"{glob_escape(prefix)}*.tmp"):
         pid = leftover.name[len(prefix):].split(".", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            leftover.unlink(missing_ok=True)
+        if pid.isdigit():
+            found.append((leftover, int(pid)))
+    legacy = f".{target.name}."  # .NAME.PID.tmp (a whole process id, nothing else)
+    for leftover in target.parent.glob(f"{glob_escape(legacy)}*.tmp"):
+        pid = leftover.name[len(legacy):-len(".tmp")]
+        if pid.isdigit():
+            found.append((leftover, int(pid)))
+    return found
 
 
 def glob_escape(text: str) -> str:
@@ -147,21 +175,27 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def atomic_write_text(path, text: str) -> Path:
+    """Write a text file (UTF-8) whole or not at all; see ``atomic_write_bytes``."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path, data: bytes) -> Path:
     """Write a file whole or not at all: a temp file beside it, fsync, rename, fsync
-    of the directory. A replaced file keeps its mode; a new one gets what a plain
-    open() would give (0666 less umask). Returns ``path`` as given."""
+    of the directory. Killed writers' temp files of the same output go first. A
+    replaced file keeps its mode; a new one gets what a plain open() would give
+    (0666 less umask). Returns ``path`` as given."""
     path = Path(path)
     target = output_target(path)
     tmp = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        _remove_stale_temps(target)
+        remove_stale_temps(target)
         mode = (stat.S_IMODE(target.stat().st_mode) if target.exists()
                 else 0o666 & ~_umask())
         fd, tmp = tempfile.mkstemp(dir=target.parent,
                                    prefix=_temp_prefix(target, os.getpid()), suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
