@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from analyses.commands._common import add_run_arguments, config_from_args
+from analyses.run.budget import RUN_TOKENS_BUDGET, allow_large_argument
 from analyses.run.config import MAX_TOKENS, parse_placement
 
 MIN_TEMPERATURE = 1e-3  # below it logits / temperature can overflow to inf (NaN probs)
@@ -68,6 +69,10 @@ def register(sub) -> None:
                    help="skip the autoregressive run that speedup_vs_ar compares with")
     p.add_argument("--out", metavar="DIR", help="run directory (default runs/POLICY-..."
                    "); created and checked writable before the models load")
+    allow_large_argument(p, f"{RUN_TOKENS_BUDGET:,} generated tokens, prompts x "
+                            "--max-new-tokens x 2 with the AR baseline, at most about 11 "
+                            "minutes for SmolLM2-135M on a laptop core, hours for a "
+                            "larger model")
     p.set_defaults(func=_run)
 
 
@@ -101,7 +106,8 @@ def _measurable(config) -> None:
 def _run(args) -> int:
     from analyses.cli import emit_json
     from executors.measure import default_run_dir, measure
-    from executors.prompts import load_jsonl
+    from analyses.run.budget import check, run_estimate
+    from executors.prompts import BUILTIN, load_jsonl
     from executors.session import Options
 
     max_new = args.max_new_tokens if args.max_new_tokens is not None else args.tokens
@@ -114,6 +120,8 @@ def _run(args) -> int:
                       temperature=args.temperature,
                       mode="inline" if args.inline else "processes", physical=physical)
     messages = load_jsonl(args.prompts) if args.prompts else None
+    check(run_estimate(len(messages or BUILTIN), max_new,
+                       not args.no_baseline), args.allow_large)  # before the models load
     run_dir = Path(args.out) if args.out else default_run_dir(config.policy, config.seed)
     with prepared_run_dir(run_dir, run_dir_inputs(args)):
         out = measure(config, options, messages, out_dir=run_dir,

@@ -62,14 +62,14 @@ SIM_BUDGET_UNITS = SIM_UNITS_PER_S * 600
 SPANS_PER_S = 5_000
 SPANS_BUDGET = 50_000
 # Tokens ``hetspec run`` generates with real models: prompts x new tokens x the
-# runs (the schedule, its AR baseline). SmolLM2-135M decodes ~20 tokens/s on one
-# laptop core with the executor's bookkeeping (bench_budget.py --run measures
-# it); 12,000 tokens is about 10 minutes there, hours for a 70B model.
-RUN_TOKENS_PER_S = 20
-RUN_TOKENS_BUDGET = RUN_TOKENS_PER_S * 600
-# Rows a published calibration simulates per least-squares evaluation, and the
-# evaluations a fit takes at most: rows x evaluations simulations.
-PUBLISHED_ROWS_BUDGET = 2_000
+# runs (the schedule, its AR baseline). The slowest schedule measured on the
+# development machine (README, "Measured with these heads": ``python
+# benchmarks/bench_drafts.py --max-new-tokens 48``, 2026-11-25) decoded 1.72
+# tokens/s (mirror on SmolLM2-135M, cpu-local), AR 7.8-14; rounded down. The
+# budget, 1,000 tokens, is at most about 11 minutes there (the default run, 4
+# prompts x 64 tokens with its baseline, is 512); a larger model is slower.
+RUN_TOKENS_PER_S = 1.5
+RUN_TOKENS_BUDGET = 1_000
 
 DEFAULT_PROMPT = 128  # RunConfig's prompt_tokens default
 LONG_S = 2.0  # estimates at least this long are printed before the work starts
@@ -359,3 +359,45 @@ def runs_estimate(directory, command: str) -> Estimate:
     directory = Path(directory)
     records = sorted(directory.rglob("record.json")) if directory.is_dir() else []
     return spans_estimate(command, records, f"pass a folder with fewer runs than {directory}")
+
+
+# ------------------------------------------------------------------ real runs
+def run_estimate(prompts: int, max_new_tokens: int, baseline: bool) -> Estimate:
+    """``hetspec run``'s work: every prompt decoded to max_new_tokens by the
+    schedule and, with a baseline, by AR again."""
+    runs = 2 if baseline else 1
+    tokens = prompts * max_new_tokens * runs
+    product = (f"{plural(prompts, 'prompt')} x {plural(max_new_tokens, 'new token')}"
+               + (" x 2 runs (the schedule and its AR baseline)" if baseline else "")
+               + f" = {plural(tokens, 'generated token')}")
+    return Estimate("run", product, tokens, "tokens", RUN_TOKENS_PER_S, RUN_TOKENS_BUDGET,
+                    "lower --max-new-tokens, pass fewer --prompts"
+                    + (" or --no-baseline" if baseline else ""))
+
+
+# ------------------------------------------------------------------ calibrations
+# Simulations a published calibration runs per row: the least-squares fit
+# evaluates every row once per trial and per finite-difference step. Counted on
+# the shipped file: a100-sxm-8x 27 per row (7 rows, 2.5 s), h100-sxm-5x 120 per
+# row (10 rows, 40 s); the bound below is the most seen and a quarter more.
+# (scipy's trf allows 100 x parameters trials: a fit that wanders can exceed it.)
+PUBLISHED_SIMS_PER_ROW = 150
+
+
+def published_estimate(rows) -> Estimate:
+    """A published calibration's work: every row's deterministic simulation at
+    its own tokens and batch, PUBLISHED_SIMS_PER_ROW times."""
+    units = 0
+    for row in rows:
+        settings = {k: [v] for k, v in row.params.items()}
+        settings["prompt_tokens"] = [row.prompt_tokens]
+        shape = sim_shape(row.policy, settings, row.tokens, row.batch,
+                          n_layers_of(row.target, row.draft))
+        units += shape.units * PUBLISHED_SIMS_PER_ROW
+    tokens = max((r.tokens for r in rows), default=0)
+    batch = max((r.batch for r in rows), default=1)
+    product = (f"{plural(len(rows), 'published row')} x up to {PUBLISHED_SIMS_PER_ROW} "
+               f"fit evaluations, each a simulation of up to {plural(tokens, 'token')} x "
+               f"{plural(batch, 'sequence')}")
+    return sim_estimate("calibrate", product, units,
+                        "fit fewer rows or rows with fewer tokens or a smaller batch")
