@@ -11,7 +11,7 @@ DEFAULT_SWEEP = "gamma=2..8"
 DEFAULT_OUTPUT = "hetspec-report.html"
 COMPARE_BUDGET = (f"{readable(SIM_BUDGET_UNITS)} row-steps, sweep points x policies x "
                   "tokens x batch with their AR baselines, about 10 minutes on a laptop "
-                  "core; 'hetspec compare' with no arguments is 0.5% of it")
+                  "core; 'hetspec compare' with no arguments is a fifth of it")
 
 
 def register(sub) -> None:

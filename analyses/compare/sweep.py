@@ -183,22 +183,25 @@ def grid_estimate(by_policy: dict[str, tuple[int, dict]], base: dict,
 
     tokens, batch = int(base.get("tokens", 2000)), int(base.get("batch", 1))
     layers = budget.n_layers_of(base.get("target"), base.get("draft"))
-    units, total = 0, 0
+    units, total, baselines = 0, 0, 0
     for policy, (count, values) in by_policy.items():
         shape = budget.sim_shape(policy, values, tokens, batch, layers)
         per_point = shape.units
         if policy != "ar":  # the baselines the points share are run once: at most one each
             per_point += budget.baseline_shape(shape, values, layers).units
+            baselines += count
         units += count * per_point
         total += count
     grid = " x ".join(f"{budget.readable(len(vals))} {key}" for key, vals in sweeps)
     policies = f"{len(by_policy)} {'policy' if len(by_policy) == 1 else 'policies'}"
     points = (f"{grid} sweep values over {policies}" if grid
               else f"{budget.plural(total, 'grid point')} over {policies}")
-    product = (f"{points} = {budget.plural(total, 'simulation')} of "
+    shared = f" (and up to {budget.readable(baselines)} AR baselines)" if baselines else ""
+    product = (f"{points} = {budget.plural(total, 'simulation')}{shared} of "
                f"{budget.plural(tokens, 'token')} x {budget.plural(batch, 'sequence')}")
     return budget.sim_estimate("compare", product, units,
-                               "narrow --sweep, drop policies or lower --tokens or --batch")
+                               "narrow --sweep, drop policies or lower --tokens or --batch",
+                               total + baselines)
 
 
 def point_config(point: Point, base: dict) -> RunConfig:

@@ -124,6 +124,8 @@ class Estimate:
     rate_per_s: float
     budget: float
     shrink: str  # how to make it smaller: "narrow --sweep or lower --tokens"
+    counted: bool = False  # the product ends in the units already (spans, tokens)
+    simulations: int = 0  # simulations counted (an upper bound), for simulated work
 
     @property
     def seconds(self) -> float:
@@ -133,10 +135,14 @@ class Estimate:
     def over(self) -> bool:
         return self.units > self.budget
 
+    def _work(self) -> str:
+        """'about 1.2e+10 row-steps, ' unless the product says the units already."""
+        return "" if self.counted else f"about {readable(self.units)} {self.unit}, "
+
     def refusal(self) -> str:
-        return (f"this {self.command} is {self.product}, about {readable(self.units)} "
-                f"{self.unit} ({duration(self.seconds)} at {readable(self.rate_per_s)} "
-                f"per second), over the budget of {readable(self.budget)} "
+        return (f"this {self.command} is {self.product} ({self._work()}"
+                f"{duration(self.seconds)} at {readable(self.rate_per_s)} {self.unit} "
+                f"per second), over the budget of {readable(self.budget)} {self.unit} "
                 f"({duration(self.budget / self.rate_per_s)}); {self.shrink}, or pass "
                 "--allow-large")
 
@@ -266,9 +272,10 @@ def n_layers_of(*models: str | None) -> int:
     return most
 
 
-def sim_estimate(command: str, product: str, units: float, shrink: str) -> Estimate:
+def sim_estimate(command: str, product: str, units: float, shrink: str,
+                 simulations: int = 0) -> Estimate:
     return Estimate(command, product, units, "row-steps", SIM_UNITS_PER_S,
-                    SIM_BUDGET_UNITS, shrink)
+                    SIM_BUDGET_UNITS, shrink, simulations=simulations)
 
 
 def config_shape(config) -> tuple[SimShape, dict, int]:
@@ -294,7 +301,7 @@ def config_estimate(config, command: str = "simulate") -> Estimate:
         sims = 2
     runs = "1 simulation" if sims == 1 else "2 simulations (the run and its AR baseline)"
     product = f"{runs} of {plural(config.tokens, 'token')} x {plural(config.batch, 'sequence')}"
-    return sim_estimate(command, product, units, "lower --tokens or --batch")
+    return sim_estimate(command, product, units, "lower --tokens or --batch", sims)
 
 
 def check_simulation(config, allow_large: bool = False) -> Estimate:
@@ -347,8 +354,8 @@ def spans_estimate(command: str, records: list, shrink: str) -> Estimate:
     """Work of reading (and replaying) measured runs: their spans lines."""
     lines = sum(count_lines(p) for p in map(spans_file, records) if p is not None)
     runs = f"{len(records)} measured run{'s' if len(records) != 1 else ''}"
-    return Estimate(command, f"{runs} holding {readable(lines)} spans", lines, "spans",
-                    SPANS_PER_S, SPANS_BUDGET, shrink)
+    return Estimate(command, f"{runs} holding {plural(lines, 'spans line')}", lines,
+                    "spans lines", SPANS_PER_S, SPANS_BUDGET, shrink, counted=True)
 
 
 def runs_estimate(directory, command: str) -> Estimate:
@@ -370,9 +377,9 @@ def run_estimate(prompts: int, max_new_tokens: int, baseline: bool) -> Estimate:
     product = (f"{plural(prompts, 'prompt')} x {plural(max_new_tokens, 'new token')}"
                + (" x 2 runs (the schedule and its AR baseline)" if baseline else "")
                + f" = {plural(tokens, 'generated token')}")
-    return Estimate("run", product, tokens, "tokens", RUN_TOKENS_PER_S, RUN_TOKENS_BUDGET,
-                    "lower --max-new-tokens, pass fewer --prompts"
-                    + (" or --no-baseline" if baseline else ""))
+    return Estimate("run", product, tokens, "generated tokens", RUN_TOKENS_PER_S,
+                    RUN_TOKENS_BUDGET, "lower --max-new-tokens, pass fewer --prompts"
+                    + (" or --no-baseline" if baseline else ""), counted=True)
 
 
 # ------------------------------------------------------------------ calibrations
