@@ -39,15 +39,17 @@ def _replay(args) -> int:
     from analyses.cli import emit_json
     from analyses.run.outputs import check_outputs, profile_inputs, run_inputs
     from analyses.measured.replay import load_run, replay, side_by_side_trace
-    from analyses.run.budget import check, spans_estimate
+    from analyses.run.budget import announce_estimate, check, spans_estimate
     from policies.runs.records import atomic_write_text
 
     # the spans are counted (lines, not parsed) before the record is read
-    check(spans_estimate("replay", [args.run], "replay a shorter run"), args.allow_large)
+    spans = check(spans_estimate("replay", [args.run], "replay a shorter run"),
+                  args.allow_large, announce=False)
     run = load_run(args.run)
     trace = Path(args.trace) if args.trace else run.path.parent / "replay-trace.json"
     check_outputs({"--trace": trace},
                   run_inputs(run.path) + profile_inputs(profile=args.profile))
+    announce_estimate(spans)
     check_replay_simulation(run, args.profile, args.allow_large)
     rep = replay(run, args.profile, work=args.work)
     atomic_write_text(trace, json.dumps(side_by_side_trace(rep, run)))

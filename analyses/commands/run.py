@@ -106,7 +106,7 @@ def _measurable(config) -> None:
 def _run(args) -> int:
     from analyses.cli import emit_json
     from executors.measure import default_run_dir, measure
-    from analyses.run.budget import check, run_estimate
+    from analyses.run.budget import announce_estimate, check, run_estimate
     from executors.prompts import BUILTIN, load_jsonl
     from executors.session import Options
 
@@ -120,10 +120,11 @@ def _run(args) -> int:
                       temperature=args.temperature,
                       mode="inline" if args.inline else "processes", physical=physical)
     messages = load_jsonl(args.prompts) if args.prompts else None
-    check(run_estimate(len(messages or BUILTIN), max_new,
-                       not args.no_baseline), args.allow_large)  # before the models load
+    estimate = check(run_estimate(len(messages or BUILTIN), max_new, not args.no_baseline),
+                     args.allow_large, announce=False)  # before the models load
     run_dir = Path(args.out) if args.out else default_run_dir(config.policy, config.seed)
     with prepared_run_dir(run_dir, run_dir_inputs(args)):
+        announce_estimate(estimate)
         out = measure(config, options, messages, out_dir=run_dir,
                       baseline=not args.no_baseline, progress=True)
     if args.json:

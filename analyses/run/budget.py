@@ -72,7 +72,7 @@ RUN_TOKENS_PER_S = 1.5
 RUN_TOKENS_BUDGET = 1_000
 
 DEFAULT_PROMPT = 128  # RunConfig's prompt_tokens default
-LONG_S = 2.0  # estimates at least this long are printed before the work starts
+LONG_S = 10.0  # estimates at least this long are printed before the work starts
 
 
 def readable(value: float) -> str:
@@ -157,9 +157,17 @@ def check(estimate: Estimate, allow_large: bool = False, *, announce: bool = Tru
     stderr when it is long (``announce``)."""
     if estimate.over and not allow_large:
         raise ValueError(estimate.refusal())
-    if announce and estimate.seconds >= LONG_S:
-        print(estimate.line(), file=sys.stderr, flush=True)
+    if announce:
+        announce_estimate(estimate)
     return estimate
+
+
+def announce_estimate(estimate: Estimate) -> None:
+    """Print the estimate's line on stderr when the work is long (LONG_S); a
+    command that checks its budget before its outputs prints it after them, so
+    that a refusal stays its only line."""
+    if estimate.seconds >= LONG_S:
+        print(estimate.line(), file=sys.stderr, flush=True)
 
 
 def allow_large_argument(p, budget: str) -> None:
