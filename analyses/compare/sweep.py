@@ -128,10 +128,8 @@ def _accepts(policy: str, key: str) -> bool:
             or key in RUN_KEYS)
 
 
-def expand_grid(policies: list[str], sweeps: list[tuple[str, list]],
-                sets: dict[str, Any] | None = None) -> list[Point]:
-    """Every policy crossed with the swept values it takes; deterministic order."""
-    sets = dict(sets or {})
+def check_keys(policies: list[str], sweeps: list[tuple[str, list]], sets: dict) -> None:
+    """Each key given once across --sweep and --set, and taken by some policy."""
     keys = [k for k, _ in sweeps] + list(sets)
     twice = sorted({k for k in keys if keys.count(k) > 1})
     if twice:
@@ -140,6 +138,13 @@ def expand_grid(policies: list[str], sweeps: list[tuple[str, list]],
         if not any(_accepts(p, key) for p in policies):
             raise ValueError(f"no chosen policy takes '{key}'; drop it or add a policy "
                              "that has this parameter")
+
+
+def expand_grid(policies: list[str], sweeps: list[tuple[str, list]],
+                sets: dict[str, Any] | None = None) -> list[Point]:
+    """Every policy crossed with the swept values it takes; deterministic order."""
+    sets = dict(sets or {})
+    check_keys(policies, sweeps, sets)
     points: dict[Point, None] = {}  # insertion-ordered, a repeated point once
     for policy in policies:
         fixed = tuple((k, v) for k, v in sets.items() if _accepts(policy, k))
@@ -155,6 +160,7 @@ def grid_settings(policies: list[str], sweeps: list[tuple[str, list]],
     """Per policy, (points, key -> every value it takes), counted without building
     the grid: the product of the swept keys' value counts (an upper bound on the
     points expand_grid keeps, which drops repeats)."""
+    check_keys(policies, sweeps, dict(sets or {}))
     out = {}
     for policy in dict.fromkeys(policies):
         mine = {k: list(vals) for k, vals in sweeps if _accepts(policy, k)}

@@ -79,6 +79,8 @@ def readable(value: float) -> str:
     """1234567 -> '1,234,567'; past 1e9 -> '1.2e+180' (never 180 digits)."""
     if isinstance(value, int) and value < 10**9:
         return f"{value:,}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "more than 1e+308"
     if value < 1e9:
         return f"{value:,.0f}" if value >= 100 or value == int(value) else f"{value:.3g}"
     return f"{float(value):.1e}" if value < 1e308 else _huge(value)
@@ -108,6 +110,8 @@ def duration(seconds: float) -> str:
         return f"{seconds / 3600:.2g} h"
     if seconds < 3 * 365 * 86400:
         return f"{seconds / 86400:.0f} days"
+    if not math.isfinite(seconds):
+        return "longer than the universe has existed"
     return f"{readable(seconds / (365 * 86400))} years"
 
 
@@ -129,7 +133,12 @@ class Estimate:
 
     @property
     def seconds(self) -> float:
-        return self.units / self.rate_per_s
+        """The work's time at the measured rate (inf past float range: a grid of
+        many swept keys multiplies past 1e308)."""
+        try:
+            return self.units / self.rate_per_s
+        except OverflowError:
+            return math.inf
 
     @property
     def over(self) -> bool:
