@@ -50,7 +50,7 @@ def register(sub) -> None:
                         "(they keep the profile's values)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     allow_large_argument(p, f"--runs: {readable(SPANS_BUDGET)} spans lines over all the "
-                            "runs, about 10 s of reading on a laptop core (a run of 4 "
+                            "runs, about 10 s of reading on one CPU core (a run of 4 "
                             "prompts x 64 tokens holds about 1,000); --published: "
                             f"{readable(SIM_BUDGET_UNITS)} row-steps of simulated rows, "
                             "about 10 minutes")

@@ -10,7 +10,7 @@ DEFAULTS = {"platform": "m2-ultra-8x", "target": "qwen3-32b", "draft": "qwen3-0.
 DEFAULT_SWEEP = "gamma=2..8"
 DEFAULT_OUTPUT = "hetspec-report.html"
 COMPARE_BUDGET = (f"{readable(SIM_BUDGET_UNITS)} row-steps, sweep points x policies x "
-                  "tokens x batch with their AR baselines, about 10 minutes on a laptop "
+                  "tokens x batch with their AR baselines, about 10 minutes on one CPU "
                   "core; 'hetspec compare' with no arguments is a fifth of it")
 
 

@@ -29,7 +29,7 @@ def register(sub) -> None:
                         "sampled token)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     allow_large_argument(p, f"{readable(SPANS_BUDGET)} spans lines, about 10 s of "
-                            "reading and replaying on a laptop core, 50 times a run of 4 "
+                            "reading and replaying on one CPU core, 50 times a run of 4 "
                             f"prompts x 64 tokens; and {readable(SIM_BUDGET_UNITS)} "
                             "row-steps simulated, about 10 minutes")
     p.set_defaults(func=_replay)

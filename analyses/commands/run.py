@@ -71,7 +71,7 @@ def register(sub) -> None:
                    "); created and checked writable before the models load")
     allow_large_argument(p, f"{RUN_TOKENS_BUDGET:,} generated tokens, prompts x "
                             "--max-new-tokens x 2 with the AR baseline, at most about 11 "
-                            "minutes for SmolLM2-135M on a laptop core, hours for a "
+                            "minutes for SmolLM2-135M on one CPU core, hours for a "
                             "larger model")
     p.set_defaults(func=_run)
 

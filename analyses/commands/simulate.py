@@ -24,7 +24,7 @@ def register(sub) -> None:
     p.add_argument("--record", metavar="PATH", help="write the run record (JSON)")
     allow_large_argument(p, f"{readable(SIM_BUDGET_UNITS)} row-steps, tokens x batch x "
                             "operations a step, the run and its AR baseline together, "
-                            "about 10 minutes on a laptop core")
+                            "about 10 minutes on one CPU core")
     p.set_defaults(func=_simulate)
 
 

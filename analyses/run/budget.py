@@ -186,7 +186,8 @@ def allow_large_argument(p, budget: str) -> None:
                    help=f"run even when the estimated work is over the budget ({budget}); "
                         "without it such a command is refused before it starts, since a "
                         "typo in a sweep or a size would otherwise run for hours. The "
-                        "estimate is printed on stderr before any long run")
+                        "estimate, an upper bound, is printed on stderr before any work "
+                        "estimated at 10 s or more")
 
 
 # ------------------------------------------------------------------ simulations
