@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from analyses.run.budget import (SIM_BUDGET_UNITS, SPANS_BUDGET, allow_large_argument,
+                                 readable)
+
 
 def register(sub) -> None:
     p = sub.add_parser(
@@ -46,6 +49,11 @@ def register(sub) -> None:
                         "request_latency_s (flash per-request latency); default none "
                         "(they keep the profile's values)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    allow_large_argument(p, f"--runs: {readable(SPANS_BUDGET)} spans lines over all the "
+                            "runs, about 10 s of reading on one CPU core (a run of 4 "
+                            "prompts x 64 tokens holds about 1,000); --published: "
+                            f"{readable(SIM_BUDGET_UNITS)} row-steps of simulated rows, "
+                            "about 10 minutes")
     p.set_defaults(func=_calibrate)
 
 
@@ -53,6 +61,7 @@ def _calibrate(args) -> int:
     from analyses.calibrate.terms import check_fit_terms
     from analyses.cli import emit_json
     from analyses.calibrate.session import calibrate
+    from analyses.run.budget import check, runs_estimate
     from analyses.run.outputs import check_outputs, profile_inputs, runs_inputs
 
     if (args.runs is None) == (args.published is None):
@@ -72,6 +81,7 @@ def _calibrate(args) -> int:
     check_outputs({"--output": args.output},
                   profile_inputs(profile=args.profile) + runs_inputs(args.runs),
                   names={"--output": "calibrated.yaml"})
+    check(runs_estimate(args.runs, "calibrate"), args.allow_large)
     summary = calibrate(args.runs, args.profile, args.output, fit_policies=policies,
                         fit_terms=fit_terms)
     if args.json:
@@ -103,6 +113,7 @@ def _calibrate_published(args) -> int:
     check_outputs({"--output": args.output},
                   profile_inputs(profile=args.profile) + [("--published", path)],
                   names={"--output": "calibrated.yaml"})
+    check_published_budget(path, args.profile, args.allow_large)
     summary = calibrate_published(path, args.profile, args.output, fields=fields,
                                   steps=args.fit_draft_steps)
     if args.json:
@@ -132,3 +143,18 @@ def _calibrate_published(args) -> int:
     flips = summary["ranking_flips"]
     print("ranking flips: " + (", ".join(f"{a} vs {b}" for a, b in flips) or "none"))
     return 0
+
+
+def check_published_budget(path, profile: str, allow_large: bool) -> None:
+    """Refuse a published calibration whose rows are over the budget, before the
+    fit; a file or profile that does not load is left to the fit's own refusal
+    (the same sentence)."""
+    from analyses.calibrate.published import load_published, rows_for
+    from analyses.run.budget import check, published_estimate
+    from hwprofiles import ProfileError, load_platform
+
+    try:
+        rows = rows_for(load_published(path), load_platform(profile).name)
+    except (ValueError, ProfileError, OSError):
+        return
+    check(published_estimate(rows), allow_large)

@@ -5,10 +5,14 @@ from __future__ import annotations
 import sys
 
 from analyses.commands._common import SIM_TOKENS
+from analyses.run.budget import SIM_BUDGET_UNITS, allow_large_argument, readable
 
 DEFAULTS = {"platform": "m2-ultra-8x", "target": "qwen3-32b", "draft": "qwen3-0.6b"}
 DEFAULT_SWEEP = "gamma=2..8"
 DEFAULT_OUTPUT = "hetspec-report.html"
+COMPARE_BUDGET = (f"{readable(SIM_BUDGET_UNITS)} row-steps, sweep points x policies x "
+                  "tokens x batch with their AR baselines, about 10 minutes on one CPU "
+                  "core; 'hetspec compare' with no arguments is a fifth of it")
 
 
 def register(sub) -> None:
@@ -53,6 +57,7 @@ def register(sub) -> None:
     p.add_argument("-o", "--output", default=DEFAULT_OUTPUT,
                    help=f"HTML report path (default ./{DEFAULT_OUTPUT})")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    allow_large_argument(p, COMPARE_BUDGET)
     p.set_defaults(func=_compare)
 
 
@@ -143,9 +148,11 @@ def _compare(args) -> int:
     policies, sweeps, sets, base = scenario(args)
     _check_scenario(base)
     _check_output(args, base, sets)
+    check_budget(args, policies, sweeps, sets, base)
     points = expand_grid(policies, sweeps, sets)
     replays = _replays(args) if args.runs else None
-    results = run_grid(points, base, jobs=args.jobs, backend=args.backend)
+    results = run_grid(points, base, jobs=args.jobs, backend=args.backend,
+                       allow_large=args.allow_large)
     sections = report.build_sections(results, base, [k for k, _ in sweeps], replays)
     title = (f"hetspec: {base['target']} + {base['draft']} on {base['platform']}"
              if base["draft"] else f"hetspec: {base['target']} on {base['platform']}")
@@ -157,6 +164,18 @@ def _compare(args) -> int:
     else:
         print(summary["line"])
     return 0 if summary["fastest"] else 1
+
+
+def check_budget(args, policies: list[str], sweeps: list, sets: dict, base: dict) -> None:
+    """Refuse a grid over the work budget before it is built (a 1e9-point grid is
+    counted, never listed); with --runs the measured runs' spans count too."""
+    from analyses.compare.sweep import grid_estimate, grid_settings
+    from analyses.run.budget import check, runs_estimate
+
+    check(grid_estimate(grid_settings(policies, sweeps, sets), base, sweeps),
+          args.allow_large, announce=False)
+    if args.runs:
+        check(runs_estimate(args.runs, "compare --runs"), args.allow_large)
 
 
 def _check_output(args, base: dict, sets: dict) -> None:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from analyses.run.budget import (SIM_BUDGET_UNITS, SPANS_BUDGET, allow_large_argument,
+                                 readable)
+
 
 def register(sub) -> None:
     p = sub.add_parser(
@@ -25,6 +28,10 @@ def register(sub) -> None:
                         "executor recorded for each Forward (positions fed, one pass per "
                         "sampled token)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    allow_large_argument(p, f"{readable(SPANS_BUDGET)} spans lines, about 10 s of "
+                            "reading and replaying on one CPU core, 50 times a run of 4 "
+                            f"prompts x 64 tokens; and {readable(SIM_BUDGET_UNITS)} "
+                            "row-steps simulated, about 10 minutes")
     p.set_defaults(func=_replay)
 
 
@@ -32,14 +39,20 @@ def _replay(args) -> int:
     from analyses.cli import emit_json
     from analyses.run.outputs import check_outputs, profile_inputs, run_inputs
     from analyses.measured.replay import load_run, replay, side_by_side_trace
+    from analyses.run.budget import announce_estimate, check, spans_estimate
     from policies.runs.records import atomic_write_text
 
+    # the spans are counted (lines, not parsed) before the record is read
+    spans = check(spans_estimate("replay", [args.run], "replay a shorter run"),
+                  args.allow_large, announce=False)
     run = load_run(args.run)
     trace = args.trace if args.trace is not None else run.path.parent / "replay-trace.json"
     check_outputs({"--trace": trace},  # as typed: a trailing '/' names a directory
                   run_inputs(run.path) + profile_inputs(profile=args.profile),
                   names={"--trace": "replay-trace.json"})
     trace = Path(trace)
+    announce_estimate(spans)
+    check_replay_simulation(run, args.profile, args.allow_large)
     rep = replay(run, args.profile, work=args.work)
     atomic_write_text(trace, json.dumps(side_by_side_trace(rep, run)))
     out = {"run": str(run.path), "profile": rep.config.platform, "trace": str(trace),
@@ -56,3 +69,22 @@ def _replay(args) -> int:
               f"{rep.predicted[key]:.5g}  ({err:+.1%})")
     print(f"  timelines side by side: {trace}")
     return 0
+
+
+def check_replay_simulation(run, profile: str | None, allow_large: bool) -> None:
+    """Refuse a replay whose simulations (one per prompt batch, at the record's
+    tokens and batch) are over the budget; a record that cannot be configured
+    is left to the replay's own refusal."""
+    from analyses.measured.replay import replay_config
+    from analyses.run.budget import check, config_shape, plural, sim_estimate
+
+    batches = run.batches() if any("prompt_batch" in s for s in run.spans) else [None]
+    try:
+        config = replay_config(run, profile, batches[0])
+    except ValueError:
+        return
+    shape = config_shape(config)[0]
+    product = (f"{plural(len(batches), 'simulation')} (one a prompt batch) of "
+               f"{plural(config.tokens, 'token')} x {plural(config.batch, 'sequence')}")
+    check(sim_estimate("replay", product, len(batches) * shape.units,
+                       "replay a smaller run"), allow_large)

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from analyses.commands._common import add_run_arguments, config_from_args
+from analyses.run.budget import RUN_TOKENS_BUDGET, allow_large_argument
 from analyses.run.config import MAX_TOKENS, parse_placement
 
 MIN_TEMPERATURE = 1e-3  # below it logits / temperature can overflow to inf (NaN probs)
@@ -79,6 +80,10 @@ def register(sub) -> None:
                         "once the new run is measured, keeping every other file (default: "
                         "refuse, so that an hour-long measured run is never overwritten "
                         "by mistake)")
+    allow_large_argument(p, f"{RUN_TOKENS_BUDGET:,} generated tokens, prompts x "
+                            "--max-new-tokens x 2 with the AR baseline, at most about 11 "
+                            "minutes for SmolLM2-135M on one CPU core, hours for a "
+                            "larger model")
     p.set_defaults(func=_run)
 
 
@@ -111,6 +116,8 @@ def _measurable(config) -> None:
 
 def _run(args) -> int:
     from analyses.cli import emit_json
+    from analyses.run.budget import announce_estimate, check, run_estimate
+    from executors.prompts import BUILTIN, load_jsonl
     from policies.runs.folders import default_run_dir
 
     max_new = args.tokens
@@ -120,18 +127,20 @@ def _run(args) -> int:
     args.placement, physical = split_placement(args.placement)
     config = config_from_args(args, tokens=max_new)
     _measurable(config)
+    messages = load_jsonl(args.prompts) if args.prompts else None
+    estimate = check(run_estimate(len(messages or BUILTIN), max_new, not args.no_baseline),
+                     args.allow_large, announce=False)  # before the models load
     folder = prepared_run_dir(Path(args.out) if args.out else None,
                               default_run_dir(config.policy, config.seed),
                               run_dir_inputs(args), force=args.force)
     with folder as run_dir:  # checked before torch is imported or a model loads
         from executors.measure import measure
-        from executors.prompts import load_jsonl
         from executors.session import Options
 
         options = Options(max_new_tokens=max_new, threads=args.threads,
                           temperature=args.temperature,
                           mode="inline" if args.inline else "processes", physical=physical)
-        messages = load_jsonl(args.prompts) if args.prompts else None
+        announce_estimate(estimate)
         out = measure(config, options, messages, out_dir=run_dir,
                       baseline=not args.no_baseline, progress=True, replace=args.force)
     if args.json:

@@ -6,6 +6,7 @@ import argparse
 
 from analyses.commands._common import (add_run_arguments, announce, config_from_args,
                                        settings_help)
+from analyses.run.budget import SIM_BUDGET_UNITS, allow_large_argument, readable
 
 
 def register(sub) -> None:
@@ -25,12 +26,16 @@ def register(sub) -> None:
                    help="every step sees prompt_tokens of context (the laws' steady state)")
     p.add_argument("--trace", metavar="PATH", help="write a Chrome trace (open in Perfetto)")
     p.add_argument("--record", metavar="PATH", help="write the run record (JSON)")
+    allow_large_argument(p, f"{readable(SIM_BUDGET_UNITS)} row-steps, tokens x batch x "
+                            "operations a step, the run and its AR baseline together, "
+                            "about 10 minutes on one CPU core")
     p.set_defaults(func=_simulate)
 
 
 def _simulate(args) -> int:
     from analyses.run.api import simulate
     from analyses.cli import emit_json
+    from analyses.run.budget import check_simulation
     from analyses.run.config import parse_sets
     from analyses.run.outputs import check_outputs, profile_inputs, set_inputs
 
@@ -40,6 +45,7 @@ def _simulate(args) -> int:
                   profile_inputs(platform=args.platform, target=args.target,
                                  draft=args.draft) + set_inputs(parse_sets(args.sets)),
                   names={"--trace": "trace.json", "--record": "record.json"})
+    check_simulation(config, args.allow_large)
     out = simulate(config, trace_path=args.trace, record_path=args.record)
     if args.json:
         emit_json(out.metrics)

@@ -28,6 +28,7 @@ from simcore import acceptance
 from policies.runs.metrics import add_speedup
 
 TIMELINE_STEPS = 4  # decoding steps of each point kept for the Gantt view
+MAX_SWEEP_VALUES = 10_000  # values one --sweep key may take (the grid has a budget)
 
 
 @dataclass(frozen=True)
@@ -109,9 +110,14 @@ def parse_sweep(spec: str) -> tuple[str, list]:
     if hi < lo:
         raise ValueError(f"--sweep {spec} is an empty range; put the lower bound first, "
                          f"e.g. {key}={hi}..{lo}")
-    count = int((hi - lo) / step + 1e-9) + 1
-    if count > 10000:
-        raise ValueError(f"--sweep {spec} has {count} values; use a coarser step")
+    span = (hi - lo) / step
+    if not math.isfinite(span) or span >= MAX_SWEEP_VALUES:
+        from analyses.run.budget import readable
+
+        shown = readable(int(span) + 1) if math.isfinite(span) else "more than 1e+308"
+        raise ValueError(f"--sweep {spec} has {shown} values, over the {MAX_SWEEP_VALUES:,} "
+                         "a key may sweep; use a coarser step")
+    count = int(span + 1e-9) + 1
     if all(isinstance(v, int) for v in (lo, hi, step)):
         return key, [lo + i * step for i in range(count)]
     return key, [round(lo + i * step, 10) for i in range(count)]
@@ -135,10 +141,8 @@ def _not_taken(key: str, policies: list[str]) -> str:
             f"{', '.join(policies)} are {', '.join(valid)}")
 
 
-def expand_grid(policies: list[str], sweeps: list[tuple[str, list]],
-                sets: dict[str, Any] | None = None) -> list[Point]:
-    """Every policy crossed with the swept values it takes; deterministic order."""
-    sets = dict(sets or {})
+def check_keys(policies: list[str], sweeps: list[tuple[str, list]], sets: dict) -> None:
+    """Each key given once across --sweep and --set, and taken by some policy."""
     keys = [k for k, _ in sweeps] + list(sets)
     twice = sorted({k for k in keys if keys.count(k) > 1})
     if twice:
@@ -146,15 +150,76 @@ def expand_grid(policies: list[str], sweeps: list[tuple[str, list]],
     for key in keys:
         if not any(_accepts(p, key) for p in policies):
             raise ValueError(_not_taken(key, policies))
-    points: list[Point] = []
+
+
+def expand_grid(policies: list[str], sweeps: list[tuple[str, list]],
+                sets: dict[str, Any] | None = None) -> list[Point]:
+    """Every policy crossed with the swept values it takes; deterministic order."""
+    sets = dict(sets or {})
+    check_keys(policies, sweeps, sets)
+    points: dict[Point, None] = {}  # insertion-ordered, a repeated point once
     for policy in policies:
         fixed = tuple((k, v) for k, v in sets.items() if _accepts(policy, k))
         mine = [(k, vals) for k, vals in sweeps if _accepts(policy, k)]
         for combo in itertools.product(*[vals for _, vals in mine]):
-            point = Point(policy, tuple(zip([k for k, _ in mine], combo)) + fixed)
-            if point not in points:
-                points.append(point)
-    return points
+            points.setdefault(Point(policy, tuple(zip([k for k, _ in mine], combo)) + fixed))
+    return list(points)
+
+
+# ---------------------------------------------------------------- the grid's budget
+def grid_settings(policies: list[str], sweeps: list[tuple[str, list]],
+                  sets: dict[str, Any] | None = None) -> dict[str, tuple[int, dict]]:
+    """Per policy, (points, key -> every value it takes), counted without building
+    the grid: the product of the swept keys' value counts (an upper bound on the
+    points expand_grid keeps, which drops repeats)."""
+    check_keys(policies, sweeps, dict(sets or {}))
+    out = {}
+    for policy in dict.fromkeys(policies):
+        mine = {k: list(vals) for k, vals in sweeps if _accepts(policy, k)}
+        mine.update({k: [v] for k, v in (sets or {}).items() if _accepts(policy, k)})
+        count = math.prod(len(vals) for k, vals in sweeps if _accepts(policy, k))
+        out[policy] = (count, mine)
+    return out
+
+
+def points_settings(points: list[Point]) -> dict[str, tuple[int, dict]]:
+    """The same as grid_settings for a grid already built (the API's callers)."""
+    out: dict[str, tuple[int, dict]] = {}
+    for point in points:
+        count, values = out.get(point.policy, (0, {}))
+        for key, value in point.sets:
+            values.setdefault(key, []).append(value)
+        out[point.policy] = (count + 1, values)
+    return out
+
+
+def grid_estimate(by_policy: dict[str, tuple[int, dict]], base: dict,
+                  sweeps: list[tuple[str, list]] = ()):
+    """The grid's work (analyses.run.budget): every point at its most costly
+    values, and for every point but an ``ar`` one its AR baseline."""
+    from analyses.run import budget
+
+    tokens, batch = int(base.get("tokens", 2000)), int(base.get("batch", 1))
+    layers = budget.n_layers_of(base.get("target"), base.get("draft"))
+    units, total, baselines = 0, 0, 0
+    for policy, (count, values) in by_policy.items():
+        shape = budget.sim_shape(policy, values, tokens, batch, layers)
+        per_point = shape.units
+        if policy != "ar":  # the baselines the points share are run once: at most one each
+            per_point += budget.baseline_shape(shape, values, layers).units
+            baselines += count
+        units += count * per_point
+        total += count
+    grid = " x ".join(f"{budget.readable(len(vals))} {key}" for key, vals in sweeps)
+    policies = f"{len(by_policy)} {'policy' if len(by_policy) == 1 else 'policies'}"
+    points = (f"{grid} sweep values over {policies}" if grid
+              else f"{budget.plural(total, 'grid point')} over {policies}")
+    shared = f" (and up to {budget.readable(baselines)} AR baselines)" if baselines else ""
+    product = (f"{points} = {budget.plural(total, 'simulation')}{shared} of "
+               f"{budget.plural(tokens, 'token')} x {budget.plural(batch, 'sequence')}")
+    return budget.sim_estimate("compare", product, units,
+                               "narrow --sweep, drop policies or lower --tokens or --batch",
+                               total + baselines)
 
 
 def point_config(point: Point, base: dict) -> RunConfig:
@@ -293,9 +358,15 @@ def progress_bar(total: int, quiet: bool):
 
 
 def run_grid(points: list[Point], base: dict, *, jobs: int | None = None,
-             backend: str = "local", quiet: bool = False) -> list[PointResult]:
+             backend: str = "local", quiet: bool = False,
+             allow_large: bool = False) -> list[PointResult]:
     """Run every point; results in the points' order whatever finishes first.
-    Invalid values are refused before any point runs (``check_points``)."""
+    A grid over the work budget is refused unless ``allow_large``
+    (analyses.run.budget); invalid values are refused before any point runs
+    (``check_points``)."""
+    from analyses.run.budget import check
+
+    check(grid_estimate(points_settings(points), base), allow_large, announce=not quiet)
     configs = check_points(points, base)
     if backend == "ray":
         from analyses.compare.sweep_ray import run_grid_ray

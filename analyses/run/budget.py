@@ -1,0 +1,428 @@
+"""Work budgets: every long command estimates its work before it starts.
+
+One rule for every command that can run long (simulate, compare, replay, run,
+calibrate): before any heavy work (a grid's validation, a model's load, a span
+file's parse) the command counts its work in a unit proportional to its time,
+prints a one-line estimate on stderr when it is long, and refuses work over its
+budget in one sentence naming the product and how to shrink it, unless the user
+passes ``--allow-large``. The estimate is an upper bound: each quantity the
+runtime scales with (decoding steps, rows per step, operations per step,
+simulations, spans, generated tokens) is counted at its most.
+
+What a simulation's time scales with (``python benchmarks/bench_budget.py``
+profiles it): the engine runs one decoding step after another, and every step
+commits at least one token per sequence, so a run has at most ``tokens`` steps.
+A step costs a fixed amount per operation the schedule yields (gamma draft
+passes, a streamed chunk per layer group, a pipeline stage per layer group) and
+an amount per sequence in the batch: the acceptance sampler and the cache book
+(``policies/cachebook.py``) walk every row of every step in Python, about 2 us a
+row, which is what makes ``--batch 16384`` slow (N3). A tree's steps walk its
+nodes too, and a tree's or speculation cache's rows cost per level.
+
+The unit is the *row-step*: one sequence's share of one decoding step.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+# Work units of a step: each operation the schedule yields costs as much as this
+# many rows (measured: ~11-70 us an op against ~2.2 us a row).
+OP_UNITS = 32
+# A tree's step walks each of its nodes, about this many rows' worth each.
+NODE_UNITS = 8
+# Building one simulation (models, placement, the engine): about 4 ms.
+SIM_FIXED_UNITS = 2_000
+# Operations of a prefill pass (the prompt's chunks run one after another).
+PREFILL_PASS_OPS = 4
+# Parameters that count operations a step yields (draft passes, tree levels,
+# SSD's lookahead, Mirror's rollouts); the largest one counts.
+DEPTH_KEYS = ("gamma", "k", "depth", "kappa", "eta", "corrections", "l_dm", "l_sv")
+# Parameters that cut a model's layers into groups, one operation each a step.
+LAYER_GROUP_KEYS = ("chunk_layers", "pipeline_layers")
+# Parameters whose schedules speculate a tree (per-row work grows with depth).
+TREE_KEYS = ("tree", "fanout")
+
+# Rates, measured by ``python benchmarks/bench_budget.py`` on the development
+# machine (2 shared x86 cores, 2026-11-26): the slowest case of its suite ran
+# 548,000 row-steps per second (ar_stream streaming one layer at a time; sd at
+# --batch 16384 807,000, a 65,536-chunk prefill 919,000, plain AR 3.4 million);
+# the rate below is under the slowest, so that the estimate bounds every case.
+SIM_UNITS_PER_S = 400_000
+# A simulate or compare may estimate up to 10 minutes of work at that rate.
+SIM_BUDGET_UNITS = SIM_UNITS_PER_S * 600
+# Spans a replay reads, checks and replays per second: ``python
+# benchmarks/bench_budget.py --spans 100000`` replayed 100,156 spans in 14.7 s
+# (6,800 a second, the CLI's start included); rounded down. A measured run of
+# 4 prompts x 64 tokens holds about 1,000 spans; the budget, 50,000 spans, is
+# about 10 s (the 64 MB spans file limit allows ~200,000, 40 s).
+SPANS_PER_S = 5_000
+SPANS_BUDGET = 50_000
+# Tokens ``hetspec run`` generates with real models: prompts x new tokens x the
+# runs (the schedule, its AR baseline). The slowest schedule measured on the
+# development machine (README, "Measured with these heads": ``python
+# benchmarks/bench_drafts.py --max-new-tokens 48``, 2026-11-25) decoded 1.72
+# tokens/s (mirror on SmolLM2-135M, cpu-local), AR 7.8-14; rounded down. The
+# budget, 1,000 tokens, is at most about 11 minutes there (the default run, 4
+# prompts x 64 tokens with its baseline, is 512); a larger model is slower.
+RUN_TOKENS_PER_S = 1.5
+RUN_TOKENS_BUDGET = 1_000
+
+DEFAULT_PROMPT = 128  # RunConfig's prompt_tokens default
+LONG_S = 10.0  # estimates at least this long are printed before the work starts
+
+
+def readable(value: float) -> str:
+    """1234567 -> '1,234,567'; past 1e9 -> '1.2e+180' (never 180 digits)."""
+    if isinstance(value, int) and value < 10**9:
+        return f"{value:,}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "more than 1e+308"
+    if value < 1e9:
+        return f"{value:,.0f}" if value >= 100 or value == int(value) else f"{value:.3g}"
+    return f"{float(value):.1e}" if value < 1e308 else _huge(value)
+
+
+def _huge(value: int) -> str:
+    """An integer past float range, in the same 1.2e+N style."""
+    digits = str(value) if value < 10**4000 else None
+    if digits is None:  # log10 without converting to a decimal string
+        exponent = int(value.bit_length() * math.log10(2))
+        return f"about 1e+{exponent}"
+    return f"{digits[0]}.{digits[1]}e+{len(digits) - 1}"
+
+
+def plural(count: float, noun: str) -> str:
+    """'1 sequence', '16,384 sequences' (readable numbers)."""
+    return f"{readable(count)} {noun}{'' if count == 1 else 's'}"
+
+
+def duration(seconds: float) -> str:
+    """A time as a person reads it: '40 s', '12 min', '3.5 h', '4.2e+9 years'."""
+    if seconds < 90:
+        return f"{max(seconds, 1):.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.2g} h"
+    if seconds < 3 * 365 * 86400:
+        return f"{seconds / 86400:.0f} days"
+    if not math.isfinite(seconds):
+        return "longer than the universe has existed"
+    return f"{readable(seconds / (365 * 86400))} years"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A command's work before it starts: ``product`` names what is multiplied
+    ("4 sweep points x 2 policies = 8 simulations of 50 tokens x 1 sequence"),
+    ``units`` the work in ``unit`` (an upper bound), run at ``rate_per_s``."""
+
+    command: str  # "compare", "simulate", ...
+    product: str
+    units: float
+    unit: str
+    rate_per_s: float
+    budget: float
+    shrink: str  # how to make it smaller: "narrow --sweep or lower --tokens"
+    counted: bool = False  # the product ends in the units already (spans, tokens)
+    simulations: int = 0  # simulations counted (an upper bound), for simulated work
+
+    @property
+    def seconds(self) -> float:
+        """The work's time at the measured rate (inf past float range: a grid of
+        many swept keys multiplies past 1e308)."""
+        try:
+            return self.units / self.rate_per_s
+        except OverflowError:
+            return math.inf
+
+    @property
+    def over(self) -> bool:
+        return self.units > self.budget
+
+    def _work(self) -> str:
+        """'about 1.2e+10 row-steps, ' unless the product says the units already."""
+        return "" if self.counted else f"about {readable(self.units)} {self.unit}, "
+
+    def refusal(self) -> str:
+        return (f"this {self.command} is {self.product} ({self._work()}"
+                f"{duration(self.seconds)} at {readable(self.rate_per_s)} {self.unit} "
+                f"per second), over the budget of {readable(self.budget)} {self.unit} "
+                f"({duration(self.budget / self.rate_per_s)}); {self.shrink}, or pass "
+                "--allow-large")
+
+    def line(self) -> str:
+        return (f"hetspec: {self.product}, at most about {duration(self.seconds)} "
+                f"({readable(self.units)} {self.unit} at {readable(self.rate_per_s)} "
+                "per second)")
+
+
+def check(estimate: Estimate, allow_large: bool = False, *, announce: bool = True) -> Estimate:
+    """Refuse ``estimate`` over its budget unless ``allow_large``; print its line on
+    stderr when it is long (``announce``)."""
+    if estimate.over and not allow_large:
+        raise ValueError(estimate.refusal())
+    if announce:
+        announce_estimate(estimate)
+    return estimate
+
+
+def announce_estimate(estimate: Estimate) -> None:
+    """Print the estimate's line on stderr when the work is long (LONG_S); a
+    command that checks its budget before its outputs prints it after them, so
+    that a refusal stays its only line."""
+    if estimate.seconds >= LONG_S:
+        print(estimate.line(), file=sys.stderr, flush=True)
+
+
+def allow_large_argument(p, budget: str) -> None:
+    """The ``--allow-large`` flag of a command with a budget; ``budget`` says what
+    the budget is and what it means in time."""
+    p.add_argument("--allow-large", action="store_true",
+                   help=f"run even when the estimated work is over the budget ({budget}); "
+                        "without it such a command is refused before it starts, since a "
+                        "typo in a sweep or a size would otherwise run for hours. The "
+                        "estimate, an upper bound, is printed on stderr before any work "
+                        "estimated at 10 s or more")
+
+
+# ------------------------------------------------------------------ simulations
+@dataclass(frozen=True)
+class SimShape:
+    """What one simulation's time scales with: ``tokens`` (the most steps),
+    ``batch`` sequences, operations a step (``ops``), per-row levels
+    (``row_levels``), tree nodes a step (``nodes``), prefill passes."""
+
+    tokens: int
+    batch: int
+    ops: int
+    row_levels: int = 1
+    nodes: int = 0
+    prefill_passes: int = 1
+
+    @property
+    def units(self) -> int:
+        step = OP_UNITS * self.ops + NODE_UNITS * self.nodes + self.batch * self.row_levels
+        return (SIM_FIXED_UNITS + self.tokens * step
+                + self.prefill_passes * PREFILL_PASS_OPS * OP_UNITS)
+
+
+def _defaults(policy: str) -> dict[str, Any]:
+    from policies import entry
+
+    return {k: f.default for k, f in entry(policy).params.model_fields.items()}
+
+
+def _ints(values: Iterable) -> list[int]:
+    """The whole numbers among ``values`` (a tuple counts its largest member)."""
+    out = []
+    for v in values:
+        if isinstance(v, tuple):
+            out += _ints(v)
+        elif isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            out.append(int(v))
+    return out
+
+
+def tree_nodes(shape: Any) -> int:
+    """Nodes of a tree written as per-level fan-outs (4,2,2,1: 4+8+16+16)."""
+    total, width = 0, 1
+    for f in _ints(shape if isinstance(shape, tuple) else (shape,)):
+        width *= max(f, 1)
+        total += width
+    return total
+
+
+def sim_shape(policy: str, settings: dict[str, list], tokens: int, batch: int,
+              n_layers: int) -> SimShape:
+    """The most a simulation of ``policy`` can cost over every value in
+    ``settings`` (key -> the values it takes: one for a fixed setting, all for a
+    swept one); unset parameters take their defaults."""
+    values = {k: [v] for k, v in _defaults(policy).items() if v is not None}
+    values.update({k: list(v) for k, v in settings.items()})
+    most = lambda key: max(_ints(values.get(key, ())), default=0)  # noqa: E731
+    least = lambda key: min([v for v in _ints(values.get(key, ())) if v > 0],  # noqa: E731
+                            default=0)
+    ops = 2 + max((most(k) for k in DEPTH_KEYS), default=0)
+    for key in LAYER_GROUP_KEYS:
+        if least(key):
+            ops += -(-n_layers // least(key))
+    tree = any(k in values for k in TREE_KEYS)
+    nodes = max([most("nodes")] + [tree_nodes(s) for s in values.get("tree", ())])
+    passes = 1
+    if least("prefill_chunk"):
+        from policies.prefill import MAX_PREFILL_PASSES
+
+        prompt = most("prompt_tokens") if "prompt_tokens" in values else DEFAULT_PROMPT
+        passes = min(-(-max(prompt, 1) // least("prefill_chunk")),
+                     MAX_PREFILL_PASSES)
+    return SimShape(tokens, batch, ops, row_levels=ops - 1 if tree else 1,
+                    nodes=nodes if "tree" in values else 0, prefill_passes=passes)
+
+
+def baseline_shape(shape: SimShape, settings: dict[str, list], n_layers: int) -> SimShape:
+    """An AR baseline of a point: one pass a step (a streamed or pipelined one
+    keeps its layer groups), no tree."""
+    groups = sum(-(-n_layers // min(_ints(settings[k]) or [1]))
+                 for k in LAYER_GROUP_KEYS if k in settings and _ints(settings[k]))
+    return SimShape(shape.tokens, shape.batch, 3 + groups,
+                    prefill_passes=shape.prefill_passes)
+
+
+def n_layers_of(*models: str | None) -> int:
+    """The most layers among ``models`` (profile names or YAML paths); a model
+    that does not load counts as the deepest allowed (its error comes later)."""
+    from hwprofiles import load_model
+    from hwprofiles.models import MAX_LAYERS
+
+    most = 1
+    for name in models:
+        if not name:
+            continue
+        try:
+            most = max(most, load_model(name).n_layers)
+        except Exception:  # noqa: BLE001 - the command reports it in its own words
+            most = MAX_LAYERS
+    return most
+
+
+def sim_estimate(command: str, product: str, units: float, shrink: str,
+                 simulations: int = 0) -> Estimate:
+    return Estimate(command, product, units, "row-steps", SIM_UNITS_PER_S,
+                    SIM_BUDGET_UNITS, shrink, simulations=simulations)
+
+
+def config_shape(config) -> tuple[SimShape, dict, int]:
+    """(shape, settings as value lists, layers) of one RunConfig's simulation."""
+    settings = {k: [v] for k, v in config.params.model_dump().items() if v is not None}
+    settings["prompt_tokens"] = [config.prompt_tokens]
+    if config.prefill_chunk:
+        settings["prefill_chunk"] = [config.prefill_chunk]
+    layers = n_layers_of(config.target, config.draft)
+    return sim_shape(config.policy, settings, config.tokens, config.batch, layers), \
+        settings, layers
+
+
+def config_estimate(config, command: str = "simulate") -> Estimate:
+    """A simulate's work: the run and, unless it is its own, its AR baseline."""
+    from policies.runs.metrics import baseline_of
+
+    shape, settings, layers = config_shape(config)
+    units = shape.units
+    sims = 1
+    if baseline_of(config.policy, config.params) is not None:
+        units += baseline_shape(shape, settings, layers).units
+        sims = 2
+    runs = "1 simulation" if sims == 1 else "2 simulations (the run and its AR baseline)"
+    product = f"{runs} of {plural(config.tokens, 'token')} x {plural(config.batch, 'sequence')}"
+    return sim_estimate(command, product, units, "lower --tokens or --batch", sims)
+
+
+def check_simulation(config, allow_large: bool = False) -> Estimate:
+    """The budget check of one simulated configuration (and its baseline)."""
+    return check(config_estimate(config), allow_large)
+
+
+# ------------------------------------------------------------ measured runs' spans
+def count_lines(path) -> int:
+    """Lines of a regular file, counted in 1 MiB blocks without parsing (0 for
+    anything else: its loader refuses it in its own words)."""
+    import os
+    import stat
+
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return 0
+        lines, last = 0, b"\n"
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                lines += block.count(b"\n")
+                last = block[-1:]
+        return lines + (last != b"\n")
+    except OSError:
+        return 0
+
+
+def spans_file(record_path) -> "Path | None":
+    """The spans file a run record names, read cheaply (no check of the record:
+    ``load_run`` does that); None when the record does not say one."""
+    import json
+    from pathlib import Path
+
+    from analyses.measured.runrecord import run_file
+    from policies.runs.records import MAX_RECORD_BYTES
+
+    path = Path(record_path)
+    path = path / "record.json" if path.is_dir() else path
+    try:
+        if not path.is_file() or path.stat().st_size > MAX_RECORD_BYTES:
+            return None
+        record = json.loads(path.read_text(encoding="utf-8"))
+        name = record.get("spans") if isinstance(record, dict) else None
+        return run_file(path.parent, name, "spans", path) if isinstance(name, str) else None
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
+def spans_estimate(command: str, records: list, shrink: str) -> Estimate:
+    """Work of reading (and replaying) measured runs: their spans lines."""
+    lines = sum(count_lines(p) for p in map(spans_file, records) if p is not None)
+    runs = f"{len(records)} measured run{'s' if len(records) != 1 else ''}"
+    return Estimate(command, f"{runs} holding {plural(lines, 'spans line')}", lines,
+                    "spans lines", SPANS_PER_S, SPANS_BUDGET, shrink, counted=True)
+
+
+def runs_estimate(directory, command: str) -> Estimate:
+    """The spans of every run record under ``directory`` (none when it is not a
+    directory: the command refuses that in its own words)."""
+    from pathlib import Path
+
+    directory = Path(directory)
+    records = sorted(directory.rglob("record.json")) if directory.is_dir() else []
+    return spans_estimate(command, records, f"pass a folder with fewer runs than {directory}")
+
+
+# ------------------------------------------------------------------ real runs
+def run_estimate(prompts: int, max_new_tokens: int, baseline: bool) -> Estimate:
+    """``hetspec run``'s work: every prompt decoded to max_new_tokens by the
+    schedule and, with a baseline, by AR again."""
+    runs = 2 if baseline else 1
+    tokens = prompts * max_new_tokens * runs
+    product = (f"{plural(prompts, 'prompt')} x {plural(max_new_tokens, 'new token')}"
+               + (" x 2 runs (the schedule and its AR baseline)" if baseline else "")
+               + f" = {plural(tokens, 'generated token')}")
+    return Estimate("run", product, tokens, "generated tokens", RUN_TOKENS_PER_S,
+                    RUN_TOKENS_BUDGET, "lower --max-new-tokens, pass fewer --prompts"
+                    + (" or --no-baseline" if baseline else ""), counted=True)
+
+
+# ------------------------------------------------------------------ calibrations
+# Simulations a published calibration runs per row: the least-squares fit
+# evaluates every row once per trial and per finite-difference step. Counted on
+# the shipped file: a100-sxm-8x 27 per row (7 rows, 2.5 s), h100-sxm-5x 120 per
+# row (10 rows, 40 s); the bound below is the most seen and a quarter more.
+# (scipy's trf allows 100 x parameters trials: a fit that wanders can exceed it.)
+PUBLISHED_SIMS_PER_ROW = 150
+
+
+def published_estimate(rows) -> Estimate:
+    """A published calibration's work: every row's deterministic simulation at
+    its own tokens and batch, PUBLISHED_SIMS_PER_ROW times."""
+    units = 0
+    for row in rows:
+        settings = {k: [v] for k, v in row.params.items()}
+        settings["prompt_tokens"] = [row.prompt_tokens]
+        shape = sim_shape(row.policy, settings, row.tokens, row.batch,
+                          n_layers_of(row.target, row.draft))
+        units += shape.units * PUBLISHED_SIMS_PER_ROW
+    tokens = max((r.tokens for r in rows), default=0)
+    batch = max((r.batch for r in rows), default=1)
+    product = (f"{plural(len(rows), 'published row')} x up to {PUBLISHED_SIMS_PER_ROW} "
+               f"fit evaluations, each a simulation of up to {plural(tokens, 'token')} x "
+               f"{plural(batch, 'sequence')}")
+    return sim_estimate("calibrate", product, units,
+                        "fit fewer rows or rows with fewer tokens or a smaller batch")
