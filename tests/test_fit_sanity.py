@@ -55,7 +55,7 @@ def test_a_physical_limit_is_refused_only_when_the_rows_push_past_it():
     assert content == [] and pushed == [sanity.NUDGE]  # nudged upward, past the peak
     refused = sanity.bound_problems([eff], lambda i, dx: 0.2, "f")
     assert len(refused) == 1 and "above its physical limit" in refused[0]
-    zero = _fitted("device d.launch_overhead_s", "launch_overhead_s", x=-20.7, lo=-20.72)
+    zero = _fitted("device d.launch_overhead_s", "launch_overhead_s", x=-20.715, lo=-20.72)
     assert "below zero" in sanity.bound_problems([zero], lambda i, dx: 0.5, "f")[0]
 
 
@@ -136,9 +136,10 @@ def test_runs_that_push_an_efficiency_past_one_are_refused(tmp_path):
     runs = _make_runs(tmp_path / "runs", noise=0.0, outliers=0.0)
     good = calibrate(runs, "cpu-local", tmp_path / "good.yaml")
     assert good["problems"] == []
-    data = yaml.safe_load((load_platform("cpu-local").model_dump_json()))
+    data = load_platform("cpu-local").model_dump(mode="json", exclude_unset=True)
     for tier in data["memory_tiers"]:  # DRAM 10x slower than the runs' machine
-        tier["bandwidth_gb_s"] /= 10
+        if tier["kind"] == "dram":
+            tier["bandwidth_gb_s"] /= 10
     slow = tmp_path / "slow.yaml"
     slow.write_text(yaml.safe_dump(data))
     with pytest.raises(ValueError, match="memory_efficiency above its physical limit"):
@@ -150,9 +151,9 @@ def test_runs_that_push_an_efficiency_past_one_are_refused(tmp_path):
 
 # ---------------------------------------------------------------- property tests
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(log_factor=st.one_of(st.floats(math.log10(150), 9), st.floats(-12, -4.3)))
+@given(log_factor=st.one_of(st.floats(math.log10(200), 6), st.floats(-12, -4.3)))
 def test_rows_scaled_far_from_the_hardware_are_refused(tmp_path, log_factor):
-    """Every row scaled by >= 150x or <= 5e-5: the roofline check refuses."""
+    """Every row scaled by >= 200x (to the schema cap of 1e9) or <= 5e-5: the roofline check refuses."""
     path = _write(tmp_path / "scaled.yaml", lambda r: r["tokens_per_s"] * 10 ** log_factor)
     platform = load_platform(A100)
     with pytest.raises(ValueError, match="wrong unit"):
