@@ -142,22 +142,38 @@ def test_runs_that_push_an_efficiency_past_one_are_refused(tmp_path):
             tier["bandwidth_gb_s"] /= 10
     slow = tmp_path / "slow.yaml"
     slow.write_text(yaml.safe_dump(data))
-    with pytest.raises(ValueError, match="memory_efficiency above its physical limit"):
+    with pytest.raises(ValueError, match="calibration refused, nothing written: the fitted "
+                                         "spans stay far off"):
         calibrate(runs, str(slow), tmp_path / "bad.yaml")
     assert not (tmp_path / "bad.yaml").exists()
     accepted = calibrate(runs, str(slow), tmp_path / "bad.yaml", accept_poor_fit=True)
-    assert accepted["problems"] and (tmp_path / "bad.yaml").exists()
+    assert any("tier dram.memory_efficiency above its physical limit" in p
+               for p in accepted["problems"]) and (tmp_path / "bad.yaml").exists()
 
 
 # ---------------------------------------------------------------- property tests
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(log_factor=st.one_of(st.floats(math.log10(200), 6), st.floats(-12, -4.3)))
+@settings(max_examples=6, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(log_factor=st.one_of(st.floats(2, 6), st.floats(-12, -4)))
 def test_rows_scaled_far_from_the_hardware_are_refused(tmp_path, log_factor):
-    """Every row scaled by >= 200x (to the schema cap of 1e9) or <= 5e-5: the roofline check refuses."""
+    """Every row scaled by >= 100x (to the schema's cap of 1e9 tokens/s) or
+    <= 1e-4: refused (a wrong unit before the fit, or a fit past the hardware's
+    limits after it), nothing written."""
     path = _write(tmp_path / "scaled.yaml", lambda r: r["tokens_per_s"] * 10 ** log_factor)
-    platform = load_platform(A100)
+    out = tmp_path / "cal.yaml"
+    with pytest.raises(ValueError, match="wrong unit|calibration refused"):
+        calibrate_published(path, A100, out)
+    assert not out.exists()
+
+
+@settings(max_examples=4, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(log_factor=st.one_of(st.floats(math.log10(200), 6), st.floats(-12, -4.3)))
+def test_the_unit_check_alone_refuses_rows_far_past_the_roofline(tmp_path, log_factor):
+    """>= 200x or <= 5e-5 of the published speeds is refused before any fit."""
+    path = _write(tmp_path / "scaled.yaml", lambda r: r["tokens_per_s"] * 10 ** log_factor)
     with pytest.raises(ValueError, match="wrong unit"):
-        check_published_units(path, platform, rows_for(load_published(path), A100))
+        check_published_units(path, load_platform(A100), rows_for(load_published(path), A100))
 
 
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -88,14 +88,18 @@ def check_published_units(path, platform: Platform, rows) -> None:
 
 
 def _published_numbers(result, platform: Platform) -> list[sanity.Fitted]:
-    from analyses.calibrate.knobs import _start
+    from analyses.calibrate.knobs import _start, objects_of
 
     s = result.solved
     out = []
     for i, k in enumerate(result.knobs):
         first = next(iter(_start(platform, k).values()))
+        off = any(not getattr(o, k.field) for o in objects_of(platform, k.kind)
+                  if o.name in k.names)
+        stand_in = (f"the start {k.start:g} given in --fit-fields" if k.start is not None
+                    else "the field is off in the profile" if off else "")
         out.append(sanity.Fitted(k.label, k.field, s.z[i], s.start[i], *s.bounds[:, i],
-                                 first * math.exp(s.z[i])))
+                                 first * math.exp(s.z[i]), stand_in))
     for j, u in enumerate(result.unknowns, len(result.knobs)):
         out.append(sanity.Fitted(f"fitted {u.label}", None, s.z[j], s.start[j],
                                  *s.bounds[:, j], u.value(s.z[j])))
@@ -119,10 +123,10 @@ def check_published_fit(result, platform: Platform, table,
         z[i] += dx
         return base - _median_abs(s.residuals(z))
 
-    problems = sanity.bound_problems(numbers, push, PUBLISHED_FIX)
-    problems += sanity.null_problems(numbers, s.jac, result.rows, PUBLISHED_FIX)
     errors = [(t["id"], t["error_after"]) for t in table if t["split"] == "fit"]
-    problems += [p for p in [sanity.error_problem(errors, "row", PUBLISHED_FIX)] if p]
+    problems = [p for p in [sanity.error_problem(errors, "row", PUBLISHED_FIX)] if p]
+    problems += sanity.bound_problems(numbers, push, PUBLISHED_FIX)
+    problems += sanity.null_problems(numbers, s.jac, result.rows, PUBLISHED_FIX)
     return sanity.enforce(problems, accept_poor_fit)
 
 
@@ -151,10 +155,10 @@ def check_runs_fit(fit: Fit, accept_poor_fit: bool) -> list[str]:
         x[cols[i]] += dx
         return base - _median_abs(fit.residuals(x))
 
-    problems = sanity.bound_problems(numbers, push, RUNS_FIX)
-    problems += sanity.null_problems(numbers, np.asarray(fit.jac)[:, cols], len(fit.terms),
-                                     RUNS_FIX)
     errors = [(f"{t.op_kind} of run {t.run}", float(np.expm1(r)))
               for t, r in zip(fit.terms, fit.log_residuals)]
-    problems += [p for p in [sanity.error_problem(errors, "span", RUNS_FIX)] if p]
+    problems = [p for p in [sanity.error_problem(errors, "span", RUNS_FIX)] if p]
+    problems += sanity.bound_problems(numbers, push, RUNS_FIX)
+    problems += sanity.null_problems(numbers, np.asarray(fit.jac)[:, cols], len(fit.terms),
+                                     RUNS_FIX)
     return sanity.enforce(problems, accept_poor_fit)

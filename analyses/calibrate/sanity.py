@@ -14,9 +14,10 @@ residuals, and ask three questions:
   rows are content there, a problem when they push past it: moved ``NUDGE`` past
   the limit, the fitted rows' median |log error| would drop by more than ``PUSH``;
 - identifiability: a direction of the fitted numbers the rows do not measure
-  (a singular value of the Jacobian under ``NULL_RATIO`` of the largest: fewer
-  rows than numbers, or two numbers that move every row alike) along which the
-  fit still moved by more than ``NULL_MOVE`` (log units) from its start;
+  (a singular value of the Jacobian under ``NULL_SV``: fewer rows than numbers,
+  or two numbers that move every row alike) along which the fit still moved by
+  more than ``NULL_MOVE`` (log units) from its start, or which holds a field
+  that is off in the profile (the fit would write its stand-in start);
 - errors: the fitted rows' median |relative error| over ``MAX_MEDIAN_ERROR``.
 
 A problem is one sentence naming the number or row; ``enforce`` refuses the
@@ -34,7 +35,11 @@ import numpy as np
 EDGE = 0.01  # a fitted number within 1% (log units) of a bound is on it
 NUDGE = 0.1  # how far past a physical limit the push test moves a number (log units)
 PUSH = 0.02  # median |log error| gained by that move that counts as pushing
-NULL_RATIO = 1e-3  # singular value (of the largest) under which a direction is unmeasured
+# A direction of the fitted numbers (log units) moving the rows' log residuals by
+# less than this (norm) per log unit is unmeasured: a factor e changes them < 0.1%.
+# Absolute, not relative to the largest singular value: a deterministic run's
+# whole rounds can make one finite difference huge and every other look small.
+NULL_SV = 1e-3
 NULL_MOVE = 0.1  # log units the fit may drift along an unmeasured direction
 MAX_MEDIAN_ERROR = 0.5  # fitted rows whose median |error| stays above this: refused
 # Profile fields whose bound on one side is a physical limit (the hardware's peak,
@@ -57,6 +62,8 @@ class Fitted:
     lo: float
     hi: float
     value: float  # its value in the profile's units (for the sentence)
+    # why its start is a stand-in, not a value of the profile ('' where it is one)
+    stand_in: str = ""
 
 
 def _side(n: Fitted) -> str | None:
@@ -104,12 +111,20 @@ def null_problems(numbers: list[Fitted], jac: np.ndarray, n_rows: int,
     # fields count as moved (what the written profile would change without evidence)
     moved = np.array([n.x - n.start if n.field else 0.0 for n in numbers])
     _, sv, vt = np.linalg.svd(jac, full_matrices=True)
-    top = sv[0] if len(sv) and sv[0] > 0 else 1.0
     out = []
     for k in range(len(numbers)):
-        measured = k < len(sv) and sv[k] > NULL_RATIO * top
+        measured = k < len(sv) and sv[k] > NULL_SV
+        if measured:
+            continue
+        stand_in = [n for n, w in zip(numbers, vt[k]) if n.stand_in and abs(w) > 0.5]
+        if stand_in:
+            n = stand_in[0]
+            out.append(f"{n.label} starts at a stand-in ({n.stand_in}) and no fitted row "
+                       f"measures it, so the fit would write {n.value:.4g}, which no row "
+                       f"supports: leave it out of the fields to fit, or {fix}")
+            break
         drift = float(vt[k] @ moved)
-        if measured or abs(drift) <= NULL_MOVE:
+        if abs(drift) <= NULL_MOVE:
             continue
         order = np.argsort(-np.abs(vt[k]))
         names = [numbers[j].label for j in order[:2] if abs(vt[k][j]) > 0.2]

@@ -44,6 +44,7 @@ def fixtures(h) -> dict:
         "pub_ms_units.yaml": published(h, lambda r: round(1000 / tps(r), 3)),
         "pub_per_min.yaml": published(h, lambda r: tps(r) * 60),
         "pub_x3.yaml": published(h, lambda r: tps(r) * 3),
+        "pub_x100.yaml": published(h, lambda r: tps(r) * 100),
         "pub_x1000.yaml": published(h, lambda r: tps(r) * 1000),
         "pub_x1e-5.yaml": published(h, lambda r: tps(r) * 1e-5),
         "pub_s_per_token.yaml": published(h, lambda r: round(1 / tps(r), 6)),
@@ -112,9 +113,19 @@ def register(h) -> None:
          f"{PUB} <pub_ms_units.yaml> --accept-poor-fit"),
         ("f35v", "tiny-model runs with --accept-poor-fit (written, warned)",
          f"{RUNS} --accept-poor-fit"),
-        ("f36v", "--fit-fields a knob and an optional term, each once",
-         f"{PUB} shipped --fit-fields memory_efficiency,launch_overhead_s,alpha_s,"
-         "memory_half_bytes"),
+        ("f36", "--fit-fields an off term no row measures (it would be written at its "
+         "stand-in start)", f"{PUB} shipped --fit-fields memory_efficiency,launch_overhead_s,"
+         "alpha_s,memory_half_bytes"),
+        ("f37v", "--fit-fields two of the default knobs, each once",
+         f"{PUB} shipped --fit-fields memory_efficiency,launch_overhead_s"),
+        ("f38v", "--fit-fields the M2 GPU's bandwidth cap and overhead (its shipped fit)",
+         "calibrate --published shipped --profile m2-ultra-8x -o cal.yaml --fit-fields "
+         "memory_bandwidth_gb_s,launch_overhead_s"),
+        ("f39", "rows 100x their published speed (under the unit check's 100x of the "
+         "roofline, over the hardware's peak)",
+         f"{PUB} <pub_x100.yaml>"),
+        ("f40", "--fit-terms with --published is refused even with --accept-poor-fit",
+         f"{PUB} shipped --fit-terms memory_half_bytes --accept-poor-fit"),
     ]
     h.CASES_TABLE.extend(cases)
     for case_id, _, _ in cases:
