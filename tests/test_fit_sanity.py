@@ -63,11 +63,23 @@ def test_a_direction_no_row_measures_may_not_move_the_profile():
     numbers = [_fitted("a", "memory_efficiency", x=0.3), _fitted("b", "launch_overhead_s", x=0.3)]
     jac = np.array([[1.0, -1.0], [2.0, -2.0]])  # a + b is not measured
     (problem,) = sanity.null_problems(numbers, jac, 2, "fix")
-    assert "a and b move the fitted rows alike" in problem
+    assert "the fitted rows do not measure a apart from b" in problem
     still = [_fitted("a", "memory_efficiency", x=0.3), _fitted("b", "launch_overhead_s", x=-0.3)]
     assert sanity.null_problems(still, jac, 2, "fix") == []  # moved along a - b: measured
     unknown = [_fitted("a", None, x=3.0), _fitted("b", None, x=3.0)]  # a row's guess moved
     assert sanity.null_problems(unknown, jac, 2, "fix") == []
+    off = [_fitted("a", "memory_half_bytes"), _fitted("b", "launch_overhead_s")]
+    off[0] = sanity.Fitted("a", "memory_half_bytes", 0.0, 0.0, -5, 5, 1e6, "off in the profile")
+    (problem,) = sanity.null_problems(off, jac, 2, "fix")  # not moved, but from a stand-in
+    assert problem.startswith("a starts at a stand-in (off in the profile)")
+    assert "would write 1e+06" in problem
+
+
+def test_an_off_term_no_row_measures_is_not_written_at_its_stand_in(tmp_path):
+    fields = ("memory_efficiency", "launch_overhead_s", "alpha_s", "memory_half_bytes")
+    with pytest.raises(ValueError, match="memory_half_bytes starts at a stand-in"):
+        calibrate_published(shipped_file(), A100, tmp_path / "cal.yaml", fields=fields)
+    assert not (tmp_path / "cal.yaml").exists()
 
 
 def test_far_off_rows_name_the_worst_and_enforce_refuses_the_first():
@@ -131,7 +143,7 @@ def test_options_silently_ignored_or_repeated_are_refused(tmp_path, capsys, argv
 
 
 def test_runs_that_push_an_efficiency_past_one_are_refused(tmp_path):
-    from test_calibrate import _make_runs
+    from tests.test_calibrate import _make_runs
 
     runs = _make_runs(tmp_path / "runs", noise=0.0, outliers=0.0)
     good = calibrate(runs, "cpu-local", tmp_path / "good.yaml")

@@ -138,8 +138,9 @@ def _runs_numbers(fit: Fit) -> tuple[list[sanity.Fitted], list[int]]:
         if p in fit.unconstrained:
             continue
         lo, hi = BOUNDS[p.field]
+        stand_in = "" if fit.initial[p] else "the field is off in the profile"
         out.append(sanity.Fitted(p.label, p.field, float(x), float(start), math.log(lo),
-                                 math.log(hi), fit.values[p]))
+                                 math.log(hi), fit.values[p], stand_in))
         cols.append(j)
     return out, cols
 
@@ -160,5 +161,5 @@ def check_runs_fit(fit: Fit, accept_poor_fit: bool) -> list[str]:
     problems = [p for p in [sanity.error_problem(errors, "span", RUNS_FIX)] if p]
     problems += sanity.bound_problems(numbers, push, RUNS_FIX)
     problems += sanity.null_problems(numbers, np.asarray(fit.jac)[:, cols], len(fit.terms),
-                                     RUNS_FIX)
+                                     RUNS_FIX, rows="span")
     return sanity.enforce(problems, accept_poor_fit)

@@ -101,9 +101,10 @@ def bound_problems(numbers: list[Fitted], push: Callable[[int, float], float],
     return out
 
 
-def null_problems(numbers: list[Fitted], jac: np.ndarray, n_rows: int,
-                  fix: str) -> list[str]:
-    """Directions the rows do not measure along which the fit moved anyway."""
+def null_problems(numbers: list[Fitted], jac: np.ndarray, n_rows: int, fix: str,
+                  rows: str = "row") -> list[str]:
+    """Directions the ``rows`` (fitted rows, spans) do not measure along which the
+    fit moved anyway, or that hold a number whose start is a stand-in."""
     if not numbers:
         return []
     jac = np.nan_to_num(np.asarray(jac, dtype=float).reshape(-1, len(numbers)))
@@ -111,30 +112,25 @@ def null_problems(numbers: list[Fitted], jac: np.ndarray, n_rows: int,
     # fields count as moved (what the written profile would change without evidence)
     moved = np.array([n.x - n.start if n.field else 0.0 for n in numbers])
     _, sv, vt = np.linalg.svd(jac, full_matrices=True)
-    out = []
     for k in range(len(numbers)):
-        measured = k < len(sv) and sv[k] > NULL_SV
-        if measured:
-            continue
-        stand_in = [n for n, w in zip(numbers, vt[k]) if n.stand_in and abs(w) > 0.5]
+        if k < len(sv) and sv[k] > NULL_SV:
+            continue  # measured
+        order = [j for j in np.argsort(-np.abs(vt[k])) if abs(vt[k][j]) > 0.2]
+        names = [numbers[j].label for j in order[:2]]
+        apart = f" apart from {names[1]}" if len(names) > 1 else ""
+        stand_in = [numbers[j] for j in order if numbers[j].stand_in]
         if stand_in:
             n = stand_in[0]
-            out.append(f"{n.label} starts at a stand-in ({n.stand_in}) and no fitted row "
-                       f"measures it, so the fit would write {n.value:.4g}, which no row "
-                       f"supports: leave it out of the fields to fit, or {fix}")
-            break
+            return [f"{n.label} starts at a stand-in ({n.stand_in}) and the fitted {rows}s "
+                    f"do not measure it{apart if n.label == names[0] else ''}, so the fit "
+                    f"would write {n.value:.4g}, which no {rows} supports: {fix}"]
         drift = float(vt[k] @ moved)
-        if abs(drift) <= NULL_MOVE:
-            continue
-        order = np.argsort(-np.abs(vt[k]))
-        names = [numbers[j].label for j in order[:2] if abs(vt[k][j]) > 0.2]
-        what = (f"{names[0]} moves no fitted row" if len(names) == 1 else
-                f"{names[0]} and {names[1]} move the fitted rows alike")
-        out.append(f"{what} ({n_rows} fitted rows for {len(numbers)} fitted numbers), yet "
-                   f"the fit moved the profile {np.expm1(abs(drift)):.0%} that way, so the "
-                   f"rows do not identify what it wrote: {fix}")
-        break  # one unmeasured direction is enough to say
-    return out
+        if abs(drift) > NULL_MOVE:
+            return [f"the fitted {rows}s do not measure {names[0]}{apart} ({n_rows} "
+                    f"fitted {rows}s for {len(numbers)} fitted numbers), yet the fit "
+                    f"moved the profile {np.expm1(abs(drift)):.0%} that way, so they do "
+                    f"not identify what it wrote: {fix}"]
+    return []
 
 
 def error_problem(errors: list[tuple[str, float]], kind: str, fix: str) -> str | None:
