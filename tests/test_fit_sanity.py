@@ -120,6 +120,8 @@ def test_ms_per_token_rows_are_refused_and_written_only_when_accepted(tmp_path, 
     assert warnings and all(ln.startswith("hetspec: warning: poor fit written anyway")
                             for ln in warnings)
     assert any("fitted rows stay far off" in ln for ln in warnings) and out.exists()
+    assert "# poor fit written with --accept-poor-fit: the fitted rows stay far off" in \
+        out.read_text()  # the profile's provenance says so
 
 
 def test_shipped_calibration_passes_the_gate(tmp_path):

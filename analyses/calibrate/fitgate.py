@@ -163,3 +163,9 @@ def check_runs_fit(fit: Fit, accept_poor_fit: bool) -> list[str]:
     problems += sanity.null_problems(numbers, np.asarray(fit.jac)[:, cols], len(fit.terms),
                                      RUNS_FIX, rows="span")
     return sanity.enforce(problems, accept_poor_fit)
+
+
+def poor_fit_lines(problems: list[str]) -> str:
+    """Header comment lines of a profile written with --accept-poor-fit: its
+    provenance says which problems the gate let pass."""
+    return "".join(f"# poor fit written with --accept-poor-fit: {p}\n" for p in problems)

@@ -86,7 +86,8 @@ def calibrate_published(path, profile: str, output, *, fields=DEFAULT_FIELDS,
     and a fit the sanity gate refuses (``analyses.calibrate.fitgate``), raise
     ValueError before anything is written, unless ``accept_poor_fit`` (then the
     summary's ``problems`` lists what the gate let pass)."""
-    from analyses.calibrate.fitgate import check_published_fit, check_published_units
+    from analyses.calibrate.fitgate import (check_published_fit, check_published_units,
+                                            poor_fit_lines)
     from analyses.calibrate.session import profile_text
     from policies.runs.records import atomic_write_text
 
@@ -109,7 +110,8 @@ def calibrate_published(path, profile: str, output, *, fields=DEFAULT_FIELDS,
     fitted = fitted.model_copy(update={"description": (
         f"{platform.description.strip()} Calibrated against published measurements "
         f"({', '.join(r.id for r in fitting)}).").strip()})
-    atomic_write_text(output, profile_text(fitted, _header(path, platform, result, table, flips)))
+    header = _header(path, platform, result, table, flips) + poor_fit_lines(problems)
+    atomic_write_text(output, profile_text(fitted, header))
     return {"profile": str(output), "platform": platform.name,
             "fitted_rows": [r.id for r in fitting],
             "held_out_rows": [r.id for r in rows if r.split == "held_out"],

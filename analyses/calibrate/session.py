@@ -176,7 +176,7 @@ def calibrate(runs_dir, profile: str, output, *,
     optional efficiency terms named in ``fit_terms`` are fitted too. A fit the
     sanity gate refuses (``analyses.calibrate.fitgate``) raises ValueError and
     writes nothing, unless ``accept_poor_fit`` (the summary's ``problems``)."""
-    from analyses.calibrate.fitgate import check_runs_fit
+    from analyses.calibrate.fitgate import check_runs_fit, poor_fit_lines
 
     runs = [load_run(p) for p in find_runs(runs_dir)]
     platform = load_platform(profile)
@@ -202,7 +202,8 @@ def calibrate(runs_dir, profile: str, output, *,
         draft_path = tmp / "calibrated.yaml"
         draft_path.write_text(profile_text(fitted, ""))
         evaluation = _evaluate(draft_path, fitted, held)
-    text = profile_text(fitted, _header(fitting, held, result, evaluation, date))
+    text = profile_text(fitted, _header(fitting, held, result, evaluation, date)
+                        + poor_fit_lines(problems))
     atomic_write_text(output, text)
     return {"profile": str(output), "fitted_runs": [r.name for r in fitting],
             "held_out_runs": [r.name for r in held], "spans": len(result.terms),

@@ -40,11 +40,13 @@ def register(sub) -> None:
     p.add_argument("-o", "--output", default="calibrated.yaml",
                    help="calibrated platform YAML (default calibrated.yaml)")
     p.add_argument("--fit-policies", default=None,
-                   help="schedules whose runs are fitted (default ar,ar_stream,sd: AR "
+                   help="with --runs: schedules whose runs are fitted (default "
+                        "ar,ar_stream,sd: AR "
                         "resident and streaming from flash, and SD); the others' runs "
                         "are held out")
     p.add_argument("--fit-terms", default="", metavar="FIELDS",
-                   help="optional efficiency terms to fit as well, comma-separated: "
+                   help="with --runs: optional efficiency terms to fit as well "
+                        "(with --published, name them in --fit-fields), comma-separated: "
                         "memory_half_bytes, compute_half_flops (size-dependent bandwidth "
                         "and FLOP rate), memory_bandwidth_gb_s (a device's bandwidth cap), "
                         "request_latency_s (flash per-request latency); default none "
@@ -55,7 +57,9 @@ def register(sub) -> None:
                         "a physical limit, a number the rows cannot identify, fitted rows "
                         "whose median |error| stays over 50%%), printing one warning line "
                         "per problem; default off: such a fit is refused and nothing is "
-                        "written, because its numbers describe the fit, not the hardware")
+                        "written, because its numbers describe the fit, not the hardware; "
+                        "a published row 100x faster (or 1e4x slower) than the hardware's "
+                        "roofline is a unit mistake and refused even so")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=_calibrate)
 
