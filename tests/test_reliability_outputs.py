@@ -84,8 +84,10 @@ def compare(platform="cpu-local", *extra):
 
 
 def calibrate(runs_dir, profile="cpu-local", *extra):
+    # one SD run cannot tell the call overhead from the launch overhead: the sanity
+    # gate would refuse the fit before the writes these cases are about
     return ("calibrate", "--runs", runs_dir, "--profile", profile, "--fit-policies", "sd",
-            *extra)
+            "--accept-poor-fit", *extra)
 
 
 def replay(record, *extra):

@@ -18,6 +18,7 @@ a few disturbed spans (a page fault, a preempted core) do not drag the fit.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -175,6 +176,14 @@ class Fit:
     terms: list[Term]
     success: bool
     held: list[Param] = field(default_factory=list)  # kept by request: not fitted
+    # what the sanity gate (analyses.calibrate.fitgate) reads: the numbers fitted, in
+    # log units where they ended and started, the Jacobian of the spans' (robustly
+    # weighted) log residuals over them, and those residuals at any log values
+    fitted: list[Param] = field(default_factory=list)
+    x: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    x_start: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    jac: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    residuals: Any = None
 
     @property
     def median_abs_error(self) -> float:
@@ -248,7 +257,8 @@ def fit(terms: list[Term], initial: dict[Param, float],
     vector = np.array([values[p] for p in params])
     held = [p for p in params if p.field in fixed or p in fixed]
     return Fit({p: float(v) for p, v in values.items()}, {p: initial[p] for p in params},
-               unconstrained, problem.log_residuals(vector), terms, bool(sol.success), held)
+               unconstrained, problem.log_residuals(vector), terms, bool(sol.success), held,
+               fitted, sol.x, x_all[free], sol.jac, residuals)
 
 
 def _alone_start(problem: Problem, i: int, param: Param) -> float:

@@ -212,6 +212,20 @@ def sensitive_knobs(platform: Platform, knobs: list[Knob], rows) -> list[Knob]:
 
 
 @dataclass
+class Solved:
+    """What the sanity gate (``analyses.calibrate.sanity``) reads of a solution: every
+    fitted coordinate (knobs' log factors, then unknowns'), where each started,
+    their bounds (2 x n), the Jacobian of the rows' log residuals, and those
+    residuals at any coordinates."""
+
+    z: np.ndarray
+    start: np.ndarray
+    bounds: np.ndarray
+    jac: np.ndarray
+    residuals: Any
+
+
+@dataclass
 class PublishedFit:
     knobs: list[Knob]
     x: np.ndarray
@@ -220,6 +234,8 @@ class PublishedFit:
     success: bool
     values: dict[str, float] = dc_field(default_factory=dict)  # fitted unknowns by key
     unknowns: list[Unknown] = dc_field(default_factory=list)
+    solved: Solved | None = None
+    rows: int = 0  # fitted rows' residuals (tokens/s, draft steps)
 
 
 def _solve(platform: Platform, knobs: list[Knob], unknowns: list[Unknown], rows):
@@ -248,7 +264,9 @@ def _solve(platform: Platform, knobs: list[Knob], unknowns: list[Unknown], rows)
     sol = least_squares(residuals, x0, bounds=(bounds[0], bounds[1]), method="trf",
                         diff_step=steps, ftol=1e-12, xtol=1e-12, gtol=1e-12)
     fitted, values = split(sol.x)
-    return sol.x[:len(knobs)], fitted, values, bool(sol.success)
+    n = len(published)  # the Jacobian's rows past these are the pull to the start
+    solved = Solved(sol.x, z0, bounds, sol.jac[:n], lambda x: residuals(x)[:n])
+    return sol.x[:len(knobs)], fitted, values, bool(sol.success), solved
 
 
 def without_steps(rows) -> list[Measurement]:
@@ -269,8 +287,9 @@ def fit_rows(platform: Platform, rows, fields=DEFAULT_FIELDS, *,
         raise ValueError("no fitted row's speed depends on the fields to fit; fit other "
                          "fields with --fit-fields")
     unknowns = unknowns_of(rows)
-    x, fitted, values, ok = _solve(platform, knobs, unknowns, rows)
-    return PublishedFit(knobs, x, fixed, fitted, ok, values, unknowns)
+    x, fitted, values, ok, solved = _solve(platform, knobs, unknowns, rows)
+    return PublishedFit(knobs, x, fixed, fitted, ok, values, unknowns, solved,
+                        len(published_logs(rows)))
 
 
 def fit_unknowns(platform: Platform, rows) -> dict[str, float]:

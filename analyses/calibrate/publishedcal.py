@@ -79,19 +79,26 @@ def _header(path, original: Platform, result: PublishedFit, table, flips) -> str
 
 
 def calibrate_published(path, profile: str, output, *, fields=DEFAULT_FIELDS,
-                        steps: bool = False) -> dict:
+                        steps: bool = False, accept_poor_fit: bool = False) -> dict:
     """Fit ``profile`` to its rows in the file at ``path`` (with ``steps``, the
     fitted rows' draft steps too), judge the held-out rows, and write the
-    calibrated platform YAML to ``output`` (atomically)."""
+    calibrated platform YAML to ``output`` (atomically). Rows in a wrong unit,
+    and a fit the sanity gate refuses (``analyses.calibrate.fitgate``), raise
+    ValueError before anything is written, unless ``accept_poor_fit`` (then the
+    summary's ``problems`` lists what the gate let pass)."""
+    from analyses.calibrate.fitgate import (check_published_fit, check_published_units,
+                                            poor_fit_lines)
     from analyses.calibrate.session import profile_text
     from policies.runs.records import atomic_write_text
 
     platform = load_platform(profile)
     rows = rows_for(load_published(path), platform.name)
+    check_published_units(path, platform, rows)
     fitting = [r for r in rows if r.split == "fit"]
     result = fit_rows(platform, fitting, fields, steps=steps)
     table = evaluate(result.platform, platform, rows, result.values,
                      fit_unknowns(platform, rows))
+    problems = check_published_fit(result, platform, table, accept_poor_fit)
     after = {t["id"]: t["after_tokens_per_s"] for t in table}
     flips = ranking_flips(rows, after)
     held = median_abs_error(table, "held_out")
@@ -103,7 +110,8 @@ def calibrate_published(path, profile: str, output, *, fields=DEFAULT_FIELDS,
     fitted = fitted.model_copy(update={"description": (
         f"{platform.description.strip()} Calibrated against published measurements "
         f"({', '.join(r.id for r in fitting)}).").strip()})
-    atomic_write_text(output, profile_text(fitted, _header(path, platform, result, table, flips)))
+    header = _header(path, platform, result, table, flips) + poor_fit_lines(problems)
+    atomic_write_text(output, profile_text(fitted, header))
     return {"profile": str(output), "platform": platform.name,
             "fitted_rows": [r.id for r in fitting],
             "held_out_rows": [r.id for r in rows if r.split == "held_out"],
@@ -114,4 +122,4 @@ def calibrate_published(path, profile: str, output, *, fields=DEFAULT_FIELDS,
             "unknowns": {u.label: result.values[u.key] for u in result.unknowns},
             "median_abs_error_fit": median_abs_error(table, "fit"),
             "median_abs_error_held_out": held,
-            "ranking_flips": [list(f) for f in flips]}
+            "ranking_flips": [list(f) for f in flips], "problems": problems}

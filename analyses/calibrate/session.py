@@ -171,9 +171,13 @@ def profile_text(platform: Platform, header: str) -> str:
 
 def calibrate(runs_dir, profile: str, output, *,
               fit_policies: tuple[str, ...] = ("ar", "ar_stream", "sd"),
-              fit_terms: tuple[str, ...] = ()) -> dict:
+              fit_terms: tuple[str, ...] = (), accept_poor_fit: bool = False) -> dict:
     """Fit ``profile`` to the runs under ``runs_dir`` and write ``output``; the
-    optional efficiency terms named in ``fit_terms`` are fitted too."""
+    optional efficiency terms named in ``fit_terms`` are fitted too. A fit the
+    sanity gate refuses (``analyses.calibrate.fitgate``) raises ValueError and
+    writes nothing, unless ``accept_poor_fit`` (the summary's ``problems``)."""
+    from analyses.calibrate.fitgate import check_runs_fit, poor_fit_lines
+
     runs = [load_run(p) for p in find_runs(runs_dir)]
     platform = load_platform(profile)
     for run in runs:
@@ -183,6 +187,7 @@ def calibrate(runs_dir, profile: str, output, *,
     terms = Terms(platform)
     result = fit(platform, [t for run in fitting for t in terms.of_run(run)],
                  fit_terms=frozenset(fit_terms))
+    problems = check_runs_fit(result, accept_poor_fit)
     date = _dt.date.today().isoformat()
     source = (f"calibrated: hetspec calibrate on runs {', '.join(r.name for r in fitting)}"
               f" ({date}), median |residual| {result.median_abs_error:.1%} over "
@@ -197,7 +202,8 @@ def calibrate(runs_dir, profile: str, output, *,
         draft_path = tmp / "calibrated.yaml"
         draft_path.write_text(profile_text(fitted, ""))
         evaluation = _evaluate(draft_path, fitted, held)
-    text = profile_text(fitted, _header(fitting, held, result, evaluation, date))
+    text = profile_text(fitted, _header(fitting, held, result, evaluation, date)
+                        + poor_fit_lines(problems))
     atomic_write_text(output, text)
     return {"profile": str(output), "fitted_runs": [r.name for r in fitting],
             "held_out_runs": [r.name for r in held], "spans": len(result.terms),
@@ -205,5 +211,5 @@ def calibrate(runs_dir, profile: str, output, *,
             "parameters": {p.label: {"before": result.initial[p], "after": result.values[p],
                                      "constrained": p not in result.unconstrained}
                            for p in result.values if p not in result.held},
-            "fit_op_kinds": op_kind_errors(result.terms, result.values), **{
-                "held_out": evaluation}}
+            "fit_op_kinds": op_kind_errors(result.terms, result.values),
+            "held_out": evaluation, "problems": problems}

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+
 from analyses.run.budget import (SIM_BUDGET_UNITS, SPANS_BUDGET, allow_large_argument,
                                  readable)
+
+FIT_POLICIES = "ar,ar_stream,sd"
 
 
 def register(sub) -> None:
@@ -38,16 +42,27 @@ def register(sub) -> None:
     p.add_argument("--profile", required=True, help="platform to calibrate (name or YAML)")
     p.add_argument("-o", "--output", default="calibrated.yaml",
                    help="calibrated platform YAML (default calibrated.yaml)")
-    p.add_argument("--fit-policies", default="ar,ar_stream,sd",
-                   help="schedules whose runs are fitted (default ar,ar_stream,sd: AR "
+    p.add_argument("--fit-policies", default=None,
+                   help="with --runs: schedules whose runs are fitted (default "
+                        "ar,ar_stream,sd: AR "
                         "resident and streaming from flash, and SD); the others' runs "
                         "are held out")
     p.add_argument("--fit-terms", default="", metavar="FIELDS",
-                   help="optional efficiency terms to fit as well, comma-separated: "
+                   help="with --runs: optional efficiency terms to fit as well "
+                        "(with --published, name them in --fit-fields), comma-separated: "
                         "memory_half_bytes, compute_half_flops (size-dependent bandwidth "
                         "and FLOP rate), memory_bandwidth_gb_s (a device's bandwidth cap), "
                         "request_latency_s (flash per-request latency); default none "
                         "(they keep the profile's values)")
+    p.add_argument("--accept-poor-fit", action="store_true",
+                   help="write the calibrated profile even when the sanity gate finds the "
+                        "fit poor (a fitted number on the edge of its range or pushed past "
+                        "a physical limit, a number the rows cannot identify, fitted rows "
+                        "whose median |error| stays over 50%%), printing one warning line "
+                        "per problem; default off: such a fit is refused and nothing is "
+                        "written, because its numbers describe the fit, not the hardware; "
+                        "a published row 100x faster (or 1e4x slower) than the hardware's "
+                        "roofline is a unit mistake and refused even so")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     allow_large_argument(p, f"--runs: {readable(SPANS_BUDGET)} spans lines over all the "
                             "runs, about 10 s of reading on one CPU core (a run of 4 "
@@ -69,13 +84,17 @@ def _calibrate(args) -> int:
                          "--published FILE (published measurements)")
     if args.published is not None:
         return _calibrate_published(args)
-    if args.fit_draft_steps:
-        raise ValueError("--fit-draft-steps fits published rows' draft steps; use it with "
-                         "--published, not --runs")
-    policies = tuple(p.strip() for p in args.fit_policies.split(",") if p.strip())
+    for flag, given in (("--fit-draft-steps", args.fit_draft_steps),
+                        ("--fit-fields", args.fit_fields is not None)):
+        if given:
+            raise ValueError(f"{flag} applies to published rows; use it with --published, "
+                             "not --runs (measured runs fit every field their spans "
+                             "measure; --fit-terms adds the optional ones)")
+    policies = _items("--fit-policies", FIT_POLICIES if args.fit_policies is None
+                      else args.fit_policies)
     if not policies:
         raise ValueError("--fit-policies is empty; name at least one, e.g. ar,sd")
-    fit_terms = tuple(t.strip() for t in args.fit_terms.split(",") if t.strip())
+    fit_terms = _items("--fit-terms", args.fit_terms)
     check_fit_terms(fit_terms)  # a misspelt term is refused before any run is read
     # the uncalibrated --profile is an input too: a calibration never replaces it
     check_outputs({"--output": args.output},
@@ -83,7 +102,8 @@ def _calibrate(args) -> int:
                   names={"--output": "calibrated.yaml"})
     check(runs_estimate(args.runs, "calibrate"), args.allow_large)
     summary = calibrate(args.runs, args.profile, args.output, fit_policies=policies,
-                        fit_terms=fit_terms)
+                        fit_terms=fit_terms, accept_poor_fit=args.accept_poor_fit)
+    _warn(summary["problems"])
     if args.json:
         emit_json(summary)
         return 0
@@ -106,8 +126,17 @@ def _calibrate_published(args) -> int:
     from analyses.calibrate.publishedcal import calibrate_published
 
     path = shipped_file() if args.published == "shipped" else args.published
-    fields = DEFAULT_FIELDS if args.fit_fields is None else tuple(
-        f.strip() for f in args.fit_fields.split(",") if f.strip())
+    if args.fit_terms.strip():
+        raise ValueError("--fit-terms names the optional terms of a fit to measured runs; "
+                         "with --published name the fields to fit in --fit-fields instead "
+                         f"(e.g. --fit-fields {','.join(DEFAULT_FIELDS)},"
+                         f"{_items('--fit-terms', args.fit_terms)[0]})")
+    if args.fit_policies is not None:
+        raise ValueError("--fit-policies picks which measured runs are fitted; with "
+                         "--published each row's split (fit or held_out) decides, so "
+                         "drop --fit-policies or edit the rows' split")
+    fields = DEFAULT_FIELDS if args.fit_fields is None else _items("--fit-fields",
+                                                                   args.fit_fields)
     if not fields:
         raise ValueError("--fit-fields is empty; name at least one, e.g. memory_efficiency")
     check_outputs({"--output": args.output},
@@ -115,7 +144,9 @@ def _calibrate_published(args) -> int:
                   names={"--output": "calibrated.yaml"})
     check_published_budget(path, args.profile, args.allow_large)
     summary = calibrate_published(path, args.profile, args.output, fields=fields,
-                                  steps=args.fit_draft_steps)
+                                  steps=args.fit_draft_steps,
+                                  accept_poor_fit=args.accept_poor_fit)
+    _warn(summary["problems"])
     if args.json:
         emit_json(summary)
         return 0
@@ -158,3 +189,26 @@ def check_published_budget(path, profile: str, allow_large: bool) -> None:
     except (ValueError, ProfileError, OSError):
         return
     check(published_estimate(rows), allow_large)
+
+
+def _items(flag: str, text: str) -> tuple[str, ...]:
+    """A comma-separated option's items; an empty item or one named twice is refused
+    (``a,,b`` or ``a,a`` is a typo, not a wish)."""
+    if not text.strip():
+        return ()
+    items = tuple(t.strip() for t in text.split(","))
+    if "" in items:
+        raise ValueError(f"{flag} '{text}' has an empty item; separate names by single "
+                         "commas, e.g. a,b")
+    # a field@name=start is named by its field@name: one start per knob
+    keys = [item.partition("=")[0] for item in items]
+    for i, key in enumerate(keys):
+        if key in keys[:i]:
+            raise ValueError(f"{flag} names '{key}' twice; name each once")
+    return items
+
+
+def _warn(problems) -> None:
+    """One line on stderr per problem the sanity gate let pass (--accept-poor-fit)."""
+    for problem in problems:
+        print(f"hetspec: warning: poor fit written anyway: {problem}", file=sys.stderr)
