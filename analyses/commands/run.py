@@ -135,7 +135,7 @@ def _run(args) -> int:
 
 
 RUN_FILES = ("record.json", "spans.jsonl", "acceptance.jsonl", "trace.json",
-             "models/target.yaml", "models/draft.yaml")  # what a run writes
+             "models/target.yaml", "models/draft.yaml", "platform.yaml")  # what a run writes
 
 
 def run_dir_inputs(args) -> list:
