@@ -189,8 +189,8 @@ def check_spans(run, platform: Platform) -> None:
 # --- the acceptance trace -------------------------------------------------------------
 
 def check_acceptance(run) -> None:
-    """Steps, Verify spans and Verify lines agree; the tokens counted are the
-    tokens the lines committed."""
+    """Steps, Verify spans and Verify lines agree; the tokens the metrics count are
+    the tokens the lines committed."""
     if run.acceptance_path is None:
         return
     acc = str(run.acceptance_path)
@@ -206,14 +206,19 @@ def check_acceptance(run) -> None:
     if steps != len(verifies):
         raise refuse(f"{run.path}", f"field 'metrics.steps' = {steps} but {acc} holds "
                      f"{len(verifies)} Verify lines (one a step)")
-    low = sum(sum(d.get("committed") or d["accepted"]) for _, d in verifies)
-    high = sum(sum(d["committed"]) if d.get("committed") is not None
-               else sum(d["accepted"]) + len(d["accepted"]) for _, d in verifies)
+    committed = sum(_committed(d) for _, d in verifies)
     tokens = run.metrics["tokens"]
-    if not low <= tokens <= high:
-        span = f"{low}" if low == high else f"{low} to {high}"
+    if tokens != committed:
         raise refuse(f"{run.path}", f"field 'metrics.tokens' = {tokens} but the Verify lines "
-                     f"of {acc} committed {span} tokens")
+                     f"of {acc} committed {committed} tokens")
+
+
+def _committed(line: dict) -> int:
+    """Tokens a Verify line committed: its ``committed`` rows, or (a line without
+    them) each row's accepted tokens and the bonus (``policies.ops.Verdict``)."""
+    if line.get("committed") is not None:
+        return sum(line["committed"])
+    return sum(line["accepted"]) + len(line["accepted"])
 
 
 def check_evidence(run) -> None:
