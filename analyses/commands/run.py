@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from analyses.commands._common import add_run_arguments, config_from_args
+from analyses.measured.evidence import SIMULATED_ONLY  # what a run cannot measure
 from analyses.run.config import MAX_TOKENS, parse_placement
 
 MIN_TEMPERATURE = 1e-3  # below it logits / temperature can overflow to inf (NaN probs)
@@ -80,12 +81,6 @@ def split_placement(text: str | None) -> tuple[str, dict[str, str]]:
         else:
             rest.append(f"{role}={where}")
     return ",".join(rest), physical
-
-
-# Run options only the simulator models: the executor runs the checkpoint at its
-# own precision and sharding, and prefills the prompt in one pass; a measured run
-# recording them would claim what it did not measure.
-SIMULATED_ONLY = ("weight_bits", "kv_bits", "prefill_chunk", "expert_parallel")
 
 
 def _measurable(config) -> None:

@@ -47,6 +47,11 @@ MAX_TREE_POSITIONS = 1024
 # Tracks a span may sit on that are no platform part: the host's own waits, and
 # the storage a device without a storage tier streams from (executors/coordinate).
 HOST_TRACKS = ("host", "storage")
+# Run options only the simulator models: the executor runs the checkpoint at its
+# own precision and sharding, and prefills the prompt in one pass; a measured run
+# recording them would claim what it did not measure ('hetspec run' refuses them,
+# and a record holding one is refused).
+SIMULATED_ONLY = ("weight_bits", "kv_bits", "prefill_chunk", "expert_parallel")
 PLATFORM_FILE = "platform.yaml"  # what hetspec run writes beside a record run on a file
 FIX = "record the run again with 'hetspec run'"
 
@@ -94,7 +99,6 @@ def tracks(platform: Platform, physical: dict) -> set[str]:
 def check_inputs(inputs: dict, path: Path) -> None:
     """The record's inputs validate as a new run's configuration would, and hold no
     option only the simulator models."""
-    from analyses.commands.run import SIMULATED_ONLY
     from analyses.run.config import RunConfig
 
     fields = {k: v for k, v in inputs.items()

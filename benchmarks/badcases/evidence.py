@@ -67,6 +67,12 @@ def register(h) -> None:
         (run / "spans.jsonl").unlink()
         os.mkfifo(run / "spans.jsonl")
 
+    def fifo(name: str):
+        def corrupt(run: Path) -> None:
+            (run / name).unlink()
+            os.mkfifo(run / name)
+        return corrupt
+
     def platform_file(name: str, source=None):
         """A platform profile written in the run folder (or beside it), named by the
         record as ``name``."""
@@ -146,6 +152,9 @@ def register(h) -> None:
         "e_acc_line_doubled": duplicate("acceptance.jsonl", verify),
         "e_steps_inflated": h.record({"metrics.steps": lambda n: n + 5}),
         "e_tokens_x10": h.record({"metrics.tokens": lambda n: n * 10}),
+        # files that are pipes: refused by a stat, never opened (a read would block)
+        "e_record_fifo": fifo("record.json"),
+        "e_acceptance_fifo": fifo("acceptance.jsonl"),
     }
     h.VARIANTS.update(variants)
 
@@ -154,7 +163,8 @@ def register(h) -> None:
                   "e_spans_unknown_op", "e_spans_ntokens_1e9", "e_spans_end_1e300",
                   "e_memory_check_maybe", "e_weight_bits_4", "e_platform_etc_passwd",
                   "e_spans_fifo", "e_forward_wrong_device", "e_spans_scaled_1000",
-                  "e_acc_line_dropped", "e_tokens_x10", "e_placement_gpu"]
+                  "e_acc_line_dropped", "e_tokens_x10", "e_placement_gpu",
+                  "e_record_fifo"]
     accepted = {"e_platform_in_folder"}
     rows = [(f"e{n:02d}", f"replay tampered run '{v[2:]}'", REPLAY.format(v))
             for n, v in enumerate(replayed, 1)]
