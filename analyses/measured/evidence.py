@@ -53,7 +53,6 @@ HOST_TRACKS = ("host", "storage")
 # and a record holding one is refused).
 SIMULATED_ONLY = ("weight_bits", "kv_bits", "prefill_chunk", "expert_parallel")
 PLATFORM_FILE = "platform.yaml"  # what hetspec run writes beside a record run on a file
-FIX = "record the run again with 'hetspec run'"
 
 
 def refuse(where: str, problem: str) -> ValueError:
@@ -80,8 +79,8 @@ def run_platform(record: dict, path: Path) -> str:
         problem = (f"names the file {name}, which is no shipped platform and lies outside "
                    f"the run directory {path.parent}")
     else:
-        problem = (f"names an unknown platform '{name}' (no shipped platform, no file in the run "
-                   f"directory {path.parent})")
+        problem = (f"names an unknown platform '{name}' (no shipped platform, no file "
+                   f"in the run directory {path.parent})")
     raise refuse(str(path), f"field 'inputs.platform' {problem}; a measured record names a "
                  f"shipped platform or the {PLATFORM_FILE} its run wrote beside it")
 
@@ -124,7 +123,8 @@ def longest_sequence(inputs: dict) -> int:
     acceptance past the budget, and a tree's nodes."""
     prompts = inputs.get("prompts")
     n_prompts = len(prompts) if isinstance(prompts, list) and prompts else 1
-    prompt = ((inputs.get("prompt_tokens") or 0) + 1) * max(n_prompts, inputs.get("batch") or 1)
+    rows = max(n_prompts, inputs.get("batch") or 1)
+    prompt = ((inputs.get("prompt_tokens") or 0) + 1) * rows
     tokens = inputs.get("max_new_tokens") or inputs.get("tokens") or 0
     return prompt + tokens + MAX_ACCEPTED + MAX_TREE_POSITIONS
 
@@ -133,11 +133,10 @@ def _span_device(span: dict, n: int, where: str, platform: Platform, known: set[
                  placement: dict) -> None:
     device = span.get("device")
     if device and device not in known:
-        raise refuse(f"{where} line {n}", f"the span ran on '{device}', which platform "
-                     f"'{platform.name}' (the record's inputs.platform) has no device, "
-                     "group, memory tier or link called, so the spans were measured "
-                     "elsewhere (a record retargeted to other hardware is no measurement "
-                     "of it)")
+        raise refuse(f"{where} line {n}", f"the span ran on '{device}', which is no "
+                     f"device, group, memory tier or link of platform '{platform.name}' "
+                     "(the record's inputs.platform), so the spans were measured elsewhere "
+                     "(a record retargeted to other hardware is no measurement of it)")
     op = span["op"]
     if device and op["type"] == "Forward" and op.get("device"):
         expected = placement[op["device"]]
@@ -154,7 +153,7 @@ def _span_times(span: dict, n: int, where: str, wall_s: float | None) -> None:
                      "run's clock started")
     if wall_s is not None and end > wall_s * (1 + DRAIN_SHARE) + CLOCK_SLACK_S:
         raise refuse(f"{where} line {n}", f"the span ends at {end:.6g} s, after the run's "
-                     f"measured wall time of {wall_s:.6g} s (metrics.wall_s)")
+                     f"measured wall time of {wall_s:.6g} s")
 
 
 def _span_positions(span: dict, n: int, where: str, limit: int) -> None:
