@@ -90,9 +90,13 @@ def _drop_first(name: str, pick):
     return apply
 
 
-def _fifo(run: Path) -> None:
-    (run / "spans.jsonl").unlink()
-    os.mkfifo(run / "spans.jsonl")
+def _fifo(name: str):
+    """The run's file ``name`` replaced by a pipe: refused by a stat, never opened
+    (a read would block until a writer came)."""
+    def apply(run: Path) -> None:
+        (run / name).unlink()
+        os.mkfifo(run / name)
+    return apply
 
 
 def _platform_file(source: Path, name: str = "platform.yaml"):
@@ -142,7 +146,9 @@ TAMPERED = {
                               ("record.json:", "unknown platform 'nope'")),
     "platform_file_of_h100": (_platform_file(PLATFORMS / "h100-sxm-5x.yaml"),
                               ("spans.jsonl line 1:", "'h100-sxm-5x'")),
-    "spans_fifo": (_fifo, ("spans.jsonl", "not a regular file")),
+    "spans_fifo": (_fifo("spans.jsonl"), ("spans.jsonl", "not a regular file")),
+    "acceptance_fifo": (_fifo("acceptance.jsonl"), ("acceptance.jsonl", "not a regular file")),
+    "record_fifo": (_fifo("record.json"), ("record.json", "not a regular file")),
     "steps_inflated": (_metrics("steps", lambda n: n + 5),
                        ("record.json:", "'metrics.steps'", "Verify lines")),
     "tokens_x10": (_metrics("tokens", lambda n: n * 10),
