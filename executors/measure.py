@@ -157,7 +157,8 @@ def measure(config, options: Options, messages: list[list[dict]] | None = None, 
               "threads": options.threads, "temperature": options.temperature,
               "mode": options.mode, "physical": options.physical, "prompts": messages,
               "draft_heads": drafts.describe(config.target),
-              **simulable_models(config, specs, run_dir)}
+              **simulable_models(config, specs, run_dir),
+              **recorded_platform(config.platform, run_dir)}
     record = write_run(run_dir, inputs, metrics, results, outputs, texts)
     return {**metrics, "outputs": outputs, "texts": texts, "run_record": str(record)}
 
@@ -190,6 +191,19 @@ def simulable_models(config, specs: dict, run_dir: Path) -> dict:
         atomic_write_text(path, yaml.safe_dump(data, sort_keys=False))
         out[role] = str(path)
     return out
+
+
+def recorded_platform(platform: str, run_dir: Path) -> dict:
+    """The platform as a record names it: a shipped name, or a copy of the profile
+    file written beside the record (``platform.yaml``), since a measured record may
+    name no other file (analyses/measured/evidence.py)."""
+    from hwprofiles.loader import list_names
+
+    if platform in list_names("platforms"):
+        return {"platform": platform}
+    path = (run_dir / "platform.yaml").resolve()
+    atomic_write_text(path, Path(platform).read_text())
+    return {"platform": str(path), "platform_source": platform}
 
 
 def _progress(enabled: bool, n_prompts: int, batch: int, passes: int):

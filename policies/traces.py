@@ -22,7 +22,8 @@ import json
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
+                      model_validator)
 
 from policies.base import PolicyError
 
@@ -75,6 +76,30 @@ class VerifyLine(_Line):
                              f"(gamma <= {MAX_GAMMA}, plus one correction)")
         return v
 
+    @model_validator(mode="after")
+    def _within_the_proposal(self):
+        """A row accepts at most what it proposed (``proposed``, else ``gamma``),
+        plus the correction token a correction branch adds; it commits what it
+        accepted and at most one token more (the bonus)."""
+        rows = len(self.accepted)
+        for name in ("proposed", "committed", "correction"):
+            values = getattr(self, name)
+            if values is not None and len(values) != rows:
+                raise ValueError(f"'{name}' has {len(values)} rows but 'accepted' has "
+                                 f"{rows}")
+        proposed = self.proposed or ([self.gamma] * rows if self.gamma is not None else None)
+        corrections = self.correction or [False] * rows
+        for r, k in enumerate(self.accepted):
+            if proposed is not None and k > proposed[r] + corrections[r]:
+                what = "proposed" if self.proposed else "gamma"
+                raise ValueError(f"row {r} accepted {k} tokens of {proposed[r]} {what}, "
+                                 "more than it proposed")
+            if self.committed is not None and not 0 <= self.committed[r] - k <= 1:
+                raise ValueError(f"row {r} committed {self.committed[r]} tokens after "
+                                 f"accepting {k} (it commits the accepted ones and at most "
+                                 "one bonus token)")
+        return self
+
 
 class EventLine(_Line):
     """One Outcome the executor observed: whether the event held, per row."""
@@ -97,8 +122,10 @@ def held_rows(line: dict) -> list[bool]:
 def _file_bytes(path: Path, what: str, fix: str, max_bytes: int) -> bytes:
     if path.is_dir():
         raise TraceError(f"the {what} {path} is a directory, not a file; {fix}")
-    if not path.is_file():
-        raise TraceError(f"the {what} {path} does not exist; {fix}")
+    if not path.is_file():  # stat only: a pipe is never opened (a read would block)
+        problem = ("is not a regular file (a pipe, device or socket)" if path.exists()
+                   else "does not exist")
+        raise TraceError(f"the {what} {path} {problem}; {fix}")
     try:
         size = path.stat().st_size
         if size > max_bytes:
@@ -169,9 +196,16 @@ def check_line(obj: dict, n: int, path, what: str, fix: str) -> None:
 def read_acceptance(path, what: str = "acceptance trace",
                     fix: str = "pass the acceptance.jsonl of a measured run") -> list[dict]:
     """Every line of an acceptance.jsonl, validated (module doc), in order."""
-    lines = read_jsonl(path, what, fix,
-                       check=lambda obj, n: check_line(obj, n, path, what, fix))
-    return [obj for _, obj in lines]
+    return [obj for _, obj in numbered_acceptance(path, what, fix)]
+
+
+def numbered_acceptance(path, what: str = "acceptance trace",
+                        fix: str = "pass the acceptance.jsonl of a measured run"
+                        ) -> list[tuple[int, dict]]:
+    """(line number, line) of every line of an acceptance.jsonl, validated (module
+    doc): what a cross-check of a measured run names its refusals by."""
+    return read_jsonl(path, what, fix,
+                      check=lambda obj, n: check_line(obj, n, path, what, fix))
 
 
 def recorded_rate(path: str | Path, event: str, field: str) -> float:

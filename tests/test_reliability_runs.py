@@ -447,10 +447,10 @@ def test_a_good_run_still_replays_and_calibrates(good_run, tmp_path):
 
 # --- fuzz: random acceptance traces -------------------------------------------------
 
-GOOD_VERIFY = st.builds(
-    lambda acc, gamma, batch: {"accepted": acc, "gamma": gamma, "prompt_batch": batch},
-    st.lists(st.integers(0, MAX_ACCEPTED), min_size=1, max_size=4),
-    st.integers(0, MAX_GAMMA), st.integers(0, 3))
+# A row accepts at most its gamma (policies/traces.py VerifyLine).
+GOOD_VERIFY = st.integers(0, MAX_GAMMA).flatmap(lambda gamma: st.builds(
+    lambda acc, batch: {"accepted": acc, "gamma": gamma, "prompt_batch": batch},
+    st.lists(st.integers(0, gamma), min_size=1, max_size=4), st.integers(0, 3)))
 GOOD_EVENT = st.builds(lambda name, held: {"event": name, "held": held},
                        st.sampled_from(["reuse", "cache_hit"]),
                        st.booleans() | st.lists(st.booleans(), min_size=1, max_size=4))
@@ -465,6 +465,7 @@ BAD_LINE = st.one_of(
     st.just({"event": "reuse"}), st.just({"gamma": 4}),
     GOOD_VERIFY.map(lambda d: {**d, "zzz": 0}),
     GOOD_VERIFY.map(lambda d: {**d, "gamma": -1}),
+    GOOD_VERIFY.map(lambda d: {**d, "accepted": [d["gamma"] + 1]}),  # beyond its gamma
 )
 
 

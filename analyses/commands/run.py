@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from analyses.commands._common import add_run_arguments, config_from_args
+from analyses.measured.evidence import SIMULATED_ONLY  # what a run cannot measure
 from analyses.run.budget import RUN_TOKENS_BUDGET, allow_large_argument
 from analyses.run.config import MAX_TOKENS, parse_placement
 
@@ -96,12 +97,6 @@ def split_placement(text: str | None) -> tuple[str, dict[str, str]]:
         else:
             rest.append(f"{role}={where}")
     return ",".join(rest), physical
-
-
-# Run options only the simulator models: the executor runs the checkpoint at its
-# own precision and sharding, and prefills the prompt in one pass; a measured run
-# recording them would claim what it did not measure.
-SIMULATED_ONLY = ("weight_bits", "kv_bits", "prefill_chunk", "expert_parallel")
 
 
 def _measurable(config) -> None:

@@ -30,12 +30,13 @@ import numpy as np
 
 from analyses.run.config import RunConfig
 from analyses.measured.executorwork import STEP_END, ExecutorWork
-from analyses.measured.runrecord import check_record, read_spans, run_file
+from analyses.measured.evidence import check_evidence, run_platform
+from analyses.measured.runrecord import check_record, read_numbered_spans, run_file
 from hwprofiles import load_model, load_platform
 from policies.runs.metrics import elapsed_s
 from policies.runs.records import read_record, scratch_dir
 from policies.runs.spans import measured_span
-from policies.traces import held_rows, read_acceptance
+from policies.traces import held_rows, numbered_acceptance
 from simcore import Outcomes
 
 RUN_FIELDS = ("platform", "target", "draft", "policy", "params", "tokens", "batch", "seed",
@@ -45,13 +46,19 @@ WORK = ("schedule", "executor")
 
 @dataclass
 class MeasuredRun:
-    """One measured run: its record, spans and acceptance-trace lines."""
+    """One measured run: its record, spans and acceptance-trace lines (with the
+    line numbers of both files), and the platform it was measured on (a shipped
+    name or a profile file inside its directory)."""
 
     path: Path
     record: dict
     spans: list[dict]
     acceptance_path: Path | None
     lines: list[dict] = field(default_factory=list)
+    spans_path: Path | None = None
+    span_lines: list[int] = field(default_factory=list)
+    line_numbers: list[int] = field(default_factory=list)
+    platform: str | None = None
 
     @property
     def inputs(self) -> dict:
@@ -82,10 +89,16 @@ class MeasuredRun:
 def load_run(path) -> MeasuredRun:
     """Read a measured run from its record.json (or the directory holding it),
     checking the record, every span and every acceptance line
-    (``analyses.measured.runrecord``, ``policies.traces.read_acceptance``)."""
+    (``analyses.measured.runrecord``, ``policies.traces.read_acceptance``), then
+    the files against each other (``analyses.measured.evidence``): every reader
+    of measured runs comes through here."""
     path = Path(path)
     if path.is_dir():
         path = path / "record.json"
+    if path.exists() and not path.is_file():  # stat only: a pipe is never opened
+        raise ValueError(f"the run record {path} is not a regular file (a pipe, device or "
+                         "socket); pass the run_record path that 'hetspec run --json' "
+                         "printed")
     if not path.is_file():
         raise ValueError(f"no run record at {path}; pass the run_record path that "
                          "'hetspec run --json' printed")
@@ -94,14 +107,19 @@ def load_run(path) -> MeasuredRun:
         raise ValueError(f"{path} is a {record.get('kind')} record, not a measured run; "
                          "pass a record written by 'hetspec run'")
     check_record(record, path)
-    spans = read_spans(run_file(path.parent, record["spans"], "spans", path))
+    platform = run_platform(record, path)
+    spans_path = run_file(path.parent, record["spans"], "spans", path)
+    spans = read_numbered_spans(spans_path)
     acc_path, lines = None, []
     if record.get("acceptance_trace"):
         acc_path = run_file(path.parent, record["acceptance_trace"], "acceptance_trace",
                             path)
-        lines = read_acceptance(acc_path, "acceptance file",
-                                "re-run 'hetspec run' to write it again")
-    return MeasuredRun(path, record, spans, acc_path, lines)
+        lines = numbered_acceptance(acc_path, "acceptance file",
+                                    "re-run 'hetspec run' to write it again")
+    run = MeasuredRun(path, record, [s for _, s in spans], acc_path, [d for _, d in lines],
+                      spans_path, [n for n, _ in spans], [n for n, _ in lines], platform)
+    check_evidence(run)
+    return run
 
 
 def find_runs(directory) -> list[Path]:
@@ -156,6 +174,8 @@ def replay_config(run: MeasuredRun, profile: str | None = None, batch: int | Non
     """The RunConfig that re-simulates a run (or one prompt batch of it) on
     ``profile`` (default: its own platform)."""
     fields = {k: run.inputs[k] for k in RUN_FIELDS if k in run.inputs}
+    if run.platform is not None:  # a profile file: the one inside the run directory
+        fields["platform"] = run.platform
     # measured devices that read one memory tier at once really share it
     fields["contention"] = True
     for role in ("target", "draft"):
@@ -195,7 +215,7 @@ def _prompt_contexts(spans: list[dict]) -> list[int]:
 def check_run_fits(run: MeasuredRun, platform_name: str) -> None:
     """Raise one sentence when a run was measured on other hardware than the
     profile names, or its spans do not fit the models its inputs name."""
-    measured_on = run.inputs.get("platform")
+    measured_on = run.platform or run.inputs.get("platform")
     if measured_on is not None and load_platform(measured_on).name != platform_name:
         raise ValueError(f"run {run.name} was measured on platform "
                          f"'{load_platform(measured_on).name}', not '{platform_name}'; "
@@ -301,7 +321,8 @@ def replay(run: MeasuredRun, profile: str | None = None, *, steps: int = 4,
 
     if work not in WORK:
         raise ValueError(f"work must be one of {', '.join(WORK)}, not '{work}'")
-    check_run_fits(run, load_platform(profile or run.inputs.get("platform")).name)
+    check_run_fits(run, load_platform(profile or run.platform
+                                      or run.inputs.get("platform")).name)
     batched = any("prompt_batch" in s for s in run.spans)
     parts = [_simulate_batch(run, profile, b, work)
              for b in (run.batches() if batched else [None])]
@@ -312,8 +333,7 @@ def replay(run: MeasuredRun, profile: str | None = None, *, steps: int = 4,
         offset_s += result.time_s
         measured, simulated = measured + steps_m, simulated + steps_s
     predicted = _predicted(run, parts, offset_s, metrics_of)
-    step_error = float(np.median(np.array(simulated) / np.array(measured) - 1.0)) \
-        if measured and len(simulated) == len(measured) else None
+    step_error = _median_error(measured, simulated)
     config = parts[0][0]
     return Replay(f"{run.name} ({run.policy})", run.policy, dict(run.metrics), predicted,
                   _first_steps(measured_span_tuples(run), run.metrics.get(
@@ -321,6 +341,15 @@ def replay(run: MeasuredRun, profile: str | None = None, *, steps: int = 4,
                   _first_steps([tuple(s[:5]) for s in sim_spans],
                                predicted["step_latency_s"], steps),
                   config, sim_spans, step_error, work)
+
+
+def _median_error(measured: list[float], simulated: list[float]) -> float | None:
+    """The median of simulated/measured - 1 over the steps that line up and took
+    time (a step of zero measured time has no relative error)."""
+    if not measured or len(simulated) != len(measured):
+        return None
+    pairs = [(s, m) for s, m in zip(simulated, measured) if m > 0 and math.isfinite(s)]
+    return float(np.median([s / m - 1.0 for s, m in pairs])) if pairs else None
 
 
 def _predicted(run: MeasuredRun, parts, time_s: float, metrics_of) -> dict:

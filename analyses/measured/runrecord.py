@@ -14,9 +14,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
+                      model_validator)
 
 from policies import PolicyError, parse_params
+from policies import ops
 from policies.traces import MAX_SPANS_BYTES, field_error, read_jsonl
 
 CORRUPT = "so the run is corrupt or was not written by 'hetspec run'; record it again"
@@ -73,6 +75,12 @@ REQUIRED_OP_FIELDS = {"Forward": ("model", "device", "layers"),
                       "AllReduce": ("group", "nbytes")}
 
 
+# The operations of the schedule vocabulary (policies/ops.py) a runtime times.
+OP_TYPES = tuple(cls.__name__ for cls in (ops.Forward, ops.Transfer, ops.AllReduce,
+                                          ops.StreamWeights, ops.Verify, ops.Outcome,
+                                          ops.Delay))
+
+
 class SpanOp(_Checked):
     """The operation a span timed (executors/coordinate/coordinator.py ``span``)."""
 
@@ -96,6 +104,14 @@ class SpanOp(_Checked):
     count: Count | None = None
     gamma: Count | None = None
     nbytes: NonNegative | None = None
+
+    @field_validator("type")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value not in OP_TYPES:
+            raise ValueError(f"no operation of the schedule vocabulary is called that "
+                             f"(policies/ops.py times {', '.join(OP_TYPES)})")
+        return value
 
     @model_validator(mode="after")
     def _complete(self):
@@ -161,15 +177,20 @@ def _check_span(span: dict, n: int, path: Path) -> None:
     try:
         MeasuredSpan.model_validate(span)
     except ValidationError as exc:
-        raise ValueError(f"span on line {n} of {path}: {field_error(exc)}, "
-                         f"{CORRUPT}") from None
+        raise ValueError(f"{path} line {n}: {field_error(exc)}, {CORRUPT}") from None
 
 
-def read_spans(path: Path) -> list[dict]:
-    """Every span of a spans.jsonl, each checked (``MeasuredSpan``) in file order;
-    an empty file is refused: a run times at least one operation."""
+def read_numbered_spans(path: Path) -> list[tuple[int, dict]]:
+    """(line number, span) of every span of a spans.jsonl, each checked
+    (``MeasuredSpan``) in file order; an empty file is refused: a run times at
+    least one operation."""
     lines = read_jsonl(path, "spans file", "re-run 'hetspec run' to write it again",
                        MAX_SPANS_BYTES, check=lambda span, n: _check_span(span, n, path))
     if not lines:
         raise ValueError(f"the spans file {path} holds no spans, {CORRUPT}")
-    return [span for _, span in lines]
+    return lines
+
+
+def read_spans(path: Path) -> list[dict]:
+    """Every span of a spans.jsonl, checked (``read_numbered_spans``)."""
+    return [span for _, span in read_numbered_spans(path)]

@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 RUN_FILES = ("record.json", "spans.jsonl", "acceptance.jsonl", "trace.json",
-             "models/target.yaml", "models/draft.yaml")  # what a measured run writes
+             "models/target.yaml", "models/draft.yaml",
+             "platform.yaml")  # what a measured run writes (a profile file it ran on)
 # Files other commands write into a measured run's folder: replay's default trace.
 DERIVED_RUN_FILES = ("replay-trace.json",)
 MAX_NUMBERED = 10_000  # numbered names tried before giving up

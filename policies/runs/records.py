@@ -269,6 +269,9 @@ def _record_text(path: Path) -> str:
     try:
         if path.is_dir():
             raise ValueError(f"run record {path} is a directory, not a file; {fix}")
+        if path.exists() and not path.is_file():  # a pipe is never opened: it would block
+            raise ValueError(f"run record {path} is not a regular file (a pipe, device or "
+                             f"socket); {fix}")
         size = path.stat().st_size
         if size > MAX_RECORD_BYTES:
             raise ValueError(f"run record {path} holds {size / 2**20:.1f} MiB, over the "
