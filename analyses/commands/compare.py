@@ -70,18 +70,16 @@ def positive_int(text: str) -> int:
 
 def scenario(args) -> tuple[list[str], list, dict, dict]:
     """(policies, sweeps, fixed sets, base config fields) from the arguments."""
-    from analyses.run.config import parse_placement, parse_sets
-    from analyses.compare.sweep import parse_sweep
+    from analyses.run.config import parse_placement, parse_sets, split_items
+    from analyses.compare.sweep import parse_sweep, parse_sweeps
     from policies import entry, names
     from simcore import acceptance
 
-    policies = ([p.strip() for p in args.policies.split(",") if p.strip()]
-                if args.policies else names())
-    if not policies:
-        raise ValueError("--policies is empty; name at least one, e.g. --policies ar,sd")
+    policies = (split_items(args.policies, f"--policies {args.policies}", unique=True)
+                if args.policies is not None else names())
     for p in policies:
         entry(p)
-    sweeps = [parse_sweep(s) for s in args.sweep]
+    sweeps = parse_sweeps(args.sweep)
     sets = parse_sets(args.sets)
     if (not args.sweep and "gamma" not in sets
             and any("gamma" in entry(p).params.model_fields for p in policies)):

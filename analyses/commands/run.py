@@ -79,7 +79,7 @@ def split_placement(text: str | None) -> tuple[str, dict[str, str]]:
             physical[role] = where
         else:
             rest.append(f"{role}={where}")
-    return ",".join(rest), physical
+    return ",".join(rest) or None, physical
 
 
 # Run options only the simulator models: the executor runs the checkpoint at its

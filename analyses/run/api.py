@@ -54,6 +54,20 @@ def check_expert_parallel(config: RunConfig) -> None:
                          "(a model with n_experts, e.g. qwen3-30b-a3b); drop the setting")
 
 
+def check_schedule(policy: str, ctx: PolicyContext, params) -> None:
+    """Run the schedule to its first operation and drop it: its own checks of its
+    parameters against the models (a layer beyond the target, a tree wider than
+    its nodes) speak first, before the memory check, whose refusal would name a
+    consequence of the value (draft_layers=500 needs 860 GB) instead of the value."""
+    schedule = build(policy, ctx, params)
+    try:
+        next(schedule)
+    except StopIteration:
+        pass
+    finally:
+        schedule.close()
+
+
 def run_schedule(config: RunConfig, *, record_spans: bool = True,
                  outcomes_factory=Outcomes, rewrite=None,
                  prefill: bool = True,
@@ -83,10 +97,6 @@ def run_schedule(config: RunConfig, *, record_spans: bool = True,
     # the KV cache holds the context the run models: with fixed_context every step
     # sees prompt_tokens, otherwise the cache grows by the generated tokens
     grown = 0 if config.fixed_context else config.tokens
-    if config.memory_check:
-        check_fit(platform, models, placement,
-                  Run(config.policy, params, config.prompt_tokens, grown, config.batch,
-                      pol.streams_weights, config.prefill_chunk))
     # a copy per run: a trace's replay cursor starts at its first step every run
     acc = config.acceptance.model_copy()
     ctx = PolicyContext(target=models["target"], draft=models.get("draft"),
@@ -95,6 +105,11 @@ def run_schedule(config: RunConfig, *, record_spans: bool = True,
                         fixed_context=config.fixed_context,
                         expected_outcomes=config.deterministic,
                         prefill_chunk=config.prefill_chunk, acceptance=acc)
+    check_schedule(config.policy, ctx, params)
+    if config.memory_check:
+        check_fit(platform, models, placement,
+                  Run(config.policy, params, config.prompt_tokens, grown, config.batch,
+                      pol.streams_weights, config.prefill_chunk))
     schedule = build(config.policy, ctx, params)
     if rewrite is not None:
         schedule = rewrite(schedule)
