@@ -478,9 +478,12 @@ def test_show_of_a_name_of_neither_kind_says_so():
 
 def test_expert_parallel_for_a_mixture_of_experts_draft_runs(tmp_path):
     """A dense target with an MoE draft: the AR baseline and the ar point run the
-    target alone, which once refused the whole run as having no mixture of experts."""
+    target alone, which once refused the whole run as having no mixture of experts.
+    The draft sits on the four-GPU group (on gpu4 alone its experts have no group
+    to be sharded over, and expert_parallel is refused as having no effect)."""
     scenario = ("--platform", "h100-sxm-5x", "--target", "llama-3.1-70b", "--draft",
-                "qwen3-30b-a3b", "--tokens", "20", "--set", "expert_parallel=on")
+                "qwen3-30b-a3b", "--tokens", "20", "--set", "expert_parallel=on",
+                "--placement", "draft=target_tp")
     result = run_cli("simulate", *scenario, "--policy", "sd", "--deterministic")
     assert result.rc == 0, result.err
     out = tmp_path / "report.html"

@@ -52,6 +52,44 @@ def check_expert_parallel(config: RunConfig) -> None:
             load_model(name).is_moe for name in (config.target, config.draft) if name):
         raise ValueError("expert_parallel=on needs a mixture-of-experts target or draft "
                          "(a model with n_experts, e.g. qwen3-30b-a3b); drop the setting")
+    if config.expert_parallel:
+        check_expert_group(config)
+
+
+def moe_roles(config: RunConfig, platform: Platform) -> dict[str, str]:
+    """{role: model name} of the roles a mixture-of-experts model may hold: the
+    target's own roles (its pipeline stages and a self-draft's ``draft`` among
+    them) and the draft's."""
+    roles = {}
+    if load_model(config.target).is_moe:
+        stages = [r for r in {**platform.placement, **config.placement}
+                  if r.startswith("stage")]
+        roles.update({r: config.target for r in ("target", "draft", *stages)})
+    if config.draft and load_model(config.draft).is_moe:
+        roles["draft"] = config.draft
+    return roles
+
+
+def check_expert_group(config: RunConfig) -> None:
+    """expert_parallel=on shards experts over a group's members: where every
+    mixture-of-experts model sits on one device it changes nothing, so it is
+    refused (a dense model is refused above for the same reason)."""
+    platform = load_platform(config.platform)
+    check_overrides(platform, config.placement)
+    placement = resolve(platform, config.placement)
+    alone = []
+    for role, model in moe_roles(config, platform).items():
+        try:
+            members = platform.members(placement[role])
+        except (KeyError, ValueError):  # a role this platform places nowhere
+            continue
+        if len(members) > 1:
+            return
+        alone.append(f"{model} on {placement[role]}")
+    raise ValueError(f"expert_parallel=on has no effect: every mixture-of-experts model "
+                     f"sits on one device ({', '.join(dict.fromkeys(alone))}) and experts are sharded "
+                     f"only over a group; place it on a group with --placement (e.g. "
+                     f"target=GROUP) or drop the setting")
 
 
 def check_schedule(policy: str, ctx: PolicyContext, params) -> None:
