@@ -135,6 +135,7 @@ def _compare(args) -> int:
     from analyses.cli import emit_json
     from analyses.compare.sweep import expand_grid, run_grid
 
+    _options_used(args)
     policies, sweeps, sets, base = scenario(args)
     _check_scenario(base)
     _check_output(args, base, sets)
@@ -152,6 +153,17 @@ def _compare(args) -> int:
     else:
         print(summary["line"])
     return 0 if summary["fastest"] else 1
+
+
+def _options_used(args) -> None:
+    """Refuse an option the rest of the command line leaves without effect."""
+    if args.profile and not args.runs:
+        raise ValueError(f"--profile {args.profile} has no effect without --runs (it is "
+                         "the platform measured runs are replayed on); add --runs DIR or "
+                         "drop --profile")
+    if args.jobs is not None and args.backend == "ray":
+        raise ValueError(f"--jobs {args.jobs} has no effect with --backend ray (the "
+                         "cluster schedules the points); drop --jobs")
 
 
 def _check_output(args, base: dict, sets: dict) -> None:

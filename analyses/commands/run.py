@@ -98,6 +98,21 @@ def _measurable(config) -> None:
                              "simulate")
 
 
+def _measured_acceptance(args) -> None:
+    """A measured run accepts what its models accept: an acceptance model's
+    settings (alpha, alphas, histogram, trace, --acceptance) would be recorded
+    and never used, so they are refused."""
+    from analyses.run.config import parse_sets
+    from simcore.acceptance import KEYS
+
+    given = [f"--set {k}" for k in parse_sets(args.sets) if k in KEYS]
+    given += [f"--acceptance {args.acceptance}"] if args.acceptance else []
+    if given:
+        raise ValueError(f"{given[0]} has no effect on hetspec run (a measured run takes "
+                         "its acceptance from the models' own verdicts); drop it, or use "
+                         "hetspec simulate to model an acceptance rate")
+
+
 def _run(args) -> int:
     from analyses.cli import emit_json
     from executors.measure import default_run_dir, measure
@@ -110,6 +125,7 @@ def _run(args) -> int:
     args.placement, physical = split_placement(args.placement)
     config = config_from_args(args, tokens=max_new)
     _measurable(config)
+    _measured_acceptance(args)
     options = Options(max_new_tokens=max_new, threads=args.threads,
                       temperature=args.temperature,
                       mode="inline" if args.inline else "processes", physical=physical)
