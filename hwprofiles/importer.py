@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import json
 import re
-import stat
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from hwprofiles.inputfiles import json_loads, refuse_long_integers, regular_input
 from hwprofiles.loader import MAX_PROFILE_BYTES, ProfileError, printable
 from hwprofiles.models import ModelSpec
 
@@ -82,19 +82,13 @@ def import_config(path: str | Path, name: str, hf_id: str | None = None) -> dict
 
 def read_config(path: Path) -> dict:
     shown = printable(str(path))
-    try:
-        st = path.stat()
-    except OSError:
-        raise ProfileError(f"config file {shown} cannot be read; give the path of a "
-                           "Hugging Face config.json") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ProfileError(f"config path {shown} is not a regular file; give the path "
-                           "of a Hugging Face config.json")
+    st = regular_input(path, "config file", "give the path of a Hugging Face config.json",
+                       ProfileError, shown)
     if st.st_size > MAX_PROFILE_BYTES:
         raise ProfileError(f"config file {shown} is over {MAX_PROFILE_BYTES / 1e6:.0f} MB "
                            "(a config.json is a few KB); check that it is the right file")
     try:
-        config = json.loads(path.read_bytes().decode("utf-8-sig"))
+        config = json_loads(path.read_bytes().decode("utf-8-sig"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProfileError(f"{shown} is not JSON text ({exc.__class__.__name__}); give "
                            "a Hugging Face config.json") from None
@@ -103,7 +97,7 @@ def read_config(path: Path) -> dict:
                            "a Hugging Face config.json") from None
     if not isinstance(config, dict):
         raise ProfileError(f"{shown} must hold a JSON object of config fields")
-    return config
+    return refuse_long_integers(config, shown, ProfileError)
 
 
 def _architecture(config: dict, shown: str) -> str:

@@ -230,7 +230,7 @@ def test_bad_configs_are_one_sentence_and_write_nothing(case, tmp_path):
 
 
 def test_config_paths_that_are_not_a_config_file(tmp_path):
-    assert_refused(run_cli("profiles", "import", tmp_path / "missing.json"), "cannot be read")
+    assert_refused(run_cli("profiles", "import", tmp_path / "missing.json"), "does not exist")
     assert_refused(run_cli("profiles", "import", tmp_path), "not a regular file")
     assert_refused(run_cli("profiles", "import", "/dev/null"), "not a regular file")
     huge = tmp_path / "config.json"
@@ -504,7 +504,7 @@ def test_sweeping_list_valued_settings(spec, shapes):
     assert parse_sweep(spec) == (spec.split("=")[0], shapes)
 
 
-@pytest.mark.parametrize("spec, fragment", [("tree=;", "lists no value"),
+@pytest.mark.parametrize("spec, fragment", [("tree=;", "item 1 of 2 is empty"),
                                             ("tree=4,2;nan", "finite"),
                                             ("tree=4,2;0", "branching factor")])
 def test_bad_list_sweeps_are_one_sentence(spec, fragment, tmp_path):
