@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from analyses.commands._common import add_run_arguments, config_from_args
+from analyses.run.api import check_used
 from analyses.run.config import MAX_TOKENS, parse_placement
 
 MIN_TEMPERATURE = 1e-3  # below it logits / temperature can overflow to inf (NaN probs)
@@ -126,6 +127,7 @@ def _run(args) -> int:
     config = config_from_args(args, tokens=max_new)
     _measurable(config)
     _measured_acceptance(args)
+    check_used(config)
     options = Options(max_new_tokens=max_new, threads=args.threads,
                       temperature=args.temperature,
                       mode="inline" if args.inline else "processes", physical=physical)

@@ -56,6 +56,15 @@ def check_expert_parallel(config: RunConfig) -> None:
         check_expert_group(config)
 
 
+def check_used(config: RunConfig) -> None:
+    """A policy parameter this run's configuration of the schedule ignores
+    (``PolicyParams.unused``: fast_backup_s with backup=jit, omega beside
+    omega_trace, ...) is refused: the run would look like it took it."""
+    why = config.params.unused()
+    if why:
+        raise ValueError(f"policy '{config.policy}': {why}")
+
+
 def moe_roles(config: RunConfig, platform: Platform) -> dict[str, str]:
     """{role: model name} of the roles a mixture-of-experts model may hold: the
     target's own roles (its pipeline stages and a self-draft's ``draft`` among
@@ -225,6 +234,7 @@ def simulate(config: RunConfig, *, trace_path: str | Path | None = None,
     """Simulate a configuration; with ``baseline`` also its AR baseline for
     ``speedup_vs_ar``. Writes a Chrome trace and a run record when paths are given."""
     check_expert_parallel(config)
+    check_used(config)
     result = run_schedule(config)
     metrics = metrics_of(config, result)
     if baseline:
