@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 
 from analyses.commands._common import add_run_arguments, config_from_args
-from analyses.run.api import check_used
 from analyses.run.config import MAX_TOKENS, parse_placement
 
 MIN_TEMPERATURE = 1e-3  # below it logits / temperature can overflow to inf (NaN probs)
@@ -116,6 +115,7 @@ def _measured_acceptance(args) -> None:
 
 def _run(args) -> int:
     from analyses.cli import emit_json
+    from analyses.run.api import check_used
     from executors.measure import default_run_dir, measure
     from executors.prompts import load_jsonl
     from executors.session import Options
@@ -124,9 +124,9 @@ def _run(args) -> int:
     if max_new < 1:
         raise ValueError("--max-new-tokens must be at least 1")
     args.placement, physical = split_placement(args.placement)
+    _measured_acceptance(args)
     config = config_from_args(args, tokens=max_new)
     _measurable(config)
-    _measured_acceptance(args)
     check_used(config)
     options = Options(max_new_tokens=max_new, threads=args.threads,
                       temperature=args.temperature,
