@@ -170,7 +170,11 @@ def quantized_width(config: dict, shown: str, sources: dict,
 def _config_bits(qc, shown: str) -> tuple:
     """(bits, where they were read) of a quantization_config; ProfileError for an
     unknown method."""
-    method = qc.get("quant_method") if isinstance(qc, dict) else None
+    if not isinstance(qc, dict):
+        raise ProfileError(f"{shown}: field 'quantization_config' is a "
+                           f"{type(qc).__name__}, not a mapping with a quant_method; "
+                           f"{FIX_BITS}")
+    method = qc.get("quant_method")
     if method not in QUANT_METHODS:
         raise ProfileError(f"{shown}: field 'quantization_config.quant_method' is "
                            f"{printable(repr(method))}, not one hetspec reads "

@@ -116,9 +116,7 @@ def _measured_acceptance(args) -> None:
 def _run(args) -> int:
     from analyses.cli import emit_json
     from analyses.run.api import check_used
-    from executors.measure import default_run_dir, measure
     from executors.prompts import load_jsonl
-    from executors.session import Options
 
     max_new = args.max_new_tokens if args.max_new_tokens is not None else args.tokens
     if max_new < 1:
@@ -128,10 +126,13 @@ def _run(args) -> int:
     config = config_from_args(args, tokens=max_new)
     _measurable(config)
     check_used(config)
+    messages = load_jsonl(args.prompts) if args.prompts else None
+    from executors.measure import default_run_dir, measure  # torch: after the checks
+    from executors.session import Options
+
     options = Options(max_new_tokens=max_new, threads=args.threads,
                       temperature=args.temperature,
                       mode="inline" if args.inline else "processes", physical=physical)
-    messages = load_jsonl(args.prompts) if args.prompts else None
     run_dir = Path(args.out) if args.out else default_run_dir(config.policy, config.seed)
     with prepared_run_dir(run_dir, run_dir_inputs(args)):
         out = measure(config, options, messages, out_dir=run_dir,
