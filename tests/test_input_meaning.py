@@ -186,6 +186,16 @@ def test_the_same_parameters_in_the_mode_that_uses_them_run():
     assert result.rc == 0, result.err
 
 
+@pytest.mark.parametrize("policy, sets", [("ar", []), ("ppsd", []),
+                                          ("sd", ["draft_layers=15"])])
+def test_a_draft_the_policy_does_not_run_is_refused(policy, sets):
+    argv = ["simulate", "--platform", "cpu-local", "--target", "smollm2-135m", "--tokens",
+            "20", "--policy", policy, "--draft", "smollm2-135m"]
+    for item in sets:
+        argv += ["--set", item]
+    assert_refused(run_cli(*argv), "--draft smollm2-135m has no effect")
+
+
 def test_compare_refuses_profile_without_runs(tmp_path):
     out = tmp_path / "r.html"
     assert_refused(run_cli("compare", "--profile", "cpu-local", "-o", out),

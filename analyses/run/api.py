@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from analyses.run.config import RunConfig, SimConfig  # noqa: F401 (SimConfig: the API's old name)
-from analyses.run.memory import Run, check_fit  # noqa: F401  (check_fit: part of the API)
+from analyses.run.memory import Run, check_fit, uses_draft  # noqa: F401  (check_fit: API)
 from hwprofiles import ModelSpec, Platform, load_model, load_platform
 from hwprofiles.placement import check_overrides, resolve
 from policies import PolicyContext, build, build_prefill, entry, outcome_models
@@ -63,6 +63,10 @@ def check_used(config: RunConfig) -> None:
     why = config.params.unused()
     if why:
         raise ValueError(f"policy '{config.policy}': {why}")
+    if config.draft and not uses_draft(config.policy, config.params):
+        raise ValueError(f"--draft {config.draft} has no effect with policy "
+                         f"'{config.policy}' (it drafts from the target's own layers, or "
+                         "not at all); drop --draft")
 
 
 def moe_roles(config: RunConfig, platform: Platform) -> dict[str, str]:

@@ -133,6 +133,11 @@ def register(h) -> None:
          f"{MIRROR} --set omega=0.5 --set omega_trace=<acc_good.jsonl>"),
         ("i40", "mirror rollout_ratio with batch_fallback=stall",
          f"{MIRROR} --set rollout_ratio=0.5 --set batch_fallback=stall"),
+        ("i65", "--draft with policy ar (no draft)", f"{SIM} --policy ar --draft smollm2-135m"),
+        ("i66", "--draft with sd drafting from the target's layers",
+         f"{SD} --draft smollm2-135m"),
+        ("i67", "--draft with a self-drafting policy (ppsd)",
+         f"{SIM} --policy ppsd --draft smollm2-135m"),
         # N6: quantization_config -----------------------------------------------------------
         ("i41v", "import GPTQ 4-bit", f"{IMPORT} <i_gptq.json>"),
         ("i42v", "import AWQ 4-bit", f"{IMPORT} <i_awq.json>"),
