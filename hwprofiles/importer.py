@@ -17,7 +17,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from hwprofiles.inputfiles import json_loads, refuse_long_integers, regular_input
+from hwprofiles.inputfiles import (DuplicateKey, json_loads, refuse_long_integers,
+                                   regular_input)
 from hwprofiles.loader import MAX_PROFILE_BYTES, ProfileError, printable
 from hwprofiles.models import BITS, ModelSpec
 
@@ -93,6 +94,8 @@ def read_config(path: Path) -> dict:
                            "(a config.json is a few KB); check that it is the right file")
     try:
         config = json_loads(path.read_bytes().decode("utf-8-sig"))
+    except DuplicateKey as exc:
+        raise ProfileError(f"{shown}: {exc}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProfileError(f"{shown} is not JSON text ({exc.__class__.__name__}); give "
                            "a Hugging Face config.json") from None

@@ -6,6 +6,10 @@ missing path, a directory, a FIFO or a device (``/dev/null``) is named as what
 it is, in one sentence with the reader's fix, instead of "does not exist" or a
 hang on a pipe no one writes to.
 
+Both also refuse a key given twice in one mapping (JSON and YAML keep the last
+one in silence): ``DuplicateKey`` names it, and a YAML error names its line.
+YAML merge keys (``<<: *base``) still override as YAML means them to.
+
 JSON and YAML read an integer with Python's ``int()``, which refuses more than
 4300 digits with a message that names neither the file nor the field.
 ``json_loads`` and ``YamlLoader`` read such an integer as a ``LongInteger``
@@ -66,9 +70,23 @@ def _int(text: str):
         raise
 
 
+class DuplicateKey(ValueError):
+    """A JSON object gives one key twice."""
+
+
+def _unique_pairs(pairs: list) -> dict:
+    seen = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise DuplicateKey(f"key '{key}' appears twice in one object; keep one")
+        seen.add(key)
+    return dict(pairs)
+
+
 def json_loads(text: str) -> Any:
-    """``json.loads``, an integer too long to convert read as a ``LongInteger``."""
-    return json.loads(text, parse_int=_int)
+    """``json.loads``, an integer too long to convert read as a ``LongInteger``,
+    a key given twice in one object refused (``DuplicateKey``)."""
+    return json.loads(text, parse_int=_int, object_pairs_hook=_unique_pairs)
 
 
 _BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -87,7 +105,23 @@ def _yaml_int(loader, node):
         raise
 
 
+def _yaml_map(loader, node):
+    """A mapping whose keys are each given once (merge keys aside)."""
+    seen = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node,
+                                                                       yaml.ScalarNode):
+            continue
+        if key_node.value in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"found the key '{key_node.value}' twice in one mapping",
+                key_node.start_mark)
+        seen.add(key_node.value)
+    yield from yaml.SafeLoader.construct_yaml_map(loader, node)
+
+
 YamlLoader.add_constructor("tag:yaml.org,2002:int", _yaml_int)
+YamlLoader.add_constructor("tag:yaml.org,2002:map", _yaml_map)
 
 
 def long_integer_field(data: Any, where: str = "", seen: set | None = None

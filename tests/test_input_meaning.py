@@ -304,6 +304,24 @@ def test_prompts_that_are_not_a_file_are_named_as_what_they_are(kind, fragment, 
         load_jsonl(path)
 
 
+def test_a_key_given_twice_in_an_input_file_is_refused(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(LLAMA)[:-1] + ', "hidden_size": 4096}')
+    assert_refused(run_cli("profiles", "import", path), "'hidden_size' appears twice")
+    model = tmp_path / "m.yaml"
+    shipped = (REPO / "hwprofiles/data/models/smollm2-135m.yaml").read_text()
+    model.write_text(shipped.replace("n_layers: 30", "n_layers: 30\nn_layers: 3", 1))
+    assert_refused(run_cli("profiles", "validate", model), "line 3", "'n_layers' twice")
+
+
+def test_yaml_merge_keys_still_override():
+    from hwprofiles.inputfiles import YamlLoader
+    import yaml
+
+    data = yaml.load("base: &b {x: 1, y: 2}\nother:\n  <<: *b\n  y: 3\n", Loader=YamlLoader)
+    assert data["other"] == {"x": 1, "y": 3}
+
+
 def test_a_closed_stdout_ends_quietly():
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "-m", "analyses.cli", "profiles", "list"],

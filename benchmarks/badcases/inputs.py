@@ -62,6 +62,13 @@ def _record_long_int(run) -> None:
     path.write_text(json.dumps(record, indent=2).replace('"LONG"', BIG))
 
 
+def _record_dup_key(run) -> None:
+    """record.json with a second "kind" key (json.dumps cannot write one)."""
+    path = run / "record.json"
+    text = path.read_text().rstrip()
+    path.write_text(text[:-1].rstrip() + ',\n  "kind": "simulated"\n}\n')
+
+
 def register(h) -> None:
     run = h.RUN
     h.FIXTURES.update({name: h.text(_config(q)) for name, q in QUANT.items()})
@@ -73,8 +80,17 @@ def register(h) -> None:
             (h.MODELS / "smollm2-135m.yaml").read_text().replace(
                 "n_layers: 30", f"n_layers: {BIG}", 1)),
         "i_big_published.yaml": h.text(f"measurements:\n  - tokens_per_s: {BIG}\n"),
+        "i_dup.json": h.text(json.dumps(LLAMA)[:-1] + ', "hidden_size": 4096}'),
+        "i_dup_model.yaml": lambda p: p.write_text(
+            (h.MODELS / "smollm2-135m.yaml").read_text().replace(
+                "n_layers: 30", "n_layers: 30\nn_layers: 3", 1)),
+        "i_dup_platform.yaml": lambda p: p.write_text(
+            (h.PLATFORMS / "cpu-local.yaml").read_text() + "name: cpu-other\n"),
+        "i_dup_published.yaml": h.text("measurements:\n  - platform: a100-sxm-8x\n"
+                                       "    platform: h100-sxm-5x\n"),
     })
-    h.VARIANTS.update({"i_spans_fifo": _spans_fifo, "i_record_long_int": _record_long_int})
+    h.VARIANTS.update({"i_spans_fifo": _spans_fifo, "i_record_long_int": _record_long_int,
+                       "i_record_dup_key": _record_dup_key})
     cases = [
         # N7: empty list items --------------------------------------------------------
         ("i01", "--set tree=4,,2 (empty item inside)", f"{TREE} --set tree=4,,2"),
@@ -171,6 +187,13 @@ def register(h) -> None:
         ("i62", "acceptance trace is a FIFO", f"{SD} --set trace=<fifo>"),
         ("i63", "profiles import a FIFO", f"{IMPORT} <fifo>"),
         ("i64", "replay a run whose spans file is a FIFO", "replay <run:i_spans_fifo>/record.json"),
+        # N7: a key twice in an input file (JSON and YAML keep the last in silence) ------------
+        ("i68", "config.json gives hidden_size twice", f"{IMPORT} <i_dup.json>"),
+        ("i69", "model YAML gives n_layers twice", f"{SIM} --policy ar --target <i_dup_model.yaml>"),
+        ("i70", "platform YAML gives name twice", "profiles validate <i_dup_platform.yaml>"),
+        ("i71", "published file gives a row's platform twice",
+         "calibrate --published <i_dup_published.yaml> --profile a100-sxm-8x -o cal.yaml"),
+        ("i72", "run record gives a key twice", "replay <run:i_record_dup_key>/record.json"),
     ]
     h.CASES_TABLE.extend(cases)
     for case_id, _, _ in cases:

@@ -27,7 +27,7 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
-from hwprofiles.inputfiles import json_loads, refuse_long_integers
+from hwprofiles.inputfiles import DuplicateKey, json_loads, refuse_long_integers
 
 
 class WriteError(OSError):
@@ -256,6 +256,8 @@ def read_record(path) -> dict:
     text = _record_text(path)
     try:
         record = json_loads(text)
+    except DuplicateKey as exc:
+        raise ValueError(f"run record {path}: {exc}") from None
     except (ValueError, RecursionError) as exc:
 
         raise ValueError(f"run record {path} cannot be read ({exc.__class__.__name__}); "
