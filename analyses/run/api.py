@@ -12,7 +12,7 @@ from a notebook::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from analyses.run.config import RunConfig, SimConfig  # noqa: F401 (SimConfig: the API's old name)
@@ -156,7 +156,8 @@ def run_schedule(config: RunConfig, *, record_spans: bool = True,
                         fixed_context=config.fixed_context,
                         expected_outcomes=config.deterministic,
                         prefill_chunk=config.prefill_chunk, acceptance=acc)
-    check_schedule(config.policy, ctx, params)
+    # its own acceptance copy: the check's first steps move no cursor of the run's
+    check_schedule(config.policy, replace(ctx, acceptance=acc.model_copy()), params)
     if config.memory_check:
         check_fit(platform, models, placement,
                   Run(config.policy, params, config.prompt_tokens, grown, config.batch,
