@@ -160,8 +160,9 @@ def quantized_width(config: dict, shown: str, sources: dict,
     if given is None:
         source = f"{shown}: {note}"
     else:  # an unknown method, or a width hetspec does not store: the user's width
-        bits, source = given, (f"profiles import --weight-bits {given} (quantization_config "
-                               f"{'says ' + printable(repr(bits)) + ' bits' if known else 'not read'})")
+        said = f"says {printable(repr(bits))} bits" if known else "not read"
+        bits, source = given, (f"profiles import --weight-bits {given} "
+                               f"(quantization_config {said})")
     if isinstance(bits, bool) or bits not in BITS:
         raise ProfileError(f"{shown}: field 'quantization_config' stores weights at "
                            f"{printable(repr(bits))} bits; hetspec stores "

@@ -99,10 +99,11 @@ def check_expert_group(config: RunConfig) -> None:
         if len(members) > 1:
             return
         alone.append(f"{model} on {placement[role]}")
+    where = ", ".join(dict.fromkeys(alone))
     raise ValueError(f"expert_parallel=on has no effect: every mixture-of-experts model "
-                     f"sits on one device ({', '.join(dict.fromkeys(alone))}) and experts are sharded "
-                     f"only over a group; place it on a group with --placement (e.g. "
-                     f"target=GROUP) or drop the setting")
+                     f"sits on one device ({where}) and experts are sharded only over a "
+                     "group; place it on a group with --placement (e.g. target=GROUP) or "
+                     "drop the setting")
 
 
 def check_schedule(policy: str, ctx: PolicyContext, params) -> None:
