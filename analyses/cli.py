@@ -124,7 +124,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     with _terminate_as_interrupt():
         try:
-            return int(args.func(args) or 0)
+            code = int(args.func(args) or 0)
+            sys.stdout.flush()  # a closed reader shows here, not at the exit
+            return code
+        except BrokenPipeError:
+            return _reader_gone()
         except user_errors() as exc:
             print(f"hetspec: error: {_one_sentence(exc)}", file=sys.stderr)
             return 2
@@ -138,6 +142,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"hetspec: {'terminated' if signum == signal.SIGTERM else 'interrupted'}",
                   file=sys.stderr)
             return 128 + signum
+
+
+def _reader_gone() -> int:
+    """stdout's reader closed the pipe (``hetspec profiles list | head -2``): end
+    quietly with the status a shell gives a process SIGPIPE stopped (141). What
+    is still buffered goes to /dev/null, so Python's own flush at exit has no
+    second broken pipe to report."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 class Terminated(KeyboardInterrupt):

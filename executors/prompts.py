@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from hwprofiles.inputfiles import regular_input
+
 MAX_PROMPTS_BYTES = 16_000_000  # prompts for a measured run, not a data set
 
 BUILTIN = (
@@ -23,13 +25,12 @@ BUILTIN = (
 
 def load_jsonl(path) -> list[list[dict]]:
     path = Path(path)
-    if path.is_dir():
-        raise ValueError(f"prompts file {path} is a directory; pass a JSONL file of chat "
-                         "messages with --prompts")
-    if not path.is_file():
-        raise FileNotFoundError(f"prompts file {path} does not exist; pass a JSONL file "
-                                "of chat messages with --prompts")
-    if path.stat().st_size > MAX_PROMPTS_BYTES:
+    st = regular_input(path, "prompts file", "pass a JSONL file of chat messages with "
+                       "--prompts")
+    if st.st_size == 0:
+        raise ValueError(f"prompts file {path} is empty; add one JSON line of chat "
+                         "messages per prompt")
+    if st.st_size > MAX_PROMPTS_BYTES:
         raise ValueError(f"prompts file {path} is {path.stat().st_size / 1e6:.1f} MB, over "
                          f"the {MAX_PROMPTS_BYTES / 1e6:.0f} MB limit; pass fewer prompts")
     try:

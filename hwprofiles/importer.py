@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import re
-import stat
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from hwprofiles.inputfiles import (DuplicateKey, json_loads, refuse_long_integers,
+                                   regular_input)
 from hwprofiles.loader import MAX_PROFILE_BYTES, ProfileError, printable
-from hwprofiles.models import ModelSpec
+from hwprofiles.models import BITS, ModelSpec
 
 # architecture -> (family, tie_word_embeddings when the config leaves it out: the
 # default of that family's transformers config class)
@@ -41,9 +42,12 @@ DENSE_KEYS = {"n_layers": "num_hidden_layers", "hidden": "hidden_size",
               "vocab": "vocab_size"}
 
 
-def import_config(path: str | Path, name: str, hf_id: str | None = None) -> dict:
+def import_config(path: str | Path, name: str, hf_id: str | None = None,
+                  weight_bits: int | None = None) -> dict:
     """The validated model profile (a plain mapping, ready to dump as YAML) of
-    the config.json at ``path``; ProfileError with one sentence otherwise."""
+    the config.json at ``path``; ProfileError with one sentence otherwise.
+    ``weight_bits`` (``--weight-bits``) gives the stored width of a quantized
+    checkpoint whose ``quantization_config`` hetspec cannot read."""
     path = Path(path)
     config = read_config(path)
     shown = printable(str(path))
@@ -70,6 +74,7 @@ def import_config(path: str | Path, name: str, hf_id: str | None = None) -> dict
     if config.get("head_dim") is not None:
         take("head_dim", "head_dim")
     fields.update(_dtype(config, shown, sources))
+    fields.update(quantized_width(config, shown, sources, weight_bits))
     fields.update(_embeddings(config, arch, shown, sources))
     fields["hf_architecture"] = arch
     fields.update(_experts(config, arch, shown, sources, take))
@@ -82,19 +87,15 @@ def import_config(path: str | Path, name: str, hf_id: str | None = None) -> dict
 
 def read_config(path: Path) -> dict:
     shown = printable(str(path))
-    try:
-        st = path.stat()
-    except OSError:
-        raise ProfileError(f"config file {shown} cannot be read; give the path of a "
-                           "Hugging Face config.json") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ProfileError(f"config path {shown} is not a regular file; give the path "
-                           "of a Hugging Face config.json")
+    st = regular_input(path, "config file", "give the path of a Hugging Face config.json",
+                       ProfileError, shown)
     if st.st_size > MAX_PROFILE_BYTES:
         raise ProfileError(f"config file {shown} is over {MAX_PROFILE_BYTES / 1e6:.0f} MB "
                            "(a config.json is a few KB); check that it is the right file")
     try:
-        config = json.loads(path.read_bytes().decode("utf-8-sig"))
+        config = json_loads(path.read_bytes().decode("utf-8-sig"))
+    except DuplicateKey as exc:
+        raise ProfileError(f"{shown}: {exc}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProfileError(f"{shown} is not JSON text ({exc.__class__.__name__}); give "
                            "a Hugging Face config.json") from None
@@ -103,7 +104,7 @@ def read_config(path: Path) -> dict:
                            "a Hugging Face config.json") from None
     if not isinstance(config, dict):
         raise ProfileError(f"{shown} must hold a JSON object of config fields")
-    return config
+    return refuse_long_integers(config, shown, ProfileError)
 
 
 def _architecture(config: dict, shown: str) -> str:
@@ -124,10 +125,87 @@ def _dtype(config: dict, shown: str, sources: dict) -> dict:
         return {}
     if not isinstance(value, str) or value not in DTYPES:
         raise ProfileError(f"{shown}: field '{key}' is {printable(repr(value))}; hetspec "
-                           f"reads {', '.join(DTYPES)} (set --set weight_bits= for a "
-                           "quantized checkpoint)")
+                           f"reads {', '.join(DTYPES)} (a quantized "
+                           "checkpoint gives its width in quantization_config, or pass "
+                           "--weight-bits)")
     sources["dtype"] = f"{shown}: {key} {value}"
     return {"dtype": DTYPES[value]}
+
+
+# quant_method -> how its quantization_config gives the weights' stored width
+QUANT_METHODS = ("gptq", "awq", "bitsandbytes", "fp8", "compressed-tensors")
+FIX_BITS = "pass the stored width as --weight-bits 4 or 8 (the profile's weight_bits)"
+
+
+def quantized_width(config: dict, shown: str, sources: dict,
+                    given: int | None = None) -> dict:
+    """``weight_bits`` of a quantized checkpoint, from its ``quantization_config``
+    (GPTQ/AWQ ``bits``, bitsandbytes ``load_in_4bit``/``load_in_8bit``, fp8,
+    compressed-tensors ``num_bits``) or from ``given`` (``--weight-bits``), with
+    its source; {} for an unquantized checkpoint. An unknown method, or a width
+    hetspec does not store, is refused: read as its dtype, a 4-bit checkpoint
+    would count 4x its weight bytes."""
+    qc = config.get("quantization_config")
+    if qc is None:
+        if given is not None:
+            raise ProfileError(f"--weight-bits {given} has no effect: {shown} has no "
+                               "quantization_config (its weights are stored at its dtype); "
+                               "drop --weight-bits, or pass --set weight_bits= to a run")
+        return {}
+    known = isinstance(qc, dict) and qc.get("quant_method") in QUANT_METHODS
+    bits, note = _config_bits(qc, shown) if given is None or known else (None, "")
+    if given is not None and bits in BITS and given != bits:
+        raise ProfileError(f"--weight-bits {given} contradicts {shown}'s {note} "
+                           f"({bits}); drop --weight-bits")
+    if given is None:
+        source = f"{shown}: {note}"
+    else:  # an unknown method, or a width hetspec does not store: the user's width
+        said = f"says {printable(repr(bits))} bits" if known else "not read"
+        bits, source = given, (f"profiles import --weight-bits {given} "
+                               f"(quantization_config {said})")
+    if isinstance(bits, bool) or bits not in BITS:
+        raise ProfileError(f"{shown}: field 'quantization_config' stores weights at "
+                           f"{printable(repr(bits))} bits; hetspec stores "
+                           f"{', '.join(map(str, BITS))}: {FIX_BITS}")
+    sources["weight_bits"] = source + " (embeddings and LM head counted at this width too)"
+    return {"weight_bits": bits}
+
+
+def _config_bits(qc, shown: str) -> tuple:
+    """(bits, where they were read) of a quantization_config; ProfileError for an
+    unknown method."""
+    if not isinstance(qc, dict):
+        raise ProfileError(f"{shown}: field 'quantization_config' is a "
+                           f"{type(qc).__name__}, not a mapping with a quant_method; "
+                           f"{FIX_BITS}")
+    method = qc.get("quant_method")
+    if method not in QUANT_METHODS:
+        raise ProfileError(f"{shown}: field 'quantization_config.quant_method' is "
+                           f"{printable(repr(method))}, not one hetspec reads "
+                           f"({', '.join(QUANT_METHODS)}); {FIX_BITS}")
+    where = f"quantization_config (quant_method {method})"
+    if method in ("gptq", "awq"):
+        key = "bits" if "bits" in qc or "w_bit" not in qc else "w_bit"
+        return qc.get(key), f"{where}, {key}"
+    if method == "bitsandbytes":
+        four, eight = qc.get("load_in_4bit") is True, qc.get("load_in_8bit") is True
+        if four == eight:
+            raise ProfileError(f"{shown}: field 'quantization_config' sets "
+                               f"{'both' if four else 'neither'} of load_in_4bit and "
+                               f"load_in_8bit; {FIX_BITS}")
+        return (4, f"{where}, load_in_4bit") if four else (8, f"{where}, load_in_8bit")
+    if method == "fp8":
+        return 8, f"{where}: 8-bit float weights"
+    groups = qc.get("config_groups")
+    found = [g["weights"].get("num_bits") for g in
+             (groups.values() if isinstance(groups, dict) else ())
+             if isinstance(g, dict) and isinstance(g.get("weights"), dict)]
+    widths = list(dict.fromkeys(w if isinstance(w, (int, float, str)) else repr(w)
+                                for w in found))
+    if len(widths) != 1:
+        raise ProfileError(f"{shown}: field 'quantization_config.config_groups' gives "
+                           f"{'no' if not widths else 'several'} weight num_bits; {FIX_BITS}")
+    return widths[0], f"{where}, config_groups weights num_bits"
 
 
 def _embeddings(config: dict, arch: str, shown: str, sources: dict) -> dict:

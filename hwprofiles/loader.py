@@ -5,16 +5,15 @@ from __future__ import annotations
 import codecs
 import hashlib
 import re
-import stat
 from importlib import resources
 from pathlib import Path
 
 import yaml
 from pydantic import ValidationError
 
+from hwprofiles.inputfiles import YamlLoader, refuse_long_integers, regular_input
 from hwprofiles.schema import ModelSpec, Platform
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _KINDS = {"platforms": Platform, "models": ModelSpec}
 # Profiles are a few KB (the largest shipped one is under 10 KB); a file over this
 # is the wrong file, and parsing it could take gigabytes of memory.
@@ -75,20 +74,8 @@ def printable(text: str) -> str:
 def _checked_file(path: Path) -> Path:
     """The path, once it names a regular file within the size limit."""
     shown = printable(str(path))
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        raise ProfileError(f"profile file {shown} does not exist; give a path to a YAML "
-                           "file or a shipped name") from None
-    except OSError as exc:
-        raise ProfileError(f"profile file {shown} cannot be read ({exc.strerror}); "
-                           "check the path and its permissions") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise ProfileError(f"profile path {shown} is a directory; give the path of a "
-                           "YAML file in it")
-    if not stat.S_ISREG(st.st_mode):
-        raise ProfileError(f"profile path {shown} is not a regular file (a device, pipe "
-                           "or socket); give the path of a YAML file")
+    st = regular_input(path, "profile file", "give the path of a YAML file or a shipped "
+                       "name", ProfileError, shown)
     if st.st_size > MAX_PROFILE_BYTES:
         raise ProfileError(f"profile file {shown} is {st.st_size / 1e6:.1f} MB, over the "
                            f"{MAX_PROFILE_BYTES / 1e6:.0f} MB limit for profiles (a "
@@ -159,7 +146,7 @@ def _decode(path: Path, raw: bytes) -> str:
 def _parse(path: Path, text: str) -> dict:
     name = printable(path.name)
     try:
-        data = yaml.load(text, Loader=_Loader)
+        data = yaml.load(text, Loader=YamlLoader)
     except yaml.constructor.ConstructorError as exc:
         tag = re.search(r"tag '([^']*)'", exc.problem or "")
         if tag is None:  # e.g. an unhashable key: a plain syntax problem
@@ -177,7 +164,7 @@ def _parse(path: Path, text: str) -> dict:
         raise ProfileError(_syntax_error(name, exc)) from None
     if not isinstance(data, dict):
         raise ProfileError(f"{name} must hold a YAML mapping of fields")
-    return data
+    return refuse_long_integers(data, name, ProfileError)
 
 
 def _syntax_error(name: str, exc: yaml.YAMLError) -> str:

@@ -36,6 +36,13 @@ class PolicyParams(StrictModel):
         value they take there; a runtime records them beside its run."""
         return {}
 
+    def unused(self) -> str | None:
+        """A parameter given that this configuration of the schedule ignores, as
+        one clause naming it and the fix, or None. A single run refuses it
+        (``analyses.run.api.check_used``); a sweep does not, as one fixed
+        setting may serve some of its points and not others."""
+        return None
+
 
 @dataclass(frozen=True)
 class PolicyContext:

@@ -153,6 +153,15 @@ class MirrorParams(PolicyParams):
         """eta defaults to 1 where the draft emits one token a pass."""
         return {"eta": 1} if self.eta is None else {}
 
+    def unused(self) -> str | None:
+        """A given setting this configuration ignores (PolicyParams.unused)."""
+        if self.omega_trace is not None and "omega" in self.model_fields_set:
+            return "omega has no effect with omega_trace (the trace's rate is used); drop one"
+        if self.rollout_ratio is not None and self.batch_fallback != "auto":
+            return (f"rollout_ratio has no effect with batch_fallback={self.batch_fallback} "
+                    "(it decides between stall and skip under auto); drop one")
+        return None
+
     @field_validator("omega")
     @classmethod
     def _unit(cls, v):

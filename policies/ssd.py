@@ -106,6 +106,24 @@ class SSDParams(PolicyParams):
         "all-reduces per draft step when the draft runs on a group (2: SPD-style, as "
         "every separate-draft schedule by default; none: two per layer)"))
 
+    def unused(self) -> str | None:
+        """A given setting this configuration ignores (PolicyParams.unused)."""
+        given = self.model_fields_set
+        fast = sorted(given & {"fast_alpha", "fast_backup_s"})
+        if self.backup == "jit" and fast:
+            return (f"{fast[0]} has no effect with backup=jit (it describes the fast "
+                    f"backup); set backup=fast or drop {fast[0]}")
+        if self.hit_trace is not None and "hit_rate" in given:
+            return "hit_rate has no effect with hit_trace (the trace's rate is used); drop one"
+        if "r" in given and self.shape == "uniform" and (self.hit_rate is not None
+                                                         or self.hit_trace is not None):
+            return ("r has no effect with shape=uniform and a given hit rate (it shapes a "
+                    "geometric fan-out or models the hit rate); drop r or set shape=geometric")
+        if "top_mass" in given and self.c_saguaro == 1:
+            return ("top_mass has no effect with c_saguaro=1 (plain sampling moves no mass); "
+                    "set c_saguaro below 1 or drop top_mass")
+        return None
+
 
 def planning_weights(a_p: float, k_max: int) -> list[float]:
     """P(k accepted) for k = 0..K under i.i.d. acceptance a_p."""

@@ -25,6 +25,7 @@ from typing import Annotated
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
 
+from hwprofiles.inputfiles import regular_input
 from policies.base import PolicyError
 
 # A measured run's JSON-lines files are a few MB at most (a Verify line is
@@ -120,14 +121,8 @@ def held_rows(line: dict) -> list[bool]:
 
 
 def _file_bytes(path: Path, what: str, fix: str, max_bytes: int) -> bytes:
-    if path.is_dir():
-        raise TraceError(f"the {what} {path} is a directory, not a file; {fix}")
-    if not path.is_file():  # stat only: a pipe is never opened (a read would block)
-        problem = ("is not a regular file (a pipe, device or socket)" if path.exists()
-                   else "does not exist")
-        raise TraceError(f"the {what} {path} {problem}; {fix}")
+    size = regular_input(path, f"the {what}", fix, TraceError).st_size
     try:
-        size = path.stat().st_size
         if size > max_bytes:
             raise TraceError(f"the {what} {path} holds {size / 2**20:.1f} MiB, over the "
                              f"{max_bytes // 2**20} MiB a measured run writes; {fix}")

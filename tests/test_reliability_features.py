@@ -230,7 +230,7 @@ def test_bad_configs_are_one_sentence_and_write_nothing(case, tmp_path):
 
 
 def test_config_paths_that_are_not_a_config_file(tmp_path):
-    assert_refused(run_cli("profiles", "import", tmp_path / "missing.json"), "cannot be read")
+    assert_refused(run_cli("profiles", "import", tmp_path / "missing.json"), "does not exist")
     assert_refused(run_cli("profiles", "import", tmp_path), "not a regular file")
     assert_refused(run_cli("profiles", "import", "/dev/null"), "not a regular file")
     huge = tmp_path / "config.json"
@@ -478,9 +478,12 @@ def test_show_of_a_name_of_neither_kind_says_so():
 
 def test_expert_parallel_for_a_mixture_of_experts_draft_runs(tmp_path):
     """A dense target with an MoE draft: the AR baseline and the ar point run the
-    target alone, which once refused the whole run as having no mixture of experts."""
+    target alone, which once refused the whole run as having no mixture of experts.
+    The draft sits on the four-GPU group (on gpu4 alone its experts have no group
+    to be sharded over, and expert_parallel is refused as having no effect)."""
     scenario = ("--platform", "h100-sxm-5x", "--target", "llama-3.1-70b", "--draft",
-                "qwen3-30b-a3b", "--tokens", "20", "--set", "expert_parallel=on")
+                "qwen3-30b-a3b", "--tokens", "20", "--set", "expert_parallel=on",
+                "--placement", "draft=target_tp")
     result = run_cli("simulate", *scenario, "--policy", "sd", "--deterministic")
     assert result.rc == 0, result.err
     out = tmp_path / "report.html"
@@ -501,7 +504,7 @@ def test_sweeping_list_valued_settings(spec, shapes):
     assert parse_sweep(spec) == (spec.split("=")[0], shapes)
 
 
-@pytest.mark.parametrize("spec, fragment", [("tree=;", "lists no value"),
+@pytest.mark.parametrize("spec, fragment", [("tree=;", "item 1 of 2 is empty"),
                                             ("tree=4,2;nan", "finite"),
                                             ("tree=4,2;0", "branching factor")])
 def test_bad_list_sweeps_are_one_sentence(spec, fragment, tmp_path):

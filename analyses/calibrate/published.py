@@ -42,6 +42,7 @@ from analyses.calibrate.knobs import (DEFAULT_FIELDS, FIELD_KINDS, Knob, log_bou
                             objects_of, scaled)
 from analyses.calibrate.unknowns import Unknown, check_row, check_rows, row_unknowns, substitute, unknowns_of
 from hwprofiles import Platform
+from hwprofiles.inputfiles import YamlLoader, refuse_long_integers
 from hwprofiles.numbers import StrictModel
 from simcore.acceptance import default as acceptance_default
 
@@ -144,7 +145,8 @@ def load_published(path) -> tuple[Measurement, ...]:
         raise ValueError(f"published measurements {path} is over "
                          f"{MAX_PUBLISHED_BYTES:,} bytes; split it or give the right file")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = refuse_long_integers(yaml.load(path.read_text(encoding="utf-8"),
+                                              Loader=YamlLoader), str(path))
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         first = str(err).splitlines()[0]
         raise ValueError(f"published measurements {path} is not valid YAML ({first}); "

@@ -78,18 +78,16 @@ def positive_int(text: str) -> int:
 
 def scenario(args) -> tuple[list[str], list, dict, dict]:
     """(policies, sweeps, fixed sets, base config fields) from the arguments."""
-    from analyses.run.config import parse_placement, parse_sets
-    from analyses.compare.sweep import parse_sweep
+    from analyses.run.config import parse_placement, parse_sets, split_items
+    from analyses.compare.sweep import parse_sweep, parse_sweeps
     from policies import entry, names
     from simcore import acceptance
 
-    policies = ([p.strip() for p in args.policies.split(",") if p.strip()]
-                if args.policies else names())
-    if not policies:
-        raise ValueError("--policies is empty; name at least one, e.g. --policies ar,sd")
+    policies = (split_items(args.policies, f"--policies {args.policies}", unique=True)
+                if args.policies is not None else names())
     for p in policies:
         entry(p)
-    sweeps = [parse_sweep(s) for s in args.sweep]
+    sweeps = parse_sweeps(args.sweep)
     sets = parse_sets(args.sets)
     if (not args.sweep and "gamma" not in sets
             and any("gamma" in entry(p).params.model_fields for p in policies)):
@@ -145,6 +143,7 @@ def _compare(args) -> int:
     from analyses.cli import emit_json
     from analyses.compare.sweep import expand_grid, run_grid
 
+    _options_used(args)
     policies, sweeps, sets, base = scenario(args)
     _check_scenario(base)
     _check_output(args, base, sets)
@@ -176,6 +175,17 @@ def check_budget(args, policies: list[str], sweeps: list, sets: dict, base: dict
           args.allow_large, announce=False)
     if args.runs:
         check(runs_estimate(args.runs, "compare --runs"), args.allow_large)
+
+
+def _options_used(args) -> None:
+    """Refuse an option the rest of the command line leaves without effect."""
+    if args.profile and not args.runs:
+        raise ValueError(f"--profile {args.profile} has no effect without --runs (it is "
+                         "the platform measured runs are replayed on); add --runs DIR or "
+                         "drop --profile")
+    if args.jobs is not None and args.backend == "ray":
+        raise ValueError(f"--jobs {args.jobs} has no effect with --backend ray (the "
+                         "cluster schedules the points); drop --jobs")
 
 
 def _check_output(args, base: dict, sets: dict) -> None:

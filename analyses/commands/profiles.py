@@ -33,6 +33,12 @@ def register(sub) -> None:
                      "stem, or the config's folder name)")
     imp.add_argument("--hf-id", help="the checkpoint's Hugging Face id, so that it names "
                      "the profile (e.g. Qwen/Qwen3-32B)")
+    imp.add_argument("--weight-bits", type=int, choices=(4, 8, 16, 32),
+                     help="stored width of a quantized checkpoint's weights, for a "
+                          "quantization_config hetspec does not read (default: its "
+                          "gptq/awq bits, bitsandbytes load_in_4bit/8bit, fp8 or "
+                          "compressed-tensors num_bits; no quantization_config: the "
+                          "dtype's width)")
     imp.set_defaults(func=_import)
 
 
@@ -104,7 +110,7 @@ def _import(args) -> int:
     check_outputs({"-o": args.output}, [("the config.json", config)],
                   names={"-o": f"{args.name or folder_name}.yaml"})
     name = args.name or (Path(args.output).stem if args.output else folder_name)
-    fields = import_config(config, name, args.hf_id)
+    fields = import_config(config, name, args.hf_id, args.weight_bits)
     text = yaml.safe_dump(fields, sort_keys=False, allow_unicode=True)
     if args.output is None:
         print(text, end="")

@@ -96,7 +96,7 @@ def split_placement(text: str | None) -> tuple[str, dict[str, str]]:
             physical[role] = where
         else:
             rest.append(f"{role}={where}")
-    return ",".join(rest), physical
+    return ",".join(rest) or None, physical
 
 
 def _measurable(config) -> None:
@@ -109,8 +109,24 @@ def _measurable(config) -> None:
                              "simulate")
 
 
+def _measured_acceptance(args) -> None:
+    """A measured run accepts what its models accept: an acceptance model's
+    settings (alpha, alphas, histogram, trace, --acceptance) would be recorded
+    and never used, so they are refused."""
+    from analyses.run.config import parse_sets
+    from simcore.acceptance import KEYS
+
+    given = [f"--set {k}" for k in parse_sets(args.sets) if k in KEYS]
+    given += [f"--acceptance {args.acceptance}"] if args.acceptance else []
+    if given:
+        raise ValueError(f"{given[0]} has no effect on hetspec run (a measured run takes "
+                         "its acceptance from the models' own verdicts); drop it, or use "
+                         "hetspec simulate to model an acceptance rate")
+
+
 def _run(args) -> int:
     from analyses.cli import emit_json
+    from analyses.run.api import check_used
     from analyses.run.budget import announce_estimate, check, run_estimate
     from executors.prompts import BUILTIN, load_jsonl
     from policies.runs.folders import default_run_dir
@@ -120,8 +136,10 @@ def _run(args) -> int:
         raise ValueError(f"--tokens (--max-new-tokens) is {max_new}; give a number from 1 "
                          f"to {MAX_TOKENS:,}")
     args.placement, physical = split_placement(args.placement)
+    _measured_acceptance(args)
     config = config_from_args(args, tokens=max_new)
     _measurable(config)
+    check_used(config)
     messages = load_jsonl(args.prompts) if args.prompts else None
     estimate = check(run_estimate(len(messages or BUILTIN), max_new, not args.no_baseline),
                      args.allow_large, announce=False)  # before the models load

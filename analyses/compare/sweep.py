@@ -22,7 +22,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from analyses.run.config import RUN_KEYS, RunConfig, parse_value, split_sets
+from analyses.run.config import (RUN_KEYS, RunConfig, parse_value, refuse_repeats,
+                                 split_items, split_sets)
 from policies import entry
 from simcore import acceptance
 from policies.runs.metrics import add_speedup
@@ -86,11 +87,9 @@ def parse_sweep(spec: str) -> tuple[str, list]:
     if not sep or not key or not text.strip():
         raise ValueError(f"--sweep expects KEY=RANGE, got '{spec}'; write e.g. "
                          "--sweep gamma=2..6")
+    where = f"--sweep {spec}"
     if ";" in text or key in LIST_KEYS:
-        values = [parse_value(part) for part in text.split(";") if part.strip()]
-        if not values:
-            raise ValueError(f"--sweep {spec} lists no value; write e.g. "
-                             "--sweep 'tree=4,2,2,1;3,3,1'")
+        values = [parse_value(part, where) for part in split_items(text, where, ";")]
         if key in LIST_KEYS or any(isinstance(v, tuple) for v in values):
             values = [v if isinstance(v, tuple) else (v,) for v in values]  # one kind
             for value in values:
@@ -99,7 +98,7 @@ def parse_sweep(spec: str) -> tuple[str, list]:
             _finite_values(values, spec)
         return key, values
     if ".." not in text:
-        value = parse_value(text)
+        value = parse_value(text, where)
         return key, _finite_values(list(value) if isinstance(value, tuple) else [value], spec)
     lo_text, _, rest = text.partition("..")
     hi_text, _, step_text = rest.partition(":")
@@ -121,6 +120,14 @@ def parse_sweep(spec: str) -> tuple[str, list]:
     if all(isinstance(v, int) for v in (lo, hi, step)):
         return key, [lo + i * step for i in range(count)]
     return key, [round(lo + i * step, 10) for i in range(count)]
+
+
+def parse_sweeps(specs: list[str]) -> list[tuple[str, list]]:
+    """Every ``--sweep``; one key swept twice is refused (the grids would not say
+    which values were meant)."""
+    sweeps = [parse_sweep(spec) for spec in specs]
+    refuse_repeats([key for key, _ in sweeps], "--sweep")
+    return sweeps
 
 
 def _accepts(policy: str, key: str) -> bool:

@@ -12,11 +12,11 @@ from a notebook::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from analyses.run.config import RunConfig, SimConfig  # noqa: F401 (SimConfig: the API's old name)
-from analyses.run.memory import Run, check_fit  # noqa: F401  (check_fit: part of the API)
+from analyses.run.memory import Run, check_fit, uses_draft  # noqa: F401  (check_fit: API)
 from hwprofiles import ModelSpec, Platform, load_model, load_platform
 from hwprofiles.placement import check_overrides, resolve
 from policies import PolicyContext, build, build_prefill, entry, outcome_models
@@ -53,6 +53,72 @@ def check_expert_parallel(config: RunConfig) -> None:
             load_model(name).is_moe for name in (config.target, config.draft) if name):
         raise ValueError("expert_parallel=on needs a mixture-of-experts target or draft "
                          "(a model with n_experts, e.g. qwen3-30b-a3b); drop the setting")
+    if config.expert_parallel:
+        check_expert_group(config)
+
+
+def check_used(config: RunConfig) -> None:
+    """A policy parameter this run's configuration of the schedule ignores
+    (``PolicyParams.unused``: fast_backup_s with backup=jit, omega beside
+    omega_trace, ...) is refused: the run would look like it took it."""
+    why = config.params.unused()
+    if why:
+        raise ValueError(f"policy '{config.policy}': {why}")
+    if config.draft and not uses_draft(config.policy, config.params):
+        raise ValueError(f"--draft {config.draft} has no effect with policy "
+                         f"'{config.policy}' (it drafts from the target's own layers, or "
+                         "not at all); drop --draft")
+
+
+def moe_roles(config: RunConfig, platform: Platform) -> dict[str, str]:
+    """{role: model name} of the roles a mixture-of-experts model may hold: the
+    target's own roles (its pipeline stages and a self-draft's ``draft`` among
+    them) and the draft's."""
+    roles = {}
+    if load_model(config.target).is_moe:
+        stages = [r for r in {**platform.placement, **config.placement}
+                  if r.startswith("stage")]
+        roles.update({r: config.target for r in ("target", "draft", *stages)})
+    if config.draft and load_model(config.draft).is_moe:
+        roles["draft"] = config.draft
+    return roles
+
+
+def check_expert_group(config: RunConfig) -> None:
+    """expert_parallel=on shards experts over a group's members: where every
+    mixture-of-experts model sits on one device it changes nothing, so it is
+    refused (a dense model is refused above for the same reason)."""
+    platform = load_platform(config.platform)
+    check_overrides(platform, config.placement)
+    placement = resolve(platform, config.placement)
+    alone = []
+    for role, model in moe_roles(config, platform).items():
+        try:
+            members = platform.members(placement[role])
+        except (KeyError, ValueError):  # a role this platform places nowhere
+            continue
+        if len(members) > 1:
+            return
+        alone.append(f"{model} on {placement[role]}")
+    where = ", ".join(dict.fromkeys(alone))
+    raise ValueError(f"expert_parallel=on has no effect: every mixture-of-experts model "
+                     f"sits on one device ({where}) and experts are sharded only over a "
+                     "group; place it on a group with --placement (e.g. target=GROUP) or "
+                     "drop the setting")
+
+
+def check_schedule(policy: str, ctx: PolicyContext, params) -> None:
+    """Run the schedule to its first operation and drop it: its own checks of its
+    parameters against the models (a layer beyond the target, a tree wider than
+    its nodes) speak first, before the memory check, whose refusal would name a
+    consequence of the value (draft_layers=500 needs 860 GB) instead of the value."""
+    schedule = build(policy, ctx, params)
+    try:
+        next(schedule)
+    except StopIteration:
+        pass
+    finally:
+        schedule.close()
 
 
 def run_schedule(config: RunConfig, *, record_spans: bool = True,
@@ -84,10 +150,6 @@ def run_schedule(config: RunConfig, *, record_spans: bool = True,
     # the KV cache holds the context the run models: with fixed_context every step
     # sees prompt_tokens, otherwise the cache grows by the generated tokens
     grown = 0 if config.fixed_context else config.tokens
-    if config.memory_check:
-        check_fit(platform, models, placement,
-                  Run(config.policy, params, config.prompt_tokens, grown, config.batch,
-                      pol.streams_weights, config.prefill_chunk))
     # a copy per run: a trace's replay cursor starts at its first step every run
     acc = config.acceptance.model_copy()
     ctx = PolicyContext(target=models["target"], draft=models.get("draft"),
@@ -96,6 +158,12 @@ def run_schedule(config: RunConfig, *, record_spans: bool = True,
                         fixed_context=config.fixed_context,
                         expected_outcomes=config.deterministic,
                         prefill_chunk=config.prefill_chunk, acceptance=acc)
+    # its own acceptance copy: the check's first steps move no cursor of the run's
+    check_schedule(config.policy, replace(ctx, acceptance=acc.model_copy()), params)
+    if config.memory_check:
+        check_fit(platform, models, placement,
+                  Run(config.policy, params, config.prompt_tokens, grown, config.batch,
+                      pol.streams_weights, config.prefill_chunk))
     schedule = build(config.policy, ctx, params)
     if rewrite is not None:
         schedule = rewrite(schedule)
@@ -176,6 +244,7 @@ def simulate(config: RunConfig, *, trace_path: str | Path | None = None,
     """Simulate a configuration; with ``baseline`` also its AR baseline for
     ``speedup_vs_ar``. Writes a Chrome trace and a run record when paths are given."""
     check_expert_parallel(config)
+    check_used(config)
     result = run_schedule(config)
     metrics = metrics_of(config, result)
     if result.spans:

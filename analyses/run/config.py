@@ -223,8 +223,31 @@ def _plain(setting: Any) -> Any:
 SimConfig = RunConfig
 
 
-def parse_value(text: str) -> Any:
-    """'5' -> 5, '0.8' -> 0.8, 'on'/'true' -> True, '0.9,0.8' -> (0.9, 0.8)."""
+def split_items(text: str, where: str, sep: str = ",", *, unique: bool = False) -> list[str]:
+    """The items of a list value, stripped. An empty item (a doubled, leading or
+    trailing separator: ``tree=4,,2``, ``alphas=0.9,``) is refused rather than
+    dropped, and with ``unique`` so is an item given twice (a set of names or
+    layers): every list a command reads passes here."""
+    items = [item.strip() for item in text.split(sep)]
+    if len(items) == 1 and not items[0]:
+        raise ValueError(f"{where.rstrip()} is empty; give at least one item")
+    for index, item in enumerate(items, 1):
+        if not item:
+            raise ValueError(f"{where}: item {index} of {len(items)} is empty (a doubled, "
+                             f"leading or trailing '{sep}'); give every item a value or "
+                             "drop the extra separator")
+    if unique:
+        seen = set()
+        for item in items:
+            if item in seen:
+                raise ValueError(f"{where} names '{item}' twice; give each item once")
+            seen.add(item)
+    return items
+
+
+def parse_value(text: str, where: str = "value") -> Any:
+    """'5' -> 5, '0.8' -> 0.8, 'on'/'true' -> True, '0.9,0.8' -> (0.9, 0.8); an empty
+    item of a list (``4,,2``) is refused, naming ``where``."""
     low = text.strip().lower()
     if low in ("on", "true", "yes"):
         return True
@@ -233,7 +256,7 @@ def parse_value(text: str) -> Any:
     if low in ("none", "null"):
         return None
     if "," in text:
-        return tuple(parse_value(part) for part in text.split(",") if part.strip())
+        return tuple(parse_value(part, where) for part in split_items(text, where))
     for cast in (int, float):
         try:
             return cast(text)
@@ -242,15 +265,27 @@ def parse_value(text: str) -> Any:
     return text
 
 
+def refuse_repeats(keys: list[str], option: str) -> None:
+    """A key given twice in one KEY=VALUE list (``--set alpha=0.8 --set alpha=0.2``)
+    is refused: the last would win in silence."""
+    seen = set()
+    for key in keys:
+        if key in seen:
+            raise ValueError(f"{option} gives '{key}' twice; keep one value")
+        seen.add(key)
+
+
 def parse_sets(items: list[str] | None) -> dict[str, Any]:
-    out = {}
+    """``--set KEY=VALUE`` items as a mapping; a key given twice is refused."""
+    pairs = []
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ValueError(f"--set expects KEY=VALUE, got '{item}'; write e.g. "
                              "--set gamma=5")
-        out[key.strip()] = parse_value(value)
-    return out
+        pairs.append((key.strip(), parse_value(value, f"--set {item}")))
+    refuse_repeats([key for key, _ in pairs], "--set")
+    return dict(pairs)
 
 
 ACCEPTANCE_EXAMPLES = {"alphas": "alphas=0.9,0.8,0.7", "histogram": "histogram=0.2,0.3,0.5",
@@ -295,11 +330,12 @@ def split_sets(policy: str, sets: dict[str, Any], acceptance_kind: str | None = 
 
 
 def parse_placement(text: str | None) -> dict[str, str]:
-    """'draft=gpu4,target=target_tp' -> {'draft': 'gpu4', 'target': 'target_tp'}."""
+    """'draft=gpu4,target=target_tp' -> {'draft': 'gpu4', 'target': 'target_tp'};
+    None is no override; an empty pair or a role given twice is refused."""
     out = {}
-    for part in (text or "").split(","):
-        if not part.strip():
-            continue
+    if text is None:
+        return out
+    for part in split_items(text, f"--placement {text}"):
         role, sep, where = (s.strip() for s in part.partition("="))
         if not sep or not role or not where:
             raise ValueError(f"--placement expects ROLE=DEVICE pairs, got '{part}'; "

@@ -37,6 +37,14 @@ SELF_DRAFTING = frozenset({"ar", "ppsd", "eesd", "ar_stream", "kangaroo", "cats"
 LOGIT_BYTES = 4  # logits are kept in fp32 for sampling
 
 
+def uses_draft(policy: str, params) -> bool:
+    """Whether the schedule runs a separate draft model: not a self-drafting one,
+    nor sd/tree drafting from the target's first layers (draft_layers)."""
+    if policy in SELF_DRAFTING:
+        return False
+    return not (policy in ("sd", "tree") and _param(params, "draft_layers") is not None)
+
+
 @dataclass(frozen=True)
 class Piece:
     """Part of a model held by a device or group (its members share it evenly)."""

@@ -30,6 +30,8 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
+from hwprofiles.inputfiles import DuplicateKey, json_loads, refuse_long_integers
+
 
 class WriteError(OSError):
     """An output could not be written; ``filename`` is the path the caller gave."""
@@ -290,10 +292,14 @@ def read_record(path) -> dict:
     path = Path(path)
     text = _record_text(path)
     try:
-        record = json.loads(text)
+        record = json_loads(text)
+    except DuplicateKey as exc:
+        raise ValueError(f"run record {path}: {exc}") from None
     except (ValueError, RecursionError) as exc:
+
         raise ValueError(f"run record {path} cannot be read ({exc.__class__.__name__}); "
                          "pass a file written by 'hetspec run --json'") from None
+    refuse_long_integers(record, f"run record {path}")
     if not isinstance(record, dict) or record.get("schema") != "hetspec.run/1":
         raise ValueError(f"{path} is not a hetspec run record (schema hetspec.run/1); "
                          "pass a file written by 'hetspec run --json'")
