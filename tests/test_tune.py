@@ -53,3 +53,33 @@ def test_a_unimodal_curve_is_maximised_exactly(start, peak, width):
     # the best value is bracketed by evaluated neighbours (or the valid bounds)
     assert peak == 1 or peak - 1 in s.scores
     assert peak == 64 or peak + 1 in s.scores
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 32), st.integers(1, 32), st.integers(0, 3))
+def test_a_search_never_evaluates_more_points_than_its_estimate_counts(start, peak, noise):
+    s = Search("sd", "gamma", 1, 32, start)
+    bumpy = lambda g: -abs(g - peak) + (noise if g % 3 == 0 else 0)  # noqa: E731
+    evaluate, _ = evaluator({"sd": bumpy})
+    run_searches([s], evaluate)
+    assert len(s.scores) <= s.max_points
+
+
+def test_compare_tunes_each_schedule_past_a_fixed_grid(tmp_path, capsys):
+    """The default scenario: Mirror-SD's best gamma lies beyond the old 2..8 grid;
+    an explicit --sweep whose edge holds the best is flagged."""
+    import json
+
+    from analyses.cli import main
+
+    assert main(["compare", "--policies", "ar,mirror", "--tokens", "300", "--jobs", "1",
+                 "-o", str(tmp_path / "t.html"), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    gamma = int(summary["fastest"].split("gamma=")[1].rstrip(")"))
+    assert summary["fastest"].startswith("mirror(") and gamma > 8
+    assert main(["compare", "--policies", "ar,mirror", "--tokens", "300", "--jobs", "1",
+                 "--sweep", "gamma=2..8", "-o", str(tmp_path / "g.html"), "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert notes == ["mirror: its best gamma=8 is on the edge of --sweep gamma; widen the "
+                     "sweep (or leave --sweep out to search the whole range)"]
+    assert "on the edge of --sweep gamma" in (tmp_path / "g.html").read_text()

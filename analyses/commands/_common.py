@@ -20,7 +20,7 @@ SIM_TOKENS = 1000
 
 
 def add_run_arguments(p, *, tokens_default: int = SIM_TOKENS,
-                      token_flags: tuple[str, ...] = ("--tokens",)) -> None:
+                      token_flags: tuple[str, ...] = ("--tokens",), tokens_type=int) -> None:
     p.add_argument("--platform", required=True, help="shipped platform name or YAML path "
                    "(see 'hetspec profiles list')")
     p.add_argument("--target", required=True, help="target model name or YAML path")
@@ -35,7 +35,7 @@ def add_run_arguments(p, *, tokens_default: int = SIM_TOKENS,
                         "repeat; an unknown key is refused with the policy's valid keys")
     p.add_argument("--acceptance", help="acceptance model kind (iid, positional, histogram, "
                    "trace); normally implied by the --set keys")
-    p.add_argument(*token_flags, dest="tokens", type=int, default=tokens_default,
+    p.add_argument(*token_flags, dest="tokens", type=tokens_type, default=tokens_default,
                    help=f"tokens to generate per sequence (default {tokens_default}; at "
                         f"most {MAX_TOKENS:,}, far beyond real outputs, so that a typo "
                         "cannot start an hours-long run)")

@@ -8,7 +8,6 @@ from analyses.commands._common import SIM_TOKENS
 from analyses.run.budget import SIM_BUDGET_UNITS, allow_large_argument, readable
 
 DEFAULTS = {"platform": "m2-ultra-8x", "target": "qwen3-32b", "draft": "qwen3-0.6b"}
-DEFAULT_SWEEP = "gamma=2..8"
 DEFAULT_OUTPUT = "hetspec-report.html"
 COMPARE_BUDGET = (f"{readable(SIM_BUDGET_UNITS)} row-steps, sweep points x policies x "
                   "tokens x batch with their AR baselines, about 10 minutes on one CPU "
@@ -21,7 +20,7 @@ def register(sub) -> None:
         description="Simulate every chosen policy over the swept settings (in parallel) "
                     "and write one self-contained HTML report (plotly, opens offline). "
                     "With no arguments: Qwen3-32B with a Qwen3-0.6B draft on m2-ultra-8x, "
-                    "every policy that applies, gamma swept over 2..8.",
+                    "every policy that applies, each at its best gamma (SSD: its best k).",
         epilog="example: hetspec compare --platform m2-ultra-8x --target qwen3-32b "
                "--draft qwen3-0.6b --policies ar,sd,mirror --sweep gamma=2..6 "
                "-o report.html")
@@ -37,8 +36,11 @@ def register(sub) -> None:
                    help="swept setting: gamma=2..6, alpha=0.6..0.9:0.1 or gamma=2,4,8 "
                         "(prompt_tokens=128,1024,8192 adds time to first token per "
                         "policy; list values apart with ';': tree='4,2,2,1;3,3,1'); "
-                        f"repeat for a grid (default {DEFAULT_SWEEP} when a policy takes "
-                        "gamma and no --set gamma is given)")
+                        "repeat for a grid. Without --sweep each schedule is tuned "
+                        "instead: its gamma (SSD: k) searched over its whole valid range")
+    p.add_argument("--no-tune", action="store_true",
+                   help="without --sweep, run each schedule at its default gamma (SSD: k) "
+                        "instead of searching for its best")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="a fixed setting for every policy that takes it (alpha=0.8 ...)")
     p.add_argument("--tokens", type=int, default=SIM_TOKENS,
@@ -89,9 +91,6 @@ def scenario(args) -> tuple[list[str], list, dict, dict]:
         entry(p)
     sweeps = parse_sweeps(args.sweep)
     sets = parse_sets(args.sets)
-    if (not args.sweep and "gamma" not in sets
-            and any("gamma" in entry(p).params.model_fields for p in policies)):
-        sweeps = [parse_sweep(DEFAULT_SWEEP)]
     draft = None if str(args.draft).lower() == "none" else args.draft
     base = dict(platform=args.platform, target=args.target, draft=draft,
                 tokens=args.tokens, batch=args.batch, seed=args.seed,
@@ -147,34 +146,114 @@ def _compare(args) -> int:
     policies, sweeps, sets, base = scenario(args)
     _check_scenario(base)
     _check_output(args, base, sets)
-    check_budget(args, policies, sweeps, sets, base)
-    points = expand_grid(policies, sweeps, sets)
+    tuning = not sweeps and not args.no_tune
+    found = tuned_searches(policies, sets) if tuning else []
+    check_budget(args, policies, sweeps, sets, base, found)
     replays = _replays(args) if args.runs else None
-    results = run_grid(points, base, jobs=args.jobs, backend=args.backend,
-                       allow_large=args.allow_large)
-    sections = report.build_sections(results, base, [k for k, _ in sweeps], replays)
+    if found:
+        results = run_tuned(args, policies, sets, base, found)
+        sweep_keys = sorted({s.key for s in found}, key=lambda k: k != "gamma")
+    else:
+        results = run_grid(expand_grid(policies, sweeps, sets), base, jobs=args.jobs,
+                           backend=args.backend, allow_large=args.allow_large)
+        sweep_keys = [k for k, _ in sweeps]
+    notes = tuning_notes(found) + edge_notes(results, sweeps)
+    sections = report.build_sections(results, base, sweep_keys, replays, notes=notes)
     title = (f"hetspec: {base['target']} + {base['draft']} on {base['platform']}"
              if base["draft"] else f"hetspec: {base['target']} on {base['platform']}")
     text = report.render_html(title, report.scenario_intro(results, base, sets), sections)
     path = report.write_report(args.output, text)
     summary = _summary(results, path)
+    summary["notes"] = notes
     if args.json:
         emit_json(summary)
     else:
         print(summary["line"])
+        for note in notes:
+            print(f"  {note}")
     return 0 if summary["fastest"] else 1
 
 
-def check_budget(args, policies: list[str], sweeps: list, sets: dict, base: dict) -> None:
+def check_budget(args, policies: list[str], sweeps: list, sets: dict, base: dict,
+                 searches=()) -> None:
     """Refuse a grid over the work budget before it is built (a 1e9-point grid is
-    counted, never listed); with --runs the measured runs' spans count too."""
+    counted, never listed); a tuned schedule counts the most points its search can
+    take; with --runs the measured runs' spans count too."""
     from analyses.compare.sweep import grid_estimate, grid_settings
     from analyses.run.budget import check, runs_estimate
 
-    check(grid_estimate(grid_settings(policies, sweeps, sets), base, sweeps),
-          args.allow_large, announce=False)
+    settings = grid_settings(policies, sweeps, sets)
+    if searches:
+        from analyses.compare.tune import estimate
+
+        tuned = {s.policy for s in searches}
+        work = estimate(searches, {p: v for p, (_n, v) in settings.items() if p not in tuned},
+                        {p: v for p, (_n, v) in settings.items()}, base)
+    else:
+        work = grid_estimate(settings, base, sweeps)
+    check(work, args.allow_large, announce=False)
     if args.runs:
         check(runs_estimate(args.runs, "compare --runs"), args.allow_large)
+
+
+def tuned_searches(policies: list[str], sets: dict) -> list:
+    """The searches of a tuned comparison: every schedule whose main integer
+    parameter (analyses.compare.tune.TUNED) the user did not --set."""
+    from analyses.compare.tune import searches
+
+    return searches(policies, fixed=set(sets))
+
+
+def run_tuned(args, policies: list[str], sets: dict, base: dict, found: list) -> list:
+    """Every schedule at its best setting: the untuned ones once, the tuned ones
+    searched round by round (each round's points in parallel); every point run
+    is kept for the report."""
+    from analyses.compare.sweep import Point, expand_grid, run_grid
+    from analyses.compare.tune import run_searches
+
+    fixed = {p.policy: p for p in expand_grid(policies, [], sets)}
+    tuned = {s.policy for s in found}
+    results = []
+
+    def evaluate(batch, extra=()):
+        points = [Point(policy, ((key, value),) + fixed[policy].sets)
+                  for policy, key, value in batch]
+        done = run_grid(points + list(extra), base, jobs=args.jobs, backend=args.backend,
+                        allow_large=args.allow_large, quiet=True)
+        results.extend(done)
+        return [r.metrics["tokens_per_s"] if r.metrics else None for r in done[:len(batch)]]
+
+    first = [p for name, p in fixed.items() if name not in tuned]
+    run_searches(found, lambda batch: evaluate(batch, first if not results else ()))
+    if not results:  # nothing to tune: every schedule once
+        results = run_grid(first, base, jobs=args.jobs, backend=args.backend,
+                           allow_large=args.allow_large)
+    order = {p: i for i, p in enumerate(policies)}
+    return sorted(results, key=lambda r: (order[r.point.policy], r.point.sets))
+
+
+def tuning_notes(found: list) -> list[str]:
+    """One line per tuned schedule whose best value sits on its valid bound."""
+    return [f"{s.policy}: {s.on_bound}; the search could go no further" for s in found
+            if s.best is not None and s.on_bound]
+
+
+def edge_notes(results: list, sweeps: list) -> list[str]:
+    """One line per schedule whose best point sits on the edge of a numeric --sweep."""
+    from analyses.compare.report import best_per_policy
+
+    notes = []
+    for policy, best in best_per_policy(results).items():
+        sets = dict(best.point.sets)
+        for key, values in sweeps:
+            numbers = [v for v in values if isinstance(v, (int, float))
+                       and not isinstance(v, bool)]
+            if key in sets and len(numbers) > 2 and sets[key] in (min(numbers),
+                                                                  max(numbers)):
+                notes.append(f"{policy}: its best {key}={sets[key]} is on the edge of "
+                             f"--sweep {key}; widen the sweep (or leave --sweep out to "
+                             "search the whole range)")
+    return notes
 
 
 def _options_used(args) -> None:

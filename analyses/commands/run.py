@@ -53,7 +53,8 @@ def register(sub) -> None:
                     "run record, measured spans, a Chrome trace and an acceptance trace.",
         epilog="example: hetspec run --platform cpu-local --target smollm2-135m --policy sd "
                "--set gamma=4 --set draft_layers=15 --max-new-tokens 64 --seed 1 --json")
-    add_run_arguments(p, tokens_default=64, token_flags=("--tokens", "--max-new-tokens"))
+    add_run_arguments(p, tokens_default=64, token_flags=("--max-new-tokens", "--tokens"),
+                      tokens_type=count(MAX_TOKENS))
     p.add_argument("--prompts", metavar="FILE",
                    help="JSONL of chat messages, one prompt a line (default: 4 built-in)")
     p.add_argument("--threads", type=count(MAX_THREADS), default=1,

@@ -139,8 +139,9 @@ def sweep_figure(results: list[PointResult], keys: list[str], metric: str) -> go
             swept.sort()
             fig.add_scatter(x=[p[0] for p in swept], y=[p[1] for p in swept],
                             mode="lines+markers", name=name)
-        else:  # a policy that does not take the key: a flat reference line
-            fig.add_hline(y=pts[0][1], line_dash="dot", annotation_text=name)
+        else:  # a policy that does not take the key: a flat line at its best
+            fig.add_hline(y=max(p[1] for p in pts if p[1] is not None), line_dash="dot",
+                          annotation_text=name)
     title = METRICS[metric][0]
     fig.update_layout(title=f"{title} over {x_key}", xaxis_title=x_key,
                       yaxis_title=title, height=420, **LAYOUT)
@@ -359,12 +360,15 @@ def _measured_section(replays, steps: int) -> Section:
 
 
 def build_sections(results: list[PointResult], base: dict, sweep_keys: list[str],
-                   replays=None, steps: int = 4) -> list[Section]:
-    """Every section of the comparison report, in reading order."""
+                   replays=None, steps: int = 4, notes: list[str] = ()) -> list[Section]:
+    """Every section of the comparison report, in reading order; ``notes`` (best
+    points on a sweep's edge or a valid bound) open the speed section."""
     from analyses.compare.lawviews import law_figures
 
     best = best_per_policy(results)
-    sections = [_speed_section(results), _why_section(best)]
+    speed = _speed_section(results)
+    speed.notes[:0] = list(notes)
+    sections = [speed, _why_section(best)]
     sweep = Section("Sweep")
     if sweep_keys and best:
         for metric in ("tokens_per_s", "speedup_vs_ar"):

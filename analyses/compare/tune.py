@@ -18,7 +18,12 @@ from dataclasses import dataclass, field
 # The parameter each schedule is tuned over (its own main integer knob).
 TUNED = {"sd": "gamma", "mirror": "gamma", "eesd": "gamma", "cats": "gamma",
          "kangaroo": "gamma", "ssd": "k"}
-MAX_ROUNDS = 12  # the ladder and the refinement meet long before (a 64-wide range: ~6)
+# The search's top, below the parameters' valid 64: drafts past 32 tokens a step
+# are beyond every published configuration, and the work estimate must count the
+# refinement rounds at the top of the range. A best value there is reported, and
+# --sweep KEY=32..64 looks further.
+TUNE_MAX = 32
+import math
 
 
 @dataclass
@@ -30,6 +35,7 @@ class Search:
     lo: int
     hi: int
     start: int
+    valid_hi: int | None = None  # the parameter's own bound, when above ``hi``
     scores: dict[int, float] = field(default_factory=dict)
 
     def ladder(self) -> list[int]:
@@ -70,8 +76,24 @@ class Search:
         return sorted(v for v in out if v not in self.scores)
 
     @property
+    def rounds(self) -> int:
+        """Rounds after the ladder: each halves the gaps beside the best value (the
+        ladder's widest is under the range), one more may widen past its top."""
+        return math.ceil(math.log2(self.hi - self.lo + 1)) + 2
+
+    @property
+    def max_points(self) -> int:
+        """The most values the search can evaluate: its ladder, then at most two a
+        round (a bound the work estimate counts)."""
+        return len(self.ladder()) + 2 * self.rounds
+
+    @property
     def on_bound(self) -> str | None:
         best = self.best
+        if best == self.hi and self.valid_hi and self.valid_hi > self.hi:
+            return (f"{self.key}={best} is the top of the search (valid up to "
+                    f"{self.valid_hi}); --sweep {self.key}={best}..{self.valid_hi} looks "
+                    "further")
         if best == self.hi:
             return f"{self.key}={best} is the largest value {self.policy} allows"
         if best == self.lo and self.lo != self.start:
@@ -91,7 +113,7 @@ def searches(policies: list[str], fixed: set[str]) -> list[Search]:
         f = entry(policy).params.model_fields[key]
         lo = next(m.ge for m in f.metadata if hasattr(m, "ge"))
         hi = next(m.le for m in f.metadata if hasattr(m, "le"))
-        out.append(Search(policy, key, lo, hi, f.default))
+        out.append(Search(policy, key, lo, min(hi, TUNE_MAX), f.default, valid_hi=hi))
     return out
 
 
@@ -99,10 +121,46 @@ def run_searches(found: list[Search], evaluate: Callable[[list[tuple[str, str, i
                                                          list[float | None]]) -> None:
     """Run every search to its end. ``evaluate`` takes a round's (policy, key,
     value) triples and returns their scores (None: the point failed), in order."""
-    for _ in range(MAX_ROUNDS):
+    for _ in range(1 + max((s.rounds for s in found), default=0)):
         batch = [(s, v) for s in found for v in s.next_values()]
         if not batch:
             return
         scores = evaluate([(s.policy, s.key, v) for s, v in batch])
         for (s, v), score in zip(batch, scores):
             s.scores[v] = score
+
+
+def estimate(found: list[Search], others: dict[str, dict], sets_of: dict[str, dict],
+             base: dict):
+    """The work of a tuned comparison (analyses.run.budget): each search's ladder at
+    its own values, its refinement rounds at the top of its range, one AR baseline
+    per schedule (its points share it), and every untuned schedule once.
+    ``others``/``sets_of``: policy -> its fixed settings as value lists."""
+    from analyses.run import budget
+
+    tokens, batch = int(base.get("tokens", 1000)), int(base.get("batch", 1))
+    layers = budget.n_layers_of(base.get("target"), base.get("draft"))
+
+    def units(policy: str, values: dict) -> tuple[float, float]:
+        shape = budget.sim_shape(policy, values, tokens, batch, layers)
+        own = 0.0 if policy == "ar" else budget.baseline_shape(shape, values, layers).units
+        return shape.units, own
+
+    total, sims = 0.0, 0
+    for s in found:
+        fixed = sets_of.get(s.policy, {})
+        for v in s.ladder():
+            total += units(s.policy, {**fixed, s.key: [v]})[0]
+        top, base_units = units(s.policy, {**fixed, s.key: [s.hi]})
+        total += 2 * s.rounds * top + base_units
+        sims += s.max_points + 1
+    for policy, values in others.items():
+        run, base_units = units(policy, values)
+        total += run + base_units
+        sims += 2
+    product = (f"{len(found)} schedules tuned (at most {sims - 2 * len(others):,} "
+               f"simulations with their baselines) and {len(others)} run once, of "
+               f"{budget.plural(tokens, 'token')} x {budget.plural(batch, 'sequence')}")
+    return budget.sim_estimate("compare", product, total,
+                               "pass --no-tune, drop policies or lower --tokens or --batch",
+                               sims)

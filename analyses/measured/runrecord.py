@@ -19,6 +19,7 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_valid
 
 from policies import PolicyError, parse_params
 from policies import ops
+from policies.runs.folders import file_in_run
 from policies.traces import MAX_SPANS_BYTES, field_error, read_jsonl
 
 CORRUPT = "so the run is corrupt or was not written by 'hetspec run'; record it again"
@@ -160,17 +161,9 @@ def check_record(record: dict, path: Path) -> dict:
 
 
 def run_file(run_dir: Path, name: str, field: str, record_path: Path) -> Path:
-    """The file a record's ``field`` names, which must lie inside the run directory
-    (a relative name without '..'; no link out of it)."""
-    rel = Path(name)
-    try:
-        inside = (run_dir / rel).resolve().is_relative_to(run_dir.resolve())
-    except (OSError, RuntimeError):  # a link loop
-        inside = False
-    if rel.is_absolute() or ".." in rel.parts or not inside:
-        raise ValueError(f"run record {record_path}: field '{field}' = '{name}' points "
-                         f"outside the run directory {run_dir}, {CORRUPT}")
-    return run_dir / rel
+    """The file a record's ``field`` names inside its run directory
+    (policies.runs.folders.file_in_run); outside it, the record is corrupt."""
+    return file_in_run(run_dir, name, field, record_path, CORRUPT)
 
 
 def _check_span(span: dict, n: int, path: Path) -> None:

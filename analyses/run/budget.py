@@ -353,7 +353,7 @@ def spans_file(record_path) -> "Path | None":
     import json
     from pathlib import Path
 
-    from analyses.measured.runrecord import run_file
+    from policies.runs.folders import file_in_run
     from policies.runs.records import MAX_RECORD_BYTES
 
     path = Path(record_path)
@@ -363,7 +363,7 @@ def spans_file(record_path) -> "Path | None":
             return None
         record = json.loads(path.read_text(encoding="utf-8"))
         name = record.get("spans") if isinstance(record, dict) else None
-        return run_file(path.parent, name, "spans", path) if isinstance(name, str) else None
+        return file_in_run(path.parent, name, "spans", path) if isinstance(name, str) else None
     except (OSError, ValueError, RecursionError):
         return None
 

@@ -81,3 +81,19 @@ def retire_run(folder: Path) -> list[Path]:
     except OSError:
         pass  # absent, or holding files of the user's
     return removed
+
+
+def file_in_run(run_dir: Path, name: str, field: str, record_path: Path,
+                why: str = "so the run is corrupt") -> Path:
+    """The file a run record's ``field`` names, which must lie inside the run
+    directory (a relative name without '..'; no link out of it); ValueError
+    naming the field otherwise."""
+    rel = Path(name)
+    try:
+        inside = (run_dir / rel).resolve().is_relative_to(run_dir.resolve())
+    except (OSError, RuntimeError):  # a link loop
+        inside = False
+    if rel.is_absolute() or ".." in rel.parts or not inside:
+        raise ValueError(f"run record {record_path}: field '{field}' = '{name}' points "
+                         f"outside the run directory {run_dir}, {why}")
+    return run_dir / rel
