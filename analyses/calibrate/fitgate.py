@@ -138,9 +138,9 @@ def _runs_numbers(fit: Fit) -> tuple[list[sanity.Fitted], list[int]]:
         if p in fit.unconstrained:
             continue
         lo, hi = BOUNDS[p.field]
-        stand_in = "" if fit.initial[p] else "the field is off in the profile"
+        # a field off in the profile starts at its floor (~0, off): the profile's value
         out.append(sanity.Fitted(p.label, p.field, float(x), float(start), math.log(lo),
-                                 math.log(hi), fit.values[p], stand_in))
+                                 math.log(hi), fit.values[p]))
         cols.append(j)
     return out, cols
 

@@ -27,6 +27,7 @@ fit (``--accept-poor-fit``), and then returns them all to be printed as warnings
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -128,9 +129,17 @@ def null_problems(numbers: list[Fitted], jac: np.ndarray, n_rows: int, fix: str,
         if abs(drift) > NULL_MOVE:
             return [f"the fitted {rows}s do not measure {names[0]}{apart} ({n_rows} "
                     f"fitted {rows}s for {len(numbers)} fitted numbers), yet the fit "
-                    f"moved the profile {np.expm1(abs(drift)):.0%} that way, so they do "
-                    f"not identify what it wrote: {fix}"]
+                    f"moved the profile {_factor(drift)} that way, so they do not "
+                    f"identify what it wrote: {fix}"]
     return []
+
+
+def _factor(log_move: float) -> str:
+    """A move in log units as words: '+35%', or 'over 100-fold' (from an off field's
+    floor, whose percentage says nothing)."""
+    if abs(log_move) > math.log(100):
+        return "over 100-fold"
+    return f"{np.expm1(abs(log_move)):.0%}"
 
 
 def error_problem(errors: list[tuple[str, float]], kind: str, fix: str) -> str | None:
