@@ -105,10 +105,8 @@ def _measurable(config) -> None:
 
 def _run(args) -> int:
     from analyses.cli import emit_json
-    from executors.measure import default_run_dir, measure
     from analyses.run.budget import announce_estimate, check, run_estimate
     from executors.prompts import BUILTIN, load_jsonl
-    from executors.session import Options
 
     max_new = args.max_new_tokens if args.max_new_tokens is not None else args.tokens
     if max_new < 1:
@@ -116,12 +114,16 @@ def _run(args) -> int:
     args.placement, physical = split_placement(args.placement)
     config = config_from_args(args, tokens=max_new)
     _measurable(config)
+    messages = load_jsonl(args.prompts) if args.prompts else None
+    # the budget before torch is imported and long before the models load
+    estimate = check(run_estimate(len(messages or BUILTIN), max_new, not args.no_baseline),
+                     args.allow_large, announce=False)
+    from executors.measure import default_run_dir, measure
+    from executors.session import Options
+
     options = Options(max_new_tokens=max_new, threads=args.threads,
                       temperature=args.temperature,
                       mode="inline" if args.inline else "processes", physical=physical)
-    messages = load_jsonl(args.prompts) if args.prompts else None
-    estimate = check(run_estimate(len(messages or BUILTIN), max_new, not args.no_baseline),
-                     args.allow_large, announce=False)  # before the models load
     run_dir = Path(args.out) if args.out else default_run_dir(config.policy, config.seed)
     with prepared_run_dir(run_dir, run_dir_inputs(args)):
         announce_estimate(estimate)
