@@ -16,12 +16,12 @@ def _first_draft(params):
     return next(build("sd", ctx, {"gamma": 3, **params}))
 
 
-def test_vanilla_sd_shards_its_draft_megatron_style_unless_asked():
-    assert _first_draft({}).collectives is None  # two per layer
-    assert _first_draft({"draft_collectives": 2}).collectives == 2  # SPD, as Mirror's
+def test_vanilla_sd_shards_its_draft_as_mirror_does_unless_asked():
+    assert _first_draft({}).collectives == 2  # SPD, as Mirror's: equal terms
+    assert _first_draft({"draft_collectives": None}).collectives is None  # two per layer
 
 
-def test_sd_on_a_draft_group_pays_megatron_all_reduces():
+def test_sd_on_a_draft_group_pays_megatron_all_reduces_when_asked():
     def tps(params):
         cfg = SimConfig(platform="m2-ultra-8x", target="qwen3-32b", draft="qwen3-0.6b",
                         policy="sd", params={"gamma": 4, **params}, tokens=200,
@@ -29,7 +29,7 @@ def test_sd_on_a_draft_group_pays_megatron_all_reduces():
         return simulate(cfg, baseline=False).metrics["tokens_per_s"]
 
     assert load_platform("m2-ultra-8x").group("ane_tp").size > 1
-    assert tps({}) < tps({"draft_collectives": 2})
+    assert tps({"draft_collectives": None}) < tps({})
 
 
 def test_ppsd_baseline_is_ar_through_the_same_stages():
