@@ -283,6 +283,17 @@ def _replays(args):
     return replay_dir(args.runs, profile=args.profile)
 
 
+def _baseline_label(result) -> str:
+    """What a speedup is over: AR, or the streaming or pipelined AR a schedule is
+    measured against (ar_stream, AR through PPSD's stages)."""
+    from analyses.compare.report import baseline_name
+
+    name = baseline_name(result)
+    if name == "ar" and result.point.policy == "ppsd":
+        return "AR through the same stages"
+    return {"ar": "AR", "itself": "AR"}.get(name, name)
+
+
 def _summary(results, path) -> dict:
     from analyses.compare import report
 
@@ -295,7 +306,8 @@ def _summary(results, path) -> dict:
         print(line, file=sys.stderr)
     else:
         line += (f"fastest is {best.point.label} at {best.metrics['tokens_per_s']:.1f} "
-                 f"tokens/s, {best.metrics['speedup_vs_ar']:.2f}x AR ({len(results)} runs"
+                 f"tokens/s, {best.metrics['speedup_vs_ar']:.2f}x {_baseline_label(best)} "
+                 f"({len(results)} runs"
                  + (f"; skipped {', '.join(skipped)}" if skipped else "") + ")")
     return {"report": str(path), "line": line,
             "fastest": best.point.label if best else None,
