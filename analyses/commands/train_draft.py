@@ -109,16 +109,17 @@ def _train(args) -> int:
 
     from analyses.cli import emit_json
     from analyses.run.outputs import check_outputs
-    from executors.backend.drafts import provenance_path
-    from executors.train import TrainConfig, train
 
     if args.seed < 0:
         raise ValueError(f"--seed {args.seed} is negative; give an integer >= 0")
-    artifact = Path(args.output)  # '' or a directory is refused below, before this
+    names = {"--output": "smollm2-135m-drafts.safetensors",
+             "provenance": "smollm2-135m-drafts.json"}
+    check_outputs({"--output": args.output}, [], names)  # at once, before torch loads
+    from executors.backend.drafts import provenance_path
+    from executors.train import TrainConfig, train
+
     check_outputs({"--output": args.output,
-                   "provenance": provenance_path(artifact) if artifact.name else None}, [],
-                  names={"--output": "smollm2-135m-drafts.safetensors",
-                         "provenance": "smollm2-135m-drafts.json"})
+                   "provenance": provenance_path(Path(args.output))}, [], names)
     cfg = replace(TrainConfig(), target=args.target, exits=args.exits,
                   adapters=args.adapters, steps=args.steps,
                   prompts=args.prompts, doc_windows=args.doc_windows, threads=args.threads,
