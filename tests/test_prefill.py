@@ -26,6 +26,7 @@ A100 = dict(platform="a100-sxm-8x", target="vicuna-7b", draft=None)
 M2 = dict(platform="m2-ultra-8x", target="qwen3-32b", draft="qwen3-0.6b")
 # shipped schedules on a scenario each applies to; any other registered schedule
 # runs on M2 with its defaults (a separate draft on the draft's accelerator)
+# (ar runs without the scenario's draft: a draft it never runs is refused)
 SCENARIOS = {"ar": ({**H100, "draft": None}, {}), "sd": (H100, {"gamma": 5}),
              "mirror": (M2, {}),
              "ssd": (M2, {"hit_rate": 0.7}), "ppsd": (A100, {}), "eesd": (A100, {}),

@@ -124,7 +124,7 @@ def check_schedule(policy: str, ctx: PolicyContext, params) -> None:
 def run_schedule(config: RunConfig, *, record_spans: bool = True,
                  outcomes_factory=Outcomes, rewrite=None,
                  prefill: bool = True,
-                 platform: Platform | None = None) -> SimResult:
+                 platform: Platform | None = None, checks=()) -> SimResult:
     """Simulate one configuration and return the engine's raw result.
 
     ``outcomes_factory(acceptance_model, seed=, deterministic=, models=)`` builds
@@ -140,7 +140,9 @@ def run_schedule(config: RunConfig, *, record_spans: bool = True,
     it, so every decode metric is the same with or without the prefill.
 
     ``platform``, when given, is simulated instead of loading ``config.platform``
-    (a calibration tries candidate profiles in memory)."""
+    (a calibration tries candidate profiles in memory). ``checks``: functions of
+    the config run after the schedule's own parameter checks and before the
+    memory check (``simulate`` refuses there what the run would ignore)."""
     platform = platform if platform is not None else load_platform(config.platform)
     models = run_models(config)
     pol = entry(config.policy)
@@ -160,6 +162,8 @@ def run_schedule(config: RunConfig, *, record_spans: bool = True,
                         prefill_chunk=config.prefill_chunk, acceptance=acc)
     # its own acceptance copy: the check's first steps move no cursor of the run's
     check_schedule(config.policy, replace(ctx, acceptance=acc.model_copy()), params)
+    for check in checks:
+        check(config)
     if config.memory_check:
         check_fit(platform, models, placement,
                   Run(config.policy, params, config.prompt_tokens, grown, config.batch,
@@ -244,8 +248,7 @@ def simulate(config: RunConfig, *, trace_path: str | Path | None = None,
     """Simulate a configuration; with ``baseline`` also its AR baseline for
     ``speedup_vs_ar``. Writes a Chrome trace and a run record when paths are given."""
     check_expert_parallel(config)
-    check_used(config)
-    result = run_schedule(config)
+    result = run_schedule(config, checks=(check_used,))
     metrics = metrics_of(config, result)
     if result.spans:
         metrics["operators"] = operators_of(config, result.spans)
