@@ -273,7 +273,8 @@ def test_weight_bits_given_for_an_unknown_method_is_imported_with_its_source(tmp
 # N9 messages -------------------------------------------------------------------------
 def test_a_range_check_speaks_before_the_memory_check():
     result = run_cli("simulate", "--platform", "h100-sxm-5x", "--target", "llama-3.1-70b",
-                     "--policy", "tree", "--set", "draft_layers=500")
+                     "--draft", "llama-3.2-1b", "--policy", "tree", "--set",
+                     "draft_layers=500")
     assert_refused(result, "draft_layers (500)")
     assert "GB" not in result.sentence
 
