@@ -20,21 +20,31 @@ SIM_TOKENS = 1000
 
 
 def add_run_arguments(p, *, tokens_default: int = SIM_TOKENS,
-                      token_flags: tuple[str, ...] = ("--tokens",), tokens_type=int) -> None:
+                      token_flags: tuple[str, ...] = ("--tokens",), tokens_type=int,
+                      measured: bool = False) -> None:
+    """The options of a run; a ``measured`` one (hetspec run) offers no acceptance
+    model (its acceptance is the models' own; given anyway, it is refused)."""
+    import argparse
+
     p.add_argument("--platform", required=True, help="shipped platform name or YAML path "
                    "(see 'hetspec profiles list')")
     p.add_argument("--target", required=True, help="target model name or YAML path")
     p.add_argument("--draft", help="draft model name or YAML path (separate-draft schedules)")
     p.add_argument("--policy", default="sd", help=f"schedule: {', '.join(names())} "
                    "(default: sd)")
+    set_help = ("policy parameter (gamma=5; --policy tree: tree=4,2,2,1, or width=4 "
+                "depth=5 nodes=32, rank_alphas=0.6,0.2), acceptance model (alpha=0.8, "
+                "alphas=0.9,0.8, histogram=0.2,0.3,0.5, trace=PATH) or run option "
+                f"({', '.join(RUN_EXAMPLES[k] for k in RUN_KEYS)}); repeat; every key is "
+                "listed below; an unknown key is refused with the policy's valid keys")
+    if measured:
+        set_help = ("policy parameter (gamma=5, draft_layers=15, ...) or run option; "
+                    "repeat; every key is listed below")
     p.add_argument("--set", dest="sets", action="append", metavar="KEY=VALUE", default=[],
-                   help="policy parameter (gamma=5; --policy tree: tree=4,2,2,1, or "
-                        "width=4 depth=5 nodes=32, rank_alphas=0.6,0.2), acceptance model "
-                        "(alpha=0.8, alphas=0.9,0.8, histogram=0.2,0.3,0.5, trace=PATH) or "
-                        f"run option ({', '.join(RUN_EXAMPLES[k] for k in RUN_KEYS)}); "
-                        "repeat; an unknown key is refused with the policy's valid keys")
-    p.add_argument("--acceptance", help="acceptance model kind (iid, positional, histogram, "
-                   "trace); normally implied by the --set keys")
+                   help=set_help)
+    p.add_argument("--acceptance", help=argparse.SUPPRESS if measured else
+                   "acceptance model kind (iid, positional, histogram, trace); normally "
+                   "implied by the --set keys")
     p.add_argument(*token_flags, dest="tokens", type=tokens_type, default=tokens_default,
                    help=f"tokens to generate per sequence (default {tokens_default}; at "
                         f"most {MAX_TOKENS:,}, far beyond real outputs, so that a typo "
@@ -58,9 +68,10 @@ def config_from_args(args, **overrides) -> RunConfig:
     return RunConfig(**fields)
 
 
-def settings_help(width: int = 88) -> str:
+def settings_help(width: int = 88, *, measured: bool = False) -> str:
     """Every --set key, generated from the parameter models: per policy each key
-    with its default, range and one line; then the acceptance and run keys."""
+    with its default, range and one line; then the acceptance and run keys (a
+    measured run takes neither an acceptance model nor a simulated-only option)."""
     import textwrap
 
     from policies import entry
@@ -75,6 +86,13 @@ def settings_help(width: int = 88) -> str:
         for key, field in entry(name).params.model_fields.items():
             out.append(wrap(f"{key}={_default(field.default)}{_bounds(field.metadata)}: "
                             f"{field.description or ''}", "    "))
+    if measured:
+        from analyses.measured.evidence import SIMULATED_ONLY
+
+        out.append("run options (a measured run's acceptance is the models' own):")
+        out += [wrap(f"{RUN_EXAMPLES[k]}: {t}", "    ") for k, t in RUN_KEYS.items()
+                if k not in SIMULATED_ONLY]
+        return "\n".join(out)
     out.append("acceptance model (one kind per run; default alpha=0.8, i.i.d.):")
     for key, example in (("alpha", "alpha=0.8: each draft token accepted with this "
                                    "probability, independently"),
@@ -114,3 +132,10 @@ def announce(path, what: str, *, json_mode: bool) -> None:
     from hwprofiles.loader import printable
 
     print(f"wrote {printable(str(path))} ({what})", file=sys.stderr if json_mode else sys.stdout)
+
+
+def paragraph(text: str, width: int = 79) -> str:
+    """A description wrapped for a raw-formatted --help."""
+    import textwrap
+
+    return textwrap.fill(" ".join(text.split()), width=width)

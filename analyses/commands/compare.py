@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from analyses.commands._common import SIM_TOKENS
+import argparse
+
+from analyses.commands._common import SIM_TOKENS, paragraph, settings_help
 from analyses.run.budget import SIM_BUDGET_UNITS, allow_large_argument, readable
 
 DEFAULTS = {"platform": "m2-ultra-8x", "target": "qwen3-32b", "draft": "qwen3-0.6b"}
@@ -17,13 +19,15 @@ COMPARE_BUDGET = (f"{readable(SIM_BUDGET_UNITS)} row-steps, sweep points x polic
 def register(sub) -> None:
     p = sub.add_parser(
         "compare", help="compare policies over a sweep and write an HTML report",
-        description="Simulate every chosen policy over the swept settings (in parallel) "
-                    "and write one self-contained HTML report (plotly, opens offline). "
-                    "With no arguments: Qwen3-32B with a Qwen3-0.6B draft on m2-ultra-8x, "
-                    "every policy that applies, each at its best gamma (SSD: its best k).",
-        epilog="example: hetspec compare --platform m2-ultra-8x --target qwen3-32b "
-               "--draft qwen3-0.6b --policies ar,sd,mirror --sweep gamma=2..6 "
-               "-o report.html")
+        description=paragraph(
+            "Simulate every chosen policy over the swept settings (in parallel) and write "
+            "one self-contained HTML report (plotly, opens offline). With no arguments: "
+            "Qwen3-32B with a Qwen3-0.6B draft on m2-ultra-8x, every policy that applies, "
+            "each at its best gamma (SSD: its best k)."),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=settings_help() + "\n\nexample: hetspec compare --platform m2-ultra-8x "
+               "--target qwen3-32b --draft qwen3-0.6b \\\n    --policies ar,sd,mirror "
+               "--sweep gamma=2..6 -o report.html")
     p.add_argument("--platform", default=DEFAULTS["platform"],
                    help=f"platform name or YAML path (default {DEFAULTS['platform']})")
     p.add_argument("--target", default=DEFAULTS["target"],
@@ -248,8 +252,8 @@ def edge_notes(results: list, sweeps: list) -> list[str]:
         for key, values in sweeps:
             numbers = [v for v in values if isinstance(v, (int, float))
                        and not isinstance(v, bool)]
-            if key in sets and len(numbers) > 2 and sets[key] in (min(numbers),
-                                                                  max(numbers)):
+            if key in sets and len(numbers) >= 2 and sets[key] in (min(numbers),
+                                                                   max(numbers)):
                 notes.append(f"{policy}: its best {key}={sets[key]} is on the edge of "
                              f"--sweep {key}; widen the sweep (or leave --sweep out to "
                              "search the whole range)")
@@ -296,6 +300,7 @@ def _baseline_label(result) -> str:
 
 def _summary(results, path) -> dict:
     from analyses.compare import report
+    from policies.runs.breakdown import sentence
 
     best = report.fastest(results)
     skipped = report.skipped_policies(results)
@@ -309,7 +314,11 @@ def _summary(results, path) -> dict:
                  f"tokens/s, {best.metrics['speedup_vs_ar']:.2f}x {_baseline_label(best)} "
                  f"({len(results)} runs"
                  + (f"; skipped {', '.join(skipped)}" if skipped else "") + ")")
+    why = {p: r.metrics.get("breakdown") for p, r in report.best_per_policy(results).items()}
     return {"report": str(path), "line": line,
+            "why": {p: sentence(report.best_per_policy(results)[p].point.label, parts)
+                    for p, parts in why.items() if parts},
+            "breakdown": {p: parts for p, parts in why.items() if parts},
             "fastest": best.point.label if best else None,
             "speedup_vs_ar": best.metrics["speedup_vs_ar"] if best else None,
             "tokens_per_s": best.metrics["tokens_per_s"] if best else None,

