@@ -364,7 +364,9 @@ def build_sections(results: list[PointResult], base: dict, sweep_keys: list[str]
     """Every section of the comparison report, in reading order; ``notes`` (best
     points on a sweep's edge or a valid bound) open the speed section."""
     from analyses.compare.lawviews import law_figures
+    from analyses.compare.sweep import explain
 
+    explain(results, base)  # where the best points' time went
     best = best_per_policy(results)
     speed = _speed_section(results)
     speed.notes[:0] = list(notes)

@@ -311,7 +311,7 @@ def run_point(point: Point, config: RunConfig, timeline_steps: int = TIMELINE_ST
 
     try:
         result = run_schedule(config, outcomes_factory=factory)
-        metrics = metrics_of(config, result)
+        metrics = metrics_of(config, result, why=False)  # explain() adds it to the best
         if ar_tokens_per_s is None:
             ar_tokens_per_s = baseline_tokens_per_s(config)
         if isinstance(ar_tokens_per_s, str):
@@ -324,6 +324,22 @@ def run_point(point: Point, config: RunConfig, timeline_steps: int = TIMELINE_ST
     spans = [tuple(s[:5]) for s in result.spans if s.start_s < horizon_s]
     return PointResult(point, metrics, None, spans, dict(sorted(
         holder["outcomes"].accepted.items())))
+
+
+def explain(results: list[PointResult], base: dict) -> None:
+    """Add where its time went (``breakdown``) to each policy's fastest point: its
+    seeded run again, with the same outcomes (a sweep leaves it out of the rest)."""
+    from analyses.run.api import metrics_of, run_schedule
+
+    best: dict[str, PointResult] = {}
+    for r in results:
+        if r.metrics and (r.point.policy not in best or r.metrics["tokens_per_s"]
+                          > best[r.point.policy].metrics["tokens_per_s"]):
+            best[r.point.policy] = r
+    for r in best.values():
+        if "breakdown" not in r.metrics:
+            config = point_config(r.point, base)
+            r.metrics["breakdown"] = metrics_of(config, run_schedule(config))["breakdown"]
 
 
 def run_packed(args) -> PointResult:

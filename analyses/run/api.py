@@ -186,7 +186,9 @@ def run_schedule(config: RunConfig, *, record_spans: bool = True,
     return result
 
 
-def metrics_of(config: RunConfig, result: SimResult) -> dict:
+def metrics_of(config: RunConfig, result: SimResult, *, why: bool = True) -> dict:
+    """The run's metrics; with ``why`` (and spans) where its time went
+    (policies.runs.breakdown), which a sweep leaves to its best points."""
     steps = result.stats.get("steps", result.steps) or 1
     out = run_metrics(config, tokens=result.tokens, time_s=result.time_s, steps=steps,
                       rows_per_step=config.batch)
@@ -195,7 +197,7 @@ def metrics_of(config: RunConfig, result: SimResult) -> dict:
         out.setdefault(key, value)
     for event, rate in sorted(result.outcome_rates.items()):
         out.setdefault(f"{event}_rate", rate)
-    if result.spans:
+    if why and result.spans:
         out["breakdown"] = breakdown(result.spans, tokens=result.tokens / config.batch,
                                      steps=steps, start_s=0.0, end_s=result.time_s)
     timeline = entry(config.policy).timeline
