@@ -9,9 +9,11 @@ from hwprofiles.loader import ProfileError, printable
 
 
 def register(sub) -> None:
-    p = sub.add_parser("profiles", help="list, show or validate hardware and model profiles",
-                       description="Shipped platforms and models, and validation of "
-                                   "your own YAML files (a platform has 'devices').")
+    p = sub.add_parser("profiles",
+                       help="list, show, validate or import hardware and model profiles",
+                       description="Shipped platforms and models, validation of your own "
+                                   "YAML files (a platform has 'devices'), and model "
+                                   "profiles imported from a checkpoint's config.json.")
     ps = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     ps.add_parser("list", help="list shipped platforms (devices, memory, what they are) "
                   "and models (size, layers, dtype)").set_defaults(func=_list)
