@@ -308,3 +308,10 @@ def test_separate_draft_schedules_shard_the_draft_alike_and_the_report_says_so()
     # on equal terms vanilla SD is within reach of Mirror-SD (not 2x behind)
     ratio = best["mirror"].metrics["tokens_per_s"] / best["sd"].metrics["tokens_per_s"]
     assert 1.0 < ratio < 1.3
+
+
+def test_schedules_skipped_for_one_reason_share_one_note():
+    points = expand_grid(["ar", "cats", "kangaroo"], [], {"dram_budget_gb": 6})
+    results = run_grid(points, BASE, jobs=1, quiet=True)
+    notes = report.build_sections(results, BASE, [])[0].notes
+    assert len(notes) == 1 and notes[0].startswith("cats, kangaroo were not run: ")

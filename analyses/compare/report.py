@@ -334,8 +334,13 @@ def _speed_section(results: list[PointResult]) -> Section:
         sec.figures.append(("speedup and tokens/s per policy", summary_figure(best)))
         sec.figures.append(("time to first token and per output token",
                             latency_figure(best)))
+    by_reason: dict[str, list[str]] = {}
     for policy, reason in skipped_policies(results).items():
-        sec.notes.append(f"{policy} was not run: {reason}")
+        by_reason.setdefault(reason, []).append(policy)
+    for reason, policies in by_reason.items():  # schedules skipped alike, in one line
+        names = ", ".join(policies)
+        sec.notes.append(f"{names} {'was' if len(policies) == 1 else 'were'} not run: "
+                         f"{reason}")
     return sec
 
 
