@@ -26,8 +26,14 @@ from typing import Any
 
 import yaml
 
-_SPECIAL = {stat.S_ISFIFO: "a FIFO (named pipe)", stat.S_ISCHR: "a character device",
-            stat.S_ISBLK: "a block device", stat.S_ISSOCK: "a socket"}
+_SPECIAL = {stat.S_ISFIFO: "FIFO (named pipe)", stat.S_ISCHR: "character device",
+            stat.S_ISBLK: "block device", stat.S_ISSOCK: "socket"}
+
+
+def special_kind(mode: int) -> str:
+    """What a file that is neither regular nor a directory is ('FIFO (named pipe)',
+    'character device', ...), for inputs and outputs alike."""
+    return next((kind for test, kind in _SPECIAL.items() if test(mode)), "special file")
 
 
 def regular_input(path, what: str, fix: str, error: type[Exception] = ValueError,
@@ -46,9 +52,8 @@ def regular_input(path, what: str, fix: str, error: type[Exception] = ValueError
     if stat.S_ISDIR(st.st_mode):
         raise error(f"{what} {shown} is a directory, not a regular file; {fix}")
     if not stat.S_ISREG(st.st_mode):
-        kind = next((k for test, k in _SPECIAL.items() if test(st.st_mode)),
-                    "a special file")
-        raise error(f"{what} {shown} is {kind}, not a regular file; {fix}")
+        raise error(f"{what} {shown} is a {special_kind(st.st_mode)}, not a regular file; "
+                    f"{fix}")
     return st
 
 

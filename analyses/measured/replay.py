@@ -95,14 +95,10 @@ def load_run(path) -> MeasuredRun:
     path = Path(path)
     if path.is_dir():
         path = path / "record.json"
-    if path.exists() and not path.is_file():  # stat only: a pipe is never opened
-        raise ValueError(f"the run record {path} is not a regular file (a pipe, device or "
-                         "socket); pass the run_record path that 'hetspec run --json' "
-                         "printed")
-    if not path.is_file():
+    if not path.exists():
         raise ValueError(f"no run record at {path}; pass the run_record path that "
                          "'hetspec run --json' printed")
-    record = read_record(path)
+    record = read_record(path)  # a pipe or a device is named as such, never opened
     if record.get("kind") != "measured":
         raise ValueError(f"{path} is a {record.get('kind')} record, not a measured run; "
                          "pass a record written by 'hetspec run'")

@@ -30,7 +30,8 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
-from hwprofiles.inputfiles import DuplicateKey, json_loads, refuse_long_integers
+from hwprofiles.inputfiles import (DuplicateKey, json_loads, refuse_long_integers,
+                                   regular_input, special_kind)
 
 
 class WriteError(OSError):
@@ -41,14 +42,6 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
-
-
-_KINDS = {stat.S_ISFIFO: "FIFO (named pipe)", stat.S_ISCHR: "character device",
-          stat.S_ISBLK: "block device", stat.S_ISSOCK: "socket"}
-
-
-def _special_kind(mode: int) -> str:
-    return next((kind for test, kind in _KINDS.items() if test(mode)), "special file")
 
 
 def _link_target(path: Path, label: str) -> Path:
@@ -80,7 +73,7 @@ def output_target(path, label: str = "output") -> Path:
         raise ValueError(f"{label} {path} is a directory; give a file path, e.g. "
                          f"{path / 'out'}")
     if not stat.S_ISREG(mode):
-        raise ValueError(f"{label} {path} is a {_special_kind(mode)}, not a regular file; "
+        raise ValueError(f"{label} {path} is a {special_kind(mode)}, not a regular file; "
                          "give the path of a regular file")
     return target
 
@@ -268,13 +261,9 @@ MAX_RECORD_BYTES = 16 * 2**20
 
 def _record_text(path: Path) -> str:
     fix = "pass the record.json that 'hetspec run' wrote"
+    # stat only first: a pipe is never opened (a read would block)
+    size = regular_input(path, "run record", fix).st_size
     try:
-        if path.is_dir():
-            raise ValueError(f"run record {path} is a directory, not a file; {fix}")
-        if path.exists() and not path.is_file():  # a pipe is never opened: it would block
-            raise ValueError(f"run record {path} is not a regular file (a pipe, device or "
-                             f"socket); {fix}")
-        size = path.stat().st_size
         if size > MAX_RECORD_BYTES:
             raise ValueError(f"run record {path} holds {size / 2**20:.1f} MiB, over the "
                              f"{MAX_RECORD_BYTES // 2**20} MiB a run record takes; {fix}")
