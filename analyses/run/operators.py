@@ -4,10 +4,9 @@ reached (the higher of its compute and its memory or link fraction)."""
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 
-NUMBERS = re.compile(r"\s*\d+(-\d+)?$")
+from policies.runs.breakdown import operation_of
 
 
 def _capacity(platform, where: str, dtype: str) -> tuple[float, float]:
@@ -38,7 +37,7 @@ def operator_table(spans, platform, dtype: str) -> list[dict]:
     span records no work (a collective's time is its latency and transfer)."""
     rows = defaultdict(lambda: [0, 0.0, 0.0, 0.0])
     for s in spans:
-        key = (NUMBERS.sub("", s.name.split("[")[0].strip()) or s.name, s.kind, s.device)
+        key = (operation_of(s.name), s.kind, s.device)
         row = rows[key]
         row[0] += 1
         row[1] += s.end_s - s.start_s

@@ -40,9 +40,16 @@ def cost_of(span) -> str:
     return "target"
 
 
+def operation_of(name: str) -> str:
+    """A span's operation: its name without a bracketed layer range or trailing
+    layer numbers ('stream layers 12-12' -> 'stream layers')."""
+    base = name.split("[")[0].strip()
+    return NUMBERS.sub("", base) or base or name
+
+
 def phase_of(span) -> str:
     """The schedule's phase a span belongs to (an all-reduce inside a draft step
-    is the draft's): its name without a trailing collective or bracketed part."""
+    is the draft's): its operation without a trailing collective."""
     name = span.name.split("[")[0].strip()
     for suffix in (" all-reduce", " all-to-all", " all-gather"):
         name = name.removesuffix(suffix)
@@ -97,7 +104,7 @@ def breakdown(spans, *, tokens: float, steps: int, start_s: float, end_s: float)
     def phase(span) -> str:
         if span.name not in phases:
             phases[span.name] = phase_of(span)
-            stems[span.name] = NUMBERS.sub("", span.name.split("[")[0].strip())
+            stems[span.name] = operation_of(span.name)
         return phases[span.name]
 
     on_path = defaultdict(float)
