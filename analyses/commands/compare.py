@@ -228,10 +228,8 @@ def run_tuned(args, policies: list[str], sets: dict, base: dict, found: list) ->
         return [r.metrics["tokens_per_s"] if r.metrics else None for r in done[:len(batch)]]
 
     first = [p for name, p in fixed.items() if name not in tuned]
-    run_searches(found, lambda batch: evaluate(batch, first if not results else ()))
-    if not results:  # nothing to tune: every schedule once
-        results = run_grid(first, base, jobs=args.jobs, backend=args.backend,
-                           allow_large=args.allow_large)
+    # the untuned schedules run once, beside the first round (every search has a ladder)
+    run_searches(found, lambda batch: evaluate(batch, () if results else first))
     order = {p: i for i, p in enumerate(policies)}
     return sorted(results, key=lambda r: (order[r.point.policy], r.point.sets))
 
@@ -314,11 +312,12 @@ def _summary(results, path) -> dict:
                  f"tokens/s, {best.metrics['speedup_vs_ar']:.2f}x {_baseline_label(best)} "
                  f"({len(results)} runs"
                  + (f"; skipped {', '.join(skipped)}" if skipped else "") + ")")
-    why = {p: r.metrics.get("breakdown") for p, r in report.best_per_policy(results).items()}
+    explained = {p: r for p, r in report.best_per_policy(results).items()
+                 if r.metrics.get("breakdown")}
     return {"report": str(path), "line": line,
-            "why": {p: sentence(report.best_per_policy(results)[p].point.label, parts)
-                    for p, parts in why.items() if parts},
-            "breakdown": {p: parts for p, parts in why.items() if parts},
+            "why": {p: sentence(r.point.label, r.metrics["breakdown"])
+                    for p, r in explained.items()},
+            "breakdown": {p: r.metrics["breakdown"] for p, r in explained.items()},
             "fastest": best.point.label if best else None,
             "speedup_vs_ar": best.metrics["speedup_vs_ar"] if best else None,
             "tokens_per_s": best.metrics["tokens_per_s"] if best else None,

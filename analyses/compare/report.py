@@ -46,6 +46,18 @@ def best_per_policy(results: list[PointResult]) -> dict[str, PointResult]:
     return best
 
 
+def explain(best: dict[str, PointResult], base: dict) -> None:
+    """Add where its time went (``breakdown``) to each policy's fastest point: its
+    seeded run again, with the same outcomes (a sweep leaves it out of the rest)."""
+    from analyses.compare.sweep import point_config
+    from analyses.run.api import metrics_of, run_schedule
+
+    for r in best.values():
+        if "breakdown" not in r.metrics:
+            config = point_config(r.point, base)
+            r.metrics["breakdown"] = metrics_of(config, run_schedule(config))["breakdown"]
+
+
 def skipped_policies(results: list[PointResult]) -> dict[str, str]:
     """Policies none of whose points ran, with the first reason given."""
     ran = {r.point.policy for r in results if r.metrics is not None}
@@ -369,10 +381,9 @@ def build_sections(results: list[PointResult], base: dict, sweep_keys: list[str]
     """Every section of the comparison report, in reading order; ``notes`` (best
     points on a sweep's edge or a valid bound) open the speed section."""
     from analyses.compare.lawviews import law_figures
-    from analyses.compare.sweep import explain
 
-    explain(results, base)  # where the best points' time went
     best = best_per_policy(results)
+    explain(best, base)
     speed = _speed_section(results)
     speed.notes[:0] = list(notes)
     sections = [speed, _why_section(best)]

@@ -210,10 +210,9 @@ def grid_estimate(by_policy: dict[str, tuple[int, dict]], base: dict,
     layers = budget.n_layers_of(base.get("target"), base.get("draft"))
     units, total, baselines = 0, 0, 0
     for policy, (count, values) in by_policy.items():
-        shape = budget.sim_shape(policy, values, tokens, batch, layers)
-        per_point = shape.units
+        run, own = budget.point_units(policy, values, tokens, batch, layers)
+        per_point = run + own
         if policy != "ar":  # the baselines the points share are run once: at most one each
-            per_point += budget.baseline_shape(shape, values, layers).units
             baselines += count
         units += count * per_point
         total += count
@@ -324,22 +323,6 @@ def run_point(point: Point, config: RunConfig, timeline_steps: int = TIMELINE_ST
     spans = [tuple(s[:5]) for s in result.spans if s.start_s < horizon_s]
     return PointResult(point, metrics, None, spans, dict(sorted(
         holder["outcomes"].accepted.items())))
-
-
-def explain(results: list[PointResult], base: dict) -> None:
-    """Add where its time went (``breakdown``) to each policy's fastest point: its
-    seeded run again, with the same outcomes (a sweep leaves it out of the rest)."""
-    from analyses.run.api import metrics_of, run_schedule
-
-    best: dict[str, PointResult] = {}
-    for r in results:
-        if r.metrics and (r.point.policy not in best or r.metrics["tokens_per_s"]
-                          > best[r.point.policy].metrics["tokens_per_s"]):
-            best[r.point.policy] = r
-    for r in best.values():
-        if "breakdown" not in r.metrics:
-            config = point_config(r.point, base)
-            r.metrics["breakdown"] = metrics_of(config, run_schedule(config))["breakdown"]
 
 
 def run_packed(args) -> PointResult:

@@ -142,9 +142,7 @@ def estimate(found: list[Search], others: dict[str, dict], sets_of: dict[str, di
     layers = budget.n_layers_of(base.get("target"), base.get("draft"))
 
     def units(policy: str, values: dict) -> tuple[float, float]:
-        shape = budget.sim_shape(policy, values, tokens, batch, layers)
-        own = 0.0 if policy == "ar" else budget.baseline_shape(shape, values, layers).units
-        return shape.units, own
+        return budget.point_units(policy, values, tokens, batch, layers)
 
     total, sims = 0.0, 0
     for s in found:

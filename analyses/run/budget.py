@@ -273,6 +273,15 @@ def baseline_shape(shape: SimShape, settings: dict[str, list], n_layers: int) ->
                     prefill_passes=shape.prefill_passes)
 
 
+def point_units(policy: str, settings: dict[str, list], tokens: int, batch: int,
+                n_layers: int) -> tuple[float, float]:
+    """(row-steps of one simulation at ``settings``, of its AR baseline: 0 for an
+    ``ar`` point, which is its own)."""
+    shape = sim_shape(policy, settings, tokens, batch, n_layers)
+    own = 0.0 if policy == "ar" else baseline_shape(shape, settings, n_layers).units
+    return shape.units, own
+
+
 def n_layers_of(*models: str | None) -> int:
     """The most layers among ``models`` (profile names or YAML paths); a model
     that does not load counts as the deepest allowed (its error comes later)."""
