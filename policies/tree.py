@@ -26,14 +26,22 @@ Shapes:
 
 Acceptance by sibling rank: given its parent was accepted, the node whose token
 is the draft's rank-i candidate (0-based) is accepted with probability
-p_{d,i}. By default each candidate, in the draft's rank order, matches the
-target's token with the run's per-depth acceptance alpha_d given the ones ranked
-above it did not: p_{d,i} = alpha_d (1 - alpha_d)^i, with alpha_d = P(A >= d) /
-P(A >= d-1) of the run's acceptance model (alpha for ``iid``, alphas[d-1] for
-``positional``, and as implied by a histogram or trace). ``rank_alphas``
-replaces it with measured per-rank probabilities (the same at every depth; 0
-past the list). Siblings are exclusive events (the target names one token), so
-E[accepted] = sum over nodes of the product of p along the node's path
+p_{d,i}. Greedy (``temperature=0``, the default): each candidate, in the draft's
+rank order, matches the target's token with the run's per-depth acceptance
+alpha_d given the ones ranked above it did not: p_{d,i} = alpha_d (1 - alpha_d)^i,
+with alpha_d = P(A >= d) / P(A >= d-1) of the run's acceptance model (alpha for
+``iid``, alphas[d-1] for ``positional``, and as implied by a histogram or trace).
+Sampled (``temperature`` > 0): the siblings are tried in rank order by recursive
+rejection sampling against the target's tempered distribution, whose most likely
+token takes mass m (``top_mass``) and sits at the draft's rank i with the greedy
+law a (1 - a)^i, a = alpha_d / m; the rest of its mass falls outside the tree.
+So p_{d,i} = alpha_d (1 - alpha_d / m)^i (``rank_probs``): alpha_d is the first
+candidate's acceptance at the run's temperature, and sibling i after i rejections
+is accepted with ``sibling_acceptance``, far less than greedy's alpha_d; m = 1 is
+the greedy rule exactly (docs/schedules.md, "Token trees at temperature > 0").
+``rank_alphas`` replaces either with measured per-rank probabilities (the same at
+every depth; 0 past the list). Siblings are exclusive events (the target names one
+token), so E[accepted] = sum over nodes of the product of p along the node's path
 (``expected_accepted``). A dynamic tree in simulation takes draft confidence to
 equal this acceptance (EAGLE-2's premise), so its shape follows from p.
 
@@ -44,7 +52,8 @@ recorded, its lengths being tree walks already. The executor walks the real
 tree (``executors.coordinate.tokentree``): greedy, or at temperature > 0 the target samples
 its token at each node and the walk follows it while it is a child, which keeps
 the target's distribution exactly (the draft's candidates are fixed, not
-sampled). The draft's caches keep no tree slots: its next root pass re-feeds
+sampled): recursive rejection sampling over fixed candidates, the sampled law
+above. The draft's caches keep no tree slots: its next root pass re-feeds
 the accepted path and the bonus token (a ``catch_up`` Forward: the runtime
 counts them from the verdict; with expected outcomes one position, as the
 laws take it).
@@ -64,6 +73,12 @@ from policies.sd import TOKEN_BYTES, VERDICT_BYTES, draft_source
 
 TREE = 1  # the speculation branch the token tree grows on
 MAX_NODES = 1024  # a larger tree is a typing slip, not a design
+MAX_TEMPERATURE = 100.0  # far past any sampling temperature in use; larger is a slip
+# The target's mean probability of its own most likely token at temperature 1, the
+# default top_mass there: fitted on the temperature-1 tables of EAGLE (Li et al.,
+# ICML 2024, Tables 1 and 2) and judged on EAGLE-2's (arXiv 2406.16858 Table 1);
+# ``python benchmarks/bench_trees.py`` refits it and prints both.
+TOP_MASS_T1 = 0.9
 
 
 class TreeParams(PolicyParams):
@@ -78,6 +93,16 @@ class TreeParams(PolicyParams):
     rank_alphas: tuple[float, ...] | None = Field(
         None, min_length=1, description="P(target's token is the draft's rank-i candidate) "
                                         "per sibling rank; default: from the acceptance model")
+    temperature: float = Field(
+        0.0, ge=0, le=MAX_TEMPERATURE,
+        description="sampling temperature the simulated tree is verified at: 0 greedy "
+                    "(a child must be the target's argmax), above 0 recursive rejection "
+                    "sampling over siblings, which accepts fewer (a measured run takes "
+                    "hetspec run --temperature)")
+    top_mass: float | None = Field(
+        None, gt=0, le=1, description="at temperature > 0: the target's mean probability "
+                                      f"of its own most likely token (default {TOP_MASS_T1} "
+                                      "at temperature 1, fitted on EAGLE's tables)")
     draft_layers: int | None = Field(
         None, ge=1, description="self-speculate with the target's first N layers + exit head")
     draft_collectives: int | None = Field(
@@ -115,7 +140,22 @@ class TreeParams(PolicyParams):
         if self.width is None and self.model_fields_set & {"depth", "nodes"}:
             raise ValueError("depth and nodes shape a dynamic tree; set width too, or use "
                              "tree=... for a static one")
+        if self.top_mass is not None and self.temperature == 0:
+            raise ValueError("top_mass prices sampled verification; at temperature 0 the "
+                             "target's argmax takes all its mass: set temperature or drop "
+                             "top_mass")
+        if self.top_mass is None and self.temperature not in (0, 1):
+            raise ValueError(f"at temperature {self.temperature:g} give top_mass (the "
+                             "target's mean probability of its most likely token there); "
+                             f"the default {TOP_MASS_T1} holds at temperature 1 only")
         return self
+
+    def target_top_mass(self) -> float:
+        """m: the target's mean probability of its own most likely token at the
+        tree's temperature (1 when greedy)."""
+        if self.temperature == 0:
+            return 1.0
+        return TOP_MASS_T1 if self.top_mass is None else self.top_mass
 
 
 # the tree's shape and its closed form ---------------------------------------------
@@ -128,12 +168,25 @@ def depth_alphas(model, depth: int) -> list[float]:
 
 
 def rank_probs(alphas: list[float], ranks: int,
-               rank_alphas: tuple[float, ...] | None = None) -> list[list[float]]:
-    """p[d-1][i]: acceptance of a depth-d node of sibling rank i given its parent."""
+               rank_alphas: tuple[float, ...] | None = None,
+               top_mass: float = 1.0) -> list[list[float]]:
+    """p[d-1][i]: acceptance of a depth-d node of sibling rank i given its parent:
+    alpha_d (1 - alpha_d / m)^i, m the target's top mass (1: greedy, the rule
+    alpha_d (1 - alpha_d)^i exactly); a greedy rate alpha_d / m above 1 is 1."""
     if rank_alphas is not None:
         row = [rank_alphas[i] if i < len(rank_alphas) else 0.0 for i in range(ranks)]
         return [row for _ in alphas]
-    return [[a * (1 - a) ** i for i in range(ranks)] for a in alphas]
+    return [[a * (1 - min(1.0, a / top_mass)) ** i for i in range(ranks)] for a in alphas]
+
+
+def sibling_acceptance(alpha: float, top_mass: float, rank: int) -> float:
+    """P(the rank-``rank`` candidate is accepted | the ones ranked above it were
+    rejected) under recursive rejection sampling over fixed candidates: its share
+    of the target's mass left after them, alpha (1-a)^j / (1 - m (1 - (1-a)^j)),
+    a = alpha / m. Greedy (m = 1) it is alpha at every rank."""
+    greedy = min(1.0, alpha / top_mass)
+    left = 1.0 - top_mass * (1.0 - (1.0 - greedy) ** rank)  # mass not yet rejected
+    return alpha * (1.0 - greedy) ** rank / left if left > 0 else 0.0
 
 
 def tree_nodes(params: TreeParams, probs: list[list[float]] | None) -> list[tuple]:
@@ -196,7 +249,8 @@ def closed_form(params: TreeParams, alphas: list[float]) -> dict:
     if len(alphas) < depth:
         alphas = list(alphas) + [alphas[-1]] * (depth - len(alphas))
     ranks = max(params.tree) if params.width is None else params.width
-    nodes = tree_nodes(params, rank_probs(alphas[:depth], ranks, params.rank_alphas))
+    nodes = tree_nodes(params, rank_probs(alphas[:depth], ranks, params.rank_alphas,
+                                          params.target_top_mass()))
     passes = draft_passes(params)
     e = expected_accepted(nodes)
     return {"expected_accepted": e, "expected_tokens_per_step": e + 1, "nodes": len(nodes),
@@ -271,13 +325,16 @@ def tree_law(alpha: Probability | None = None,
              tree: tuple[int, ...] | int | None = None, width: int | None = None,
              depth: int | None = None, nodes: int | None = None,
              rank_alphas: tuple[float, ...] | float | None = None,
+             temperature: float | None = None, top_mass: float | None = None,
              c: Annotated[float, Field(ge=0)] = 0.0,
              v: Annotated[float, Field(gt=0)] = 1.0) -> dict:
     """Token tree: E[accepted] = sum over nodes of the product of sibling-rank
-    acceptances along its path; speedup (E+1)/(passes c + v), c one draft pass and
-    v the tree verify over one target step."""
+    acceptances along its path (greedy, or sampled at ``temperature`` with the
+    target's ``top_mass``); speedup (E+1)/(passes c + v), c one draft pass and v the
+    tree verify over one target step."""
     given = {k: x for k, x in (("tree", tree), ("width", width), ("depth", depth),
-                               ("nodes", nodes), ("rank_alphas", rank_alphas))
+                               ("nodes", nodes), ("rank_alphas", rank_alphas),
+                               ("temperature", temperature), ("top_mass", top_mass))
              if x is not None}
     from policies.base import parse_params
 
