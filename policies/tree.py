@@ -78,7 +78,7 @@ MAX_TEMPERATURE = 100.0  # far past any sampling temperature in use; larger is a
 # default top_mass there: fitted on the temperature-1 tables of EAGLE (Li et al.,
 # ICML 2024, Tables 1 and 2) and judged on EAGLE-2's (arXiv 2406.16858 Table 1);
 # ``python benchmarks/bench_trees.py`` refits it and prints both.
-TOP_MASS_T1 = 0.9
+TOP_MASS_T1 = 0.965
 
 
 class TreeParams(PolicyParams):
