@@ -169,6 +169,16 @@ class Session:
         n = models.self_layers(self.sources.get("draft"))
         return bool(n) and self.ahead.get("draft", {}).get(n, 0) > 0
 
+    def _same_temperature(self, params: PolicyParams) -> None:
+        """A schedule's own ``temperature`` (the tree's: what a simulation prices)
+        must be the run's: the executor samples at --temperature alone."""
+        priced = getattr(params, "temperature", None)
+        if "temperature" in params.model_fields_set and priced != self.opts.temperature:
+            raise ValueError(f"the schedule's temperature={priced:g} prices a simulated "
+                             f"run; this run samples at --temperature "
+                             f"{self.opts.temperature:g}: pass --temperature {priced:g} "
+                             "or drop the setting")
+
     def decode(self, policy: str, params: PolicyParams | dict,
                prompts: list[list[int]]) -> BatchResult:
         """Decode one batch of prompts with a registered policy: ``params`` typed (a
@@ -178,6 +188,7 @@ class Session:
         ctx = self.context(prompts)
         parsed = (params if isinstance(params, PolicyParams)
                   else parse_params(policy, params))
+        self._same_temperature(parsed)
         found = footprint(build(policy, ctx, parsed), len(prompts))
         buffer_layers = found.pop("buffer_layers", 1)  # the streaming ring's size
         streams = {k[1:]: v for k, v in found.items() if k[0] == "stream"}

@@ -458,6 +458,11 @@ def test_a_cuda_target_scores_trees_losslessly(tiny):
     assert {x["physical"] for x in runs[0].spans} >= {"cuda:0", "cpu:1"}
 
 
+def test_a_measured_run_refuses_a_tree_priced_at_another_temperature(close_draft):
+    with pytest.raises(ValueError, match="pass --temperature 1 or drop"):
+        close_draft.decode("tree", {"tree": (2, 2), "temperature": 1}, PROMPTS[:1])
+
+
 def test_tree_at_temperature_one_samples_the_target_distribution(tmp_path):
     """Following the target's sampled token down a fixed candidate tree keeps the
     target's law: the first two tokens over many rows fit the target's joint law
@@ -465,7 +470,7 @@ def test_tree_at_temperature_one_samples_the_target_distribution(tmp_path):
     spec, rows, prompt = tiny_spec(tmp_path, vocab=12, layers=3, hidden=32), 3000, [1, 2, 3, 4]
     with session(spec, "self:1", temperature=1.0, max_new=2, seed=7) as s:
         _peaky(s, "target", 8.0)
-        out = s.decode("tree", {"tree": (3, 2)}, [prompt] * rows)
+        out = s.decode("tree", {"tree": (3, 2), "temperature": 1}, [prompt] * rows)
         target = _joint(Stack(s.loaded["target"].model), prompt, 12)
         draft = _joint(Stack(s.loaded["target"].model, 1), prompt, 12)
     samples = [g[:2] for g in out.generated]
