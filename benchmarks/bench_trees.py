@@ -8,7 +8,7 @@ target on one A100 and EAGLE's one-layer draft as draft_layers=1:
   1. greedy: the row's acceptance alpha_0 is fitted so that the tree's closed form
      gives the published temperature-0 tau (the only number a row is fitted on);
      the simulated temperature-0 speedup is compared with the published one;
-  2. sampled: the target's top mass m (``top_mass``) is fitted on the
+  2. sampled: the target's top mass m (``target_top_mass``) is fitted on the
      temperature-1 tau of the source whose role is "fit" (EAGLE-2) and nowhere
      else; every row is then simulated at temperature 1 with first-candidate
      acceptance m alpha_0, and the held-out sources judge it;
@@ -54,12 +54,12 @@ def shape(sources: dict, row: dict) -> dict:
     return {k: tuple(v) if isinstance(v, list) else v for k, v in given.items()}
 
 
-def tau(params: dict, alpha0: float, top_mass: float | None) -> float:
-    """Tokens per step of the closed form: greedy (top_mass None) at alpha_0, or
-    sampled at temperature 1 with first-candidate acceptance m alpha_0."""
-    if top_mass is None:
+def tau(params: dict, alpha0: float, mass: float | None) -> float:
+    """Tokens per step of the closed form: greedy (mass None) at alpha_0, or sampled
+    at temperature 1 with target_top_mass m and first-candidate acceptance m alpha_0."""
+    if mass is None:
         return law("tree", alpha=alpha0, **params)["expected_tokens_per_step"]
-    return law("tree", alpha=alpha0 * top_mass, temperature=1, top_mass=top_mass,
+    return law("tree", alpha=alpha0 * mass, temperature=1, target_top_mass=mass,
                **params)["expected_tokens_per_step"]
 
 
@@ -86,13 +86,12 @@ def speedup(row: dict, alpha: float, extra: dict) -> float:
     return simulate(cfg).metrics["speedup_vs_ar"]
 
 
-def evaluate(row: dict, top_mass: float) -> dict:
+def evaluate(row: dict, mass: float) -> dict:
     """Simulated speedups and taus of one row at T=0 and T=1 (sampled, greedy)."""
-    a0, sampled = row["alpha0"], {"temperature": 1, "top_mass": top_mass}
-    return {"s0": speedup(row, a0, {}), "s1": speedup(row, a0 * top_mass, sampled),
-            "s1_greedy": speedup(row, a0 * top_mass, {}),
-            "tau1": tau(row["params"], a0, top_mass),
-            "tau1_greedy": tau(row["params"], a0 * top_mass, None)}
+    a0, sampled = row["alpha0"], {"temperature": 1, "target_top_mass": mass}
+    return {"s0": speedup(row, a0, {}), "s1": speedup(row, a0 * mass, sampled),
+            "s1_greedy": speedup(row, a0 * mass, {}), "tau1": tau(row["params"], a0, mass),
+            "tau1_greedy": tau(row["params"], a0 * mass, None)}
 
 
 def err(simulated: float, published: float | None) -> float | None:
@@ -161,11 +160,11 @@ def main() -> None:
         row["params"] = shape(sources, row)
         row["sources_role"] = sources[row["source"]]["role"]
         row["alpha0"] = greedy_alpha(row["params"], row["t0"][1])
-    top_mass = fit_top_mass([r for r in rows if r["sources_role"] == "fit"])
-    sims = [evaluate(r, top_mass) for r in rows]
+    target_top_mass = fit_top_mass([r for r in rows if r["sources_role"] == "fit"])
+    sims = [evaluate(r, target_top_mass) for r in rows]
     print("\n".join(header(args.markdown) + [line(r, s, args.markdown)
                                                for r, s in zip(rows, sims)]))
-    print(f"\nfitted top_mass m = {top_mass:.4f} on the 'fit' source's T=1 tau "
+    print(f"\nfitted target_top_mass m = {target_top_mass:.4f} on the 'fit' source's T=1 tau "
           f"(shipped default TOP_MASS_T1 = {TOP_MASS_T1})")
     print("\n".join(summary(rows, sims, sources)))
 

@@ -33,7 +33,7 @@ with alpha_d = P(A >= d) / P(A >= d-1) of the run's acceptance model (alpha for
 ``iid``, alphas[d-1] for ``positional``, and as implied by a histogram or trace).
 Sampled (``temperature`` > 0): the siblings are tried in rank order by recursive
 rejection sampling against the target's tempered distribution, whose most likely
-token takes mass m (``top_mass``) and sits at the draft's rank i with the greedy
+token takes mass m (``target_top_mass``) and sits at the draft's rank i with the greedy
 law a (1 - a)^i, a = alpha_d / m; the rest of its mass falls outside the tree.
 So p_{d,i} = alpha_d (1 - alpha_d / m)^i (``rank_probs``): alpha_d is the first
 candidate's acceptance at the run's temperature, and sibling i after i rejections
@@ -75,8 +75,9 @@ TREE = 1  # the speculation branch the token tree grows on
 MAX_NODES = 1024  # a larger tree is a typing slip, not a design
 MAX_TEMPERATURE = 100.0  # far past any sampling temperature in use; larger is a slip
 # The target's mean probability of its own most likely token at temperature 1, the
-# default top_mass there: fitted on the temperature-1 tables of EAGLE (Li et al.,
-# ICML 2024, Tables 1 and 2) and judged on EAGLE-2's (arXiv 2406.16858 Table 1);
+# default target_top_mass there: fitted on the temperature-1 mean accepted lengths of
+# EAGLE-2 (arXiv 2406.16858, Table 1) and judged on EAGLE's (ICML 2024) and on
+# EAGLE-3's own EAGLE-2 runs (arXiv 2503.01840, Table 1);
 # ``python benchmarks/bench_trees.py`` refits it and prints both.
 TOP_MASS_T1 = 0.965
 
@@ -99,10 +100,10 @@ class TreeParams(PolicyParams):
                     "(a child must be the target's argmax), above 0 recursive rejection "
                     "sampling over siblings, which accepts fewer (a measured run takes "
                     "hetspec run --temperature)")
-    top_mass: float | None = Field(
+    target_top_mass: float | None = Field(
         None, gt=0, le=1, description="at temperature > 0: the target's mean probability "
                                       f"of its own most likely token (default {TOP_MASS_T1} "
-                                      "at temperature 1, fitted on EAGLE's tables)")
+                                      "at temperature 1, fitted on EAGLE-2's tables)")
     draft_layers: int | None = Field(
         None, ge=1, description="self-speculate with the target's first N layers + exit head")
     draft_collectives: int | None = Field(
@@ -140,22 +141,23 @@ class TreeParams(PolicyParams):
         if self.width is None and self.model_fields_set & {"depth", "nodes"}:
             raise ValueError("depth and nodes shape a dynamic tree; set width too, or use "
                              "tree=... for a static one")
-        if self.top_mass is not None and self.temperature == 0:
-            raise ValueError("top_mass prices sampled verification; at temperature 0 the "
-                             "target's argmax takes all its mass: set temperature or drop "
-                             "top_mass")
-        if self.top_mass is None and self.temperature not in (0, 1):
-            raise ValueError(f"at temperature {self.temperature:g} give top_mass (the "
-                             "target's mean probability of its most likely token there); "
+        if self.target_top_mass is not None and self.temperature == 0:
+            raise ValueError("target_top_mass prices sampled verification; at temperature "
+                             "0 the target's argmax takes all its mass: set temperature or "
+                             "drop target_top_mass")
+        if self.target_top_mass is None and self.temperature not in (0, 1):
+            raise ValueError(f"at temperature {self.temperature:g} give target_top_mass "
+                             "(the target's mean probability of its most likely token "
+                             "there); "
                              f"the default {TOP_MASS_T1} holds at temperature 1 only")
         return self
 
-    def target_top_mass(self) -> float:
+    def top_mass_at(self) -> float:
         """m: the target's mean probability of its own most likely token at the
         tree's temperature (1 when greedy)."""
         if self.temperature == 0:
             return 1.0
-        return TOP_MASS_T1 if self.top_mass is None else self.top_mass
+        return TOP_MASS_T1 if self.target_top_mass is None else self.target_top_mass
 
 
 # the tree's shape and its closed form ---------------------------------------------
@@ -176,7 +178,8 @@ def rank_probs(alphas: list[float], ranks: int,
     if rank_alphas is not None:
         row = [rank_alphas[i] if i < len(rank_alphas) else 0.0 for i in range(ranks)]
         return [row for _ in alphas]
-    return [[a * (1 - min(1.0, a / top_mass)) ** i for i in range(ranks)] for a in alphas]
+    return [[a * (1 - min(1.0, a / top_mass)) ** i for i in range(ranks)]
+            for a in alphas]
 
 
 def sibling_acceptance(alpha: float, top_mass: float, rank: int) -> float:
@@ -250,7 +253,7 @@ def closed_form(params: TreeParams, alphas: list[float]) -> dict:
         alphas = list(alphas) + [alphas[-1]] * (depth - len(alphas))
     ranks = max(params.tree) if params.width is None else params.width
     nodes = tree_nodes(params, rank_probs(alphas[:depth], ranks, params.rank_alphas,
-                                          params.target_top_mass()))
+                                          params.top_mass_at()))
     passes = draft_passes(params)
     e = expected_accepted(nodes)
     return {"expected_accepted": e, "expected_tokens_per_step": e + 1, "nodes": len(nodes),
@@ -325,16 +328,17 @@ def tree_law(alpha: Probability | None = None,
              tree: tuple[int, ...] | int | None = None, width: int | None = None,
              depth: int | None = None, nodes: int | None = None,
              rank_alphas: tuple[float, ...] | float | None = None,
-             temperature: float | None = None, top_mass: float | None = None,
+             temperature: float | None = None, target_top_mass: float | None = None,
              c: Annotated[float, Field(ge=0)] = 0.0,
              v: Annotated[float, Field(gt=0)] = 1.0) -> dict:
     """Token tree: E[accepted] = sum over nodes of the product of sibling-rank
     acceptances along its path (greedy, or sampled at ``temperature`` with the
-    target's ``top_mass``); speedup (E+1)/(passes c + v), c one draft pass and v the
+    target's ``target_top_mass``); speedup (E+1)/(passes c + v), c one draft pass and v the
     tree verify over one target step."""
     given = {k: x for k, x in (("tree", tree), ("width", width), ("depth", depth),
                                ("nodes", nodes), ("rank_alphas", rank_alphas),
-                               ("temperature", temperature), ("top_mass", top_mass))
+                               ("temperature", temperature),
+                               ("target_top_mass", target_top_mass))
              if x is not None}
     from policies.base import parse_params
 

@@ -154,40 +154,40 @@ def test_rrs_over_fixed_candidates_takes_each_with_its_target_probability():
     assert freq == pytest.approx(p, abs=MC_TOL)
 
 
-def _mixture_targets(rng, greedy: float, top_mass: float, vocab: int, n: int) -> np.ndarray:
+def _mixture_targets(rng, greedy: float, mass: float, vocab: int, n: int) -> np.ndarray:
     """The model's targets over tokens in the draft's rank order: the target's most
-    likely token at draft rank R ~ Geometric(greedy) with mass top_mass, the rest
+    likely token at draft rank R ~ Geometric(greedy) with mass ``mass``, the rest
     spread evenly over ranks >= 20 (outside every tree tested here)."""
     rank = np.minimum(rng.geometric(greedy, size=n) - 1, vocab - 1)
     p = np.zeros((n, vocab))
-    p[:, 20:] = (1 - top_mass) / (vocab - 20)
-    p[np.arange(n), rank] += top_mass
+    p[:, 20:] = (1 - mass) / (vocab - 20)
+    p[np.arange(n), rank] += mass
     return p
 
 
-@pytest.mark.parametrize("alpha,top_mass", [(0.6, 0.85), (0.45, 0.6), (0.8, 0.95)])
-def test_the_sampled_rank_law_is_rrs_on_the_models_targets(alpha, top_mass):
+@pytest.mark.parametrize("alpha,mass", [(0.6, 0.85), (0.45, 0.6), (0.8, 0.95)])
+def test_the_sampled_rank_law_is_rrs_on_the_models_targets(alpha, mass):
     """Monte Carlo: recursive rejection sampling over the draft's top 4 on targets
     drawn from the model takes rank i with alpha (1 - alpha/m)^i (rank_probs) and,
     after i rejections, with sibling_acceptance; a 3,2 tree walked depth by depth
     accepts the closed form's mean."""
     rng = np.random.default_rng(11)
-    targets = _mixture_targets(rng, alpha / top_mass, top_mass, 60, MC_DRAWS)
+    targets = _mixture_targets(rng, alpha / mass, mass, 60, MC_DRAWS)
     u = rng.random((MC_DRAWS, 4))
     cum = np.cumsum(targets[:, :4], axis=1)  # rows differ: the walk, row-vectorised
     left = np.hstack([np.ones((MC_DRAWS, 1)), 1 - cum[:, :-1]])
     taken = np.argmax(u < targets[:, :4] / left, axis=1)
     taken[~(u < targets[:, :4] / left).any(axis=1)] = -1
-    (want,) = rank_probs([alpha], 4, top_mass=top_mass)
+    (want,) = rank_probs([alpha], 4, top_mass=mass)
     for i in range(4):
         assert np.mean(taken == i) == pytest.approx(want[i], abs=MC_TOL)
         reached = taken[(taken < 0) | (taken >= i)]
         assert np.mean(reached == i) == pytest.approx(
-            sibling_acceptance(alpha, top_mass, i), abs=2 * MC_TOL)
+            sibling_acceptance(alpha, mass, i), abs=2 * MC_TOL)
     d1, d2 = taken, np.roll(taken, 1)  # depth 2: an independent draw for each walk
     accepted = ((0 <= d1) & (d1 < 3)).astype(int)
     walked = accepted * (1 + ((0 <= d2) & (d2 < 2)))
-    form = law("tree", alpha=alpha, tree=(3, 2), temperature=1, top_mass=top_mass)
+    form = law("tree", alpha=alpha, tree=(3, 2), temperature=1, target_top_mass=mass)
     assert np.mean(walked) == pytest.approx(form["expected_accepted"], abs=2 * MC_TOL)
 
 
@@ -208,20 +208,21 @@ def test_temperature_zero_is_the_greedy_rule_exactly(alpha):
 
 def test_sampling_lowers_sibling_acceptance_and_the_tree():
     """At the same first-candidate acceptance a sampled tree accepts less than a
-    greedy one (siblings share the target's mass m), and top_mass defaults at T=1."""
+    greedy one (siblings share the target's mass m), and target_top_mass defaults at T=1."""
     greedy = law("tree", alpha=0.7)["expected_accepted"]
     sampled = law("tree", alpha=0.7, temperature=1)
     assert sampled["expected_accepted"] < greedy
-    assert sampled == law("tree", alpha=0.7, temperature=1, top_mass=TOP_MASS_T1)
+    assert sampled == law("tree", alpha=0.7, temperature=1, target_top_mass=TOP_MASS_T1)
     assert sibling_acceptance(0.7, 0.85, 1) < 0.7
     # a chain has no siblings: its first candidate's acceptance alone decides
-    chain = law("tree", alpha=0.7, tree=(1, 1, 1), temperature=1, top_mass=0.8)
+    chain = law("tree", alpha=0.7, tree=(1, 1, 1), temperature=1, target_top_mass=0.8)
     assert chain["expected_accepted"] == pytest.approx(0.7 + 0.7 ** 2 + 0.7 ** 3)
 
 
-@pytest.mark.parametrize("bad,match", [({"temperature": 0.5}, "give top_mass"),
-                                       ({"top_mass": 0.8}, "set temperature"),
-                                       ({"temperature": 1, "top_mass": 0}, "greater than 0")])
+@pytest.mark.parametrize("bad,match", [
+    ({"temperature": 0.5}, "give target_top_mass"),
+    ({"target_top_mass": 0.8}, "set temperature"),
+    ({"temperature": 1, "target_top_mass": 0}, "greater than 0")])
 def test_sampled_tree_parameters_are_one_sentence(bad, match):
     with pytest.raises(PolicyError, match=match) as err:
         parse_params("tree", bad)
@@ -281,7 +282,7 @@ def _step_s(params, draft="llama-3.2-1b"):
                                      "rank_alphas": (0.5, 0.2)},
                                     {"temperature": 1},
                                     {"width": 4, "depth": 5, "nodes": 32, "temperature": 1,
-                                     "top_mass": 0.8}])
+                                     "target_top_mass": 0.8}])
 @pytest.mark.parametrize("alpha", [0.6, 0.8, 0.9])
 def test_deterministic_tree_equals_its_closed_form(params, alpha):
     m = _sim(params, {"kind": "iid", "alpha": alpha})
