@@ -38,7 +38,7 @@ from analyses.run.api import SimConfig, law, simulate
 from policies.tree import TOP_MASS_T1
 
 DATA = Path(__file__).parent / "data" / "tree_published.yaml"
-PLATFORM, PLACEMENT = "a100-sxm-8x", {"target": "gpu0"}
+PLATFORM, PLACEMENT = "a100-sxm-8x", {"target": "gpu0", "draft": "gpu0"}  # one A100
 TOKENS, PROMPT_TOKENS = 256, 256  # steady-state decode; ratios barely move with them
 
 
