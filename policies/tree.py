@@ -148,9 +148,16 @@ class TreeParams(PolicyParams):
         if self.target_top_mass is None and self.temperature not in (0, 1):
             raise ValueError(f"at temperature {self.temperature:g} give target_top_mass "
                              "(the target's mean probability of its most likely token "
-                             "there); "
-                             f"the default {TOP_MASS_T1} holds at temperature 1 only")
+                             f"there); the default {TOP_MASS_T1} holds at temperature 1 "
+                             "only")
         return self
+
+    def unused(self) -> str | None:
+        """A given setting this configuration ignores (PolicyParams.unused)."""
+        if self.rank_alphas is not None and self.temperature > 0:
+            return ("temperature prices the modelled sibling law, which rank_alphas "
+                    "(measured per-rank probabilities) replaces; drop one of them")
+        return None
 
     def top_mass_at(self) -> float:
         """m: the target's mean probability of its own most likely token at the
@@ -183,9 +190,9 @@ def rank_probs(alphas: list[float], ranks: int,
 
 
 def sibling_acceptance(alpha: float, top_mass: float, rank: int) -> float:
-    """P(the rank-``rank`` candidate is accepted | the ones ranked above it were
-    rejected) under recursive rejection sampling over fixed candidates: its share
-    of the target's mass left after them, alpha (1-a)^j / (1 - m (1 - (1-a)^j)),
+    """P(the candidate of rank j = ``rank`` is accepted | the j ranked above it
+    were rejected) under recursive rejection sampling over fixed candidates: its
+    share of the target's mass left after them, alpha (1-a)^j / (1 - m (1 - (1-a)^j)),
     a = alpha / m. Greedy (m = 1) it is alpha at every rank."""
     greedy = min(1.0, alpha / top_mass)
     left = 1.0 - top_mass * (1.0 - (1.0 - greedy) ** rank)  # mass not yet rejected

@@ -143,3 +143,12 @@ def test_the_executors_sampled_walk_takes_each_child_with_its_target_probability
     first = [dev._verify(cmd)["path"][0][:1] for _ in range(draws)]
     for j, token in enumerate((1, 3, 4)):
         assert np.mean([f == [j] for f in first]) == pytest.approx(p[token], abs=0.015)
+
+
+def test_rank_alphas_replace_the_sampled_law():
+    """Measured per-rank probabilities are taken as given: a temperature beside
+    them changes nothing, so a run refuses it as unused."""
+    given = {"rank_alphas": (0.5, 0.2), "tree": (2, 2)}
+    assert law("tree", **given, temperature=1) == law("tree", **given)
+    assert "drop one of them" in parse_params("tree", {**given, "temperature": 1}).unused()
+    assert parse_params("tree", given).unused() is None
