@@ -277,8 +277,8 @@ def operators_of(config: RunConfig, spans) -> list[dict]:
     taken at the target's dtype."""
     from analyses.run.operators import operator_table
 
-    return operator_table(spans, load_platform(config.platform),
-                          load_model(config.target).dtype)
+    dtype = "fp8" if config.compute_bits == 8 else load_model(config.target).dtype
+    return operator_table(spans, load_platform(config.platform), dtype)
 
 
 def law(name: str, **params) -> dict:
