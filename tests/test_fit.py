@@ -91,7 +91,7 @@ def test_kv_cache_can_overflow_and_the_refusal_says_so():
                   "--set", "prompt_tokens=8000")
     assert out.returncode == 2 and out.stderr.count("\n") == 1
     line = out.stderr
-    assert "device gpu0 of h100-sxm-5x" in line and "80.0 GB" in line
+    assert "device gpu0 of h100-sxm-5x" in line and "85.5 GB" in line
     # 80 layers x 2 x 8 heads x 128 x 2 bytes per position, 10001 positions, 256 rows / 4
     kv_gb = 80 * 2 * 8 * 128 * 2 * 10_001 * 256 / 4 / 1e9
     assert f"KV cache {kv_gb:.1f} GB" in line
@@ -123,7 +123,7 @@ def test_refusal_names_the_device_need_and_capacity():
     with pytest.raises(ValueError) as err:
         check_fit(H100, {"target": L70}, {"target": "gpu0"}, Run(tokens=100))
     text = str(err.value)
-    assert text.startswith("device gpu0 of h100-sxm-5x (memory tier hbm0, 80.0 GB) "
+    assert text.startswith("device gpu0 of h100-sxm-5x (memory tier hbm0, 85.5 GB) "
                            "would need 141.")
     assert "weights 141.1 GB + KV cache" in text and text.count(";") == 1
 

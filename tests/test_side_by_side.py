@@ -7,6 +7,7 @@ import pytest
 
 from analyses.cli import main
 from analyses.compare import sidebyside
+from hwprofiles import load_platform
 from analyses.compare.sweep import Point, expand_grid, grid_estimate, grid_settings, \
     point_config, run_grid
 
@@ -54,7 +55,8 @@ def test_side_by_side_rows_hold_speed_latency_and_fit(results):
     assert len(rows) == 8 and {r[0] for r in rows} == {"h100-sxm-8x", "a100-sxm-8x"}
     for row in rows:
         assert float(row[4]) > 0 and float(row[7]) > 0  # tokens/s, TTFT
-        assert row[9].startswith("yes: ") and row[9].endswith("of 80.0 GB")
+        capacity_gb = load_platform(row[0]).memory_tiers[0].capacity_bytes / 1e9
+        assert row[9].startswith("yes: ") and row[9].endswith(f"of {capacity_gb:.1f} GB")
     assert sidebyside.section(results, BASE).title == "Platforms and batches side by side"
 
 
