@@ -129,7 +129,7 @@ def print_report(r: dict) -> None:
     for row in r["layouts"]:
         cells = [row["largest_batch"][c] for c in r["contexts"]] + \
             [row["longest_context"][b] for b in r["batches"]]
-        text = " ".join(f"{'-' if v is None else f'{v:,}':>18}" for v in cells)
+        text = " ".join(f"{_size(v):>18}" for v in cells)
         print(f"  {row['layout']:22} {text}")
     fewest = r["fewest_devices"]
     if fewest is None:
@@ -142,15 +142,28 @@ def print_report(r: dict) -> None:
         _print_memory(row)
 
 
+def _size(value: int | None) -> str:
+    """'-' where nothing fits; a context at the cap is a lower bound."""
+    from analyses.run.config import MAX_PROMPT_TOKENS
+
+    if value is None:
+        return "-"
+    return f"{value:,}+" if value >= MAX_PROMPT_TOKENS else f"{value:,}"
+
+
 def _print_memory(row: dict) -> None:
     if row["memory_batch"] is None:
         print(f"  {row['layout']}: does not fit at batch 1: {row['why_not']}")
         return
-    m = row["memory"][0]  # members of a group hold equal shares; the first speaks for all
+    print(f"  {row['layout']} at batch {row['memory_batch']:,}:")
+    alike: dict[tuple, list[str]] = {}  # a group's members hold equal shares: one line
+    for m in row["memory"]:
+        key = tuple(round(m[k]) for k in ("weights_bytes", "kv_bytes", "activations_bytes",
+                                          "capacity_bytes"))
+        alike.setdefault(key, []).extend(m["devices"])
     gb = 1e9
-    devices = ", ".join(m["devices"]) if len(row["memory"]) == 1 else \
-        f"each of {sum(len(x['devices']) for x in row['memory'])} devices"
-    print(f"  {row['layout']} at batch {row['memory_batch']:,}: {devices}: weights "
-          f"{m['weights_bytes'] / gb:.1f} GB + KV {m['kv_bytes'] / gb:.1f} GB + activations "
-          f"{m['activations_bytes'] / gb:.2f} GB = {m['total_bytes'] / gb:.1f} of "
-          f"{m['capacity_bytes'] / gb:.1f} GB")
+    for (weights, kv, activations, capacity), devices in alike.items():
+        who = devices[0] if len(devices) == 1 else f"each of {', '.join(devices)}"
+        print(f"    {who}: weights {weights / gb:.1f} GB + KV {kv / gb:.1f} GB + "
+              f"activations {activations / gb:.2f} GB = "
+              f"{(weights + kv + activations) / gb:.1f} of {capacity / gb:.1f} GB")
