@@ -42,6 +42,19 @@ def test_largest_batch_at_8k_is_the_checks_edge(report, group):
         _check(config.revised(batch=batch + 1))
 
 
+def test_a_pipeline_layout_is_the_checks_edge_too(report):
+    """AR as a pipeline over stage0..stage3: ceil(80/4) = 20 layers a stage."""
+    row = next(r for r in report["layouts"] if r["layout"].startswith("PP4"))
+    assert row["params"] == {"pipeline_layers": 20} and row["devices"] == 4
+    batch = row["largest_batch"]["8192"]
+    config = RunConfig(platform="h100-sxm-8x", target="llama-3.1-70b", policy="ar",
+                       params={"pipeline_layers": 20}, prompt_tokens=8192, tokens=1000,
+                       batch=batch)
+    _check(config)
+    with pytest.raises(ValueError, match="would need"):
+        _check(config.revised(batch=batch + 1))
+
+
 def test_the_cli_refuses_one_batch_above_the_answer(report):
     row = next(r for r in report["layouts"] if r["where"] == "tp4")
     batch = row["largest_batch"]["8192"]

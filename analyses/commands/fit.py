@@ -11,8 +11,9 @@ from analyses.run.budget import allow_large_argument, readable
 DEFAULT_CONTEXTS = "8192"
 DEFAULT_BATCHES = "1"
 # memory checks a second on one core: python benchmarks/bench_fit.py gives at least
-# 7,000 (2 shared cores, no GPU, 2026-11-26); counted at 2,000 to stay an upper bound
-CHECKS_PER_S = 2_000
+# 2,300 (every check its upper bound counts; 2 shared cores, no GPU, 2026-11-26);
+# counted at 1,000 so that the time estimated stays an upper bound
+CHECKS_PER_S = 1_000
 CHECKS_BUDGET = CHECKS_PER_S * 600
 
 
@@ -23,7 +24,8 @@ def register(sub) -> None:
             "Capacity planning by the memory check every run passes (weights, KV cache "
             "and activations per device): for each layout of the platform's groups "
             "(the target tensor-parallel on a group, or on one device; a mixture of "
-            "experts also expert-parallel), the largest batch at each --contexts "
+            "experts also expert-parallel; AR also pipelined over the stage roles), "
+            "the largest batch at each --contexts "
             "value and the longest context at each --batches value, the memory per "
             "device at that batch, and the fewest devices that hold the first batch "
             "at the first context. Each answer is accepted by 'hetspec simulate' with "

@@ -9,7 +9,8 @@ the batch and with the context, so a bisection finds the edge.
 A layout places the target on one of the platform's groups (tensor parallel
 over its members) or on one device; a draft that shares the target's devices
 by default moves with it. A mixture-of-experts target is tried tensor-parallel
-and expert-parallel on each group.
+and expert-parallel on each group; an AR target is also tried as a pipeline over
+the platform's stage roles (stage0, stage1, ...: the pipelined AR baseline).
 """
 
 from __future__ import annotations
@@ -30,23 +31,38 @@ CONTEXT_STEPS = MAX_PROMPT_TOKENS.bit_length() + 1
 
 @dataclass(frozen=True)
 class Layout:
-    """Where the target runs: a group (tensor parallel over its members) or one
-    device, expert-parallel or not; ``placement`` the run's overrides."""
+    """Where the target runs: a group (tensor parallel over its members), one
+    device, or pipeline stages (``stages`` > 0: pipelined AR over roles stage0,
+    stage1, ...); expert-parallel or not; ``placement`` the run's overrides."""
 
     where: str
     devices: int
     placement: tuple[tuple[str, str], ...]
     expert_parallel: bool = False
+    stages: int = 0
 
     @property
     def label(self) -> str:
+        if self.stages:
+            return f"PP{self.stages} ({self.where})"
         kind = "EP" if self.expert_parallel else "TP"
         return f"{kind}{self.devices} ({self.where})"
+
+    def config(self, config: RunConfig) -> RunConfig:
+        """``config`` on this layout, validated once (a pipeline sets the AR
+        baseline's pipeline_layers)."""
+        changes = {"placement": dict(self.placement), "expert_parallel": self.expert_parallel}
+        if self.stages:
+            n_layers = load_model(config.target).n_layers
+            changes["params"] = {**config.given("params"),
+                                 "pipeline_layers": -(-n_layers // self.stages)}
+        return config.revised(**changes)
 
 
 def layouts(platform: Platform, config: RunConfig) -> list[Layout]:
     """Every layout of the platform's groups, fewest devices first: each group,
-    and the target's first device alone."""
+    and the target's first device alone; for AR, pipelines over the platform's
+    stage roles."""
     check_overrides(platform, config.placement)
     base = resolve(platform, config.placement)
     first = platform.members(base["target"])[0]
@@ -59,13 +75,31 @@ def layouts(platform: Platform, config: RunConfig) -> list[Layout]:
         out.append(Layout(where, size, overrides))
         if moe and size > 1:
             out.append(Layout(where, size, overrides, expert_parallel=True))
+    return out + pipelines(platform, config, base)
+
+
+def pipelines(platform: Platform, config: RunConfig, base: dict[str, str]) -> list[Layout]:
+    """Pipelined AR over 2, 4, 8, ... of the stage roles the placement names (the
+    layers split evenly, ceil(N/P) a stage); none for another schedule."""
+    if config.policy != "ar":
+        return []
+    roles = 0
+    while f"stage{roles}" in base:
+        roles += 1
+    n_layers = load_model(config.target).n_layers
+    out, stages = [], 2
+    while stages <= min(roles, n_layers):
+        used = -(-n_layers // -(-n_layers // stages))  # stages ceil(N/P)-layer stages fill
+        devices = {m for k in range(used) for m in platform.members(base[f"stage{k}"])}
+        out.append(Layout(f"stage0..stage{used - 1}", len(devices), (), stages=used))
+        stages *= 2
     return out
 
 
-def at(config: RunConfig, layout: Layout, **changes) -> RunConfig:
-    """The config on ``layout`` with ``changes`` (batch, prompt_tokens)."""
-    return config.model_copy(update={"placement": dict(layout.placement),
-                                     "expert_parallel": layout.expert_parallel, **changes})
+def at(config: RunConfig, **changes) -> RunConfig:
+    """A layout's config with ``changes`` (batch, prompt_tokens): fields the
+    memory check reads, copied without revalidating."""
+    return config.model_copy(update=changes)
 
 
 def overflows(config: RunConfig, platform: Platform) -> tuple[str, TierNeed, float] | None:
@@ -78,18 +112,17 @@ def accepted(config: RunConfig, platform: Platform) -> bool:
     return overflows(config, platform) is None
 
 
-def largest_batch(config: RunConfig, platform: Platform, layout: Layout,
-                  context: int) -> int | None:
-    """The largest batch the check accepts at ``context`` prompt tokens."""
-    return largest(lambda b: accepted(at(config, layout, batch=b, prompt_tokens=context),
-                                      platform), 1, MAX_BATCH)
+def largest_batch(config: RunConfig, platform: Platform, context: int) -> int | None:
+    """The largest batch the check accepts at ``context`` prompt tokens
+    (``config`` on its layout: Layout.config)."""
+    return largest(lambda b: accepted(at(config, batch=b, prompt_tokens=context), platform),
+                   1, MAX_BATCH)
 
 
-def longest_context(config: RunConfig, platform: Platform, layout: Layout,
-                    batch: int) -> int | None:
+def longest_context(config: RunConfig, platform: Platform, batch: int) -> int | None:
     """The longest prompt (context before decoding) the check accepts at ``batch``."""
-    return largest(lambda c: accepted(at(config, layout, batch=batch, prompt_tokens=c),
-                                      platform), 0, MAX_PROMPT_TOKENS)
+    return largest(lambda c: accepted(at(config, batch=batch, prompt_tokens=c), platform),
+                   0, MAX_PROMPT_TOKENS)
 
 
 def breakdown(config: RunConfig, platform: Platform) -> list[dict]:
@@ -138,14 +171,15 @@ def fit_report(config: RunConfig, contexts: list[int], batches: list[int],
 
 
 def _layout_row(config, platform, layout, contexts, batches) -> dict:
-    largest_batches = {c: largest_batch(config, platform, layout, c) for c in contexts}
-    longest = {b: longest_context(config, platform, layout, b) for b in batches}
+    config = layout.config(config)
+    largest_batches = {c: largest_batch(config, platform, c) for c in contexts}
+    longest = {b: longest_context(config, platform, b) for b in batches}
     edge = largest_batches[contexts[0]]
-    shown = at(config, layout, batch=edge or 1, prompt_tokens=contexts[0])
-    first = at(config, layout, batch=batches[0], prompt_tokens=contexts[0])
+    shown = at(config, batch=edge or 1, prompt_tokens=contexts[0])
+    first = at(config, batch=batches[0], prompt_tokens=contexts[0])
     return {"layout": layout.label, "where": layout.where, "devices": layout.devices,
-            "expert_parallel": layout.expert_parallel,
-            "placement": dict(layout.placement),
+            "expert_parallel": layout.expert_parallel, "pipeline_stages": layout.stages,
+            "placement": dict(layout.placement), "params": config.given("params"),
             "largest_batch": largest_batches, "longest_context": longest,
             "fits_first": accepted(first, platform),
             "memory": breakdown(shown, platform), "memory_batch": edge,
