@@ -185,13 +185,8 @@ def _compare(args) -> int:
     check_budget(args, policies, sweeps, sets, base, found, combos)
     replays = _replays(args) if args.runs else None
     if found:
-        results, notes = [], []
-        for combo in combos:  # each platform and batch tuned on its own
-            searches = tuned_searches(policies, sets)
-            results += run_tuned(args, policies, {**sets, **combo}, base, searches)
-            notes += [f"{_label(combo)}{n}" for n in tuning_notes(searches)]
-        sweep_keys = sorted({s.key for s in found}, key=lambda k: k != "gamma") + \
-            [k for k, _ in sweeps]
+        results, sweep_keys, notes = run_scenarios(args, policies, sweeps, sets, base,
+                                                   combos)
     else:
         results = run_grid(expand_grid(policies, sweeps, sets), base, jobs=args.jobs,
                            backend=args.backend, allow_large=args.allow_large)
@@ -214,6 +209,19 @@ def _compare(args) -> int:
         for note in notes:
             print(f"  {note}")
     return 0 if summary["fastest"] else 1
+
+
+def run_scenarios(args, policies: list[str], sweeps: list, sets: dict, base: dict,
+                  combos: list[dict]) -> tuple[list, list[str], list[str]]:
+    """(results, sweep keys, notes) of a tuned comparison, each platform and batch
+    tuned on its own (one scenario when neither is swept)."""
+    results, notes, keys = [], [], set()
+    for combo in combos:
+        searches = tuned_searches(policies, sets)
+        results += run_tuned(args, policies, {**sets, **combo}, base, searches)
+        notes += [f"{_label(combo)}{n}" for n in tuning_notes(searches)]
+        keys |= {s.key for s in searches}
+    return results, sorted(keys, key=lambda k: k != "gamma") + [k for k, _ in sweeps], notes
 
 
 def _label(combo: dict) -> str:
