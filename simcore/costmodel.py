@@ -185,7 +185,9 @@ EIGHT_BIT = ("fp8", "int8")  # the 8-bit peaks compute_bits=8 takes, in this ord
 def compute_peak(device, spec: ModelSpec) -> float:
     """FLOP/s of a device for the model's matrix products: at ``compute_bits=8``
     the device's FP8 peak, or its INT8 peak where it has no FP8; otherwise the
-    peak of the model's dtype."""
+    peak of the model's dtype (at ``compute_bits=16``, its 16-bit one)."""
+    if spec.compute_bits == 16 and spec.dtype not in ("bf16", "fp16"):
+        return _peak(device, "bf16")
     if spec.compute_bits != 8:
         return _peak(device, spec.dtype)
     for dtype in EIGHT_BIT:
