@@ -17,7 +17,9 @@ from hwprofiles.sourced import Sourced
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 Dtype = Literal["fp32", "fp16", "bf16", "fp8", "int8", "int4"]
 BITS = (4, 8, 16, 32)  # storage widths of weights and KV cache (--set weight_bits=)
+COMPUTE_BITS = (8, 16)  # widths of the matrix products (--set compute_bits=)
 Bits = Literal[4, 8, 16, 32]
+ComputeBits = Literal[8, 16]
 
 # Ranges of a model's sizes.
 MAX_LAYERS = 1000  # the deepest published decoders have a few hundred layers
@@ -40,7 +42,9 @@ class ModelSpec(Sourced):
 
     Precision: ``weight_bits`` and ``kv_bits`` (None: the width of ``dtype``)
     set the bytes of stored weights and KV cache; compute stays in ``dtype``, so
-    FLOPs and peak FLOP/s do not change (``with_precision``).
+    FLOPs and peak FLOP/s do not change (``with_precision``). ``compute_bits=8``
+    prices the matrix products at the device's 8-bit peak (FP8, or INT8 where the
+    device has no FP8: ``simcore.costmodel.compute_peak``); FLOPs stay the same.
     """
 
     name: str
@@ -64,6 +68,7 @@ class ModelSpec(Sourced):
     shared_expert_ffn: int | None = Field(default=None, gt=0, le=MAX_FFN)
     weight_bits: Bits | None = None
     kv_bits: Bits | None = None
+    compute_bits: ComputeBits | None = None  # set per run (--set compute_bits=8)
     # set per run (``--set expert_parallel=on``): the routed experts are sharded
     # whole over a group's members instead of tensor-parallel (simcore.moe)
     expert_parallel: bool = False
@@ -104,8 +109,9 @@ class ModelSpec(Sourced):
 
     @property
     def dtype_bytes(self) -> float:
-        """Bytes of one activation element (compute precision)."""
-        return DTYPE_BYTES[self.dtype]
+        """Bytes of one activation element (compute precision: 8-bit under
+        ``compute_bits=8``, whose matrix products take 8-bit inputs)."""
+        return self.compute_bits / 8 if self.compute_bits else DTYPE_BYTES[self.dtype]
 
     @property
     def weight_elem_bytes(self) -> float:
@@ -116,21 +122,25 @@ class ModelSpec(Sourced):
         return self.kv_bits / 8 if self.kv_bits else DTYPE_BYTES[self.dtype]
 
     def with_precision(self, weight_bits: int | None = None,
-                       kv_bits: int | None = None) -> "ModelSpec":
-        """This model with weights and/or KV cache stored at other widths."""
-        update = {k: v for k, v in (("weight_bits", weight_bits), ("kv_bits", kv_bits))
-                  if v is not None}
+                       kv_bits: int | None = None,
+                       compute_bits: int | None = None) -> "ModelSpec":
+        """This model with weights and/or KV cache stored at other widths, and its
+        matrix products at ``compute_bits``."""
+        update = {k: v for k, v in (("weight_bits", weight_bits), ("kv_bits", kv_bits),
+                                    ("compute_bits", compute_bits)) if v is not None}
         for key, bits in update.items():
-            if bits not in BITS:
+            widths = COMPUTE_BITS if key == "compute_bits" else BITS
+            if bits not in widths:
                 raise ValueError(f"{key} is {bits}; choose one of "
-                                 f"{', '.join(map(str, BITS))}")
+                                 f"{', '.join(map(str, widths))}")
         return self.model_copy(update=update) if update else self
 
     @property
     def cost_key(self) -> tuple:
         """What tells this model's costs from another's of the same name: a run's
         precision and expert sharding (a cost cache keys on it)."""
-        return (self.name, self.weight_bits, self.kv_bits, self.expert_parallel)
+        return (self.name, self.weight_bits, self.kv_bits, self.expert_parallel,
+                self.compute_bits)
 
     # parameters -----------------------------------------------------------
     @property

@@ -179,6 +179,25 @@ def _peak(device, dtype: str) -> float:
                     f"peak_flops.{dtype} to the platform file")
 
 
+EIGHT_BIT = ("fp8", "int8")  # the 8-bit peaks compute_bits=8 takes, in this order
+
+
+def compute_peak(device, spec: ModelSpec) -> float:
+    """FLOP/s of a device for the model's matrix products: at ``compute_bits=8``
+    the device's FP8 peak, or its INT8 peak where it has no FP8; otherwise the
+    peak of the model's dtype (at ``compute_bits=16``, its 16-bit one)."""
+    if spec.compute_bits == 16 and spec.dtype not in ("bf16", "fp16"):
+        return _peak(device, "bf16")
+    if spec.compute_bits != 8:
+        return _peak(device, spec.dtype)
+    for dtype in EIGHT_BIT:
+        if dtype in device.peak_flops:
+            return device.peak_flops[dtype]
+    raise CostError(f"compute_bits=8 needs an 8-bit peak on device {device.name}, whose "
+                    f"profile gives peak_flops for {', '.join(device.peak_flops)} only; "
+                    "add peak_flops.fp8 or int8 with its source, or drop compute_bits")
+
+
 def forward_shape(spec: ModelSpec, layers: tuple[int, int], n_tokens: int, batch: int,
                   head: str | None, head_tokens: int | None):
     """(flops0, flops_ctx, bytes0, bytes_ctx, kernels) of a Forward over all members.
@@ -329,7 +348,7 @@ class RooflineCost:
                 # combine their tokens by all-to-all (simcore.moe)
                 count, alltoalls = n_layers, 2 * n_layers
         return ForwardTerms(flops0, flops_ctx, bytes0, bytes_ctx, len(members), kernels,
-                            rows, _peak(device, spec.dtype), tier.bandwidth_bytes_s,
+                            rows, compute_peak(device, spec), tier.bandwidth_bytes_s,
                             device.name, tier.name, where if len(members) > 1 else None,
                             count, rows * spec.hidden * spec.dtype_bytes, alltoalls,
                             dispatch_bytes(spec, rows, len(members)) if alltoalls else 0.0)

@@ -79,7 +79,8 @@ def test_added_platforms():
     h100 = load_platform("h100-sxm-8x")
     assert h100.group("tp8").size == 8 and h100.placement["target"] == "tp8"
     a100 = load_platform("a100-sxm-40gb")
-    assert a100.tier("hbm0").capacity_bytes == 40e9
+    # the "40GB" card holds 40 GiB, as its driver reports (40,960 MiB)
+    assert a100.tier("hbm0").capacity_bytes == 40 * 2**30
     cfg = SimConfig(platform="h100-sxm-8x", target="llama-3.1-70b", policy="ar",
                     tokens=20, deterministic=True)
     assert simulate(cfg, baseline=False).metrics["tokens_per_s"] > 0

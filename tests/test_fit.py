@@ -1,5 +1,7 @@
 """The memory-fit check: weights, KV cache and activations on every device used."""
 
+from dataclasses import replace
+
 import pytest
 
 from analyses.run.api import SimConfig, run_models, simulate
@@ -89,17 +91,39 @@ def test_kv_cache_can_overflow_and_the_refusal_says_so():
                   "--set", "prompt_tokens=8000")
     assert out.returncode == 2 and out.stderr.count("\n") == 1
     line = out.stderr
-    assert "device gpu0 of h100-sxm-5x" in line and "80.0 GB" in line
+    assert "device gpu0 of h100-sxm-5x" in line and "85.5 GB" in line
     # 80 layers x 2 x 8 heads x 128 x 2 bytes per position, 10001 positions, 256 rows / 4
     kv_gb = 80 * 2 * 8 * 128 * 2 * 10_001 * 256 / 4 / 1e9
-    assert f"KV cache {kv_gb:.1f} GB" in line and "kv_bits=8" in line
+    assert f"KV cache {kv_gb:.1f} GB" in line
+    # no narrower cache alone fits (8 bits: 105 GB of cache); the refusal names the
+    # largest batch the same check accepts, and one more is refused
+    batch = int(line.split("--batch ")[1].split()[0])
+    run = Run("ar", parse_params("ar", {}), prompt_tokens=8000, tokens=2000)
+    check_fit(H100, {"target": L70}, H100.placement, replace(run, batch=batch))
+    with pytest.raises(ValueError):
+        check_fit(H100, {"target": L70}, H100.placement, replace(run, batch=batch + 1))
+
+
+def test_refusal_names_each_change_that_fits_with_its_number():
+    """At batch 64 x 8k (a fixed context) one prefill pass holds 23.6 GB of
+    activations per GPU of TP4: the refusal names prefill_chunk, which fits, and
+    the check agrees (the next wider chunk does not)."""
+    run = Run("ar", parse_params("ar", {}), prompt_tokens=8192, tokens=0, batch=64)
+    with pytest.raises(ValueError) as err:
+        check_fit(H100, {"target": L70}, H100.placement, run)
+    text = str(err.value)
+    assert "activations 23.62 GB" in text and text.count(";") == 1
+    chunk = int(text.split("--set prefill_chunk=")[1].split()[0])
+    check_fit(H100, {"target": L70}, H100.placement, replace(run, prefill_chunk=chunk))
+    with pytest.raises(ValueError):
+        check_fit(H100, {"target": L70}, H100.placement, replace(run, prefill_chunk=2 * chunk))
 
 
 def test_refusal_names_the_device_need_and_capacity():
     with pytest.raises(ValueError) as err:
         check_fit(H100, {"target": L70}, {"target": "gpu0"}, Run(tokens=100))
     text = str(err.value)
-    assert text.startswith("device gpu0 of h100-sxm-5x (memory tier hbm0, 80.0 GB) "
+    assert text.startswith("device gpu0 of h100-sxm-5x (memory tier hbm0, 85.5 GB) "
                            "would need 141.")
     assert "weights 141.1 GB + KV cache" in text and text.count(";") == 1
 

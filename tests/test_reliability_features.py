@@ -374,8 +374,8 @@ def test_tree_law_equals_an_enumeration_of_walks(tree):
         assert got == pytest.approx(sum(0.7 ** d for d in range(1, len(tree) + 1)))
 
 
-@pytest.mark.parametrize("item", ["weight_bits=4", "kv_bits=8", "prefill_chunk=64",
-                                  "expert_parallel=on"])
+@pytest.mark.parametrize("item", ["weight_bits=4", "kv_bits=8", "compute_bits=8",
+                                  "prefill_chunk=64", "expert_parallel=on"])
 def test_a_measured_run_refuses_what_it_cannot_measure(item, tmp_path):
     """The executor runs the checkpoint at its own precision, in one prefill pass:
     a record claiming otherwise would be replayed and calibrated as measured.

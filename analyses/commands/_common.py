@@ -9,6 +9,7 @@ from policies import names
 # how each run option is written (RUN_KEYS describes them)
 RUN_EXAMPLES = {"contention": "contention=on", "prompt_tokens": "prompt_tokens=128",
                 "weight_bits": "weight_bits=4|8|16|32", "kv_bits": "kv_bits=4|8|16|32",
+                "compute_bits": "compute_bits=8|16",
                 "memory_check": "memory_check=off", "expert_parallel": "expert_parallel=on",
                 "prefill_chunk": "prefill_chunk=512"}
 

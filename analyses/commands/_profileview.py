@@ -14,14 +14,31 @@ def first_sentence(text: str, width: int = 60) -> str:
     return sentence if len(sentence) <= width else sentence[:width - 3].rstrip() + "..."
 
 
+def provenance(platform) -> str:
+    """What a platform's numbers are: 'calibrated' when hetspec calibrate fitted
+    some of them (their sources say 'calibrated:', carried ones included),
+    'measured' when hetspec's own benchmarks measured them on the machine
+    (sources 'measured: python benchmarks/...'), else 'datasheet'
+    (specification sheets and published figures only)."""
+    texts = [text for obj in (*platform.memory_tiers, *platform.devices, *platform.links,
+                              *platform.groups) for text in obj.sources.values()]
+    if any("calibrated:" in text for text in texts):
+        return "calibrated"
+    if any(text.startswith("measured: python benchmarks/") for text in texts):
+        return "measured"
+    return "datasheet"
+
+
 def platform_line(platform) -> str:
-    """'8 gpu, 8 npu, 8 cpu; 1536 GB memory: Eight Mac Studio M2 Ultra nodes ...'"""
+    """'calibrated; 8 gpu, 8 npu, 8 cpu; 1536 GB memory: Eight Mac Studio M2 Ultra
+    nodes ...' (GB: 1e9 bytes)"""
     kinds = defaultdict(int)
     for device in platform.devices:
         kinds[device.kind] += 1
     devices = ", ".join(f"{n} {kind}" for kind, n in kinds.items())
     memory_gb = sum(t.capacity_bytes for t in platform.memory_tiers if t.kind != "flash") / 1e9
-    return f"{devices}; {memory_gb:,.0f} GB memory: {first_sentence(platform.description)}"
+    return (f"{provenance(platform):10}  {devices}; {memory_gb:,.0f} GB memory: "
+            f"{first_sentence(platform.description)}")
 
 
 def model_line(spec) -> str:

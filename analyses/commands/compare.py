@@ -29,7 +29,9 @@ def register(sub) -> None:
                "--target qwen3-32b --draft qwen3-0.6b \\\n    --policies ar,sd,mirror "
                "--sweep gamma=2..6 -o report.html")
     p.add_argument("--platform", default=DEFAULTS["platform"],
-                   help=f"platform name or YAML path (default {DEFAULTS['platform']})")
+                   help=f"platform name or YAML path (default {DEFAULTS['platform']}); "
+                        "several apart with ',' (h100-sxm-8x,a100-sxm-8x) compare them in "
+                        "one report, side by side, as --sweep platform=... does")
     p.add_argument("--target", default=DEFAULTS["target"],
                    help=f"target model (default {DEFAULTS['target']})")
     p.add_argument("--draft", default=DEFAULTS["draft"],
@@ -39,7 +41,9 @@ def register(sub) -> None:
     p.add_argument("--sweep", action="append", default=[], metavar="KEY=RANGE",
                    help="swept setting: gamma=2..6, alpha=0.6..0.9:0.1 or gamma=2,4,8 "
                         "(prompt_tokens=128,1024,8192 adds time to first token per "
-                        "policy; list values apart with ';': tree='4,2,2,1;3,3,1'); "
+                        "policy; batch=1,8,32 and platform=a,b put batches and platforms "
+                        "side by side, each schedule still tuned; list values apart "
+                        "with ';': tree='4,2,2,1;3,3,1'); "
                         "repeat for a grid. Without --sweep each schedule is tuned "
                         "instead: its gamma (SSD: k) searched over its whole valid range")
     p.add_argument("--no-tune", action="store_true",
@@ -94,9 +98,15 @@ def scenario(args) -> tuple[list[str], list, dict, dict]:
     for p in policies:
         entry(p)
     sweeps = parse_sweeps(args.sweep)
+    platforms = split_items(args.platform, f"--platform {args.platform}", unique=True)
+    if len(platforms) > 1:
+        if any(k == "platform" for k, _ in sweeps):
+            raise ValueError("--platform lists several platforms and --sweep platform= "
+                             "lists them again; keep one")
+        sweeps.append(("platform", platforms))
     sets = parse_sets(args.sets)
     draft = None if str(args.draft).lower() == "none" else args.draft
-    base = dict(platform=args.platform, target=args.target, draft=draft,
+    base = dict(platform=platforms[0], target=args.target, draft=draft,
                 tokens=args.tokens, batch=args.batch, seed=args.seed,
                 placement=parse_placement(args.placement))
     if "alpha" not in sets and not any(k == "alpha" for k, _ in sweeps):
@@ -131,11 +141,30 @@ def required_defaults(policies: list[str], given: set[str], base: dict) -> dict:
     return out
 
 
-def _check_scenario(base: dict) -> None:
+def split_scenarios(sweeps: list) -> tuple[list[dict], list]:
+    """(every combination of the swept scenario keys, platform and batch, as
+    settings: [{}] when none is swept; the other sweeps)."""
+    import itertools
+
+    from analyses.compare.sweep import SCENARIO_KEYS
+
+    mine = [(k, v) for k, v in sweeps if k in SCENARIO_KEYS]
+    combos = [dict(zip([k for k, _ in mine], values))
+              for values in itertools.product(*[v for _, v in mine])]
+    return combos, [(k, v) for k, v in sweeps if k not in SCENARIO_KEYS]
+
+
+def platforms_of(base: dict, sweeps: list) -> list[str]:
+    """The platforms compared: the swept ones, or the one of the scenario."""
+    return next((list(v) for k, v in sweeps if k == "platform"), [base["platform"]])
+
+
+def _check_scenario(base: dict, sweeps: list) -> None:
     from hwprofiles import load_model, load_platform
     from hwprofiles.placement import check_overrides
 
-    check_overrides(load_platform(base["platform"]), base["placement"])
+    for platform in platforms_of(base, sweeps):
+        check_overrides(load_platform(str(platform)), base["placement"])
     load_model(base["target"])
     if base["draft"]:
         load_model(base["draft"])
@@ -148,24 +177,28 @@ def _compare(args) -> int:
 
     _options_used(args)
     policies, sweeps, sets, base = scenario(args)
-    _check_scenario(base)
-    _check_output(args, base, sets)
-    tuning = not sweeps and not args.no_tune
+    _check_scenario(base, sweeps)
+    _check_output(args, base, sets, sweeps)
+    combos, swept = split_scenarios(sweeps)
+    tuning = not swept and not args.no_tune
     found = tuned_searches(policies, sets) if tuning else []
-    check_budget(args, policies, sweeps, sets, base, found)
+    check_budget(args, policies, sweeps, sets, base, found, combos)
     replays = _replays(args) if args.runs else None
     if found:
-        results = run_tuned(args, policies, sets, base, found)
-        sweep_keys = sorted({s.key for s in found}, key=lambda k: k != "gamma")
+        results, sweep_keys, notes = run_scenarios(args, policies, sweeps, sets, base,
+                                                   combos)
     else:
         results = run_grid(expand_grid(policies, sweeps, sets), base, jobs=args.jobs,
                            backend=args.backend, allow_large=args.allow_large)
-        sweep_keys = [k for k, _ in sweeps]
-    notes = tuning_notes(found) + edge_notes(results, sweeps)
+        sweep_keys, notes = [k for k, _ in sweeps], []
+    notes += edge_notes(results, swept)
     sections = report.build_sections(results, base, sweep_keys, replays, notes=notes)
-    title = (f"hetspec: {base['target']} + {base['draft']} on {base['platform']}"
-             if base["draft"] else f"hetspec: {base['target']} on {base['platform']}")
-    text = report.render_html(title, report.scenario_intro(results, base, sets), sections)
+    where = ", ".join(map(str, platforms_of(base, sweeps)))
+    title = (f"hetspec: {base['target']} + {base['draft']} on {where}"
+             if base["draft"] else f"hetspec: {base['target']} on {where}")
+    intro = report.scenario_intro(results, base, sets,
+                                  platforms=platforms_of(base, sweeps))
+    text = report.render_html(title, intro, sections)
     path = report.write_report(args.output, text)
     summary = _summary(results, path)
     summary["notes"] = notes
@@ -178,11 +211,30 @@ def _compare(args) -> int:
     return 0 if summary["fastest"] else 1
 
 
+def run_scenarios(args, policies: list[str], sweeps: list, sets: dict, base: dict,
+                  combos: list[dict]) -> tuple[list, list[str], list[str]]:
+    """(results, sweep keys, notes) of a tuned comparison, each platform and batch
+    tuned on its own (one scenario when neither is swept)."""
+    results, notes, keys = [], [], set()
+    for combo in combos:
+        searches = tuned_searches(policies, sets)
+        results += run_tuned(args, policies, {**sets, **combo}, base, searches)
+        notes += [f"{_label(combo)}{n}" for n in tuning_notes(searches)]
+        keys |= {s.key for s in searches}
+    return results, sorted(keys, key=lambda k: k != "gamma") + [k for k, _ in sweeps], notes
+
+
+def _label(combo: dict) -> str:
+    """'platform=a100-sxm-8x, batch=8: ' before a note of one scenario ('' for none)."""
+    return "".join(f"{k}={v}, " for k, v in combo.items())[:-2] + ": " if combo else ""
+
+
 def check_budget(args, policies: list[str], sweeps: list, sets: dict, base: dict,
-                 searches=()) -> None:
+                 searches=(), combos=({},)) -> None:
     """Refuse a grid over the work budget before it is built (a 1e9-point grid is
     counted, never listed); a tuned schedule counts the most points its search can
-    take; with --runs the measured runs' spans count too."""
+    take, once per platform and batch compared; with --runs the measured runs'
+    spans count too."""
     from analyses.compare.sweep import grid_estimate, grid_settings
     from analyses.run.budget import check, runs_estimate
 
@@ -191,13 +243,27 @@ def check_budget(args, policies: list[str], sweeps: list, sets: dict, base: dict
         from analyses.compare.tune import estimate
 
         tuned = {s.policy for s in searches}
-        work = estimate(searches, {p: v for p, (_n, v) in settings.items() if p not in tuned},
-                        {p: v for p, (_n, v) in settings.items()}, base)
+        works = [estimate(searches, {p: v for p, (_n, v) in settings.items()
+                                     if p not in tuned},
+                          {p: v for p, (_n, v) in settings.items()}, {**base, **combo})
+                 for combo in combos]
+        work = works[0] if len(works) == 1 else _summed(works)
     else:
         work = grid_estimate(settings, base, sweeps)
     check(work, args.allow_large, announce=False)
     if args.runs:
         check(runs_estimate(args.runs, "compare --runs"), args.allow_large)
+
+
+def _summed(works: list):
+    """One estimate for the same tuned comparison run once per scenario."""
+    from dataclasses import replace
+
+    return replace(max(works, key=lambda w: w.units),
+                   product=f"{len(works)} platform and batch settings, each of at most "
+                           f"{max(works, key=lambda w: w.units).product}",
+                   units=sum(w.units for w in works),
+                   simulations=sum(w.simulations for w in works))
 
 
 def tuned_searches(policies: list[str], sets: dict) -> list:
@@ -269,11 +335,13 @@ def _options_used(args) -> None:
                          "cluster schedules the points); drop --jobs")
 
 
-def _check_output(args, base: dict, sets: dict) -> None:
+def _check_output(args, base: dict, sets: dict, sweeps: list) -> None:
     from analyses.run.outputs import check_outputs, profile_inputs, runs_inputs, set_inputs
 
     inputs = profile_inputs(platform=base["platform"], target=base["target"],
                             draft=base["draft"], profile=args.profile) + set_inputs(sets)
+    for platform in platforms_of(base, sweeps)[1:]:
+        inputs += profile_inputs(platform=str(platform))
     check_outputs({"--output": args.output},
                   inputs + (runs_inputs(args.runs) if args.runs else []),
                   names={"--output": DEFAULT_OUTPUT})

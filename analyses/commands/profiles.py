@@ -49,7 +49,10 @@ def _list(args) -> int:
 
     for kind, load, line in (("platforms", load_platform, platform_line),
                              ("models", load_model, model_line)):
-        print(f"{kind}:")
+        print(f"{kind}:" + (" (calibrated: fitted to measurements by hetspec calibrate; "
+                            "datasheet: specification sheets and published figures only, "
+                            "to compare with peers' ideal presets; GB = 1e9 bytes)"
+                            if kind == "platforms" else ""))
         names = list_names(kind)
         width = max(map(len, names), default=0)
         for name in names:

@@ -386,7 +386,9 @@ def build_sections(results: list[PointResult], base: dict, sweep_keys: list[str]
     explain(best, base)
     speed = _speed_section(results)
     speed.notes[:0] = list(notes)
-    sections = [speed, _why_section(best)]
+    from analyses.compare.sidebyside import section as side_by_side
+
+    sections = [speed] + [s for s in [side_by_side(results, base)] if s] + [_why_section(best)]
     sweep = Section("Sweep")
     if sweep_keys and best:
         for metric in ("tokens_per_s", "speedup_vs_ar"):
@@ -443,7 +445,8 @@ SET_MEANINGS = {
                       "made for."}
 
 
-def scenario_intro(results: list[PointResult], base: dict, sets: dict | None = None) -> str:
+def scenario_intro(results: list[PointResult], base: dict, sets: dict | None = None,
+                   platforms: list[str] | None = None) -> str:
     best = best_per_policy(results)
     rows = [[p, r.point.label, r.metrics["tokens_per_s"],
              f"{r.metrics['speedup_vs_ar']:.3g}x {baseline_name(r)}",
@@ -451,12 +454,15 @@ def scenario_intro(results: list[PointResult], base: dict, sets: dict | None = N
              _ms(r.metrics.get("ttft_s")), _ms(r.metrics.get("tpot_s"))]
             for p, r in sorted(best.items(), key=lambda kv: -kv[1].metrics["tokens_per_s"])]
     acc = ", ".join(f"{k}={v}" for k, v in base.get("acceptance", {}).items())
-    head = (f"<p>Platform <b>{html.escape(base['platform'])}</b>, target "
+    platforms = [str(p) for p in platforms or [base["platform"]]]
+    head = (f"<p>{'Platforms' if len(platforms) > 1 else 'Platform'} "
+            f"<b>{html.escape(', '.join(platforms))}</b>, target "
             f"<b>{html.escape(base['target'])}</b>, draft "
             f"<b>{html.escape(str(base.get('draft')))}</b>, acceptance {html.escape(acc)}, "
             f"{base.get('tokens')} tokens per run, batch {base.get('batch', 1)}, seed "
             f"{base.get('seed', 0)}; {len(results)} simulated points.</p>")
-    head += placement_note(base)
+    head += placement_note(base) if len(platforms) == 1 else (
+        "<p>Each platform runs with its own default placement.</p>")
     if sets:
         head += ("<p>Settings for every policy that takes them: " + html.escape(", ".join(
             f"{k}={v}" for k, v in sets.items())) + ".</p>")

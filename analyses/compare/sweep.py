@@ -28,6 +28,11 @@ from policies import entry
 from simcore import acceptance
 from policies.runs.metrics import add_speedup
 
+# Settings of the scenario rather than of a schedule: every policy takes them, and a
+# point carries them to its RunConfig's own fields (--sweep platform=a,b, batch=1,8,32).
+SCENARIO_KEYS = {"platform": "the platform each point runs on",
+                 "batch": "sequences decoded together"}
+
 TIMELINE_STEPS = 4  # decoding steps of each point kept for the Gantt view
 MAX_SWEEP_VALUES = 10_000  # values one --sweep key may take (the grid has a budget)
 
@@ -132,7 +137,7 @@ def parse_sweeps(specs: list[str]) -> list[tuple[str, list]]:
 
 def _accepts(policy: str, key: str) -> bool:
     return (key in entry(policy).params.model_fields or key in acceptance.KEYS
-            or key in RUN_KEYS)
+            or key in RUN_KEYS or key in SCENARIO_KEYS)
 
 
 def _not_taken(key: str, policies: list[str]) -> str:
@@ -141,7 +146,7 @@ def _not_taken(key: str, policies: list[str]) -> str:
     import difflib
 
     valid = sorted({k for p in policies for k in entry(p).params.model_fields}
-                   | set(acceptance.KEYS) | set(RUN_KEYS))
+                   | set(acceptance.KEYS) | set(RUN_KEYS) | set(SCENARIO_KEYS))
     near = difflib.get_close_matches(key, valid, n=1)
     hint = f"did you mean '{near[0]}'? " if near else ""
     return (f"no chosen policy takes '{key}'; {hint}the keys of "
@@ -209,8 +214,12 @@ def grid_estimate(by_policy: dict[str, tuple[int, dict]], base: dict,
     tokens, batch = int(base.get("tokens", 2000)), int(base.get("batch", 1))
     layers = budget.n_layers_of(base.get("target"), base.get("draft"))
     units, total, baselines = 0, 0, 0
+    widest = batch
     for policy, (count, values) in by_policy.items():
-        run, own = budget.point_units(policy, values, tokens, batch, layers)
+        # a swept batch counts at its largest (a value that is no batch is refused later)
+        rows = max([batch, *(v for v in values.get("batch", []) if isinstance(v, int))])
+        widest = max(widest, rows)
+        run, own = budget.point_units(policy, values, tokens, rows, layers)
         per_point = run + own
         if policy != "ar":  # the baselines the points share are run once: at most one each
             baselines += count
@@ -222,7 +231,7 @@ def grid_estimate(by_policy: dict[str, tuple[int, dict]], base: dict,
               else f"{budget.plural(total, 'grid point')} over {policies}")
     shared = f" (and up to {budget.readable(baselines)} AR baselines)" if baselines else ""
     product = (f"{points} = {budget.plural(total, 'simulation')}{shared} of "
-               f"{budget.plural(tokens, 'token')} x {budget.plural(batch, 'sequence')}")
+               f"{budget.plural(tokens, 'token')} x {budget.plural(widest, 'sequence')}")
     return budget.sim_estimate("compare", product, units,
                                "narrow --sweep, drop policies or lower --tokens or --batch",
                                total + baselines)
@@ -230,8 +239,11 @@ def grid_estimate(by_policy: dict[str, tuple[int, dict]], base: dict,
 
 def point_config(point: Point, base: dict) -> RunConfig:
     """The RunConfig of one point; ``base`` holds platform, models, tokens, ..."""
-    params, acc, run = split_sets(point.policy, dict(point.sets))
-    fields = {**base, "policy": point.policy, "params": params, "acceptance": acc, **run}
+    sets = dict(point.sets)
+    scenario = {k: sets.pop(k) for k in SCENARIO_KEYS if k in sets}
+    params, acc, run = split_sets(point.policy, sets)
+    fields = {**base, **scenario, "policy": point.policy, "params": params,
+              "acceptance": acc, **run}
     if "acceptance" in base and not any(k in acceptance.KEYS for k, _ in point.sets):
         fields["acceptance"] = base["acceptance"]
     if point.policy == "ar":

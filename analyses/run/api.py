@@ -121,6 +121,15 @@ def check_schedule(policy: str, ctx: PolicyContext, params) -> None:
         schedule.close()
 
 
+def memory_request(config: RunConfig) -> Run:
+    """What sizes the run's memory for the check every run passes: the KV cache
+    holds the context the run models (with fixed_context every step sees
+    prompt_tokens, otherwise the cache grows by the generated tokens)."""
+    grown = 0 if config.fixed_context else config.tokens
+    return Run(config.policy, config.params, config.prompt_tokens, grown, config.batch,
+               entry(config.policy).streams_weights, config.prefill_chunk)
+
+
 def run_schedule(config: RunConfig, *, record_spans: bool = True,
                  outcomes_factory=Outcomes, rewrite=None,
                  prefill: bool = True,
@@ -145,13 +154,9 @@ def run_schedule(config: RunConfig, *, record_spans: bool = True,
     memory check (``simulate`` refuses there what the run would ignore)."""
     platform = platform if platform is not None else load_platform(config.platform)
     models = run_models(config)
-    pol = entry(config.policy)
     params = config.params
     check_overrides(platform, config.placement)
     placement = resolve(platform, config.placement)
-    # the KV cache holds the context the run models: with fixed_context every step
-    # sees prompt_tokens, otherwise the cache grows by the generated tokens
-    grown = 0 if config.fixed_context else config.tokens
     # a copy per run: a trace's replay cursor starts at its first step every run
     acc = config.acceptance.model_copy()
     ctx = PolicyContext(target=models["target"], draft=models.get("draft"),
@@ -165,9 +170,7 @@ def run_schedule(config: RunConfig, *, record_spans: bool = True,
     for check in checks:
         check(config)
     if config.memory_check:
-        check_fit(platform, models, placement,
-                  Run(config.policy, params, config.prompt_tokens, grown, config.batch,
-                      pol.streams_weights, config.prefill_chunk))
+        check_fit(platform, models, placement, memory_request(config))
     schedule = build(config.policy, ctx, params)
     if rewrite is not None:
         schedule = rewrite(schedule)
@@ -274,8 +277,8 @@ def operators_of(config: RunConfig, spans) -> list[dict]:
     taken at the target's dtype."""
     from analyses.run.operators import operator_table
 
-    return operator_table(spans, load_platform(config.platform),
-                          load_model(config.target).dtype)
+    dtype = "fp8" if config.compute_bits == 8 else load_model(config.target).dtype
+    return operator_table(spans, load_platform(config.platform), dtype)
 
 
 def law(name: str, **params) -> dict:

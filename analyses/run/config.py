@@ -9,7 +9,7 @@ from pydantic import (Field, PrivateAttr, field_serializer, field_validator,
                       model_validator)
 
 from hwprofiles.numbers import StrictModel
-from hwprofiles.models import BITS, Bits, ModelSpec
+from hwprofiles.models import BITS, COMPUTE_BITS, Bits, ComputeBits, ModelSpec
 from policies import PolicyParams, entry, parse_params
 from policies.prefill import MAX_PREFILL_PASSES
 from simcore import acceptance
@@ -21,6 +21,11 @@ RUN_KEYS = {"contention": "fair-share memory tiers among concurrent readers (on/
                            "(default: the model's dtype); FLOPs are unchanged",
             "kv_bits": "storage width of the KV cache: 4, 8, 16 or 32 (default: the "
                        "model's dtype)",
+            "compute_bits": "width of the matrix products and their inputs: 8 prices "
+                            "them at the device's FP8 peak (INT8 where it has no FP8; "
+                            "refused where its profile gives neither), 16 at the 16-bit "
+                            "peak (default: the model's dtype); storage is weight_bits "
+                            "and kv_bits",
             "memory_check": "refuse placements whose weights, KV cache and activations "
                             "overflow a device's memory (on, the default; off: a what-if "
                             "run past the hardware's capacity)",
@@ -85,6 +90,7 @@ class RunConfig(StrictModel):
     placement: dict[str, str] = Field(default_factory=dict)
     weight_bits: Bits | None = None
     kv_bits: Bits | None = None
+    compute_bits: ComputeBits | None = None
     expert_parallel: bool = False
     memory_check: bool = True
     _given: dict[str, tuple] = PrivateAttr(default_factory=dict)
@@ -139,6 +145,14 @@ class RunConfig(StrictModel):
                              f"{', '.join(map(str, BITS))} (bits per stored number)")
         return value
 
+    @field_validator("compute_bits", mode="before")
+    @classmethod
+    def _compute_width(cls, value):
+        if value is not None and (isinstance(value, bool) or value not in COMPUTE_BITS):
+            raise ValueError(f"compute_bits is {value!r}; choose 8 (FP8 or INT8 matrix "
+                             "products) or 16")
+        return value
+
     @field_validator("contention", "expert_parallel", "memory_check", mode="before")
     @classmethod
     def _on_or_off(cls, value, info):
@@ -150,9 +164,10 @@ class RunConfig(StrictModel):
         return value
 
     def run_model(self, spec: ModelSpec) -> ModelSpec:
-        """A model as this run stores and places it: its weights and KV cache at
-        the widths asked for, its experts sharded whole under expert_parallel."""
-        spec = spec.with_precision(self.weight_bits, self.kv_bits)
+        """A model as this run stores, computes and places it: its weights and KV
+        cache at the widths asked for, its matrix products at compute_bits, its
+        experts sharded whole under expert_parallel."""
+        spec = spec.with_precision(self.weight_bits, self.kv_bits, self.compute_bits)
         if self.expert_parallel and spec.is_moe:
             spec = spec.model_copy(update={"expert_parallel": True})
         return spec

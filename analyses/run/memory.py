@@ -235,19 +235,34 @@ def tier_needs(platform: Platform, models: dict[str, ModelSpec],
     return needs
 
 
+def overflow(platform: Platform, models: dict[str, ModelSpec], placement: dict[str, str],
+             run: Run) -> tuple[str, TierNeed, float] | None:
+    """The first memory tier the placement overflows: (tier, need, capacity in
+    bytes); None when every tier holds its need."""
+    for tier_name, need in tier_needs(platform, models, placement, run).items():
+        capacity = platform.tier(tier_name).capacity_bytes
+        if need.total > capacity:
+            return tier_name, need, capacity
+    return None
+
+
 def check_fit(platform: Platform, models: dict[str, ModelSpec],
               placement: dict[str, str], run: Run | None = None) -> None:
     """Raise ValueError, one sentence, when a memory tier the placement uses
-    cannot hold its weights, KV cache and activations."""
+    cannot hold its weights, KV cache and activations; the sentence names the
+    single changes that would make it fit (``analyses.run.remedies``)."""
     run = run or Run()
-    for tier_name, need in tier_needs(platform, models, placement, run).items():
-        tier = platform.tier(tier_name)
-        if need.total > tier.capacity_bytes:
-            raise ValueError(_refusal(platform, tier_name, need, tier.capacity_bytes, run))
+    found = overflow(platform, models, placement, run)
+    if found is not None:
+        from analyses.run.remedies import remedies
+
+        tier_name, need, capacity = found
+        fix = remedies(platform, models, placement, run) or _fix(platform, need, run)
+        raise ValueError(_refusal(platform, tier_name, need, capacity, run, fix))
 
 
 def _refusal(platform: Platform, tier_name: str, need: TierNeed, capacity: float,
-             run: Run) -> str:
+             run: Run, fix: str) -> str:
     devices = ", ".join(need.devices)
     noun = "device" if len(need.devices) == 1 else "devices"
     context = run.prompt_tokens + run.tokens
@@ -255,10 +270,11 @@ def _refusal(platform: Platform, tier_name: str, need: TierNeed, capacity: float
             f"{capacity / 1e9:.1f} GB) would need {need.total / 1e9:.1f} GB for "
             f"{', '.join(need.roles)}: weights {need.weights / 1e9:.1f} GB + KV cache "
             f"{need.kv / 1e9:.1f} GB ({context} positions x batch {run.batch}) + "
-            f"activations {need.activations / 1e9:.2f} GB; {_fix(platform, need, run)}")
+            f"activations {need.activations / 1e9:.2f} GB; {fix}")
 
 
 def _fix(platform: Platform, need: TierNeed, run: Run) -> str:
+    """What to change when no single change the remedies try makes it fit."""
     prefill_rows = min(run.prompt_tokens, run.prefill_chunk or run.prompt_tokens)
     if need.activations > max(need.kv, need.weights) and prefill_rows > 512:
         return ("prefill the prompt in chunks with --set prefill_chunk=512, or lower "

@@ -1,0 +1,110 @@
+"""The report's side-by-side view of platforms and batches (``--platform a,b``,
+``--sweep platform=...``, ``--sweep batch=1,8,32``): per platform and batch,
+each schedule's fastest point with its speed, latencies and whether it fits in
+memory (the fullest device's need against its capacity), and a chart of
+tokens/s grouped by platform and batch."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from analyses.compare.sweep import SCENARIO_KEYS, PointResult, point_config
+
+LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50))
+HEADER = ["platform", "batch", "policy", "setting", "tokens/s", "speedup", "step [ms]",
+          "TTFT [ms]", "per token [ms]", "fits in memory"]
+
+
+def swept_scenario(results: list[PointResult]) -> bool:
+    """Whether the grid compares platforms or batches."""
+    return any(k in SCENARIO_KEYS for r in results for k, _ in r.point.sets)
+
+
+def scenario_of(result: PointResult, base: dict) -> tuple:
+    sets = dict(result.point.sets)
+    return (str(sets.get("platform", base["platform"])), int(sets.get("batch",
+                                                                       base.get("batch", 1))))
+
+
+def best_per_scenario(results: list[PointResult], base: dict) -> dict[tuple, dict]:
+    """(platform, batch) -> policy -> its fastest point there (or, where none ran,
+    its first point, whose error says why)."""
+    out: dict[tuple, dict[str, PointResult]] = {}
+    for r in results:
+        mine = out.setdefault(scenario_of(r, base), {})
+        cur = mine.get(r.point.policy)
+        if cur is None or (r.metrics is not None and (
+                cur.metrics is None or r.metrics["tokens_per_s"] > cur.metrics["tokens_per_s"])):
+            mine[r.point.policy] = r
+    return out
+
+
+def fit_text(result: PointResult, base: dict) -> str:
+    """'yes: 79.1 of 80.0 GB' from the memory check's breakdown, or its refusal
+    (which names the changes that would make it fit)."""
+    if result.metrics is None:
+        error = result.error or "not run"
+        return f"no: {error}" if "would need" in error else f"not run: {error}"
+    from analyses.run.capacity import breakdown
+    from hwprofiles import load_platform
+
+    config = point_config(result.point, base)
+    rows = breakdown(config, load_platform(config.platform))
+    full = max(rows, key=lambda m: m["total_bytes"] / m["capacity_bytes"])
+    return f"yes: {full['total_bytes'] / 1e9:.1f} of {full['capacity_bytes'] / 1e9:.1f} GB"
+
+
+def _ms(value) -> str:
+    return "" if value is None else f"{value * 1e3:.4g}"
+
+
+def rows(results: list[PointResult], base: dict) -> list[list]:
+    out = []
+    for (platform, batch), by_policy in best_per_scenario(results, base).items():
+        for policy, r in by_policy.items():
+            m = r.metrics or {}
+            speed = "" if not m else f"{m['tokens_per_s']:.4g}"
+            speedup = "" if not m else f"{m['speedup_vs_ar']:.3g}x"
+            out.append([platform, batch, policy, r.point.label, speed, speedup,
+                        _ms(m.get("step_latency_s")), _ms(m.get("ttft_s")),
+                        _ms(m.get("tpot_s")), fit_text(r, base)])
+    return out
+
+
+def table_figure(table: list[list]) -> go.Figure:
+    columns = [list(col) for col in zip(*table)] if table else [[] for _ in HEADER]
+    fig = go.Figure(go.Table(header=dict(values=HEADER, align="left"),
+                             cells=dict(values=columns, align="left")))
+    fig.update_layout(title="each schedule's fastest point per platform and batch",
+                      height=120 + 28 * max(1, len(table)), **LAYOUT)
+    return fig
+
+
+def speed_figure(results: list[PointResult], base: dict) -> go.Figure:
+    """tokens/s grouped by platform and batch, one bar per schedule."""
+    fig = go.Figure()
+    best = best_per_scenario(results, base)
+    labels = [f"{p} x{b}" for p, b in best]
+    policies = list(dict.fromkeys(p for by in best.values() for p in by))
+    for policy in policies:
+        ys = [by[policy].metrics["tokens_per_s"] if policy in by and by[policy].metrics
+              else None for by in best.values()]
+        fig.add_bar(x=labels, y=ys, name=policy)
+    fig.update_layout(title="tokens/s per platform and batch", barmode="group",
+                      xaxis_title="platform x batch", yaxis_title="tokens/s", height=440,
+                      **LAYOUT)
+    return fig
+
+
+def section(results: list[PointResult], base: dict):
+    """The report's 'Platforms and batches side by side' section, or None."""
+    from analyses.compare.report import Section
+
+    if not swept_scenario(results):
+        return None
+    return Section("Platforms and batches side by side", [
+        ("speed per platform and batch", speed_figure(results, base)),
+        ("side by side", table_figure(rows(results, base)))],
+        ["Every platform runs with its own default placement; 'fits in memory' is the "
+         "memory check every run passes (weights, KV cache and activations on the "
+         "fullest device; hetspec fit finds the largest batch that fits)."])
