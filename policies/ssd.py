@@ -213,10 +213,11 @@ def plan(ctx: PolicyContext, params: SSDParams) -> SSDPlan:
 
 
 def _draft_steps(p: SSDPlan, context: int, rows: int, branch: int, tree: Fanout | None,
-                 label: str, flag: dict | None = None):
+                 label: str, flag: dict | None = None, seqs: tuple[int, ...] | None = None):
     """K draft steps over ``rows`` rows (the pre-speculation: ``tree`` lays them
-    out); stops early once ``flag['abort']`` is set. The first also feeds what its
-    rows lack (``catch_up``)."""
+    out; ``seqs``: the sequences a narrow rollout runs for, None: all); stops
+    early once ``flag['abort']`` is set. The first also feeds what its rows lack
+    (``catch_up``)."""
     handle = None
     for j in range(p.k):
         if flag is not None and flag["abort"]:
@@ -224,16 +225,17 @@ def _draft_steps(p: SSDPlan, context: int, rows: int, branch: int, tree: Fanout 
         handle = yield Forward("draft", "draft", (0, p.draft_layers), 1, rows, context + j,
                                head="lm", emit="sample", tree=tree, branch=branch,
                                inputs=handle, collectives=p.collectives,
-                               alternatives=p.alternatives, label=label, catch_up=j == 0)
+                               alternatives=p.alternatives, label=label, catch_up=j == 0,
+                               rows=seqs)
     return handle
 
 
 class Shapes:
     """Per row, the length of the proposal under verification, from which the
-    verify's positions follow: K tokens, but K - 1 when a hit's row is one whose
-    guess the tree sampled in its first pass: the row of k = K, or any k once the
-    previous proposal was that short (a row accepted all of it). Expected
-    outcomes: the laws' K + 1 positions."""
+    verify's positions follow: K tokens, but K - 1 when a row that hit is one
+    whose guess the tree sampled in its first pass: the row of k = K, or any k
+    once the previous proposal was that short (a row accepted all of it).
+    Expected outcomes: the laws' K + 1 positions."""
 
     def __init__(self, ctx: PolicyContext, p: SSDPlan):
         self.expected, self.p = ctx.expected_outcomes, p
@@ -243,54 +245,91 @@ class Shapes:
         """The bonus token and the longest row's proposal (rows padded)."""
         return self.p.k + 1 if self.expected else max(self.length) + 1
 
-    def next_round(self, verdict, hit: bool) -> None:
+    def next_round(self, verdict, hits: tuple[bool, ...]) -> None:
         if not self.expected:
             self.length = [self.p.k - 1 if hit and a >= n else self.p.k
-                           for a, n in zip(verdict.accepted, self.length)]
+                           for a, n, hit in zip(verdict.accepted, self.length, hits)]
 
 
 def ssd_outcomes(ctx: PolicyContext, params: SSDParams) -> OutcomeModels:
-    """What the simulator models of SSD's verdicts and cache hits (module doc)."""
+    """What the simulator models of SSD's verdicts and cache hits (module doc):
+    rows hit independently, each with the per-row hit rate."""
     p = plan(ctx, params)
     return {VERIFY: VerifyModel(scale=p.scale),
             FAST_VERIFY: VerifyModel(expected=p.fast_expected),
-            "cache_hit": EventModel(p.hit_row)}
+            "cache_hit": EventModel(p.hit_row, independent_rows=True)}
 
 
-def _backup(ctx: PolicyContext, p: SSDPlan, context: int, jit: bool):
-    """The backup's speculation; returns (handle, the label of its Verify). A jit
-    backup's first step catches up on what the draft's own cache lacks."""
+@dataclass(frozen=True)
+class Speculation:
+    """The next round's proposal: its branch, the label of its Verify, and per
+    row the label of its proposer where rows' proposers differ (None: alike)."""
+
+    branch: int
+    verify: str
+    row_labels: tuple[str, ...] | None = None
+
+
+def _backup(ctx: PolicyContext, p: SSDPlan, context: int, jit: bool,
+            rows: tuple[int, ...] | None = None, branch: int = BACKUP):
+    """The backup's speculation on ``branch`` for the sequences ``rows`` (None:
+    every one); returns (handle, the label of its Verify). A jit backup's first
+    step catches up on what the draft's own cache lacks."""
     if jit:
-        handle = yield from _draft_steps(p, context, ctx.batch, BACKUP, None, BACKUP_LABEL)
+        count = ctx.batch if rows is None else len(rows)
+        handle = yield from _draft_steps(p, context, count, branch, None, BACKUP_LABEL,
+                                         seqs=rows)
         return handle, VERIFY
-    yield Delay(p.fast_backup_s, device="draft", label=BACKUP_LABEL, branch=BACKUP,
-                proposes=p.k)
+    yield Delay(p.fast_backup_s, device="draft", label=BACKUP_LABEL, branch=branch,
+                proposes=p.k, rows=rows)
     return None, FAST_VERIFY
 
 
-def _round(ctx: PolicyContext, p: SSDPlan, context: int, branch: int, verify: str,
-           shapes: Shapes):
-    """Verify this round's speculation while the draft pre-speculates the next."""
+def _next_speculation(ctx: PolicyContext, p: SSDPlan, context: int, hits: tuple[bool, ...],
+                      cached):
+    """Rows that hit keep their cached speculation (branch CACHE, the tree whose
+    last Forward is ``cached``); the backup speculates for the rows that missed
+    alone: every row on BACKUP when none hit, else the missed rows beside the
+    cached ones on CACHE. Returns the ``Speculation`` and the handle that travels
+    to the target (the backup's last Forward when one ran; None: a fast backup)."""
+    missed = tuple(r for r, hit in enumerate(hits) if not hit)
+    if not missed:
+        return Speculation(CACHE, VERIFY), cached
+    jit = p.backup == "jit"
+    if len(missed) == len(hits):
+        handle, verify = yield from _backup(ctx, p, context, jit)
+        return Speculation(BACKUP, verify), handle
+    handle, verify = yield from _backup(ctx, p, context, jit, missed, CACHE)
+    labels = None if verify == VERIFY else tuple(VERIFY if hit else verify for hit in hits)
+    return Speculation(CACHE, VERIFY, labels), handle
+
+
+def _per_row(hits, batch: int) -> tuple[bool, ...]:
+    """An Outcome's answer as one bool per row."""
+    return tuple(hits) if isinstance(hits, tuple) else (bool(hits),) * batch
+
+
+def _round(ctx: PolicyContext, p: SSDPlan, context: int, spec: Speculation, shapes: Shapes):
+    """Verify this round's speculation while the draft pre-speculates the next.
+    A miss on every row stops the pre-speculation after its step in flight; a
+    row that hit needs all of it, so then it runs to its end."""
     b = ctx.batch
     flag = {"abort": False}
     task = yield Spawn(_draft_steps(p, context + p.k, b * p.branches, CACHE,
-                                    Fanout(p.fanout, branch), PRESPEC, flag))
+                                    Fanout(p.fanout, spec.branch), PRESPEC, flag))
     logits = yield Forward("target", "target", (0, p.n_layers), shapes.verify_positions(),
-                           b, context, head="lm", branch=branch, label=VERIFY)
-    verdict = yield Verify(p.k, b, target=logits, branch=branch, label=verify)
-    hit = yield Outcome("cache_hit", batch=b, label="cache hit",
-                        observes=OnTree(into=CACHE))
+                           b, context, head="lm", branch=spec.branch, label=VERIFY)
+    verdict = yield Verify(p.k, b, target=logits, branch=spec.branch, label=spec.verify,
+                           row_labels=spec.row_labels)
+    hits = _per_row((yield Outcome("cache_hit", batch=b, per_row=True, label="cache hit",
+                                   observes=OnTree(into=CACHE))), b)
     yield Transfer("target", "draft", b * VERDICT_BYTES, payload=verdict, label=TO_DRAFT)
-    flag["abort"] = not hit
+    flag["abort"] = not any(hits)
     (handle,) = yield Join((task,))
-    if hit:
-        branch, verify = CACHE, VERIFY
-    else:
-        handle, verify = yield from _backup(ctx, p, context, p.backup == "jit")
-        branch = BACKUP
+    spec, handle = yield from _next_speculation(ctx, p, context, hits, handle)
     yield Transfer("draft", "target", b * p.k * ENTRY_BYTES, payload=handle,
                    label=TO_TARGET)
-    return verdict, hit, branch, verify
+    return verdict, hits, spec
 
 
 def _schedule(ctx: PolicyContext, p: SSDPlan):
@@ -298,14 +337,14 @@ def _schedule(ctx: PolicyContext, p: SSDPlan):
     handle, verify = yield from _backup(ctx, p, ctx.context(0), True)  # the first one
     yield Transfer("draft", "target", ctx.batch * p.k * ENTRY_BYTES, payload=handle,
                    label=TO_TARGET)
-    branch = BACKUP
+    spec = Speculation(BACKUP, verify)
     while done < ctx.budget:
-        verdict, hit, branch, verify = yield from _round(
-            ctx, p, ctx.context(done / ctx.batch), branch, verify, shapes)
-        shapes.next_round(verdict, hit)
+        verdict, held, spec = yield from _round(
+            ctx, p, ctx.context(done / ctx.batch), spec, shapes)
+        shapes.next_round(verdict, held)
         done += verdict.tokens
         rounds += 1
-        hits += int(hit)
+        hits += int(all(held))
     return {"steps": rounds, "tokens": done, "cache_hits": hits, "fanout": list(p.fanout),
             "speculations_per_row": p.branches, "hit_rate_per_row": p.hit_row,
             "all_hit_probability": p.hit_row ** ctx.batch, "acceptance_scale": p.scale,
