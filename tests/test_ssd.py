@@ -362,3 +362,49 @@ def test_ssd_equals_its_law_on_every_shipped_platform(platform, params, batch):
     assert not terms.shared
     simulated = m["mean_tokens_per_step"] * terms.t_v_s / m["step_latency_s"]
     assert simulated == pytest.approx(terms.speedup(params["hit_rate"]), rel=5e-3)
+
+
+def _cli_json(*args) -> dict:
+    out = subprocess.run([sys.executable, "-m", "analyses.cli", *args], capture_output=True,
+                         text=True, check=True)
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("params", [
+    {"k": 7, "fanout": 3, "hit_rate": 0.9, "backup": "fast", "fast_alpha": 0.3,
+     "fast_backup_s": 1e-4},
+    {"k": 7, "fanout": 3, "hit_rate": 0.9}])
+def test_law_and_deterministic_simulate_at_batch_8_give_the_per_row_form(params):
+    """The issue's check: ``hetspec law ssd`` and a deterministic ``hetspec
+    simulate --policy ssd --batch 8`` both give the per-row closed form, computed
+    here from the parameters: E_hit = 1 + sum a^j, E_miss that of the backup's
+    proposals, T_v, T_p and T_b from the cost model (T_b of a jit backup for the
+    rows that missed, averaged over rounds with a miss), within 0.5%."""
+    batch, p = 8, params["hit_rate"]
+    e_hit = 1 + sum(ALPHA ** j for j in range(1, params["k"] + 1))
+    e_miss = 1 + sum(params.get("fast_alpha", ALPHA) ** j for j in range(1, params["k"] + 1))
+    t_v, t_p, _, _ = times(params, batch)
+    t_b = mean_t_b(params, batch, p)
+    closed = per_row_law(p, e_hit, e_miss, t_p, t_b, batch)
+    law = _cli_json("law", "ssd", "--set", f"hit_rate={p}", "--set", f"e_hit={e_hit}",
+                    "--set", f"e_miss={e_miss}", "--set", f"t_p={t_p}", "--set", f"t_b={t_b}",
+                    "--set", f"batch={batch}", "--json")
+    assert law["speedup"] == pytest.approx(closed, rel=1e-12)
+    sets = [a for k, v in params.items() for a in ("--set", f"{k}={v}")]
+    m = _cli_json("simulate", "--platform", H100[0], "--target", H100[1], "--draft", H100[2],
+                  "--policy", "ssd", *sets, "--set", f"alpha={ALPHA}", "--set",
+                  f"prompt_tokens={CONTEXT}", "--batch", str(batch), "--tokens", "3000",
+                  "--deterministic", "--fixed-context", "--json")
+    simulated = m["mean_tokens_per_step"] * t_v / m["step_latency_s"]
+    assert simulated == pytest.approx(closed, rel=5e-3)
+    assert m["cache_hit_rate"] == pytest.approx(p, abs=1e-3)  # per row
+
+
+def test_the_issue_numbers_through_the_cli():
+    """p = 0.9, E_hit = 5.5, E_miss = 4.5, T_p = T_b = 0.7, B = 8: the per-row form
+    gives 3.86 (the whole batch taking the backup's speculation gave 3.53)."""
+    out = _cli_json("law", "ssd", "--set", "hit_rate=0.9", "--set", "e_hit=5.5", "--set",
+                    "e_miss=4.5", "--set", "t_p=0.7", "--set", "t_b=0.7", "--set", "batch=8",
+                    "--json")
+    assert out["speedup"] == pytest.approx(per_row_law(0.9, 5.5, 4.5, 0.7, 0.7, 8))
+    assert round(out["speedup"], 2) == 3.86
