@@ -133,9 +133,9 @@ class Forward:
     samples ``n_tokens`` tokens from its last positions. Caches are the model's
     layers at one width (``tree.rows`` rows per sequence, 1 without a tree),
     whatever the branch: a one-row tree continues the narrow rollouts' cache.
-    ``rows``: the sequences a narrow Forward runs for, in order (SSD's backup for
-    the rows whose cache missed), ``batch`` of them; its samples extend those
-    rows' proposals alone. None: every sequence.
+    ``sequences``: the sequences a narrow Forward runs for, in order (SSD's
+    backup for the rows whose cache missed), ``batch`` of them; its samples
+    extend those rows' proposals alone. None: every sequence.
     """
 
     model: str
@@ -156,7 +156,7 @@ class Forward:
     alternatives: int = ALTERNATIVES
     corrections: int = 0
     catch_up: bool = False
-    rows: tuple[int, ...] | None = None
+    sequences: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,14 +289,14 @@ class Delay:
     n-gram lookup, random tokens) appends that many tokens a row to the narrow
     proposal of speculation ``branch``. The executor has no such proposer and
     appends none (its Verify then commits the target's token alone).
-    ``rows``: the sequences it proposes for (None: every sequence)."""
+    ``sequences``: the sequences it proposes for (None: every sequence)."""
 
     seconds: float
     device: str | None = None
     label: str = ""
     branch: int = 0
     proposes: int = 0
-    rows: tuple[int, ...] | None = None
+    sequences: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

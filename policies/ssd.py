@@ -226,7 +226,7 @@ def _draft_steps(p: SSDPlan, context: int, rows: int, branch: int, tree: Fanout 
                                head="lm", emit="sample", tree=tree, branch=branch,
                                inputs=handle, collectives=p.collectives,
                                alternatives=p.alternatives, label=label, catch_up=j == 0,
-                               rows=seqs)
+                               sequences=seqs)
     return handle
 
 
@@ -281,7 +281,7 @@ def _backup(ctx: PolicyContext, p: SSDPlan, context: int, jit: bool,
                                          seqs=rows)
         return handle, VERIFY
     yield Delay(p.fast_backup_s, device="draft", label=BACKUP_LABEL, branch=branch,
-                proposes=p.k, rows=rows)
+                proposes=p.k, sequences=rows)
     return None, FAST_VERIFY
 
 
