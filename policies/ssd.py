@@ -4,23 +4,30 @@ While the target verifies round T's speculation, the draft, on its own device,
 pre-speculates round T+1 for the outcomes it guesses: for each number k of
 accepted tokens (0..K) it caches F_k guesses of the bonus token t* and extends
 each by K tokens, one batched decode over B * sum(F_k) rows per step. After the
-verify the verdict travels to the draft:
+verify the verdict travels to the draft, and each row's outcome is a hit or a
+miss of its own (event "cache_hit", asked per row):
 
-  * hit (event "cache_hit", every row's outcome cached): the cached
-    speculation travels back and the next round starts at once;
-  * miss: the draft stops pre-speculating after its current step and a backup
-    builds the speculation on the critical path, ``backup=jit`` (the neural
-    draft, K steps over B rows) or ``backup=fast`` (a near-free proposer,
-    ``fast_backup_s`` on the draft device, per-token acceptance ``fast_alpha``).
+  * every row hit: the cached speculation travels back and the next round
+    starts at once;
+  * every row missed: the draft stops pre-speculating after its current step
+    and a backup builds the speculation on the critical path, ``backup=jit``
+    (the neural draft, K steps over B rows) or ``backup=fast`` (a near-free
+    proposer, ``fast_backup_s`` on the draft device, per-token acceptance
+    ``fast_alpha``);
+  * some rows hit: they keep their cached speculation (the pre-speculation runs
+    to its end, they need all of it) and the backup runs for the missed rows
+    alone (``Forward.sequences``, ``Delay.sequences``), beside them on CACHE.
 
 With times in units of the verify time T_v (the verify Forward plus the two
 rendezvous messages), T_p the pre-speculation plus the speculation's trip back
-and T_b the backup's compute, a round takes max(1, T_p) on a hit and 1 + T_b on a
-miss, which gives the closed form
-S = [p E_hit + (1-p) E_miss] / [p max(1, T_p) + (1-p)(1 + T_b)], p = p_row^B.
+and T_b the backup's compute, p the per-row hit rate, a round takes max(1, T_p)
+when all B rows hit (chance p^B) and 1 + T_b otherwise, while each row commits
+E_hit tokens after a hit and E_miss after a miss, which gives the closed form
+S = [p E_hit + (1-p) E_miss] / [p^B max(1, T_p) + (1-p^B)(1 + T_b)].
 The closed form takes a miss to cut the pre-speculation short at once; here it
-ends after the draft step in flight, so with T_p > 1 a miss costs up to one
-draft step more.
+ends after the draft step in flight when every row missed, and runs to its end
+when some row hit, so with T_p > 1 a round with a miss costs up to one draft step
+more, or T_p - 1 more (``analyses.laws.terms`` counts both).
 
 Hit model (per row, before SAGUARO sampling): ``hit_rate``, the rate of
 "cache_hit" events in ``hit_trace``, or the power law miss(F) = F^-r averaged
@@ -41,7 +48,9 @@ speculation.
 Outcome models (``ssd_outcomes``, simulation only): the verify of a neural
 speculation (label "verify") scales the run's acceptance by SAGUARO's factor;
 the verify of a fast backup's speculation (label "verify fast backup") has the
-mean of ``fast_alpha``; event "cache_hit" holds per row with the hit rate.
+mean of ``fast_alpha`` (a round mixing cached and fast-backup rows gives each row
+its proposer's label, ``Verify.row_labels``); event "cache_hit" holds per row
+with the hit rate, rows independent (``EventModel.independent_rows``).
 
 The operations say what each runtime needs (``policies.ops``): the backup
 samples on branch ``BACKUP`` (0), one row per sequence; each pre-speculation
