@@ -408,3 +408,69 @@ def test_the_issue_numbers_through_the_cli():
                     "--json")
     assert out["speedup"] == pytest.approx(per_row_law(0.9, 5.5, 4.5, 0.7, 0.7, 8))
     assert round(out["speedup"], 2) == 3.86
+
+
+def test_a_replay_answers_each_row_as_the_run_recorded_it():
+    from analyses.measured.replay import ReplayOutcomes
+
+    events = [{"event": "cache_hit", "held": [True, False]},
+              {"event": "cache_hit", "held": [True, True]}]
+    replay = ReplayOutcomes(IID(alpha=ALPHA), events=events)
+    ask = Outcome("cache_hit", batch=2, per_row=True)
+    assert replay.outcome(ask) == (True, False)
+    assert replay.outcome(Outcome("cache_hit", batch=2)) is True  # the batch as one
+    assert replay.rate("cache_hit") == pytest.approx(2 / 3)  # 1 of 2 rows, then 1 of 1
+
+
+def test_deterministic_rows_fall_as_independent_ones():
+    """Each row hits on a share p of rounds, every row on a share p^B."""
+    from policies.modelled import EventModel
+    from simcore.outcomes import Outcomes
+
+    p, batch, n = 0.9, 8, 4000
+    outcomes = Outcomes(IID(alpha=ALPHA), deterministic=True,
+                        models={"cache_hit": EventModel(p, independent_rows=True)})
+    answers = [outcomes.outcome(Outcome("cache_hit", batch=batch, per_row=True))
+               for _ in range(n)]
+    assert sum(all(a) for a in answers) / n == pytest.approx(p ** batch, abs=1 / n)
+    for r in range(batch):
+        assert sum(a[r] for a in answers) / n == pytest.approx(p, abs=2 / n)
+    assert any(0 < sum(a) < batch for a in answers)
+
+
+@pytest.mark.parametrize("backup", ["jit", "fast"])
+def test_a_mixed_round_runs_the_backup_for_the_rows_that_missed(backup):
+    """Row 1 of 3 misses: the pre-speculation runs to its end (rows 0 and 2 need
+    their cached speculation), the backup speculates for sequence 1 alone on
+    CACHE, and the next Verify checks CACHE, each row by its proposer."""
+    ctx = PolicyContext(target=load_model("llama-3.1-70b"), draft=load_model("llama-3.2-1b"),
+                        tokens=30, batch=3)
+    ops = []
+
+    def answer(op):
+        ops.append(op)
+        if isinstance(op, Spawn):
+            return drive(op.branch, answer)
+        if isinstance(op, Verify):
+            from policies.ops import Verdict
+            return Verdict((1,) * op.batch)
+        if isinstance(op, Outcome):
+            return (True, False, True)
+        if hasattr(op, "tasks"):
+            return op.tasks
+        return getattr(op, "payload", op)
+
+    params = {"k": 3, "fanout": 2, "hit_rate": 0.9, "backup": backup}
+    drive(build("ssd", ctx, params), answer)
+    backups = [o for o in ops if getattr(o, "label", "") == "backup"]
+    first, later = backups[:3], backups[3:]  # the first speculation: K jit steps, every row
+    assert all(isinstance(o, Forward) and o.sequences is None for o in first)
+    assert later and all(o.sequences == (1,) and o.branch == CACHE for o in later)
+    if backup == "jit":
+        assert all(o.batch == 1 for o in later) and len(later) % 3 == 0  # K steps, 1 row
+    prespec = [o for o in ops if isinstance(o, Forward) and o.label == PRESPEC]
+    assert len(prespec) == 3 * sum(isinstance(o, Verify) for o in ops)  # never cut short
+    verifies = [o for o in ops if isinstance(o, Verify)]
+    assert {v.branch for v in verifies[1:]} == {CACHE}
+    labels = {v.row_labels for v in verifies[1:]}
+    assert labels == ({None} if backup == "jit" else {(VERIFY, "verify fast backup", VERIFY)})
