@@ -16,7 +16,12 @@ miss of its own (event "cache_hit", asked per row):
     ``fast_alpha``);
   * some rows hit: they keep their cached speculation (the pre-speculation runs
     to its end, they need all of it) and the backup runs for the missed rows
-    alone (``Forward.sequences``, ``Delay.sequences``), beside them on CACHE.
+    alone (``Forward.sequences``, ``Delay.sequences``), beside them on CACHE;
+    with ``partial_hits=backup`` the round is a miss for every row instead (the
+    SSD repository's jit path, ``ssd/engine/draft_runner.py``
+    ``hit_cache_and_respond``, re-speculates the whole batch on any miss; its
+    fast path keeps the rows that hit), and the law's numerator is then
+    p^B E_hit + (1-p^B) E_miss.
 
 With times in units of the verify time T_v (the verify Forward plus the two
 rendezvous messages), T_p the pre-speculation plus the speculation's trip back
@@ -103,6 +108,11 @@ class SSDParams(PolicyParams):
     hit_trace: str | None = Field(None, description=(
         "acceptance.jsonl of a measured run: the hit rate of its 'cache_hit' events"))
     backup: Literal["jit", "fast"] = Field("jit", description="speculator after a miss")
+    partial_hits: Literal["keep", "backup"] = Field("keep", description=(
+        "a round in which some rows hit and others missed: keep (the rows that hit "
+        "keep their cached speculation, the backup runs for the missed rows alone: "
+        "the per-row law) or backup (every row takes the backup's speculation, as "
+        "the SSD repository's jit path re-speculates the whole batch on any miss)"))
     fast_alpha: float = Field(0.0, ge=0, le=1, description=(
         "per-token acceptance of the fast backup's tokens (0: random tokens)"))
     fast_backup_s: float = Field(0.0, ge=0, le=MAX_TIME_S,
@@ -193,6 +203,7 @@ class SSDPlan:
     hit_row: float
     scale: float
     backup: str
+    partial_hits: str
     fast_expected: float
     fast_backup_s: float
     n_layers: int
@@ -216,9 +227,9 @@ def plan(ctx: PolicyContext, params: SSDParams) -> SSDPlan:
     fanout = fanout_of(params)
     hit_row, scale = saguaro(params, base_hit_rate(params, fanout))
     fast_expected = expected_accepted(params.fast_alpha, params.k)
-    return SSDPlan(params.k, fanout, hit_row, scale, params.backup, fast_expected,
-                   params.fast_backup_s, ctx.target.n_layers, draft.n_layers,
-                   params.draft_collectives)
+    return SSDPlan(params.k, fanout, hit_row, scale, params.backup, params.partial_hits,
+                   fast_expected, params.fast_backup_s, ctx.target.n_layers,
+                   draft.n_layers, params.draft_collectives)
 
 
 def _draft_steps(p: SSDPlan, context: int, rows: int, branch: int, tree: Fanout | None,
@@ -330,7 +341,8 @@ def _round(ctx: PolicyContext, p: SSDPlan, context: int, spec: Speculation, shap
                            b, context, head="lm", branch=spec.branch, label=VERIFY)
     verdict = yield Verify(p.k, b, target=logits, branch=spec.branch, label=spec.verify,
                            row_labels=spec.row_labels)
-    hits = _per_row((yield Outcome("cache_hit", batch=b, per_row=True, label="cache hit",
+    keep = p.partial_hits == "keep"  # else one answer: whether every row hit
+    hits = _per_row((yield Outcome("cache_hit", batch=b, per_row=keep, label="cache hit",
                                    observes=OnTree(into=CACHE))), b)
     yield Transfer("target", "draft", b * VERDICT_BYTES, payload=verdict, label=TO_DRAFT)
     flag["abort"] = not any(hits)

@@ -474,3 +474,29 @@ def test_a_mixed_round_runs_the_backup_for_the_rows_that_missed(backup):
     assert {v.branch for v in verifies[1:]} == {CACHE}
     labels = {v.row_labels for v in verifies[1:]}
     assert labels == ({None} if backup == "jit" else {(VERIFY, "verify fast backup", VERIFY)})
+
+
+def test_partial_hits_backup_is_the_whole_batch_form():
+    """partial_hits=backup (the SSD repository's jit path: any miss re-speculates
+    the whole batch) gives S = [p^B E_hit + (1-p^B) E_miss] / [p^B max(1, T_p) +
+    (1-p^B)(1 + T_b)], T_b the backup over all B rows; keeping the rows that hit
+    commits more per round at the same round time."""
+    batch, p = 8, 0.9
+    base = {"k": 7, "fanout": 3, "hit_rate": p}
+    whole = dict(base, partial_hits="backup")
+    t_v, t_p, t_b, _ = times(whole, batch)
+    e = 1 + sum(ALPHA ** j for j in range(1, 8))
+    p_all = p ** batch
+    closed = (p_all * e + (1 - p_all) * e) / (p_all * max(1, t_p) + (1 - p_all) * (1 + t_b))
+    sim = run(whole, batch, tokens=3000)
+    assert speedup(sim, t_v) == pytest.approx(closed, rel=5e-3)
+    assert sim.metrics["cache_hits"] / sim.metrics["steps"] == pytest.approx(p_all, abs=0.01)
+    name, target, draft = H100
+    cfg = SimConfig(platform=name, target=target, draft=draft, policy="ssd", params=whole,
+                    acceptance={"kind": "iid", "alpha": ALPHA}, tokens=3000, batch=batch,
+                    deterministic=True, fixed_context=True, prompt_tokens=CONTEXT)
+    assert ssd_terms(cfg).speedup(p) == pytest.approx(closed, rel=1e-9)
+    fast = {"backup": "fast", "fast_alpha": 0.3, "fast_backup_s": 1e-4}
+    kept = speedup(run(dict(base, **fast), batch, tokens=3000), t_v)
+    dropped = speedup(run(dict(whole, **fast), batch, tokens=3000), t_v)
+    assert kept > 1.1 * dropped  # a fast, poor backup pays when the rows that hit keep theirs

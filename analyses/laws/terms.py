@@ -106,6 +106,7 @@ class SSDTerms:
     e_miss: dict  # backup -> E_miss
     e_hit: float
     backup: str
+    partial_hits: str  # keep: rows that hit keep their speculation; backup: all rows take it
     k: int
     fanout: tuple
     batch: int
@@ -125,6 +126,10 @@ class SSDTerms:
     def speedup(self, hit_rate: float, backup: str | None = None, at_once: bool = False):
         """The closed form at a per-row hit rate with this run's terms."""
         b = backup or self.backup
+        if self.partial_hits == "backup":  # a round is a hit or a miss for the whole batch
+            t_b = (self.t_b_at_once if at_once else self.t_b)[b][-1]
+            return laws.ssd(hit_rate ** self.batch, self.e_hit, self.e_miss[b], self.t_p,
+                            t_b)["speedup"]
         t_b = self.mean_t_b(hit_rate, b, at_once)
         return laws.ssd(hit_rate, self.e_hit, self.e_miss[b], self.t_p, t_b,
                         self.batch)["speedup"]
@@ -168,8 +173,8 @@ def ssd_terms(cfg) -> SSDTerms:
     e_fast = 1 + models[ssd_policy.FAST_VERIFY].expected
     return SSDTerms(t_v, hit / t_v, {"jit": jit, "fast": fast},
                     {"jit": jit_now, "fast": fast_now},
-                    {"jit": e_hit, "fast": e_fast}, e_hit, p.backup, p.k,
-                    p.fanout, s.batch, s.shared())
+                    {"jit": e_hit, "fast": e_fast}, e_hit, p.backup, p.partial_hits,
+                    p.k, p.fanout, s.batch, s.shared())
 
 
 @dataclass(frozen=True)
