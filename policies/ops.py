@@ -281,6 +281,12 @@ class Outcome:
     observes: OnTree | None = None
 
 
+def rows_of(answer, batch: int) -> tuple[bool, ...]:
+    """An Outcome's answer as one bool per row (a runtime answers one bool for
+    the batch unless the Outcome asked ``per_row``)."""
+    return tuple(answer) if isinstance(answer, tuple) else (bool(answer),) * batch
+
+
 @dataclass(frozen=True, slots=True)
 class Delay:
     """Occupy ``device`` (or nothing, when None) for a fixed time.

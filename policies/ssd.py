@@ -85,7 +85,7 @@ from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyPa
 from policies.mirror import ENTRY_BYTES, VERDICT_BYTES
 from policies.modelled import EventModel, OutcomeModels, VerifyModel
 from policies.ops import (ALTERNATIVES, Delay, Fanout, Forward, Join, OnTree, Outcome, Spawn,
-                          Transfer, Verify)
+                          Transfer, Verify, rows_of)
 from policies.traces import covered_s, intervals, recorded_rate
 
 BACKUP, CACHE = 0, 1
@@ -324,11 +324,6 @@ def _next_speculation(ctx: PolicyContext, p: SSDPlan, context: int, hits: tuple[
     return Speculation(CACHE, VERIFY, labels), handle
 
 
-def _per_row(hits, batch: int) -> tuple[bool, ...]:
-    """An Outcome's answer as one bool per row."""
-    return tuple(hits) if isinstance(hits, tuple) else (bool(hits),) * batch
-
-
 def _round(ctx: PolicyContext, p: SSDPlan, context: int, spec: Speculation, shapes: Shapes):
     """Verify this round's speculation while the draft pre-speculates the next.
     A miss on every row stops the pre-speculation after its step in flight; a
@@ -342,7 +337,7 @@ def _round(ctx: PolicyContext, p: SSDPlan, context: int, spec: Speculation, shap
     verdict = yield Verify(p.k, b, target=logits, branch=spec.branch, label=spec.verify,
                            row_labels=spec.row_labels)
     keep = p.partial_hits == "keep"  # else one answer: whether every row hit
-    hits = _per_row((yield Outcome("cache_hit", batch=b, per_row=keep, label="cache hit",
+    hits = rows_of((yield Outcome("cache_hit", batch=b, per_row=keep, label="cache hit",
                                    observes=OnTree(into=CACHE))), b)
     yield Transfer("target", "draft", b * VERDICT_BYTES, payload=verdict, label=TO_DRAFT)
     flag["abort"] = not any(hits)
