@@ -44,6 +44,17 @@ class _Taken:
 
 
 @dataclass
+class _Rows:
+    """Per row, the tokens of a proposal whose rows were extended apart
+    (``Forward.sequences``, ``Delay.sequences``: SSD's backup beside the rows that hit)."""
+
+    lengths: list[int]
+
+    def length(self, row: int) -> int:
+        return self.lengths[row]
+
+
+@dataclass
 class _Cache:
     """One cache, per sequence and per group of its rows (one group, or one per
     accepted count k of a ``Fanout``): ``behind``, positions of the committed
@@ -81,7 +92,7 @@ class PositionBook:
 
     expected: bool = False
     _caches: dict[tuple, _Cache] = field(default_factory=dict)
-    _proposals: dict[int, int | _Taken] = field(default_factory=dict)  # per branch
+    _proposals: dict[int, int | _Taken | _Rows] = field(default_factory=dict)  # per branch
     _latest: _Cache | None = None  # the tree grown last (what an Outcome observes)
     _accepted: tuple = ()  # the last verdict's, per row
 
@@ -119,7 +130,7 @@ class PositionBook:
         cache, layout = self._cache(op, create=True), self._tree(op)
         branch = layout.branch if layout is not None else op.branch
         most = 1
-        for r in range(len(cache.behind[0])):
+        for r in range(len(cache.behind[0])) if op.sequences is None else op.sequences:
             n = self._proposal(branch, r)
             for g, (m, given) in enumerate(_wants(layout, n)):
                 held = min(self._held(cache, g, r, branch), m)
@@ -146,16 +157,35 @@ class PositionBook:
         narrow sampling Forward extends its branch's proposal."""
         layout = self._tree(op)
         if op.catch_up and not self.expected:
-            self._caught_up(self._cache(op, create=True), layout, op.branch)
+            self._caught_up(self._cache(op, create=True), layout, op.branch, op.sequences)
         if op.emit != "sample":
             return
         if layout is None:
-            self._proposals[op.branch] = self._proposal(op.branch, 0) + op.n_tokens
+            self._extend(op.branch, op.n_tokens, op.sequences)
         cache = self._cache(op)
         if cache is not None:
             cache.sampled += op.n_tokens
 
-    def _caught_up(self, cache: _Cache, layout, branch: int) -> None:
+    def _extend(self, branch: int, tokens: int, rows: tuple[int, ...] | None) -> None:
+        """``tokens`` more on each of ``rows``' proposals on ``branch`` (None: all)."""
+        if rows is None:
+            self._proposals[branch] = self._proposal(branch, 0) + tokens
+            return
+        seqs = max(len(self._accepted), max(rows) + 1)
+        self._proposals[branch] = _Rows([self._proposal(branch, r) + tokens * (r in rows)
+                                         for r in range(seqs)])
+
+    def _caught_up(self, cache: _Cache, layout, branch: int,
+                   rows: tuple[int, ...] | None = None) -> None:
+        if rows is not None and layout is None:  # a rollout of some rows alone
+            for behind in cache.behind:
+                for r in rows:
+                    behind[r] = 0
+            # the rollout's rows hold their proposal as they sample it; the others none
+            cache.held = [[None if r in rows else 0 for r in range(len(held))]
+                          for held in cache.held]
+            cache.sampled, cache.follows = 0, branch
+            return
         seqs = range(len(cache.behind[0]))
         lengths = [self._proposal(layout.branch, r) for r in seqs] if layout else []
         for taken in self._proposals.values():  # a hit's tree stops growing here
@@ -175,7 +205,7 @@ class PositionBook:
         """A proposer outside the models put ``op.proposes`` tokens a row on
         speculation ``op.branch`` (``Delay.proposes``)."""
         if op.proposes:
-            self._proposals[op.branch] = self._proposal(op.branch, 0) + op.proposes
+            self._extend(op.branch, op.proposes, op.sequences)
 
     def settle(self, verdict: Verdict, branch: int) -> None:
         """Commit ``verdict`` on speculation ``branch``: a cache holding part of

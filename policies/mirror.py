@@ -98,7 +98,8 @@ from pydantic import Field, field_validator
 from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyParams,
                            register)
 from policies.modelled import EventModel, OutcomeModels
-from policies.ops import Forward, OnTree, Outcome, Parallel, Roots, Transfer, Verify
+from policies.ops import (Forward, OnTree, Outcome, Parallel, Roots, Transfer, Verify,
+                          rows_of)
 from policies.traces import covered_s, intervals, overlap_s, recorded_rate
 
 ENTRY_BYTES = 8           # a token id with its fp32 log-prob
@@ -302,13 +303,6 @@ def skips(p: MirrorPlan, batch: int, accepted_mean: float) -> bool:
         p.rollout_ratio > skip_bound(p.omega, batch, accepted_mean)
 
 
-def _per_row(reuse, batch: int) -> tuple[bool, ...]:
-    """An Outcome's answer as one bool per row (a runtime may answer for the batch)."""
-    if isinstance(reuse, tuple):
-        return reuse
-    return (bool(reuse),) * batch
-
-
 class _Tally:
     """What the schedule counts: steps, tokens, misses, accepted window tokens."""
 
@@ -338,7 +332,7 @@ def _schedule(ctx: PolicyContext, p: MirrorPlan):
         reuse = yield Outcome("reuse", batch=b, per_row=skip, label="reuse",
                               observes=OnTree(into=WINDOW))
         yield from _rendezvous(ctx, p, window, verdict)
-        held = _per_row(reuse, b)
+        held = rows_of(reuse, b)
         if skip:
             missed = b - sum(held)
             t.skipped, t.fallbacks = t.skipped + 1, t.fallbacks + (missed > 0)

@@ -39,9 +39,15 @@ class VerifyModel:
 
 @dataclass(frozen=True, slots=True)
 class EventModel:
-    """The modelled chance that an ``Outcome`` event holds for one row."""
+    """The modelled chance that an ``Outcome`` event holds for one row.
+
+    ``independent_rows``: deterministic simulation answers a per-row Outcome of
+    this event as independent rows fall on average (every row holds on a share
+    p^B of asks, each row on a share p; ``simcore.outcomes``). False: each row
+    keeps its own credit, so rows with one chance answer alike."""
 
     probability: float
+    independent_rows: bool = False
 
 
 OutcomeModels = dict[str, VerifyModel | EventModel]

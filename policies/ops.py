@@ -133,6 +133,9 @@ class Forward:
     samples ``n_tokens`` tokens from its last positions. Caches are the model's
     layers at one width (``tree.rows`` rows per sequence, 1 without a tree),
     whatever the branch: a one-row tree continues the narrow rollouts' cache.
+    ``sequences``: the sequences a narrow Forward runs for, in order (SSD's
+    backup for the rows whose cache missed), ``batch`` of them; its samples
+    extend those rows' proposals alone. None: every sequence.
     """
 
     model: str
@@ -153,6 +156,7 @@ class Forward:
     alternatives: int = ALTERNATIVES
     corrections: int = 0
     catch_up: bool = False
+    sequences: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +215,10 @@ class Verify:
     commits exactly the target's token at its first position (an AR step for
     that row). The target Forward still scored gamma+1 positions for every row
     (padding); None: every row proposes ``gamma``.
+    ``row_labels`` (one label per row): the proposer of each row's proposal when
+    rows' proposals come from different proposers (SSD: a cached speculation on
+    rows that hit, the backup's on rows that missed); the simulator draws row r's
+    verdict with the VerifyModel of ``row_labels[r]``. None: every row is ``label``.
     """
 
     gamma: int
@@ -220,6 +228,7 @@ class Verify:
     label: str = ""
     bonus: bool = True
     row_gamma: tuple[int, ...] | None = None
+    row_labels: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +281,12 @@ class Outcome:
     observes: OnTree | None = None
 
 
+def rows_of(answer, batch: int) -> tuple[bool, ...]:
+    """An Outcome's answer as one bool per row (a runtime answers one bool for
+    the batch unless the Outcome asked ``per_row``)."""
+    return tuple(answer) if isinstance(answer, tuple) else (bool(answer),) * batch
+
+
 @dataclass(frozen=True, slots=True)
 class Delay:
     """Occupy ``device`` (or nothing, when None) for a fixed time.
@@ -279,13 +294,15 @@ class Delay:
     ``proposes``: meanwhile a proposer outside the models (SSD's fast backup:
     n-gram lookup, random tokens) appends that many tokens a row to the narrow
     proposal of speculation ``branch``. The executor has no such proposer and
-    appends none (its Verify then commits the target's token alone)."""
+    appends none (its Verify then commits the target's token alone).
+    ``sequences``: the sequences it proposes for (None: every sequence)."""
 
     seconds: float
     device: str | None = None
     label: str = ""
     branch: int = 0
     proposes: int = 0
+    sequences: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,23 +4,35 @@ While the target verifies round T's speculation, the draft, on its own device,
 pre-speculates round T+1 for the outcomes it guesses: for each number k of
 accepted tokens (0..K) it caches F_k guesses of the bonus token t* and extends
 each by K tokens, one batched decode over B * sum(F_k) rows per step. After the
-verify the verdict travels to the draft:
+verify the verdict travels to the draft, and each row's outcome is a hit or a
+miss of its own (event "cache_hit", asked per row):
 
-  * hit (event "cache_hit", every row's outcome cached): the cached
-    speculation travels back and the next round starts at once;
-  * miss: the draft stops pre-speculating after its current step and a backup
-    builds the speculation on the critical path, ``backup=jit`` (the neural
-    draft, K steps over B rows) or ``backup=fast`` (a near-free proposer,
-    ``fast_backup_s`` on the draft device, per-token acceptance ``fast_alpha``).
+  * every row hit: the cached speculation travels back and the next round
+    starts at once;
+  * every row missed: the draft stops pre-speculating after its current step
+    and a backup builds the speculation on the critical path, ``backup=jit``
+    (the neural draft, K steps over B rows) or ``backup=fast`` (a near-free
+    proposer, ``fast_backup_s`` on the draft device, per-token acceptance
+    ``fast_alpha``);
+  * some rows hit: they keep their cached speculation (the pre-speculation runs
+    to its end, they need all of it) and the backup runs for the missed rows
+    alone (``Forward.sequences``, ``Delay.sequences``), beside them on CACHE;
+    with ``partial_hits=backup`` the round is a miss for every row instead (the
+    SSD repository's jit path, ``ssd/engine/draft_runner.py``
+    ``hit_cache_and_respond``, re-speculates the whole batch on any miss; its
+    fast path keeps the rows that hit), and the law's numerator is then
+    p^B E_hit + (1-p^B) E_miss.
 
 With times in units of the verify time T_v (the verify Forward plus the two
 rendezvous messages), T_p the pre-speculation plus the speculation's trip back
-and T_b the backup's compute, a round takes max(1, T_p) on a hit and 1 + T_b on a
-miss, which gives the closed form
-S = [p E_hit + (1-p) E_miss] / [p max(1, T_p) + (1-p)(1 + T_b)], p = p_row^B.
+and T_b the backup's compute, p the per-row hit rate, a round takes max(1, T_p)
+when all B rows hit (chance p^B) and 1 + T_b otherwise, while each row commits
+E_hit tokens after a hit and E_miss after a miss, which gives the closed form
+S = [p E_hit + (1-p) E_miss] / [p^B max(1, T_p) + (1-p^B)(1 + T_b)].
 The closed form takes a miss to cut the pre-speculation short at once; here it
-ends after the draft step in flight, so with T_p > 1 a miss costs up to one
-draft step more.
+ends after the draft step in flight when every row missed, and runs to its end
+when some row hit, so with T_p > 1 a round with a miss costs up to one draft step
+more, or T_p - 1 more (``analyses.laws.terms`` counts both).
 
 Hit model (per row, before SAGUARO sampling): ``hit_rate``, the rate of
 "cache_hit" events in ``hit_trace``, or the power law miss(F) = F^-r averaged
@@ -41,7 +53,9 @@ speculation.
 Outcome models (``ssd_outcomes``, simulation only): the verify of a neural
 speculation (label "verify") scales the run's acceptance by SAGUARO's factor;
 the verify of a fast backup's speculation (label "verify fast backup") has the
-mean of ``fast_alpha``; event "cache_hit" holds per row with the hit rate.
+mean of ``fast_alpha`` (a round mixing cached and fast-backup rows gives each row
+its proposer's label, ``Verify.row_labels``); event "cache_hit" holds per row
+with the hit rate, rows independent (``EventModel.independent_rows``).
 
 The operations say what each runtime needs (``policies.ops``): the backup
 samples on branch ``BACKUP`` (0), one row per sequence; each pre-speculation
@@ -71,7 +85,7 @@ from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyPa
 from policies.mirror import ENTRY_BYTES, VERDICT_BYTES
 from policies.modelled import EventModel, OutcomeModels, VerifyModel
 from policies.ops import (ALTERNATIVES, Delay, Fanout, Forward, Join, OnTree, Outcome, Spawn,
-                          Transfer, Verify)
+                          Transfer, Verify, rows_of)
 from policies.traces import covered_s, intervals, recorded_rate
 
 BACKUP, CACHE = 0, 1
@@ -94,6 +108,11 @@ class SSDParams(PolicyParams):
     hit_trace: str | None = Field(None, description=(
         "acceptance.jsonl of a measured run: the hit rate of its 'cache_hit' events"))
     backup: Literal["jit", "fast"] = Field("jit", description="speculator after a miss")
+    partial_hits: Literal["keep", "backup"] = Field("keep", description=(
+        "a round in which some rows hit and others missed: keep (the rows that hit "
+        "keep their cached speculation, the backup runs for the missed rows alone: "
+        "the per-row law) or backup (every row takes the backup's speculation, as "
+        "the SSD repository's jit path re-speculates the whole batch on any miss)"))
     fast_alpha: float = Field(0.0, ge=0, le=1, description=(
         "per-token acceptance of the fast backup's tokens (0: random tokens)"))
     fast_backup_s: float = Field(0.0, ge=0, le=MAX_TIME_S,
@@ -184,6 +203,7 @@ class SSDPlan:
     hit_row: float
     scale: float
     backup: str
+    partial_hits: str
     fast_expected: float
     fast_backup_s: float
     n_layers: int
@@ -207,16 +227,17 @@ def plan(ctx: PolicyContext, params: SSDParams) -> SSDPlan:
     fanout = fanout_of(params)
     hit_row, scale = saguaro(params, base_hit_rate(params, fanout))
     fast_expected = expected_accepted(params.fast_alpha, params.k)
-    return SSDPlan(params.k, fanout, hit_row, scale, params.backup, fast_expected,
-                   params.fast_backup_s, ctx.target.n_layers, draft.n_layers,
-                   params.draft_collectives)
+    return SSDPlan(params.k, fanout, hit_row, scale, params.backup, params.partial_hits,
+                   fast_expected, params.fast_backup_s, ctx.target.n_layers,
+                   draft.n_layers, params.draft_collectives)
 
 
 def _draft_steps(p: SSDPlan, context: int, rows: int, branch: int, tree: Fanout | None,
-                 label: str, flag: dict | None = None):
+                 label: str, flag: dict | None = None, seqs: tuple[int, ...] | None = None):
     """K draft steps over ``rows`` rows (the pre-speculation: ``tree`` lays them
-    out); stops early once ``flag['abort']`` is set. The first also feeds what its
-    rows lack (``catch_up``)."""
+    out; ``seqs``: the sequences a narrow rollout runs for, None: all); stops
+    early once ``flag['abort']`` is set. The first also feeds what its rows lack
+    (``catch_up``)."""
     handle = None
     for j in range(p.k):
         if flag is not None and flag["abort"]:
@@ -224,16 +245,17 @@ def _draft_steps(p: SSDPlan, context: int, rows: int, branch: int, tree: Fanout 
         handle = yield Forward("draft", "draft", (0, p.draft_layers), 1, rows, context + j,
                                head="lm", emit="sample", tree=tree, branch=branch,
                                inputs=handle, collectives=p.collectives,
-                               alternatives=p.alternatives, label=label, catch_up=j == 0)
+                               alternatives=p.alternatives, label=label, catch_up=j == 0,
+                               sequences=seqs)
     return handle
 
 
 class Shapes:
     """Per row, the length of the proposal under verification, from which the
-    verify's positions follow: K tokens, but K - 1 when a hit's row is one whose
-    guess the tree sampled in its first pass: the row of k = K, or any k once the
-    previous proposal was that short (a row accepted all of it). Expected
-    outcomes: the laws' K + 1 positions."""
+    verify's positions follow: K tokens, but K - 1 when a row that hit is one
+    whose guess the tree sampled in its first pass: the row of k = K, or any k
+    once the previous proposal was that short (a row accepted all of it).
+    Expected outcomes: the laws' K + 1 positions."""
 
     def __init__(self, ctx: PolicyContext, p: SSDPlan):
         self.expected, self.p = ctx.expected_outcomes, p
@@ -243,54 +265,87 @@ class Shapes:
         """The bonus token and the longest row's proposal (rows padded)."""
         return self.p.k + 1 if self.expected else max(self.length) + 1
 
-    def next_round(self, verdict, hit: bool) -> None:
+    def next_round(self, verdict, hits: tuple[bool, ...]) -> None:
         if not self.expected:
             self.length = [self.p.k - 1 if hit and a >= n else self.p.k
-                           for a, n in zip(verdict.accepted, self.length)]
+                           for a, n, hit in zip(verdict.accepted, self.length, hits)]
 
 
 def ssd_outcomes(ctx: PolicyContext, params: SSDParams) -> OutcomeModels:
-    """What the simulator models of SSD's verdicts and cache hits (module doc)."""
+    """What the simulator models of SSD's verdicts and cache hits (module doc):
+    rows hit independently, each with the per-row hit rate."""
     p = plan(ctx, params)
     return {VERIFY: VerifyModel(scale=p.scale),
             FAST_VERIFY: VerifyModel(expected=p.fast_expected),
-            "cache_hit": EventModel(p.hit_row)}
+            "cache_hit": EventModel(p.hit_row, independent_rows=True)}
 
 
-def _backup(ctx: PolicyContext, p: SSDPlan, context: int, jit: bool):
-    """The backup's speculation; returns (handle, the label of its Verify). A jit
-    backup's first step catches up on what the draft's own cache lacks."""
+@dataclass(frozen=True)
+class Speculation:
+    """The next round's proposal: its branch, the label of its Verify, and per
+    row the label of its proposer where rows' proposers differ (None: alike)."""
+
+    branch: int
+    verify: str
+    row_labels: tuple[str, ...] | None = None
+
+
+def _backup(ctx: PolicyContext, p: SSDPlan, context: int, jit: bool,
+            rows: tuple[int, ...] | None = None, branch: int = BACKUP):
+    """The backup's speculation on ``branch`` for the sequences ``rows`` (None:
+    every one); returns (handle, the label of its Verify). A jit backup's first
+    step catches up on what the draft's own cache lacks."""
     if jit:
-        handle = yield from _draft_steps(p, context, ctx.batch, BACKUP, None, BACKUP_LABEL)
+        count = ctx.batch if rows is None else len(rows)
+        handle = yield from _draft_steps(p, context, count, branch, None, BACKUP_LABEL,
+                                         seqs=rows)
         return handle, VERIFY
-    yield Delay(p.fast_backup_s, device="draft", label=BACKUP_LABEL, branch=BACKUP,
-                proposes=p.k)
+    yield Delay(p.fast_backup_s, device="draft", label=BACKUP_LABEL, branch=branch,
+                proposes=p.k, sequences=rows)
     return None, FAST_VERIFY
 
 
-def _round(ctx: PolicyContext, p: SSDPlan, context: int, branch: int, verify: str,
-           shapes: Shapes):
-    """Verify this round's speculation while the draft pre-speculates the next."""
+def _next_speculation(ctx: PolicyContext, p: SSDPlan, context: int, hits: tuple[bool, ...],
+                      cached):
+    """Rows that hit keep their cached speculation (branch CACHE, the tree whose
+    last Forward is ``cached``); the backup speculates for the rows that missed
+    alone: every row on BACKUP when none hit, else the missed rows beside the
+    cached ones on CACHE. Returns the ``Speculation`` and the handle that travels
+    to the target (the backup's last Forward when one ran; None: a fast backup)."""
+    missed = tuple(r for r, hit in enumerate(hits) if not hit)
+    if not missed:
+        return Speculation(CACHE, VERIFY), cached
+    jit = p.backup == "jit"
+    if len(missed) == len(hits):
+        handle, verify = yield from _backup(ctx, p, context, jit)
+        return Speculation(BACKUP, verify), handle
+    handle, verify = yield from _backup(ctx, p, context, jit, missed, CACHE)
+    labels = None if verify == VERIFY else tuple(VERIFY if hit else verify for hit in hits)
+    return Speculation(CACHE, VERIFY, labels), handle
+
+
+def _round(ctx: PolicyContext, p: SSDPlan, context: int, spec: Speculation, shapes: Shapes):
+    """Verify this round's speculation while the draft pre-speculates the next.
+    A miss on every row stops the pre-speculation after its step in flight; a
+    row that hit needs all of it, so then it runs to its end."""
     b = ctx.batch
     flag = {"abort": False}
     task = yield Spawn(_draft_steps(p, context + p.k, b * p.branches, CACHE,
-                                    Fanout(p.fanout, branch), PRESPEC, flag))
+                                    Fanout(p.fanout, spec.branch), PRESPEC, flag))
     logits = yield Forward("target", "target", (0, p.n_layers), shapes.verify_positions(),
-                           b, context, head="lm", branch=branch, label=VERIFY)
-    verdict = yield Verify(p.k, b, target=logits, branch=branch, label=verify)
-    hit = yield Outcome("cache_hit", batch=b, label="cache hit",
-                        observes=OnTree(into=CACHE))
+                           b, context, head="lm", branch=spec.branch, label=VERIFY)
+    verdict = yield Verify(p.k, b, target=logits, branch=spec.branch, label=spec.verify,
+                           row_labels=spec.row_labels)
+    keep = p.partial_hits == "keep"  # else one answer: whether every row hit
+    hits = rows_of((yield Outcome("cache_hit", batch=b, per_row=keep, label="cache hit",
+                                   observes=OnTree(into=CACHE))), b)
     yield Transfer("target", "draft", b * VERDICT_BYTES, payload=verdict, label=TO_DRAFT)
-    flag["abort"] = not hit
+    flag["abort"] = not any(hits)
     (handle,) = yield Join((task,))
-    if hit:
-        branch, verify = CACHE, VERIFY
-    else:
-        handle, verify = yield from _backup(ctx, p, context, p.backup == "jit")
-        branch = BACKUP
+    spec, handle = yield from _next_speculation(ctx, p, context, hits, handle)
     yield Transfer("draft", "target", b * p.k * ENTRY_BYTES, payload=handle,
                    label=TO_TARGET)
-    return verdict, hit, branch, verify
+    return verdict, hits, spec
 
 
 def _schedule(ctx: PolicyContext, p: SSDPlan):
@@ -298,14 +353,14 @@ def _schedule(ctx: PolicyContext, p: SSDPlan):
     handle, verify = yield from _backup(ctx, p, ctx.context(0), True)  # the first one
     yield Transfer("draft", "target", ctx.batch * p.k * ENTRY_BYTES, payload=handle,
                    label=TO_TARGET)
-    branch = BACKUP
+    spec = Speculation(BACKUP, verify)
     while done < ctx.budget:
-        verdict, hit, branch, verify = yield from _round(
-            ctx, p, ctx.context(done / ctx.batch), branch, verify, shapes)
-        shapes.next_round(verdict, hit)
+        verdict, held, spec = yield from _round(
+            ctx, p, ctx.context(done / ctx.batch), spec, shapes)
+        shapes.next_round(verdict, held)
         done += verdict.tokens
         rounds += 1
-        hits += int(hit)
+        hits += int(all(held))
     return {"steps": rounds, "tokens": done, "cache_hits": hits, "fanout": list(p.fanout),
             "speculations_per_row": p.branches, "hit_rate_per_row": p.hit_row,
             "all_hit_probability": p.hit_row ** ctx.batch, "acceptance_scale": p.scale,

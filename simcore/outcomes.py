@@ -5,7 +5,10 @@ deterministic mode a Verify returns each row's *expected* accepted length (a
 float), and an Outcome follows error diffusion: the event holds on exactly
 floor(n * p) of the first n asks, so its frequency is p with no randomness.
 A per-row Outcome keeps one credit per row (each row's frequency is exactly p)
-and counts each row as one ask in ``rate``. A Verify with ``row_gamma`` gives
+and counts each row as one ask in ``rate``; an event whose model has
+``independent_rows`` is answered instead as independent rows fall on average
+(all rows hold on a share p^B of asks, each row on a share p). A Verify with
+``row_labels`` draws each row's verdict with its own label's model. A Verify with ``row_gamma`` gives
 each row the verdict of its own proposal length: in deterministic mode each
 row's expected length for its gamma; in random mode one draw at the full gamma
 clipped to the row's (accepting the first g of gamma tokens is the same event).
@@ -48,6 +51,8 @@ class Outcomes:
         self._runs: dict[str, int] = {}  # a yes/no Verify's position, by label
 
     def verify(self, op: Verify) -> Verdict:
+        if op.row_labels is not None:
+            return self._verify_labelled(op)
         if op.row_gamma is not None:
             return self._verify_rows(op)
         modelled = verify_model(self.models, op.label)
@@ -134,6 +139,26 @@ class Outcomes:
         return Verdict(accepted, committed=tuple(min(a, g - 1) + 1 if g > 0 else 1
                                                  for a, g in zip(accepted, gammas)))
 
+    def _verify_labelled(self, op: Verify) -> Verdict:
+        """Each row's verdict drawn with its own label's model (``row_labels``),
+        rows of one label verified together."""
+        labels = op.row_labels
+        if len(labels) != op.batch or op.row_gamma is not None:
+            raise ValueError(f"Verify.row_labels must hold {op.batch} labels, one per row, "
+                             f"and comes without row_gamma; got {labels}")
+        rows = {}
+        for r, label in enumerate(labels):
+            rows.setdefault(label, []).append(r)
+        accepted, committed = [0.0] * op.batch, [0.0] * op.batch
+        for label, group in rows.items():
+            part = self.verify(replace(op, batch=len(group), label=label, row_labels=None))
+            per = part.committed or [a + 1 for a in part.accepted]
+            for r, a, c in zip(group, part.accepted, per):
+                accepted[r], committed[r] = a, c
+        if all(c == a + 1 for a, c in zip(accepted, committed)):
+            return Verdict(tuple(accepted))
+        return Verdict(tuple(accepted), committed=tuple(committed))
+
     def _whole(self, label: str, expected: tuple[float, ...]) -> tuple[int, ...]:
         """A yes/no verdict for every row at once (module doc)."""
         p = 1.0
@@ -161,14 +186,35 @@ class Outcomes:
 
     def _outcome_rows(self, op: Outcome) -> tuple[bool, ...]:
         """One answer per row; each row is one ask of the event's rate."""
-        p = event_model(self.models, op.event).probability
-        if self.deterministic:
+        model = event_model(self.models, op.event)
+        p = model.probability
+        if self.deterministic and model.independent_rows:
+            held = self._independent_rows(op.event, p, op.batch)
+        elif self.deterministic:
             held = tuple(self._diffuse((op.event, r), p) for r in range(op.batch))
         else:
             held = tuple(bool(x) for x in self.rng.random(op.batch) < p)
         self.asked[op.event] = self.asked.get(op.event, 0) + op.batch
         self.held[op.event] = self.held.get(op.event, 0) + sum(held)
         return held
+
+    def _independent_rows(self, event: str, p: float, batch: int) -> tuple[bool, ...]:
+        """Deterministic rows that fall as independent ones do on average: all
+        hold on a share p^B of asks (error diffusion); on the others the rows
+        that hold number B q on average, q = (p - p^B) / (1 - p^B) (their count
+        diffused, at most B - 1 since 1 - p^B <= B (1 - p)), taken round-robin,
+        so each row holds on a share p."""
+        all_held = p ** batch
+        if self._diffuse((event, "all"), all_held):
+            return (True,) * batch
+        q = (p - all_held) / (1 - all_held)
+        credit = self._credit.get((event, "rows"), 0.0) + batch * q
+        n = min(int(credit + 1e-12), batch - 1)
+        self._credit[(event, "rows")] = credit - n
+        first = self._credit.get((event, "next"), 0)
+        self._credit[(event, "next")] = (first + n) % batch
+        chosen = {(first + i) % batch for i in range(n)}
+        return tuple(r in chosen for r in range(batch))
 
     def rate(self, event: str) -> float | None:
         n = self.asked.get(event, 0)

@@ -184,3 +184,27 @@ def test_a_fanout_feeds_what_ssd_counted_for_its_outcome_rows():
                 book.feed(Forward("draft", "draft", (0, 4), 1, batch, 100 + i,
                                   emit="sample", catch_up=i == 0))
     assert len(widths) >= 2  # the check above is not vacuous
+
+
+def test_a_rollout_for_some_sequences_counts_their_rows_alone():
+    """SSD's backup for the rows that missed (``Forward.sequences``): it feeds
+    what its own rows lack, extends their proposals alone, and leaves the other
+    rows' lag to the next rollout that runs them."""
+    book = PositionBook()
+    _rollout(book, 3)
+    book.settle(Verdict((3, 0)), branch=0)  # row 0 lacks 2 (last token, bonus), row 1 one
+    full = _draft(0)
+    assert book.extra_positions(full) == 1
+    some = [book.feed(_draft(i, batch=1, sequences=(1,))) for i in range(3)]
+    assert some[0] == _draft(0, batch=1, sequences=(1,))  # row 1 lacks its own position only
+    # row 1 proposes 3 tokens, row 0 none (an AR step for it)
+    book.settle(Verdict((0, 3)), branch=0)  # row 0: 2 + its token; row 1: last + bonus
+    assert book.extra_positions(full) == 2
+
+
+def test_a_delay_proposes_for_its_sequences_alone():
+    book = PositionBook()
+    _rollout(book, 2)
+    book.settle(Verdict((2, 2)), branch=0)
+    book.proposed(Delay(0.0, "draft", proposes=3, sequences=(0,)))
+    assert [book._proposal(0, r) for r in (0, 1)] == [3, 0]

@@ -127,6 +127,30 @@ def test_a_close_draft_is_accepted_and_events_are_observed(inline_session):
     assert [g[:12] for g in mirror.generated] == s.reference
 
 
+@pytest.mark.parametrize("params", [{"k": 3, "fanout": 3, "hit_rate": 0.5},
+                                    {"k": 3, "fanout": 3, "hit_rate": 0.5, "backup": "fast"}],
+                         ids=["jit", "fast"])
+def test_ssd_at_batch_2_keeps_hit_rows_and_stays_lossless(inline_session, params):
+    """Rows that hit keep their cached speculation while the backup speculates for
+    the rows that missed alone (a Forward for those sequences), and greedy output
+    stays AR's token for token."""
+    s = inline_session
+    run = s.decode("ssd", params, PROMPTS[:2])
+    assert [g[:12] for g in run.generated] == s.reference[:2]
+    held = [a["held"] for a in run.acceptance if a.get("event") == "cache_hit"]
+    mixed = [h for h in held if any(h) and not all(h)]
+    assert mixed  # some rounds had one row hit and the other miss
+    verifies = [a for a in run.acceptance if "accepted" in a]
+    assert all(len(v["proposed"]) == 2 for v in verifies)
+    if params.get("backup", "jit") == "jit":
+        backups = [sp["op"] for sp in run.spans if sp["name"] == "backup"]
+        assert any(op["sequences"] is not None and len(op["sequences"]) == 1
+                   and op["batch"] == 1 for op in backups)
+        # a round after a mixed one verifies both rows' speculations, neither empty
+        after = [v for v, h in zip(verifies[1:], held) if any(h) and not all(h)]
+        assert after and all(min(v["proposed"]) > 0 for v in after)
+
+
 @pytest.fixture(scope="module")
 def workers(tiny):
     """One worker process per core (target on cpu:0, draft on cpu:1, the cpu_tp

@@ -46,6 +46,19 @@ def test_ssd_speedup_formula_and_batch():
     b4 = laws.ssd(0.88, 5.7, 4.0, 0.8, 0.8, batch=4)
     assert b4["all_hit_rate"] == pytest.approx(0.88 ** 4)
     assert b4["speedup"] < out["speedup"]
+    # per row: the rows that hit keep their speculation, so the tokens stay those
+    # of the per-row rate while the round waits for a backup unless all rows hit
+    assert b4["tokens_per_round"] == pytest.approx(out["tokens_per_round"])
+    p_all = 0.88 ** 4
+    assert b4["speedup"] == pytest.approx((0.88 * 5.7 + 0.12 * 4.0)
+                                          / (p_all * 1 + (1 - p_all) * 1.8))
+
+
+def test_ssd_law_of_the_issue_is_the_per_row_form():
+    """p = 0.9, E_hit = 5.5, E_miss = 4.5, T_p = T_b = 0.7, B = 8: 3.86, where
+    taking every row's speculation from the backup on a miss gave 3.53."""
+    out = laws.ssd(0.9, 5.5, 4.5, 0.7, 0.7, batch=8)
+    assert round(out["speedup"], 2) == 3.86
 
 
 def test_ssd_geometric_fanout_shape():

@@ -57,8 +57,9 @@ def _route_s(cost, platform, src, dst, nbytes):
     return sum(cost.hop_s(link, nbytes) for link in platform.route(src, dst))
 
 
-def times(params, batch, setup=H100):
-    """(T_v seconds, T_p and T_b in verify times, pre-speculation step seconds)."""
+def times(params, batch, setup=H100, missed=None):
+    """(T_v seconds, T_p and T_b in verify times, pre-speculation step seconds);
+    T_b of a backup for ``missed`` rows (None: all ``batch``)."""
     prm = SSDParams(**params)
     name, target_name, draft_name = setup
     platform = load_platform(name)
@@ -77,14 +78,32 @@ def times(params, batch, setup=H100):
                              prm.draft_collectives).total_s for j in range(k)]
 
     prespec = steps(rows, CONTEXT + k)
-    t_b = sum(steps(batch, CONTEXT)) if prm.backup == "jit" else prm.fast_backup_s
+    t_b = sum(steps(missed or batch, CONTEXT)) if prm.backup == "jit" else prm.fast_backup_s
     return t_v, (sum(prespec) + to_target) / t_v, t_b / t_v, max(prespec)
+
+
+def mean_t_b(params, batch, hit):
+    """T_b over the rounds with a miss: the backup runs for the m rows that
+    missed, m binomial (B, 1 - p) given m >= 1."""
+    weights = [math.comb(batch, m) * (1 - hit) ** m * hit ** (batch - m)
+               for m in range(1, batch + 1)]
+    if sum(weights) == 0:
+        return times(params, batch)[2]
+    return sum(w * times(params, batch, missed=m)[2]
+               for m, w in zip(range(1, batch + 1), weights)) / sum(weights)
+
+
+def per_row_law(p, e_hit, e_miss, t_p, t_b, batch):
+    """The per-row closed form, written here apart from analyses.laws.forms."""
+    p_all = p ** batch
+    return (p * e_hit + (1 - p) * e_miss) / (p_all * max(1, t_p) + (1 - p_all) * (1 + t_b))
 
 
 def law_for(params, batch):
     prm = SSDParams(**params)
     hit, scale = saguaro(prm, base_hit_rate(prm, fanout_of(prm)))
-    t_v, t_p, t_b, _ = times(params, batch)
+    t_v, t_p, _, _ = times(params, batch)
+    t_b = mean_t_b(params, batch, hit)
     e_hit = 1 + scaled_expected(IID(alpha=ALPHA), prm.k, 0, scale)
     e_miss = e_hit if prm.backup == "jit" else \
         1 + sum(prm.fast_alpha ** j for j in range(1, prm.k + 1))
@@ -129,7 +148,11 @@ def test_deterministic_speedup_is_the_closed_form(params, batch):
     law, t_v, t_p = law_for(params, batch)
     sim = run(params, batch, tokens=max(300, 4000 // batch))
     assert speedup(sim, t_v) == pytest.approx(law["speedup"], rel=1e-2)
-    assert sim.metrics["cache_hit_rate"] == pytest.approx(law["all_hit_rate"], abs=0.01)
+    hit = saguaro(SSDParams(**params), base_hit_rate(SSDParams(**params),
+                                                     fanout_of(SSDParams(**params))))[0]
+    assert sim.metrics["cache_hit_rate"] == pytest.approx(hit, abs=0.01)  # per row
+    m = sim.metrics
+    assert m["cache_hits"] / m["steps"] == pytest.approx(law["all_hit_rate"], abs=0.01)
 
 
 def test_grid_covers_both_sides_of_the_verify_time():
@@ -149,20 +172,27 @@ def test_every_round_is_exactly_the_law_term(params, batch):
 
 
 def test_a_miss_waits_for_the_draft_step_in_flight_when_prespeculation_is_slower():
-    """The closed form assumes a miss cuts the pre-speculation at once; the draft
-    here finishes its current step first, so the law is a lower bound off by less
-    than one step per miss."""
-    params, batch = {"k": 7, "fanout": 6, "hit_rate": 0.99}, 64
-    law, t_v, t_p = law_for(params, batch)
-    _, _, _, step_s = times(params, batch)
+    """The closed form assumes a miss cuts the pre-speculation at once; when every
+    row missed the draft here finishes its current step first, so each round
+    exceeds 1 + T_b by less than one pre-speculation step."""
+    params, batch = {"k": 7, "fanout": 32, "hit_rate": 0.0}, 8
+    t_v, t_p, t_b, step_s = times(params, batch)
     assert t_p > 1
-    sim = run(params, batch, tokens=40)
-    miss = 1 - sim.metrics["cache_hit_rate"]
-    simulated = speedup(sim, t_v)
-    assert simulated < law["speedup"]
-    round_law = law["tokens_per_round"] / law["speedup"]
-    round_sim = law["tokens_per_round"] / simulated
-    assert round_sim - round_law < miss * step_s / t_v
+    for round_s in rounds(run(params, batch, tokens=40 * batch)):
+        assert 0 < round_s - (1 + t_b) * t_v < step_s
+
+
+def test_rows_that_hit_wait_for_the_whole_prespeculation():
+    """A row that hit needs all of its cached speculation, so a round with some
+    hits and some misses lets the pre-speculation end, then runs the backup for
+    the rows that missed: max(1, T_p) + T_b(m) with m the rows missed."""
+    params, batch = {"k": 7, "fanout": 32, "hit_rate": 0.5}, 8
+    t_v, t_p, _, _ = times(params, batch)
+    assert t_p > 1
+    allowed = [t_p + times(params, batch, missed=m)[2] for m in range(1, batch)]
+    mixed = [r / t_v for r in rounds(run(params, batch, tokens=40 * batch))]
+    assert mixed and all(min(abs(r - a) for a in allowed) < 1e-9 for r in mixed)
+    assert len({round(r, 9) for r in mixed}) > 1  # rounds differ by the rows that missed
 
 
 @pytest.mark.parametrize("params,batch", [
@@ -174,8 +204,12 @@ def test_monte_carlo_mean_speedup_matches_the_closed_form(params, batch):
     sim = run(params, batch, tokens=200_000 // batch, deterministic=False, seed=11)
     assert speedup(sim, t_v) == pytest.approx(law["speedup"], rel=1e-2)
     p = law["all_hit_rate"]
-    sigma = math.sqrt(p * (1 - p) / sim.metrics["steps"])
-    assert abs(sim.metrics["cache_hit_rate"] - p) < 4 * sigma
+    m = sim.metrics
+    sigma = math.sqrt(p * (1 - p) / m["steps"])
+    assert abs(m["cache_hits"] / m["steps"] - p) < 4 * sigma  # rounds where all rows hit
+    row = params["hit_rate"]
+    sigma = math.sqrt(row * (1 - row) / (m["steps"] * batch))
+    assert abs(m["cache_hit_rate"] - row) < 4 * sigma  # per row
 
 
 def test_geometric_fanout_follows_the_formula_under_the_budget():
@@ -327,4 +361,142 @@ def test_ssd_equals_its_law_on_every_shipped_platform(platform, params, batch):
     terms = ssd_terms(cfg)
     assert not terms.shared
     simulated = m["mean_tokens_per_step"] * terms.t_v_s / m["step_latency_s"]
-    assert simulated == pytest.approx(terms.speedup(params["hit_rate"] ** batch), rel=5e-3)
+    assert simulated == pytest.approx(terms.speedup(params["hit_rate"]), rel=5e-3)
+
+
+def _cli_json(*args) -> dict:
+    out = subprocess.run([sys.executable, "-m", "analyses.cli", *args], capture_output=True,
+                         text=True, check=True)
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("params", [
+    {"k": 7, "fanout": 3, "hit_rate": 0.9, "backup": "fast", "fast_alpha": 0.3,
+     "fast_backup_s": 1e-4},
+    {"k": 7, "fanout": 3, "hit_rate": 0.9}])
+def test_law_and_deterministic_simulate_at_batch_8_give_the_per_row_form(params):
+    """The issue's check: ``hetspec law ssd`` and a deterministic ``hetspec
+    simulate --policy ssd --batch 8`` both give the per-row closed form, computed
+    here from the parameters: E_hit = 1 + sum a^j, E_miss that of the backup's
+    proposals, T_v, T_p and T_b from the cost model (T_b of a jit backup for the
+    rows that missed, averaged over rounds with a miss), within 0.5%."""
+    batch, p = 8, params["hit_rate"]
+    e_hit = 1 + sum(ALPHA ** j for j in range(1, params["k"] + 1))
+    e_miss = 1 + sum(params.get("fast_alpha", ALPHA) ** j for j in range(1, params["k"] + 1))
+    t_v, t_p, _, _ = times(params, batch)
+    t_b = mean_t_b(params, batch, p)
+    closed = per_row_law(p, e_hit, e_miss, t_p, t_b, batch)
+    law = _cli_json("law", "ssd", "--set", f"hit_rate={p}", "--set", f"e_hit={e_hit}",
+                    "--set", f"e_miss={e_miss}", "--set", f"t_p={t_p}", "--set", f"t_b={t_b}",
+                    "--set", f"batch={batch}", "--json")
+    assert law["speedup"] == pytest.approx(closed, rel=1e-12)
+    sets = [a for k, v in params.items() for a in ("--set", f"{k}={v}")]
+    m = _cli_json("simulate", "--platform", H100[0], "--target", H100[1], "--draft", H100[2],
+                  "--policy", "ssd", *sets, "--set", f"alpha={ALPHA}", "--set",
+                  f"prompt_tokens={CONTEXT}", "--batch", str(batch), "--tokens", "3000",
+                  "--deterministic", "--fixed-context", "--json")
+    simulated = m["mean_tokens_per_step"] * t_v / m["step_latency_s"]
+    assert simulated == pytest.approx(closed, rel=5e-3)
+    assert m["cache_hit_rate"] == pytest.approx(p, abs=1e-3)  # per row
+
+
+def test_the_issue_numbers_through_the_cli():
+    """p = 0.9, E_hit = 5.5, E_miss = 4.5, T_p = T_b = 0.7, B = 8: the per-row form
+    gives 3.86 (the whole batch taking the backup's speculation gave 3.53)."""
+    out = _cli_json("law", "ssd", "--set", "hit_rate=0.9", "--set", "e_hit=5.5", "--set",
+                    "e_miss=4.5", "--set", "t_p=0.7", "--set", "t_b=0.7", "--set", "batch=8",
+                    "--json")
+    assert out["speedup"] == pytest.approx(per_row_law(0.9, 5.5, 4.5, 0.7, 0.7, 8))
+    assert round(out["speedup"], 2) == 3.86
+
+
+def test_a_replay_answers_each_row_as_the_run_recorded_it():
+    from analyses.measured.replay import ReplayOutcomes
+
+    events = [{"event": "cache_hit", "held": [True, False]},
+              {"event": "cache_hit", "held": [True, True]}]
+    replay = ReplayOutcomes(IID(alpha=ALPHA), events=events)
+    ask = Outcome("cache_hit", batch=2, per_row=True)
+    assert replay.outcome(ask) == (True, False)
+    assert replay.outcome(Outcome("cache_hit", batch=2)) is True  # the batch as one
+    assert replay.rate("cache_hit") == pytest.approx(2 / 3)  # 1 of 2 rows, then 1 of 1
+
+
+def test_deterministic_rows_fall_as_independent_ones():
+    """Each row hits on a share p of rounds, every row on a share p^B."""
+    from policies.modelled import EventModel
+    from simcore.outcomes import Outcomes
+
+    p, batch, n = 0.9, 8, 4000
+    outcomes = Outcomes(IID(alpha=ALPHA), deterministic=True,
+                        models={"cache_hit": EventModel(p, independent_rows=True)})
+    answers = [outcomes.outcome(Outcome("cache_hit", batch=batch, per_row=True))
+               for _ in range(n)]
+    assert sum(all(a) for a in answers) / n == pytest.approx(p ** batch, abs=1 / n)
+    for r in range(batch):
+        assert sum(a[r] for a in answers) / n == pytest.approx(p, abs=2 / n)
+    assert any(0 < sum(a) < batch for a in answers)
+
+
+@pytest.mark.parametrize("backup", ["jit", "fast"])
+def test_a_mixed_round_runs_the_backup_for_the_rows_that_missed(backup):
+    """Row 1 of 3 misses: the pre-speculation runs to its end (rows 0 and 2 need
+    their cached speculation), the backup speculates for sequence 1 alone on
+    CACHE, and the next Verify checks CACHE, each row by its proposer."""
+    ctx = PolicyContext(target=load_model("llama-3.1-70b"), draft=load_model("llama-3.2-1b"),
+                        tokens=30, batch=3)
+    ops = []
+
+    def answer(op):
+        ops.append(op)
+        if isinstance(op, Spawn):
+            return drive(op.branch, answer)
+        if isinstance(op, Verify):
+            from policies.ops import Verdict
+            return Verdict((1,) * op.batch)
+        if isinstance(op, Outcome):
+            return (True, False, True)
+        if hasattr(op, "tasks"):
+            return op.tasks
+        return getattr(op, "payload", op)
+
+    params = {"k": 3, "fanout": 2, "hit_rate": 0.9, "backup": backup}
+    drive(build("ssd", ctx, params), answer)
+    backups = [o for o in ops if getattr(o, "label", "") == "backup"]
+    first, later = backups[:3], backups[3:]  # the first speculation: K jit steps, every row
+    assert all(isinstance(o, Forward) and o.sequences is None for o in first)
+    assert later and all(o.sequences == (1,) and o.branch == CACHE for o in later)
+    if backup == "jit":
+        assert all(o.batch == 1 for o in later) and len(later) % 3 == 0  # K steps, 1 row
+    prespec = [o for o in ops if isinstance(o, Forward) and o.label == PRESPEC]
+    assert len(prespec) == 3 * sum(isinstance(o, Verify) for o in ops)  # never cut short
+    verifies = [o for o in ops if isinstance(o, Verify)]
+    assert {v.branch for v in verifies[1:]} == {CACHE}
+    labels = {v.row_labels for v in verifies[1:]}
+    assert labels == ({None} if backup == "jit" else {(VERIFY, "verify fast backup", VERIFY)})
+
+
+def test_partial_hits_backup_is_the_whole_batch_form():
+    """partial_hits=backup (the SSD repository's jit path: any miss re-speculates
+    the whole batch) gives S = [p^B E_hit + (1-p^B) E_miss] / [p^B max(1, T_p) +
+    (1-p^B)(1 + T_b)], T_b the backup over all B rows; keeping the rows that hit
+    commits more per round at the same round time."""
+    batch, p = 8, 0.9
+    base = {"k": 7, "fanout": 3, "hit_rate": p}
+    whole = dict(base, partial_hits="backup")
+    t_v, t_p, t_b, _ = times(whole, batch)
+    e = 1 + sum(ALPHA ** j for j in range(1, 8))
+    p_all = p ** batch
+    closed = (p_all * e + (1 - p_all) * e) / (p_all * max(1, t_p) + (1 - p_all) * (1 + t_b))
+    sim = run(whole, batch, tokens=3000)
+    assert speedup(sim, t_v) == pytest.approx(closed, rel=5e-3)
+    assert sim.metrics["cache_hits"] / sim.metrics["steps"] == pytest.approx(p_all, abs=0.01)
+    name, target, draft = H100
+    cfg = SimConfig(platform=name, target=target, draft=draft, policy="ssd", params=whole,
+                    acceptance={"kind": "iid", "alpha": ALPHA}, tokens=3000, batch=batch,
+                    deterministic=True, fixed_context=True, prompt_tokens=CONTEXT)
+    assert ssd_terms(cfg).speedup(p) == pytest.approx(closed, rel=1e-9)
+    fast = {"backup": "fast", "fast_alpha": 0.3, "fast_backup_s": 1e-4}
+    kept = speedup(run(dict(base, **fast), batch, tokens=3000), t_v)
+    dropped = speedup(run(dict(whole, **fast), batch, tokens=3000), t_v)
+    assert kept > 1.1 * dropped  # a fast, poor backup pays when the rows that hit keep theirs

@@ -108,15 +108,15 @@ def ssd_figure(runs, fallback: Point, base: dict) -> go.Figure:
         if s.shown and not title:
             title = _ssd_title(s.about, t)
             _ssd_references(fig, x, t, s.name)
-    fig.update_layout(title=title, xaxis_title="p: share of rounds whose whole batch hit "
-                      "the speculation cache", yaxis_title="speedup S (tokens per verify "
+    fig.update_layout(title=title, xaxis_title="p: per-row cache hit rate (a round "
+                      "waits for a backup unless all B rows hit, p^B)", yaxis_title="speedup S (tokens per verify "
                       "time T_v)", **LAYOUT)
     return fig
 
 
 def _ssd_references(fig, x, t: SSDTerms, name: str) -> None:
     other = "fast" if t.backup == "jit" else "jit"
-    if t.t_b[t.backup] > t.t_b_at_once[t.backup]:
+    if t.t_b[t.backup][-1] > t.t_b_at_once[t.backup][-1]:
         _curve(fig, x, [t.speedup(float(p), at_once=True) for p in x],
                "closed form, a miss stops pre-speculation at once", name + " at once", True,
                line_dash="dot")
@@ -131,8 +131,9 @@ def _ssd_title(name: str, t: SSDTerms) -> str:
     return (f"SSD law: speedup vs hit rate, curve at the terms of {name}<br><sup>K={t.k}, "
             f"F={list(t.fanout)}, T_v={t.t_v_s * 1e3:.2f} ms, T_p={t.t_p:.2f}·T_v, "
             f"E_hit={t.e_hit:.2f}, E_miss={t.e_miss[b]:.2f}<br>{b} backup "
-            f"T_b={t.t_b_at_once[b]:.2f}·T_v, +{t.t_b[b] - t.t_b_at_once[b]:.2f} waiting for "
-            f"the draft step in flight at a miss{shared}</sup>")
+            f"T_b={t.t_b_at_once[b][-1]:.2f}·T_v with every row missed, "
+            f"+{t.t_b[b][-1] - t.t_b_at_once[b][-1]:.2f} waiting for the draft step in "
+            f"flight{shared}</sup>")
 
 
 # Mirror-SD ------------------------------------------------------------------------

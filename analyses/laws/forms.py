@@ -75,16 +75,23 @@ def mirror(t_prefix_s: NonNegative, t_suffix_s: NonNegative, t_draft_s: NonNegat
 
 def ssd(hit_rate: Probability, e_hit: NonNegative, e_miss: NonNegative, t_p: NonNegative,
         t_b: NonNegative, batch: Count = 1) -> dict:
-    """SSD expected speedup, times normalised by the verify time:
-    S = [p E_hit + (1-p) E_miss] / [p max(1, T_p) + (1-p)(1 + T_b)], p = hit_rate^batch."""
+    """SSD expected speedup over AR, times normalised by the verify time, per row
+    hit rate p over a batch of B rows: a row that hits keeps its cached
+    speculation (E_hit tokens), a row that misses takes the backup's (E_miss),
+    and a round waits for a backup unless every row hit (chance p^B):
+    S = [p E_hit + (1-p) E_miss] / [p^B max(1, T_p) + (1-p^B)(1 + T_b)].
+    hit_rate: p, the chance one row's outcome was cached; e_hit, e_miss: tokens a
+    row commits per round (accepted + 1) from a cached or a backup speculation;
+    t_p: pre-speculation plus its trip back, t_b: the backup's latency, both in
+    verify times; batch: B rows per round."""
     _check(0 <= hit_rate <= 1, "hit_rate must lie in [0, 1]")
     _check(batch >= 1, "batch must be >= 1")
     _check(e_hit >= 0 and e_miss >= 0, "e_hit and e_miss must be >= 0 tokens")
     _check(t_p >= 0 and t_b >= 0, "t_p and t_b must be >= 0 (in verify times)")
-    p = hit_rate ** batch
-    tokens = p * e_hit + (1 - p) * e_miss
-    time = p * max(1.0, t_p) + (1 - p) * (1 + t_b)
-    return {"speedup": tokens / time, "all_hit_rate": p, "tokens_per_round": tokens,
+    p_all = hit_rate ** batch
+    tokens = hit_rate * e_hit + (1 - hit_rate) * e_miss
+    time = p_all * max(1.0, t_p) + (1 - p_all) * (1 + t_b)
+    return {"speedup": tokens / time, "all_hit_rate": p_all, "tokens_per_round": tokens,
             "round_time_over_verify": time}
 
 

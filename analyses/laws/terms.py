@@ -94,28 +94,53 @@ SSD_CONTEXTS = 32  # parts of a run whose round times are averaged (context grow
 class SSDTerms:
     """The closed form's terms for one run; times in verify times T_v. Each round
     time is averaged over the run's contexts: a term that crosses another as the
-    context grows (the pre-speculation outlasting the verify) bends the mean."""
+    context grows (the pre-speculation outlasting the verify) bends the mean.
+    The backup runs for the rows that missed alone, so its latency T_b depends
+    on how many did: ``t_b[backup][m - 1]`` is a round's with m of B rows missed,
+    and the law takes its mean over the rounds with a miss (``mean_t_b``)."""
 
     t_v_s: float
     t_p: float
-    t_b: dict  # backup -> T_b as scheduled: after the draft step in flight at a miss
-    t_b_at_once: dict  # backup -> T_b if a miss stopped pre-speculation at once
+    t_b: dict  # backup -> T_b per missed rows, as scheduled
+    t_b_at_once: dict  # backup -> T_b per missed rows, if a miss stopped prespec at once
     e_miss: dict  # backup -> E_miss
     e_hit: float
     backup: str
+    partial_hits: str  # keep: rows that hit keep their speculation; backup: all rows take it
     k: int
     fanout: tuple
+    batch: int
     shared: bool  # one device: no pre-speculation during the verify, no law to match
 
-    def speedup(self, p_all: float, backup: str | None = None, at_once: bool = False):
+    def mean_t_b(self, hit_rate: float, backup: str | None = None,
+                 at_once: bool = False) -> float:
+        """T_b averaged over the rounds in which some row missed, rows missing
+        independently with chance 1 - hit_rate (binomial, less the all-hit round)."""
+        per_missed = (self.t_b_at_once if at_once else self.t_b)[backup or self.backup]
+        weights = [math.comb(self.batch, m) * (1 - hit_rate) ** m
+                   * hit_rate ** (self.batch - m) for m in range(1, self.batch + 1)]
+        if sum(weights) <= 0:
+            return per_missed[-1]  # every row hits: no backup runs
+        return sum(w * t for w, t in zip(weights, per_missed)) / sum(weights)
+
+    def speedup(self, hit_rate: float, backup: str | None = None, at_once: bool = False):
+        """The closed form at a per-row hit rate with this run's terms."""
         b = backup or self.backup
-        t_b = (self.t_b_at_once if at_once else self.t_b)[b]
-        return laws.ssd(p_all, self.e_hit, self.e_miss[b], self.t_p, t_b)["speedup"]
+        if self.partial_hits == "backup":  # a round is a hit or a miss for the whole batch
+            t_b = (self.t_b_at_once if at_once else self.t_b)[b][-1]
+            return laws.ssd(hit_rate ** self.batch, self.e_hit, self.e_miss[b], self.t_p,
+                            t_b)["speedup"]
+        t_b = self.mean_t_b(hit_rate, b, at_once)
+        return laws.ssd(hit_rate, self.e_hit, self.e_miss[b], self.t_p, t_b,
+                        self.batch)["speedup"]
 
 
 def _ssd_rounds_s(s: Scenario, p, c: int) -> np.ndarray:
-    """Seconds at context c: T_v, a hit round, and miss rounds (jit, fast) as
-    scheduled and as if the miss stopped pre-speculation at once."""
+    """Seconds at context c: T_v, a hit round, then for m = 1..B missed rows the
+    miss rounds (jit, fast) as scheduled and as if the miss stopped
+    pre-speculation at once. Rows that hit need all the pre-speculation, so with
+    some hits it runs to its end; a miss on every row stops it after the step in
+    flight."""
     b = s.batch
     to_draft = s.trip_s("target", "draft", b * VERDICT_BYTES)
     to_target = s.trip_s("draft", "target", b * p.k * ENTRY_BYTES)
@@ -123,9 +148,14 @@ def _ssd_rounds_s(s: Scenario, p, c: int) -> np.ndarray:
     ends = np.cumsum([s.draft_s(1, b * p.branches, c + p.k + j, p.collectives)
                       for j in range(p.k)])
     stop = next((float(e) for e in ends if e >= arrival), arrival)  # step in flight ends
-    jit = sum(s.draft_s(1, b, c + j, p.collectives) for j in range(p.k))
-    return np.array([arrival, max(arrival, ends[-1]), stop + jit, stop + p.fast_backup_s,
-                     arrival + jit, arrival + p.fast_backup_s]) + to_target
+    hit = max(arrival, ends[-1])
+    rows = []
+    for m in range(1, b + 1):
+        jit = sum(s.draft_s(1, m, c + j, p.collectives) for j in range(p.k))
+        after = stop if m == b else hit
+        rows.append([after + jit, after + p.fast_backup_s, arrival + jit,
+                     arrival + p.fast_backup_s])
+    return np.concatenate([[arrival, hit], np.ravel(rows)]) + to_target
 
 
 def ssd_terms(cfg) -> SSDTerms:
@@ -134,16 +164,17 @@ def ssd_terms(cfg) -> SSDTerms:
     s = Scenario(cfg)
     ctx, params = s.policy_context(), params_of(cfg, "ssd")
     p = ssd_policy.plan(ctx, params)
-    t_v, hit, jit, fast, jit_now, fast_now = np.mean(
-        [_ssd_rounds_s(s, p, c) for c in s.contexts(SSD_CONTEXTS)], axis=0)
+    mean = np.mean([_ssd_rounds_s(s, p, c) for c in s.contexts(SSD_CONTEXTS)], axis=0)
+    t_v, hit = mean[0], mean[1]
+    jit, fast, jit_now, fast_now = (tuple(v / t_v - 1) for v in mean[2:].reshape(-1, 4).T)
     # the verdicts' means as the simulator draws them: the schedule's outcome models
     models = outcome_models("ssd", ctx, params)
     e_hit = 1 + scaled_expected(s.acceptance, p.k, 0, models[ssd_policy.VERIFY].scale)
     e_fast = 1 + models[ssd_policy.FAST_VERIFY].expected
-    return SSDTerms(t_v, hit / t_v, {"jit": jit / t_v - 1, "fast": fast / t_v - 1},
-                    {"jit": jit_now / t_v - 1, "fast": fast_now / t_v - 1},
-                    {"jit": e_hit, "fast": e_fast}, e_hit, p.backup, p.k,
-                    p.fanout, s.shared())
+    return SSDTerms(t_v, hit / t_v, {"jit": jit, "fast": fast},
+                    {"jit": jit_now, "fast": fast_now},
+                    {"jit": e_hit, "fast": e_fast}, e_hit, p.backup, p.partial_hits,
+                    p.k, p.fanout, s.batch, s.shared())
 
 
 @dataclass(frozen=True)

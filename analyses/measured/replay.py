@@ -147,15 +147,22 @@ class ReplayOutcomes(Outcomes):
 
     def __init__(self, acc, *, events: list[dict] = (), **kwargs):
         super().__init__(acc, **kwargs)
-        self._queues: dict[str, list[bool]] = {}
+        self._queues: dict[str, list[tuple[bool, ...]]] = {}
         for e in events:  # lines read_acceptance checked: 'held' is there
-            self._queues.setdefault(e["event"], []).append(all(held_rows(e)))
+            self._queues.setdefault(e["event"], []).append(tuple(held_rows(e)))
 
-    def outcome(self, op) -> bool:
+    def outcome(self, op) -> bool | tuple[bool, ...]:
+        """The recorded answer: per row where the op asks per row and the run
+        recorded as many rows, else whether every row held."""
         queue = self._queues.get(op.event)
         if not queue:
             return super().outcome(op)
-        held = queue.pop(0)
+        rows = queue.pop(0)
+        if op.per_row and len(rows) == op.batch:
+            self.asked[op.event] = self.asked.get(op.event, 0) + op.batch
+            self.held[op.event] = self.held.get(op.event, 0) + sum(rows)
+            return rows
+        held = all(rows)
         self.asked[op.event] = self.asked.get(op.event, 0) + 1
         self.held[op.event] = self.held.get(op.event, 0) + int(held)
         return (held,) * op.batch if op.per_row else held

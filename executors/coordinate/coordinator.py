@@ -191,10 +191,22 @@ class Coordinator:
         return wide and prior is not None and prior.wide and prior.branch == op.branch
 
     def _width(self, op: Forward) -> int:
+        if op.sequences is not None:
+            return self._rows_width(op)
         if op.batch % self.seqs.batch:
             raise ValueError(f"Forward '{op.label}' has batch {op.batch}, not a multiple of "
                              f"the run's {self.seqs.batch} sequences")
         return op.batch // self.seqs.batch
+
+    def _rows_width(self, op: Forward) -> int:
+        """A Forward for some sequences alone (``Forward.sequences``) is narrow."""
+        rows, n = op.sequences, self.seqs.batch
+        distinct = len(set(rows)) == len(rows) == op.batch
+        if op.tree is not None or not distinct or not all(0 <= r < n for r in rows):
+            raise ValueError(f"Forward '{op.label}' runs for sequences {list(rows)} with "
+                             f"batch {op.batch}: rows must name batch distinct sequences "
+                             f"among the run's {n}, without a tree")
+        return 1
 
     def _lens(self, width: int, wide: bool = False) -> list[int | None]:
         if wide or width != 1:
@@ -208,7 +220,11 @@ class Coordinator:
             if width != 1:
                 raise ValueError(f"Forward '{op.label}' runs {op.batch} rows but only a "
                                  "sampling Forward with a tree layout may widen the batch")
-            return [tuple(seqs.seq(r, op.branch)) for r in range(seqs.batch)], None
+            rows = range(seqs.batch) if op.sequences is None else set(op.sequences)
+            # a sequence outside ``rows`` rides along on its committed tokens (the
+            # device's batched cache has a row per sequence); its sample is dropped
+            return [tuple(seqs.seq(r, op.branch) if r in rows else seqs.committed[r])
+                    for r in range(seqs.batch)], None
         pick = None
         prior = self.handles.get(op.inputs.id) if op.inputs is not None else None
         if not self._grows_tree(op, wide):
@@ -235,6 +251,8 @@ class Coordinator:
         else:
             prop = self.seqs.proposal(op.branch)
         for r, toks in enumerate(result["tokens"]):
+            if op.sequences is not None and r not in op.sequences:
+                continue  # a sequence this Forward does not speculate for
             if not info.wide and self._moved_on(info.seqs[r], r, op.branch):
                 continue  # a Verify changed the row while this draft was in flight
             for tok, prob, top in zip(toks, result["probs"][r], result["top"][r]):
