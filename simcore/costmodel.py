@@ -255,13 +255,17 @@ def allreduce_terms(group: CollectiveGroup, nbytes: float, count: float = 1) -> 
 
 def stream_terms(tier: MemoryTier, device: Device, nbytes: float) -> LinearTerms:
     """A weight stream: the tier's latency, its requests (``requests_s``), bytes at
-    the tier's achieved bandwidth and, on a device that installs the weights
-    itself, bytes at its host rate."""
+    the tier's achieved bandwidth (at the share its requests in flight reach),
+    the host copy and, on a device that installs the weights itself, bytes at its
+    host rate (a read alone, page cache missed)."""
     linear = ()
     if tier.request_bytes is not None:
         linear = (("tier", tier.name, "request_latency_s",
                    math.ceil(nbytes / tier.request_bytes) / tier.queue_depth),)
-    inverse = (("tier", tier.name, "bandwidth_gb_s", nbytes / 1e9 / tier.memory_efficiency),)
+    inverse = (("tier", tier.name, "bandwidth_gb_s",
+                nbytes / 1e9 / tier.memory_efficiency / tier.read_fraction(nbytes)),)
+    if tier.host_copy_gb_s is not None:  # the host copy after the read (schema)
+        inverse += (("tier", tier.name, "host_copy_gb_s", nbytes / 1e9),)
     if device.stream_host_gb_s is not None:
         inverse += (("device", device.name, "stream_host_gb_s", nbytes / 1e9),)
     return LinearTerms(tier.latency_s, linear, inverse)

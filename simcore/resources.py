@@ -7,13 +7,14 @@ event, which roughly halves the events per operation against ``simpy.Resource``
 bandwidth / n, re-planned whenever a flow starts or ends. A flow may have a
 rate cap (an engine that cannot draw more than part of a shared DRAM): then
 the bandwidth is water-filled, capped flows take at most their cap and the
-others share what is left equally.
+others share what is left equally. ``PageCache`` is the DRAM that keeps a
+flash tier's recently read chunks, least recently used first out.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import OrderedDict, deque
 
 import simpy
 
@@ -136,3 +137,34 @@ class SharedBandwidth:
         for i in sorted(finished):
             self.flows.pop(i)[1].succeed()
         self._plan()
+
+
+class PageCache:
+    """A flash tier's page cache: chunks (any hashable key) with their bytes,
+    evicted least recently used first once they exceed ``capacity_bytes``. A
+    chunk larger than the whole cache is never kept; a cyclic stream larger than
+    the cache therefore never hits (each chunk is evicted before it comes round
+    again), as LRU does."""
+
+    def __init__(self, capacity_bytes: float):
+        self.capacity = capacity_bytes
+        self.held = 0.0
+        self.chunks: OrderedDict = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def read(self, key, nbytes: float) -> bool:
+        """True when the chunk is in DRAM (a hit); otherwise records the read
+        chunk, evicting the least recently used ones to make room."""
+        if key in self.chunks:
+            self.chunks.move_to_end(key)
+            self.hits += 1
+            return True
+        self.misses += 1
+        if nbytes <= self.capacity:
+            self.chunks[key] = nbytes
+            self.held += nbytes
+            while self.held > self.capacity:
+                _, evicted = self.chunks.popitem(last=False)
+                self.held -= evicted
+        return False
