@@ -125,6 +125,8 @@ class Simulator:
         readers: dict[str, int] = {}
         for d in self.platform.devices:
             readers[d.memory] = readers.get(d.memory, 0) + 1
+            if d.storage is not None and self.platform.tier(d.storage).host_copy_gb_s:
+                readers[d.memory] += 1  # the host copy of its streams reads it too
         shared = {}
         for t in self.platform.memory_tiers:
             if t.kind == "flash" or (contention and readers.get(t.name, 0) > 1):
