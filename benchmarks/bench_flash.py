@@ -138,11 +138,14 @@ def _err(sim: float, pub: float) -> float:
     return 100.0 * (sim / pub - 1.0)
 
 
+def _size(nbytes: float) -> str:
+    return f"{nbytes / 1024:g} KiB" if nbytes < 1024 ** 2 else f"{nbytes / 1024 ** 2:g} MiB"
+
+
 def read_curve_rows(source: dict) -> tuple[list, dict]:
     tier = load_platform(source["platform"]).tier(source["tier"])
     bw, half, k = fit_read_curve(source["points"])
-    rows = [(f"{b / 1024:g} KiB", mb, simulated_read_mb_s(tier, b))
-            for b, mb in source["points"]]
+    rows = [(_size(b), mb, simulated_read_mb_s(tier, b)) for b, mb in source["points"]]
     fitted = {"bandwidth_gb_s": bw, "read_half_bytes": half, "read_curve_exponent": k,
               "profile": _tier_fields(tier)}
     return rows, fitted
@@ -252,10 +255,20 @@ def source_tables(results, markdown: bool) -> list[str]:
         fit_text = ", ".join(f"{k} {v:.4g}" for k, v in fitted.items()
                              if isinstance(v, float))
         if fit_text:
-            lines += [f"fitted: {fit_text}", ""]
+            lines += [f"fitted: {fit_text}"]
+            profile = fitted.get("profile", {})
+            lines += [f"profile {source.get('platform')} {source.get('tier')}: " + ", ".join(
+                f"{k} {v:.4g}" for k, v in profile.items())] if profile else []
+            lines += [""]
         abs_errs = [abs(e) for e in errs]
         summary.append((source["id"], source["role"], len(rows),
                         f"{statistics.median(abs_errs):.1f}%", f"{max(abs_errs):.1f}%"))
+        if source["kind"] == "mmap_stream":
+            r = source["rows"][0]
+            kept_s = (r["model_bytes"] - r["dram_bytes"]) / (r["flash_gb_s"] * 1e9)
+            lines += [f"(a page cache that kept the first {r['dram_bytes'] / 1e9:g} GB "
+                      f"instead of LRU would read {kept_s:.1f} s a token: "
+                      f"{_err(kept_s, r['s_per_token']):+.0f}%)", ""]
     lines += _table("error by source (|simulated / published - 1|)",
                     ("source", "role", "rows", "median", "worst"), summary, markdown)
     return lines

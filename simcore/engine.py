@@ -188,7 +188,12 @@ class Simulator:
         tiers = self._bandwidth and [t for t in (self.platform.device(m).memory
                                                  for m in members) if t in self._bandwidth]
         if tiers:
-            yield from self._contended(c, tiers)
+            channel = self._overlap.get(members[0]) if self._overlap else None
+            if channel is None:
+                yield from self._contended(c, tiers)
+            else:  # shared DRAM and a stream beside it: both bound the pass
+                yield simpy.AllOf(env, [env.process(self._contended(c, tiers)),
+                                        channel.transfer(c.busy_s, 1.0)])
         else:
             yield self._busy(members, c.busy_s)
         busy_end = env.now

@@ -128,6 +128,18 @@ def test_overlap_fraction_gives_max_plus_the_unoverlapped_share_of_min(f):
     assert 0 < c < s  # the fixture has both terms
 
 
+def test_overlap_holds_under_dram_contention_too():
+    """With the DRAM fair-shared (contention), a pass alone on it still takes its
+    roofline time, so the overlap law is the same."""
+    plat = _platform(stream_overlap_fraction=0.0, host_copy_gb_s=1000.0)
+    _, res = _run(plat, _stream_beside_compute(plat), contention=True)
+    _, alone = _run(plat, _stream_beside_compute(plat))
+    assert res.time_s >= alone.time_s * (1 - 1e-9)
+    cost = RooflineCost(plat)
+    c = 200 * cost.forward(MODEL, "a", (0, 4), 1, 1, 64, None, None).busy_s
+    assert res.time_s >= 0.5 + c  # serialized: the stream hides none of the compute
+
+
 def test_overlap_unset_prices_as_before():
     plat = _platform()
     _, res = _run(plat, _stream_beside_compute(plat))
@@ -181,3 +193,32 @@ def test_with_perfect_overlap_the_deeper_draft_hides_under_the_stream(tmp_path):
     times = [_kangaroo_s_per_token(str(path), l) for l in (3, 5, 15)]
     assert times[2] == pytest.approx(times[0], rel=1e-3)
     assert load_model("vicuna-7b").n_layers == 32
+
+
+def _bench():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).parent.parent / "benchmarks" / "bench_flash.py"
+    spec = importlib.util.spec_from_file_location("bench_flash", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_orin_flash_tiers_are_the_fit_to_their_published_sources():
+    """The profile's flash numbers are what benchmarks/bench_flash.py fits to the
+    sources in benchmarks/data/flash_published.yaml (to the profile's rounding)."""
+    import yaml
+    bench = _bench()
+    sources = yaml.safe_load(bench.DATA.read_text())["sources"]
+    orin = load_platform("jetson-agx-orin-64gb")
+    for s in sources:
+        if s["kind"] == "read_curve" and s["role"] == "fit":
+            bw, half, k = bench.fit_read_curve(s["points"])
+            tier = orin.tier(s["tier"])
+            assert tier.bandwidth_gb_s == pytest.approx(bw, rel=5e-3)
+            assert tier.read_half_bytes == pytest.approx(half, rel=5e-3)
+            assert tier.read_curve_exponent == pytest.approx(k, abs=5e-3)
+        if s["kind"] == "overlap":
+            f = bench.fit_overlap(s["rows"][0])
+            assert orin.tier("nvme").stream_overlap_fraction == pytest.approx(f, abs=1e-9)
