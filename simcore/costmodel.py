@@ -264,11 +264,12 @@ def stream_terms(tier: MemoryTier, device: Device, nbytes: float) -> LinearTerms
                    math.ceil(nbytes / tier.request_bytes) / tier.queue_depth),)
     inverse = (("tier", tier.name, "bandwidth_gb_s",
                 nbytes / 1e9 / tier.memory_efficiency / tier.read_fraction(nbytes)),)
-    if tier.host_copy_gb_s is not None:  # the host copy after the read (schema)
-        inverse += (("tier", tier.name, "host_copy_gb_s", nbytes / 1e9),)
+    fixed_s = tier.latency_s  # + the host copy after the read (schema), kept as given
+    if tier.host_copy_gb_s is not None:
+        fixed_s += nbytes / (tier.host_copy_gb_s * 1e9)
     if device.stream_host_gb_s is not None:
         inverse += (("device", device.name, "stream_host_gb_s", nbytes / 1e9),)
-    return LinearTerms(tier.latency_s, linear, inverse)
+    return LinearTerms(fixed_s, linear, inverse)
 
 
 def dispatch_terms(device: Device) -> LinearTerms:

@@ -222,3 +222,15 @@ def test_orin_flash_tiers_are_the_fit_to_their_published_sources():
         if s["kind"] == "overlap":
             f = bench.fit_overlap(s["rows"][0])
             assert orin.tier("nvme").stream_overlap_fraction == pytest.approx(f, abs=1e-9)
+
+
+def test_calibrations_stream_form_is_the_simulated_lone_stream():
+    """``stream_terms`` (what calibration fits) prices a lone stream as the engine
+    does with the read curve, requests and the host copy set."""
+    from simcore.costmodel import stream_terms
+    plat = _platform(read_half_bytes=3e5, read_curve_exponent=0.7, request_bytes=65536,
+                     queue_depth=4, request_latency_s=2e-5, host_copy_gb_s=6.0)
+    _, res = _run(plat, lambda: _seq(_stream(nbytes=3e8)))
+    tier, device = plat.tier("flash"), plat.device("a")
+    assert stream_terms(tier, device, 3e8).seconds(plat) == pytest.approx(res.time_s,
+                                                                         rel=1e-12)
