@@ -19,7 +19,7 @@ from policies.ops import (AllReduce, Delay, Forward, Join, Outcome, Parallel, Sp
                           StreamWeights, Transfer, Verify)
 from simcore.costmodel import CostError, RooflineCost, roofline
 from simcore.outcomes import Outcomes
-from simcore.resources import PageCache, SharedBandwidth, Stream
+from simcore.resources import OverlapChannel, PageCache, SharedBandwidth, Stream
 from policies.runs.spans import Span
 
 
@@ -134,7 +134,7 @@ class Simulator:
                     self.env, t.bandwidth_bytes_s * t.memory_efficiency)
         return shared
 
-    def _overlap_channels(self) -> dict[str, SharedBandwidth]:
+    def _overlap_channels(self) -> dict[str, OverlapChannel]:
         """Per device that streams from a tier with ``stream_overlap_fraction``
         f < 1: a channel its compute and its streams share, in seconds of work
         per second. Capacity 2 / (2 - f), each flow capped at 1: alone, a pass or
@@ -145,7 +145,7 @@ class Simulator:
             if d.storage is not None:
                 f = self.platform.tier(d.storage).stream_overlap_fraction
                 if f < 1:
-                    channels[d.name] = SharedBandwidth(self.env, 2.0 / (2.0 - f))
+                    channels[d.name] = OverlapChannel(self.env, f)
         return channels
 
     def _busy(self, members, seconds: float):
@@ -154,7 +154,7 @@ class Simulator:
         channel = self._overlap.get(members[0]) if self._overlap else None
         if channel is None:
             return self.env.timeout(seconds)
-        return channel.transfer(seconds, 1.0)
+        return channel.transfer(seconds)
 
     def _acquire(self, names):
         for name in names:
@@ -193,7 +193,7 @@ class Simulator:
                 yield from self._contended(c, tiers)
             else:  # shared DRAM and a stream beside it: both bound the pass
                 yield simpy.AllOf(env, [env.process(self._contended(c, tiers)),
-                                        channel.transfer(c.busy_s, 1.0)])
+                                        channel.transfer(c.busy_s)])
         else:
             yield self._busy(members, c.busy_s)
         busy_end = env.now
@@ -329,7 +329,7 @@ class Simulator:
             yield flow
             return
         alone_s = nbytes / (tier.bandwidth_bytes_s * tier.memory_efficiency * fraction)
-        yield simpy.AllOf(self.env, [flow, channel.transfer(alone_s, 1.0)])
+        yield simpy.AllOf(self.env, [flow, channel.transfer(alone_s)])
 
     def _host_copy(self, tier, device, members, nbytes: float):
         """The host-side copy of streamed bytes: nbytes / host_copy_gb_s of the
