@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from hwprofiles import ModelSpec, Platform, load_model, load_platform
+from hwprofiles import ModelSpec, Platform, load_platform
 from hwprofiles.schema import MemoryTier
 from policies.ops import Forward, Parallel, StreamWeights
 from simcore import Outcomes, RooflineCost, Simulator
@@ -192,7 +192,6 @@ def test_with_perfect_overlap_the_deeper_draft_hides_under_the_stream(tmp_path):
     path.write_text(yaml.safe_dump(data))
     times = [_kangaroo_s_per_token(str(path), l) for l in (3, 5, 15)]
     assert times[2] == pytest.approx(times[0], rel=1e-3)
-    assert load_model("vicuna-7b").n_layers == 32
 
 
 def _bench():
