@@ -36,6 +36,30 @@ needs a source (a measurement, a calibration, a paper's table):
   requests, ``queue_depth`` of them outstanding at once, each adding
   ``request_latency_s``: the read takes latency_s + b / (bandwidth *
   memory_efficiency) + ceil(b / request_bytes) * request_latency_s / queue_depth.
+- Flash streaming as measured (``MemoryTier``, flash tiers only; ``docs/flash.md``
+  has the sources and the fit). Unset, a stream is as above: bytes at the tier's
+  bandwidth, beside compute.
+
+  * ``read_half_bytes`` (bytes) and ``read_curve_exponent``: reads reach
+    x / (1 + x) of the tier's bandwidth, x = (outstanding / read_half_bytes) **
+    read_curve_exponent, outstanding = request_bytes * queue_depth (the whole
+    stream when request_bytes is unset): small reads are slow, throughput rises
+    with the bytes in flight and saturates (fio on a Jetson AGX Orin NVMe).
+  * ``page_cache_bytes`` (bytes): DRAM that keeps this tier's recently read
+    chunks, least recently used first out; a chunk found there is not read again.
+    A cyclic stream larger than it keeps nothing (LRU), as mmap runs of models
+    larger than DRAM show. 0: every stream reads flash (O_DIRECT, or a budget
+    that leaves no DRAM for the file's pages).
+  * ``host_copy_gb_s`` (GB/s): the host-side copy / dequantisation of streamed
+    bytes after the read (page cache to buffer, buffer to the device's memory),
+    in series with the read; under ``contention`` it also draws 2 bytes (read and
+    write) per byte from the streaming device's memory tier, the DRAM a
+    unified-memory SoC shares with compute. None: no copy.
+  * ``stream_overlap_fraction``: how much a stream and the compute of the device
+    streaming it overlap: a stream of s seconds beside compute of c seconds
+    takes max(s, c) + (1 - fraction) * min(s, c) together (1: perfect overlap,
+    the default; 0: they serialize, as a loader that reads on the thread that
+    issues compute does).
 - ``Device.stream_dispatch_s`` (s): host time issuing a weight stream once it is
   free to start (the read before it done, a buffer slot free), on the device's
   own compute stream, after the compute queued before it: in the torch
@@ -70,6 +94,11 @@ MAX_HALF_BYTES = 1e12  # a kernel needing a terabyte to reach half its bandwidth
 MAX_HALF_FLOPS = 1e18
 
 
+# the fields only a flash tier's weight streams use
+FLASH_FIELDS = ("read_half_bytes", "read_curve_exponent", "page_cache_bytes",
+                "host_copy_gb_s", "stream_overlap_fraction")
+
+
 class MemoryTier(Sourced):
     name: str
     kind: Literal["hbm", "dram", "flash", "sram"]
@@ -81,6 +110,12 @@ class MemoryTier(Sourced):
     request_latency_s: float = Field(default=0.0, ge=0, le=MAX_TIME_S)
     request_bytes: float | None = Field(default=None, ge=512, le=MAX_CAPACITY_BYTES)
     queue_depth: int = Field(default=1, ge=1, le=MAX_QUEUE_DEPTH)
+    # flash streaming as measured (module docstring); defaults leave streams as they were
+    read_half_bytes: float | None = Field(default=None, ge=1, le=MAX_CAPACITY_BYTES)
+    read_curve_exponent: float = Field(default=1.0, ge=0.05, le=8)
+    page_cache_bytes: float = Field(default=0.0, ge=0, le=MAX_CAPACITY_BYTES)
+    host_copy_gb_s: float | None = Field(default=None, ge=MIN_GB_S, le=MAX_GB_S)
+    stream_overlap_fraction: float = Field(default=1.0, ge=0, le=1)
 
     @model_validator(mode="after")
     def _requests_sized(self):
@@ -88,7 +123,23 @@ class MemoryTier(Sourced):
             raise ValueError(f"memory tier {self.name} sets request_latency_s but no "
                              "request_bytes; set the size of one read request and its "
                              "source")
+        if self.kind != "flash":
+            for name in FLASH_FIELDS:
+                if name in self.model_fields_set:
+                    raise ValueError(f"memory tier {self.name} is kind {self.kind} but sets "
+                                     f"{name}, which only a flash tier's streams use; "
+                                     "remove it or set kind: flash")
         return self
+
+    def read_fraction(self, nbytes: float) -> float:
+        """The share of the tier's bandwidth a stream of nbytes reaches with its
+        requests in flight (``read_half_bytes``; 1 when unset)."""
+        if self.read_half_bytes is None:
+            return 1.0
+        outstanding = nbytes if self.request_bytes is None else min(
+            nbytes, self.request_bytes * self.queue_depth)
+        x = (outstanding / self.read_half_bytes) ** self.read_curve_exponent
+        return x / (1.0 + x)
 
     @property
     def bandwidth_bytes_s(self) -> float:

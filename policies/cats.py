@@ -14,7 +14,9 @@ from the device's storage tier into the buffer chunk by chunk, in layer order,
 one chunk after another (never two at once), every cycle. A chunk starts
 streaming as soon as a buffer slot is free, so the next cycle's first chunks
 load while this cycle finishes and while the next one drafts: flash transfers
-overlap compute wherever the buffer allows. Every policy here pins as many
+overlap compute wherever the buffer allows, as far as the storage tier's
+``stream_overlap_fraction`` lets them (a fitted Jetson AGX Orin overlaps none:
+its streams and the GPU's passes serialize; ``docs/flash.md``). Every policy here pins as many
 layers as fit, so CATS and its AR baseline stream the same layers; CATS needs
 P >= L_SV, Kangaroo P >= L_DM.
 

@@ -274,16 +274,21 @@ def allreduce_terms(group: CollectiveGroup, nbytes: float, count: float = 1) -> 
 
 def stream_terms(tier: MemoryTier, device: Device, nbytes: float) -> LinearTerms:
     """A weight stream: the tier's latency, its requests (``requests_s``), bytes at
-    the tier's achieved bandwidth and, on a device that installs the weights
-    itself, bytes at its host rate."""
+    the tier's achieved bandwidth (at the share its requests in flight reach),
+    the host copy and, on a device that installs the weights itself, bytes at its
+    host rate (a read alone, page cache missed)."""
     linear = ()
     if tier.request_bytes is not None:
         linear = (("tier", tier.name, "request_latency_s",
                    math.ceil(nbytes / tier.request_bytes) / tier.queue_depth),)
-    inverse = (("tier", tier.name, "bandwidth_gb_s", nbytes / 1e9 / tier.memory_efficiency),)
+    inverse = (("tier", tier.name, "bandwidth_gb_s",
+                nbytes / 1e9 / tier.memory_efficiency / tier.read_fraction(nbytes)),)
+    fixed_s = tier.latency_s  # + the host copy after the read (schema), kept as given
+    if tier.host_copy_gb_s is not None:
+        fixed_s += nbytes / (tier.host_copy_gb_s * 1e9)
     if device.stream_host_gb_s is not None:
         inverse += (("device", device.name, "stream_host_gb_s", nbytes / 1e9),)
-    return LinearTerms(tier.latency_s, linear, inverse)
+    return LinearTerms(fixed_s, linear, inverse)
 
 
 def dispatch_terms(device: Device) -> LinearTerms:

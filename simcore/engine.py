@@ -19,7 +19,7 @@ from policies.ops import (AllReduce, Delay, Forward, Join, Outcome, Parallel, Sp
                           StreamWeights, Transfer, Verify)
 from simcore.costmodel import CostError, RooflineCost, roofline
 from simcore.outcomes import Outcomes
-from simcore.resources import SharedBandwidth, Stream
+from simcore.resources import OverlapChannel, PageCache, SharedBandwidth, Stream
 from policies.runs.spans import Span
 
 
@@ -42,7 +42,9 @@ class Simulator:
     ``contention=True`` fair-shares each memory tier among the devices that read
     it at once (an SoC's GPU and NPU on one DRAM); otherwise every reader sees
     the tier's full bandwidth, as the papers' laws assume. Flash tiers are
-    always fair-shared among concurrent streams.
+    always fair-shared among concurrent streams. A flash tier's measured terms
+    (``hwprofiles.schema``: read curve, page cache, host copy, overlap) shape
+    its streams; unset, a stream is bytes at the tier's bandwidth beside compute.
     """
 
     def __init__(self, platform: Platform, models: dict[str, ModelSpec],
@@ -66,6 +68,9 @@ class Simulator:
         self._links: dict[tuple[str, str, str], Stream] = {}
         self._routes: dict[tuple[str, str], tuple] = {}
         self._bandwidth = self._shared_tiers(contention)
+        self._overlap = self._overlap_channels()
+        self.page_caches = {t.name: PageCache(t.page_cache_bytes)
+                            for t in platform.memory_tiers if t.page_cache_bytes > 0}
         self._timed = {Forward: self._forward, Transfer: self._transfer,
                        AllReduce: self._allreduce, StreamWeights: self._stream,
                        Delay: self._delay, Join: self._join, Parallel: self._parallel}
@@ -120,12 +125,36 @@ class Simulator:
         readers: dict[str, int] = {}
         for d in self.platform.devices:
             readers[d.memory] = readers.get(d.memory, 0) + 1
+            if d.storage is not None and self.platform.tier(d.storage).host_copy_gb_s:
+                readers[d.memory] += 1  # the host copy of its streams reads it too
         shared = {}
         for t in self.platform.memory_tiers:
             if t.kind == "flash" or (contention and readers.get(t.name, 0) > 1):
                 shared[t.name] = SharedBandwidth(
                     self.env, t.bandwidth_bytes_s * t.memory_efficiency)
         return shared
+
+    def _overlap_channels(self) -> dict[str, OverlapChannel]:
+        """Per device that streams from a tier with ``stream_overlap_fraction``
+        f < 1: a channel its compute and its streams share, in seconds of work
+        per second. Capacity 2 / (2 - f), each flow capped at 1: alone, a pass or
+        a read runs at full speed; together both run at 1 / (2 - f), so s seconds
+        of stream beside c of compute take max(s, c) + (1 - f) min(s, c)."""
+        channels = {}
+        for d in self.platform.devices:
+            if d.storage is not None:
+                f = self.platform.tier(d.storage).stream_overlap_fraction
+                if f < 1:
+                    channels[d.name] = OverlapChannel(self.env, f)
+        return channels
+
+    def _busy(self, members, seconds: float):
+        """An event for seconds of work on a device: a timeout, or a flow on its
+        overlap channel when its streams and compute do not fully overlap."""
+        channel = self._overlap.get(members[0]) if self._overlap else None
+        if channel is None:
+            return self.env.timeout(seconds)
+        return channel.transfer(seconds)
 
     def _acquire(self, names):
         for name in names:
@@ -159,9 +188,14 @@ class Simulator:
         tiers = self._bandwidth and [t for t in (self.platform.device(m).memory
                                                  for m in members) if t in self._bandwidth]
         if tiers:
-            yield from self._contended(c, tiers)
+            channel = self._overlap.get(members[0]) if self._overlap else None
+            if channel is None:
+                yield from self._contended(c, tiers)
+            else:  # shared DRAM and a stream beside it: both bound the pass
+                yield simpy.AllOf(env, [env.process(self._contended(c, tiers)),
+                                        channel.transfer(c.busy_s)])
         else:
-            yield env.timeout(c.busy_s)
+            yield self._busy(members, c.busy_s)
         busy_end = env.now
         if c.collective_s:
             yield env.timeout(c.collective_s)
@@ -239,21 +273,26 @@ class Simulator:
 
     def _stream(self, op: StreamWeights):
         """Latency, the per-request time of the read (``RooflineCost.requests_s``),
-        then bytes over the flash tier's fair-shared bandwidth. On a
-        device with ``stream_host_gb_s`` installing the weights read is the
-        device's own work: after the read it takes the device's compute stream
-        (FIFO, after work queued before it) for bytes / stream_host_gb_s.
+        then bytes over the flash tier's fair-shared bandwidth at the share its
+        requests in flight reach (``MemoryTier.read_fraction``); a chunk still in
+        the tier's page cache skips the read. Then the host copy of the bytes
+        (``host_copy_gb_s``). On a device with ``stream_host_gb_s`` installing the
+        weights read is the device's own work: after the read it takes the
+        device's compute stream (FIFO, after work queued before it) for bytes /
+        stream_host_gb_s.
 
-        The read itself overlaps compute: in the executor's cpu-local runs of
-        ar_stream (3,464 streams of one layer) compute ran during streams for
-        5.5 s of its 12.8 s, as far as the schedule's buffer lets prefetches run
-        ahead. The executor reads with O_DIRECT into reused buffers and installs
-        views of them (``executors.backend.streaming``), so the core's share of a stream
-        is the read's own kernel work, ~1 ms of CPU per 14 MB layer; the host
-        rate stands for that work. A device's ``stream_dispatch_s`` is issuing
-        the read: it takes the device's compute stream (FIFO: the executor's
-        worker first finishes the Forward sent with it) before the read; the
-        span starts after it, where a measured stream's span starts."""
+        The read overlaps compute as far as the tier's ``stream_overlap_fraction``
+        lets it (``_overlap_channels``; 1 by default: fully). In the executor's
+        cpu-local runs of ar_stream (3,464 streams of one layer) compute ran during
+        streams for 5.5 s of its 12.8 s, as far as the schedule's buffer lets
+        prefetches run ahead. The executor reads with O_DIRECT into reused buffers
+        and installs views of them (``executors.backend.streaming``), so the core's
+        share of a stream is the read's own kernel work, ~1 ms of CPU per 14 MB
+        layer; the host rate stands for that work. A device's
+        ``stream_dispatch_s`` is issuing the read: it takes the device's compute
+        stream (FIFO: the executor's worker first finishes the Forward sent with
+        it) before the read; the span starts after it, where a measured stream's
+        span starts."""
         members = self.members(op.device)
         device = self.platform.device(members[0])
         if device.storage is None:
@@ -265,16 +304,42 @@ class Simulator:
             yield self.env.timeout(self.cost.stream_dispatch_s(device))
             self._release(members)
         start = self.env.now
-        wait_s = tier.latency_s + self.cost.requests_s(tier, op.nbytes)
-        if wait_s:
-            yield self.env.timeout(wait_s)
-        yield self._bandwidth[tier.name].transfer(op.nbytes)
+        cache = self.page_caches.get(tier.name) if self.page_caches else None
+        if cache is None or not cache.read((op.model, op.layers), op.nbytes):
+            yield from self._read(tier, members, op.nbytes)
+        if tier.host_copy_gb_s is not None:
+            yield from self._host_copy(tier, device, members, op.nbytes)
         if device.stream_host_gb_s is not None:
             yield from self._acquire(members)
             yield self.env.timeout(self.cost.stream_host_s(device, op.nbytes))
             self._release(members)
         self._span(op.label or "stream weights", "stream", tier.name, start,
                    self.env.now, 0.0, op.nbytes)
+
+    def _read(self, tier, members, nbytes: float):
+        """The flash read itself: its waits, then its bytes on the tier (and, on a
+        device whose streams do not fully overlap compute, on its channel)."""
+        wait_s = tier.latency_s + self.cost.requests_s(tier, nbytes)
+        if wait_s:
+            yield self.env.timeout(wait_s)
+        fraction = tier.read_fraction(nbytes)
+        flow = self._bandwidth[tier.name].transfer(nbytes / fraction)
+        channel = self._overlap.get(members[0]) if self._overlap else None
+        if channel is None:
+            yield flow
+            return
+        alone_s = nbytes / (tier.bandwidth_bytes_s * tier.memory_efficiency * fraction)
+        yield simpy.AllOf(self.env, [flow, channel.transfer(alone_s)])
+
+    def _host_copy(self, tier, device, members, nbytes: float):
+        """The host-side copy of streamed bytes: nbytes / host_copy_gb_s of the
+        device's time (on its overlap channel when it has one) and, where its
+        memory tier is shared (``contention``), 2 bytes of that tier's traffic per
+        byte copied, read and written."""
+        events = [self._busy(members, nbytes / (tier.host_copy_gb_s * 1e9))]
+        if self._bandwidth and device.memory in self._bandwidth:
+            events.append(self._bandwidth[device.memory].transfer(2.0 * nbytes))
+        yield simpy.AllOf(self.env, events)
 
     def _delay(self, op: Delay):
         self.book.proposed(op)

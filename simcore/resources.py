@@ -7,13 +7,14 @@ event, which roughly halves the events per operation against ``simpy.Resource``
 bandwidth / n, re-planned whenever a flow starts or ends. A flow may have a
 rate cap (an engine that cannot draw more than part of a shared DRAM): then
 the bandwidth is water-filled, capped flows take at most their cap and the
-others share what is left equally.
+others share what is left equally. ``PageCache`` is the DRAM that keeps a
+flash tier's recently read chunks, least recently used first out.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import OrderedDict, deque
 
 import simpy
 
@@ -76,6 +77,10 @@ class SharedBandwidth:
         self._plan()
         return done
 
+    def _share(self) -> float:
+        """Each flow's rate when all share equally (no flow capped)."""
+        return self.bandwidth / len(self.flows)
+
     def _rates(self) -> dict[int, float] | None:
         """Per flow, its water-filled rate; None when no flow is capped (all share
         equally, the common case, kept on its own exact path)."""
@@ -99,7 +104,7 @@ class SharedBandwidth:
                 for i, flow in self.flows.items():
                     flow[0] -= elapsed * rates[i]
                 return
-            moved = elapsed * self.bandwidth / len(self.flows)
+            moved = elapsed * self._share()
             for flow in self.flows.values():
                 flow[0] -= moved
 
@@ -109,7 +114,7 @@ class SharedBandwidth:
             return
         rates = self._rates()
         if rates is None:
-            rate = self.bandwidth / len(self.flows)
+            rate = self._share()
             fewest_bytes = min(f[0] for f in self.flows.values())
             planned = tuple(i for i, f in self.flows.items() if f[0] == fewest_bytes)
             wait_s = max(fewest_bytes, 0.0) / rate
@@ -129,10 +134,57 @@ class SharedBandwidth:
         resolution = 4 * math.ulp(self.env.now)  # flows the clock cannot tell apart
         finished = set(planned)
         if rates is None:
-            tie_bytes = self.bandwidth / len(self.flows) * resolution
+            tie_bytes = self._share() * resolution
             finished.update(i for i, f in self.flows.items() if f[0] <= tie_bytes)
         else:
             finished.update(i for i, f in self.flows.items() if f[0] <= rates[i] * resolution)
         for i in sorted(finished):
             self.flows.pop(i)[1].succeed()
         self._plan()
+
+
+class OverlapChannel(SharedBandwidth):
+    """A device's compute and its weight streams, in seconds of work per second:
+    capacity 2 / (2 - f) for an overlap fraction f, each flow at most 1 (alone, a
+    pass or a read runs at full speed; a pass beside a read both at 1 / (2 - f)).
+    Every flow has the same cap, so the shares stay equal: no water-filling."""
+
+    def __init__(self, env: simpy.Environment, overlap_fraction: float):
+        super().__init__(env, 2.0 / (2.0 - overlap_fraction))
+
+    def _share(self) -> float:
+        return min(1.0, self.bandwidth / len(self.flows))
+
+    def _rates(self) -> None:
+        return None
+
+
+class PageCache:
+    """A flash tier's page cache: chunks (any hashable key) with their bytes,
+    evicted least recently used first once they exceed ``capacity_bytes``. A
+    chunk larger than the whole cache is never kept; a cyclic stream larger than
+    the cache therefore never hits (each chunk is evicted before it comes round
+    again), as LRU does."""
+
+    def __init__(self, capacity_bytes: float):
+        self.capacity = capacity_bytes
+        self.held = 0.0
+        self.chunks: OrderedDict = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def read(self, key, nbytes: float) -> bool:
+        """True when the chunk is in DRAM (a hit); otherwise records the read
+        chunk, evicting the least recently used ones to make room."""
+        if key in self.chunks:
+            self.chunks.move_to_end(key)
+            self.hits += 1
+            return True
+        self.misses += 1
+        if nbytes <= self.capacity:
+            self.chunks[key] = nbytes
+            self.held += nbytes
+            while self.held > self.capacity:
+                _, evicted = self.chunks.popitem(last=False)
+                self.held -= evicted
+        return False

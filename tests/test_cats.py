@@ -85,8 +85,10 @@ def test_flash_bound_speedup_approaches_tokens_per_cycle(tmp_path):
     time dominates CATS and its AR baseline alike. On the shipped Orin, whose GPU is
     calibrated to the DRAM bandwidth it reaches in published measurements, the
     GPU's passes still show (the speedup stays clearly below the tokens per cycle,
-    as the papers measured)."""
-    slow = _slow_flash_platform(tmp_path, 10)
+    as the papers measured). The fitted Orin flash overlaps no compute
+    (``stream_overlap_fraction`` 0), so the GPU's share of a cycle shrinks only as
+    the flash slows: a hundredfold slower flash leaves it under 0.1%."""
+    slow = _slow_flash_platform(tmp_path, 100)
     nvme = _run("cats", CATS).metrics["speedup_vs_ar"] / 3.05
     slower_ratio = _run("cats", CATS, slow).metrics["speedup_vs_ar"] / 3.05
     assert nvme < slower_ratio < 1.0 and slower_ratio > 0.999

@@ -381,6 +381,8 @@ def test_linear_terms_are_the_simulators_hop_stream_and_allreduce(name):
             tier = p.tier(d.storage)
             assert stream_terms(tier, d, 1.4e7).seconds(p) == pytest.approx(
                 tier.latency_s + RooflineCost.requests_s(tier, 1.4e7)  # a read alone
-                + 1.4e7 / (tier.bandwidth_bytes_s * tier.memory_efficiency)
+                + 1.4e7 / (tier.bandwidth_bytes_s * tier.memory_efficiency
+                           * tier.read_fraction(1.4e7))
+                + (1.4e7 / (tier.host_copy_gb_s * 1e9) if tier.host_copy_gb_s else 0.0)
                 + RooflineCost.stream_host_s(d, 1.4e7),
                 rel=1e-12)
