@@ -39,8 +39,9 @@ from analyses.run.config import RunConfig  # noqa: E402
 from hwprofiles import load_platform, load_stack  # noqa: E402
 
 SOURCES = Path(__file__).resolve().parent / "stack_sources"
-TOKENS, PROMPT = 256, 128
-BOUNDS = {"host_device_exponent": (1.0, 20.0)}  # other fields: seconds, > 0
+TOKENS, PROMPT = 256, 128  # where a row does not say (MT-Bench-like chat turns)
+BOUNDS = {"host_device_exponent": (1.0, 20.0),  # other fields: seconds, > 0
+          "attention_context_factor": (1.0, 20.0)}
 
 
 def sources_of(stack: str) -> dict[str, list[dict]]:
@@ -58,8 +59,9 @@ def config(row: dict, policy: str | None = None, alpha: float = 0.8) -> RunConfi
     return RunConfig(platform=row["platform"], target=row["target"],
                      draft=row.get("draft"), policy=policy,
                      params=row.get("params", {}) if policy != "ar" else {},
-                     acceptance={"kind": "iid", "alpha": alpha}, tokens=TOKENS,
-                     prompt_tokens=PROMPT, deterministic=True,
+                     acceptance={"kind": "iid", "alpha": alpha},
+                     tokens=row.get("tokens", TOKENS),
+                     prompt_tokens=row.get("prompt_tokens", PROMPT), deterministic=True,
                      placement={"target": row["placement"]["target"]} if policy == "ar"
                      else row["placement"], memory_check=False)
 
