@@ -179,3 +179,11 @@ def test_a_dense_moe_stack_reads_every_expert_and_a_grouped_one_only_those_touch
     extra = (spec.n_experts - spec.expected_experts(1)) * spec.expert_params
     assert every.bytes0 - one.bytes0 == pytest.approx(extra * spec.weight_elem_bytes,
                                                       rel=1e-12)
+
+
+def test_a_measured_run_refuses_a_stack_it_cannot_measure(capsys):
+    from analyses.cli import main
+
+    code = main(["run", "--platform", "cpu-local", "--target", "smollm2-135m", "--policy",
+                 "ar", "--set", "stack=hf-eager", "--out", "never-written"])
+    assert code == 2 and "hetspec simulate --stack" in capsys.readouterr().err
