@@ -29,6 +29,11 @@ coefficients per profile parameter (``LinearTerms``, what calibration fits;
 path.
 Every optional term's default (0, 1, None) leaves the roofline exactly as it
 was (x + 0.0 and x / 1.0 are exact in floating point).
+
+The software stack (``hwprofiles.stacks``; ``simcore.stackcost``) adds its
+host time to a pass's launch term (``ForwardTerms.host_s``), scales its
+attention terms and says which experts a mixture-of-experts pass reads; the
+default ``compiled`` stack adds nothing.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ import numpy as np
 
 from hwprofiles.closedforms import allreduce_s
 from hwprofiles.schema import CollectiveGroup, Device, Link, MemoryTier, ModelSpec, Platform
+from hwprofiles.stacks import COMPILED, Stack
+from simcore import stackcost
 from simcore.moe import alltoall_s, dispatch_bytes
 
 COLLECTIVES_PER_LAYER = 2  # Mirror-SD: two all-reduces per transformer block
@@ -130,11 +137,20 @@ class ForwardCost(NamedTuple):
     # bytes/s the pass streams at on a device with a bandwidth cap (None: uncapped);
     # under contention its flow takes at most this much of the shared tier
     rate_cap: float | None = None
+    # a stack whose launches are asynchronous (simcore.stackcost): its host
+    # dispatch, overlapped with the device's time by host_exponent, then its sync
+    host_s: float = 0.0
+    host_exponent: float | None = None
+    sync_s: float = 0.0
 
     @property
     def busy_s(self) -> float:
-        """Launch plus the roofline term, without collectives."""
-        return self.launch_s + roofline(self.compute_s, self.memory_s, self.exponent)
+        """Launch plus the roofline term, without collectives (and, under a stack
+        with asynchronous launches, overlapped with its host dispatch)."""
+        device = self.launch_s + roofline(self.compute_s, self.memory_s, self.exponent)
+        if self.host_exponent is None:
+            return device
+        return stackcost.overlapped(self.host_s, device, self.host_exponent) + self.sync_s
 
     @property
     def total_s(self) -> float:
@@ -162,6 +178,10 @@ class ForwardTerms:
     message_bytes: float  # bytes of each all-reduce
     alltoalls: int = 0  # expert parallelism's dispatches and combines (simcore.moe)
     alltoall_bytes: float = 0.0  # bytes one member sends in each
+    # the software stack's host time for the pass (simcore.stackcost): its
+    # dispatch and its sync after the pass
+    host_s: float = 0.0
+    sync_s: float = 0.0
 
     def flops(self, context: int) -> float:
         return (self.flops0 + self.flops_ctx * context) / self.members
@@ -317,10 +337,12 @@ def executor_passes(n_tokens: int, n_fed: int, emit: str | None, head: str | Non
 
 
 class RooflineCost:
-    """Predicts seconds for each operation kind on one platform."""
+    """Predicts seconds for each operation kind on one platform, under one
+    software stack (default: ``compiled``, which adds nothing)."""
 
-    def __init__(self, platform: Platform):
+    def __init__(self, platform: Platform, stack: Stack | None = None):
         self.platform = platform
+        self.stack = COMPILED if stack is None else stack
         self._cache: dict[tuple, tuple] = {}
         self._terms: dict[tuple, ForwardTerms] = {}
 
@@ -346,6 +368,11 @@ class RooflineCost:
         rows = n_tokens * batch
         count = alltoalls = 0
         n_layers = layers[1] - layers[0]
+        stack = self.stack
+        factor = stack.attention_context_factor
+        flops_ctx, bytes_ctx = flops_ctx * factor, bytes_ctx * factor
+        bytes0 += stackcost.extra_expert_bytes(stack, spec, n_layers, rows)
+        host, sync = stackcost.host_s(stack, spec, n_layers, kernels, rows, head)
         if len(members) > 1:
             count = COLLECTIVES_PER_LAYER * n_layers if collectives is None else collectives
             if spec.expert_parallel and collectives is None:
@@ -356,7 +383,8 @@ class RooflineCost:
                             rows, compute_peak(device, spec), tier.bandwidth_bytes_s,
                             device.name, tier.name, where if len(members) > 1 else None,
                             count, rows * spec.hidden * spec.dtype_bytes, alltoalls,
-                            dispatch_bytes(spec, rows, len(members)) if alltoalls else 0.0)
+                            dispatch_bytes(spec, rows, len(members)) if alltoalls else 0.0,
+                            host, sync)
 
     def forward(self, spec: ModelSpec, where: str, layers: tuple[int, int],
                 n_tokens: int, batch: int, context: int, head: str | None,
@@ -369,12 +397,12 @@ class RooflineCost:
             shape = self._cache[key] = self._shape(self.terms(
                 spec, where, layers, n_tokens, batch, head, collectives, head_tokens))
         (t, flop_rate_, byte_rate_, half_flops, half_bytes, launch_s, collective_s,
-         exponent, rate_cap) = shape
+         exponent, rate_cap, host) = shape
         flops = (t.flops0 + t.flops_ctx * context) / t.members
         nbytes = (t.bytes0 + t.bytes_ctx * context) / t.members
         return ForwardCost(launch_s, (flops + half_flops) / flop_rate_,
                            (nbytes + half_bytes) / byte_rate_, collective_s, flops, nbytes,
-                           t.tier, exponent, rate_cap)
+                           t.tier, exponent, rate_cap, *host)
 
     def _shape(self, t: ForwardTerms) -> tuple:
         """The context-free evaluation of a Forward's terms: the rates and fixed parts
@@ -382,6 +410,12 @@ class RooflineCost:
         device = self.platform.device(t.device)
         v = Values.of(device, self.platform.tier(t.tier))
         launch_s = t.kernels * v.launch_overhead_s + v.call_overhead_s
+        host = ()  # a stack's host time: serial (in the launch) or overlapped
+        p = self.stack.host_device_exponent
+        if p is None:
+            launch_s += t.host_s + t.sync_s
+        elif t.host_s or t.sync_s:
+            host = (t.host_s, p, t.sync_s)
         collective_s = 0.0
         if t.collectives:
             collective_s = t.collectives * self.platform.group(t.group).allreduce_s(
@@ -393,7 +427,11 @@ class RooflineCost:
         return (t, flop_rate(t.peak_flops, v), rate,
                 t.kernels * v.compute_half_flops, t.kernels * v.memory_half_bytes,
                 launch_s, collective_s, v.roofline_exponent,
-                None if device.memory_bandwidth_gb_s is None else rate)
+                None if device.memory_bandwidth_gb_s is None else rate, host)
+
+    def verify_s(self) -> float:
+        """Host seconds the stack spends on one Verify (its bookkeeping)."""
+        return self.stack.verify_host_s
 
     @staticmethod
     def hop_s(link: Link, nbytes: float) -> float:

@@ -18,9 +18,12 @@ from policies.cachebook import PositionBook
 from policies.ops import (AllReduce, Delay, Forward, Join, Outcome, Parallel, Spawn,
                           StreamWeights, Transfer, Verify)
 from simcore.costmodel import CostError, RooflineCost, roofline
+from simcore.stackcost import overlapped
 from simcore.outcomes import Outcomes
 from simcore.resources import OverlapChannel, PageCache, SharedBandwidth, Stream
 from policies.runs.spans import Span
+
+HOST = ("host",)  # the key of the one host queue (no device name is a tuple)
 
 
 @dataclass
@@ -45,6 +48,12 @@ class Simulator:
     always fair-shared among concurrent streams. A flash tier's measured terms
     (``hwprofiles.schema``: read curve, page cache, host copy, overlap) shape
     its streams; unset, a stream is bytes at the tier's bandwidth beside compute.
+
+    The cost model's software stack (``RooflineCost.stack``) may hold each
+    Verify for its host bookkeeping (``verify_s``), and, where its devices do
+    not overlap (one host thread drives them all), runs every Forward on one
+    host queue as well as on its devices, so passes on different devices run
+    one after another.
     """
 
     def __init__(self, platform: Platform, models: dict[str, ModelSpec],
@@ -60,6 +69,11 @@ class Simulator:
         self.book = PositionBook(expected=outcomes.deterministic)
         self.record = record_spans
         self.streams = {d.name: Stream(self.env) for d in platform.devices}
+        self._verify_s = self.cost.verify_s()
+        self._host: tuple = ()  # the host queue every Forward takes, if one serialises
+        if not self.cost.stack.devices_overlap:
+            self._host = (HOST,)
+            self.streams[HOST] = Stream(self.env)
         self.spans: list[Span] = []
         self.tokens = 0.0
         self.steps = 0
@@ -97,6 +111,8 @@ class Simulator:
             fn = instant.get(op.__class__)
             if fn is not None:
                 value = fn(op)
+                if self._verify_s and op.__class__ is Verify:
+                    yield self.env.timeout(self._verify_s)
                 continue
             handler = timed.get(op.__class__)
             if handler is None:
@@ -182,7 +198,8 @@ class Simulator:
         fed = self.book.feed(op)  # with the positions its cache lacks (catch_up)
         c = self.cost.forward(spec, where, fed.layers, fed.n_tokens, fed.batch, fed.context,
                               fed.head, fed.collectives, fed.head_tokens)
-        yield from self._acquire(members)
+        queues = self._host + members  # the host queue first: no two wait on each other
+        yield from self._acquire(queues)
         env = self.env
         start = env.now
         tiers = self._bandwidth and [t for t in (self.platform.device(m).memory
@@ -199,7 +216,7 @@ class Simulator:
         busy_end = env.now
         if c.collective_s:
             yield env.timeout(c.collective_s)
-        self._release(members)
+        self._release(queues)
         label = op.label or f"{op.model}[{op.layers[0]}:{op.layers[1]}]"
         self._span(label, "compute", where, start, busy_end, c.flops, c.nbytes)
         if c.collective_s:
@@ -216,6 +233,7 @@ class Simulator:
         rate from the tier (``_flow``): two capped engines whose caps fit in the
         tier's bandwidth do not slow each other."""
         env = self.env
+        began = env.now
         yield env.timeout(c.launch_s)
         start = env.now
         flows = [self._flow(self._bandwidth[t], c) for t in tiers]
@@ -224,6 +242,10 @@ class Simulator:
         rest = roofline(c.compute_s, memory_s, c.exponent) - memory_s
         if rest > 0:
             yield env.timeout(rest)
+        if c.host_exponent is not None:  # the stack's host dispatch, overlapped, and sync
+            device_s = env.now - began
+            yield env.timeout(overlapped(c.host_s, device_s, c.host_exponent) - device_s
+                              + c.sync_s)
 
     @staticmethod
     def _flow(shared: SharedBandwidth, c):

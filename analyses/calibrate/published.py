@@ -68,6 +68,8 @@ class Measurement(StrictModel):
     prompt_tokens: int = Field(128, ge=0)
     tokens: int = Field(128, ge=1, le=100_000)
     placement: dict[str, str] = Field(default_factory=dict)
+    # the software stack the source measured with (hwprofiles/data/stacks)
+    stack: str = "compiled"
     tokens_per_s: float = Field(gt=0, le=1e9)
     # the draft's time per round measured by the same run (analyses.calibrate.draftstep), s
     draft_step_s: float | None = Field(None, gt=0, le=MAX_STEP_S)
@@ -111,7 +113,7 @@ class Measurement(StrictModel):
                          policy=self.policy, params=params, acceptance=acceptance,
                          tokens=self.tokens, batch=self.batch,
                          prompt_tokens=self.prompt_tokens, deterministic=True,
-                         placement=self.placement)
+                         placement=self.placement, stack=self.stack)
 
 
 class PublishedSet(StrictModel):

@@ -17,14 +17,14 @@ from pathlib import Path
 
 from analyses.run.config import RunConfig, SimConfig  # noqa: F401 (SimConfig: the API's old name)
 from analyses.run.memory import Run, check_fit, uses_draft  # noqa: F401  (check_fit: API)
-from hwprofiles import ModelSpec, Platform, load_model, load_platform
+from hwprofiles import ModelSpec, Platform, Stack, load_model, load_platform, load_stack
 from hwprofiles.placement import check_overrides, resolve
 from policies import PolicyContext, build, build_prefill, entry, outcome_models
 from policies.runs.metrics import add_speedup, baseline_of, run_metrics
 from policies.runs.records import write_record
 from policies.runs.breakdown import breakdown
 from policies.runs.spans import write_chrome_trace
-from simcore import Outcomes, SimResult, Simulator, acceptance
+from simcore import Outcomes, RooflineCost, SimResult, Simulator, acceptance
 
 
 @dataclass
@@ -133,7 +133,8 @@ def memory_request(config: RunConfig) -> Run:
 def run_schedule(config: RunConfig, *, record_spans: bool = True,
                  outcomes_factory=Outcomes, rewrite=None,
                  prefill: bool = True,
-                 platform: Platform | None = None, checks=()) -> SimResult:
+                 platform: Platform | None = None, checks=(),
+                 stack: Stack | None = None) -> SimResult:
     """Simulate one configuration and return the engine's raw result.
 
     ``outcomes_factory(acceptance_model, seed=, deterministic=, models=)`` builds
@@ -149,7 +150,8 @@ def run_schedule(config: RunConfig, *, record_spans: bool = True,
     it, so every decode metric is the same with or without the prefill.
 
     ``platform``, when given, is simulated instead of loading ``config.platform``
-    (a calibration tries candidate profiles in memory). ``checks``: functions of
+    (a calibration tries candidate profiles in memory); ``stack``, likewise,
+    instead of loading ``config.stack`` (a stack's fit). ``checks``: functions of
     the config run after the schedule's own parameter checks and before the
     memory check (``simulate`` refuses there what the run would ignore)."""
     platform = platform if platform is not None else load_platform(config.platform)
@@ -177,9 +179,12 @@ def run_schedule(config: RunConfig, *, record_spans: bool = True,
     outcomes = outcomes_factory(acc, seed=config.seed, deterministic=config.deterministic,
                                 models=outcome_models(config.policy, ctx, params))
 
+    cost = RooflineCost(platform, stack if stack is not None else load_stack(config.stack))
+
     def simulator():  # a fresh engine; the prologue asks the outcome source nothing
         return Simulator(platform, models, outcomes, placement=config.placement,
-                         contention=config.contention, record_spans=record_spans)
+                         contention=config.contention, record_spans=record_spans,
+                         cost=cost)
 
     before = simulator().run(build_prefill(config.policy, ctx, params)) if prefill else None
     result = simulator().run(schedule)
