@@ -57,6 +57,10 @@ Acceptance = Annotated[Union[tuple(acceptance.MODELS.values())],
 GIVEN = ("params", "acceptance")
 
 
+# settings a record omits when they hold these values (see RunConfig._defaults_unwritten)
+UNWRITTEN_DEFAULTS = {"stack": DEFAULT_STACK, "compute_bits": None}
+
+
 class RunConfig(StrictModel):
     """Everything that determines a run, simulated (analyses.run.api) or measured
     (executors.measure); written beside its results.
@@ -124,12 +128,16 @@ class RunConfig(StrictModel):
         return given if typed is value else _plain(value)
 
     @model_serializer(mode="wrap")
-    def _default_stack_unwritten(self, handler):
-        """The default stack is not written: records and outputs made before stacks
-        existed read the same, and a record without one replays under it."""
+    def _defaults_unwritten(self, handler):
+        """Settings added after records existed are written only when they are not
+        their default (the default stack, compute at the weights' width): records
+        and outputs made before them read the same, and a record without one
+        replays under the default."""
         data = handler(self)
-        if isinstance(data, dict) and data.get("stack") == DEFAULT_STACK:
-            del data["stack"]
+        if isinstance(data, dict):
+            for key, default in UNWRITTEN_DEFAULTS.items():
+                if key in data and data[key] == default:
+                    del data[key]
         return data
 
     @field_validator("stack")
