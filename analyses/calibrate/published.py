@@ -40,13 +40,15 @@ from analyses.calibrate.draftstep import simulate_row_full
 # the knobs' names stay importable from here (publishedcal, tests)
 from analyses.calibrate.knobs import (DEFAULT_FIELDS, FIELD_KINDS, Knob, log_bounds, knobs_of,  # noqa: F401
                             objects_of, scaled)
+from analyses.calibrate import sources
+from analyses.calibrate.sources import DeviceClass
 from analyses.calibrate.unknowns import Unknown, check_row, check_rows, row_unknowns, substitute, unknowns_of
 from hwprofiles import Platform
-from hwprofiles.inputfiles import YamlLoader, refuse_long_integers
+from hwprofiles.models import Bits
 from hwprofiles.numbers import StrictModel
 from simcore.acceptance import default as acceptance_default
 
-MAX_PUBLISHED_BYTES = 1_000_000  # a few hundred rows are ~100 KB
+from analyses.calibrate.sources import MAX_PUBLISHED_BYTES  # noqa: F401  (importable here)
 PRIOR_WEIGHT = 1e-3  # log-units residual per log-unit a knob moves from its start
 UNKNOWN_STEP = 0.01  # relative difference step of a fitted unknown's transform
 MAX_STEP_S = 10.0  # a draft round slower than this is a unit mistake (ms for s)
@@ -68,10 +70,18 @@ class Measurement(StrictModel):
     prompt_tokens: int = Field(128, ge=0)
     tokens: int = Field(128, ge=1, le=100_000)
     placement: dict[str, str] = Field(default_factory=dict)
-    tokens_per_s: float = Field(gt=0, le=1e9)
+    weight_bits: Bits | None = None  # weights stored at this width (quantized rows)
+    # what was measured: decode tokens/s, or the speedup over the same stack's AR
+    tokens_per_s: float | None = Field(None, gt=0, le=1e9)
+    speedup: float | None = Field(None, gt=0, le=1e3)
+    # tokens committed per target step as printed; the acceptance is matched to it
+    mean_accepted_tokens: float | None = Field(None, ge=1, le=100)
     # the draft's time per round measured by the same run (analyses.calibrate.draftstep), s
     draft_step_s: float | None = Field(None, gt=0, le=MAX_STEP_S)
     split: Literal["fit", "held_out"]
+    source_id: str = ""  # the source's id (analyses.calibrate.sources)
+    stack: str | None = None  # the software stack it was measured with
+    device_class: DeviceClass | None = None
     # rows measured with one setup, compared by order; a row may join several groups
     ranking: str | tuple[str, ...] | None = None
     source: str = Field(min_length=1)
@@ -80,10 +90,22 @@ class Measurement(StrictModel):
 
     @model_validator(mode="after")
     def _acceptance_for_speculation(self):
-        if self.policy != "ar" and "acceptance" not in self.model_fields_set:
+        if (self.tokens_per_s is None) == (self.speedup is None):
+            raise ValueError(f"row {self.id} needs exactly one of tokens_per_s and speedup "
+                             "(what its source printed); give one of them")
+        if self.policy == "ar" and (self.speedup is not None
+                                    or self.mean_accepted_tokens is not None):
+            raise ValueError(f"row {self.id}: an ar row has no speedup or mean accepted "
+                             "tokens; give tokens_per_s, or name the speculative policy")
+        given = "acceptance" in self.model_fields_set
+        if self.mean_accepted_tokens is not None and given:
+            raise ValueError(f"row {self.id} gives both an acceptance and "
+                             "mean_accepted_tokens; keep the one its source printed")
+        if self.policy != "ar" and not given and self.mean_accepted_tokens is None:
             raise ValueError(f"row {self.id}: a {self.policy} row needs the acceptance "
                              "its source measured (alpha or a histogram of accepted "
-                             "lengths, or {fit: KEY} to fit it); add an acceptance mapping")
+                             "lengths, mean_accepted_tokens, or {fit: KEY} to fit it); "
+                             "add an acceptance mapping")
         check_row(self.id, self.acceptance, self.params)
         if self.draft_step_s is not None and self.draft is None:
             raise ValueError(f"row {self.id} gives draft_step_s without a draft; name the "
@@ -95,6 +117,15 @@ class Measurement(StrictModel):
         if self.ranking is None:
             return ()
         return (self.ranking,) if isinstance(self.ranking, str) else tuple(self.ranking)
+
+    @property
+    def published(self) -> float:
+        """The printed number: tokens/s, or the speedup over AR."""
+        return self.tokens_per_s if self.speedup is None else self.speedup
+
+    @property
+    def measure(self) -> str:
+        return "tokens/s" if self.speedup is None else "speedup"
 
     @property
     def unknowns(self) -> list[Unknown]:
@@ -111,7 +142,7 @@ class Measurement(StrictModel):
                          policy=self.policy, params=params, acceptance=acceptance,
                          tokens=self.tokens, batch=self.batch,
                          prompt_tokens=self.prompt_tokens, deterministic=True,
-                         placement=self.placement)
+                         placement=self.placement, weight_bits=self.weight_bits)
 
 
 class PublishedSet(StrictModel):
@@ -129,35 +160,26 @@ class PublishedSet(StrictModel):
 
 
 def shipped_file() -> Path:
+    """The shipped file of the rows the shipped profiles were calibrated on."""
+    return shipped_folder() / "measurements.yaml"
+
+
+def shipped_folder() -> Path:
+    """The shipped published set: every file of ``hwprofiles/data/published``."""
     from importlib import resources
 
-    return Path(str(resources.files("hwprofiles") / "data" / "published" /
-                    "measurements.yaml"))
+    return Path(str(resources.files("hwprofiles") / "data" / "published"))
 
 
 def load_published(path) -> tuple[Measurement, ...]:
-    """The rows of a published-measurements file; ValueError in one sentence."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"published measurements {path} is not a file; give the path "
-                         "of a YAML file with a 'measurements' list")
-    if path.stat().st_size > MAX_PUBLISHED_BYTES:
-        raise ValueError(f"published measurements {path} is over "
-                         f"{MAX_PUBLISHED_BYTES:,} bytes; split it or give the right file")
-    try:
-        data = refuse_long_integers(yaml.load(path.read_text(encoding="utf-8"),
-                                              Loader=YamlLoader), str(path))
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        first = str(err).splitlines()[0]
-        raise ValueError(f"published measurements {path} is not valid YAML ({first}); "
-                         "fix the syntax") from None
-    try:
-        return PublishedSet.model_validate(data).measurements
-    except ValidationError as err:
-        e = err.errors()[0]
-        where = ".".join(str(p) for p in e["loc"]) or "the file"
-        msg = e["msg"].removeprefix("Value error, ")
-        raise ValueError(f"published measurements {path}: {where}: {msg}") from None
+    """The rows of a published-measurements file, or of every file of a folder
+    (``analyses.calibrate.sources``); ValueError in one sentence."""
+    return sources.load_rows(path, PublishedSet)
+
+
+def sources_of(path) -> dict:
+    """The sources (id -> Source) a published file or folder declares."""
+    return sources.load_sources(path)
 
 
 def rows_for(rows, platform_name: str) -> list[Measurement]:
@@ -174,15 +196,16 @@ def rows_for(rows, platform_name: str) -> list[Measurement]:
 
 
 def simulate_row(row: Measurement, platform: Platform, values=None) -> float:
-    """Simulated tokens/s of one row on ``platform`` (deterministic), its fitted
-    unknowns (acceptance, SSD's r) taken from ``values`` (key -> value)."""
+    """Simulated counterpart of one row's printed number on ``platform``
+    (deterministic tokens/s, or the speedup over the row's AR baseline), its
+    fitted unknowns (acceptance, SSD's r) taken from ``values`` (key -> value)."""
     return simulate_row_full(row, platform, values)[0]
 
 
 def published_logs(rows) -> np.ndarray:
-    """What the fit matches: log tokens/s of every row, then log draft step of the
-    rows that give one."""
-    return np.log([r.tokens_per_s for r in rows]
+    """What the fit matches: log of every row's printed number (tokens/s or
+    speedup), then log draft step of the rows that give one."""
+    return np.log([r.published for r in rows]
                   + [r.draft_step_s for r in rows if r.draft_step_s is not None])
 
 
@@ -320,7 +343,7 @@ def ranking_flips(rows, simulated: dict[str, float]) -> list[tuple[str, str]]:
     simulated order differs from the published order."""
     flips = []
     for a, b in _order_pairs(rows):
-        published = a.tokens_per_s - b.tokens_per_s
+        published = a.published - b.published
         sim = simulated[a.id] - simulated[b.id]
         if published * sim < 0:
             flips.append((a.id, b.id))
@@ -337,10 +360,10 @@ def evaluate(platform: Platform, before: Platform, rows, values=None,
         pre = simulate_row(r, before, before_values)
         post, step = simulate_row_full(r, platform, values)
         entry = {"id": r.id, "split": r.split, "target": r.target, "policy": r.policy,
-                 "published_tokens_per_s": r.tokens_per_s,
+                 "measure": r.measure, "published_tokens_per_s": r.published,
                  "before_tokens_per_s": pre, "after_tokens_per_s": post,
-                 "error_before": pre / r.tokens_per_s - 1,
-                 "error_after": post / r.tokens_per_s - 1}
+                 "error_before": pre / r.published - 1,
+                 "error_after": post / r.published - 1}
         if step is not None:
             entry.update({"published_draft_step_s": r.draft_step_s,
                           "after_draft_step_s": step,
