@@ -1,4 +1,5 @@
-"""Load platforms and model specs by shipped name or by path to a YAML file."""
+"""Load platforms, model specs and software stacks by shipped name or by path to a
+YAML file."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ from pydantic import ValidationError
 
 from hwprofiles.inputfiles import YamlLoader, refuse_long_integers, regular_input
 from hwprofiles.schema import ModelSpec, Platform
+from hwprofiles.stacks import Stack
 
-_KINDS = {"platforms": Platform, "models": ModelSpec}
+_KINDS = {"platforms": Platform, "models": ModelSpec, "stacks": Stack}
+# fields only a stack has: a file with one of them is validated as a stack
+_STACK_FIELDS = set(Stack.model_fields) - {"name", "description", "sources"}
 # Profiles are a few KB (the largest shipped one is under 10 KB); a file over this
 # is the wrong file, and parsing it could take gigabytes of memory.
 MAX_PROFILE_BYTES = 1_000_000
@@ -32,7 +36,7 @@ def _data_dir(kind: str) -> Path:
 
 
 def list_names(kind: str) -> list[str]:
-    """Shipped profile names of one kind ('platforms' or 'models')."""
+    """Shipped profile names of one kind ('platforms', 'models' or 'stacks')."""
     return sorted(p.stem for p in _data_dir(kind).glob("*.yaml"))
 
 
@@ -94,8 +98,8 @@ def _format_error(path: Path, err: ValidationError) -> str:
 
 
 def load_file(kind: str | None, path: str | Path):
-    """Validate one YAML file (kind None: a platform if it has 'devices', else a
-    model). Memoised on the file's content hash, which is safe because profiles are
+    """Validate one YAML file (kind None: a platform if it has 'devices', a stack
+    if it has a field only a stack has, else a model). Memoised on the file's content hash, which is safe because profiles are
     frozen, and sees a rewrite that kept the modification time (cp -p, rsync -t)."""
     path = _checked_file(Path(path).resolve())
     raw = _read_bytes(path)
@@ -110,7 +114,8 @@ def load_file(kind: str | None, path: str | Path):
 def _validate(kind: str | None, path: Path, raw: bytes):
     data = _parse(path, _decode(path, raw))
     if kind is None:
-        kind = "platforms" if "devices" in data else "models"
+        kind = ("platforms" if "devices" in data
+                else "stacks" if _STACK_FIELDS & set(data) else "models")
     try:
         return _KINDS[kind].model_validate(data)
     except ValidationError as err:
@@ -188,7 +193,13 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
     return load_file("models", _resolve("models", name_or_path))
 
 
+def load_stack(name_or_path: str | Path) -> Stack:
+    """A software stack by shipped name (e.g. 'hf-eager') or YAML path."""
+    return load_file("stacks", _resolve("stacks", name_or_path))
+
+
 def validate_path(path: str | Path):
-    """Validate a user's YAML file as a platform or a model (decided by its fields),
+    """Validate a user's YAML file as a platform, a model or a stack (decided by its
+    fields),
     parsing it once."""
     return load_file(None, _checked_file(Path(path)))

@@ -29,6 +29,11 @@ coefficients per profile parameter (``LinearTerms``, what calibration fits;
 path.
 Every optional term's default (0, 1, None) leaves the roofline exactly as it
 was (x + 0.0 and x / 1.0 are exact in floating point).
+
+The software stack (``hwprofiles.stacks``; ``simcore.stackcost``) adds its
+host time to a pass's launch term (``ForwardTerms.host_s``), scales its
+attention terms and says which experts a mixture-of-experts pass reads; the
+default ``compiled`` stack adds nothing.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ import numpy as np
 
 from hwprofiles.closedforms import allreduce_s
 from hwprofiles.schema import CollectiveGroup, Device, Link, MemoryTier, ModelSpec, Platform
+from hwprofiles.stacks import COMPILED, Stack
+from simcore import stackcost
 from simcore.moe import alltoall_s, dispatch_bytes
 
 COLLECTIVES_PER_LAYER = 2  # Mirror-SD: two all-reduces per transformer block
@@ -162,6 +169,7 @@ class ForwardTerms:
     message_bytes: float  # bytes of each all-reduce
     alltoalls: int = 0  # expert parallelism's dispatches and combines (simcore.moe)
     alltoall_bytes: float = 0.0  # bytes one member sends in each
+    host_s: float = 0.0  # the software stack's host time for the pass (simcore.stackcost)
 
     def flops(self, context: int) -> float:
         return (self.flops0 + self.flops_ctx * context) / self.members
@@ -293,10 +301,12 @@ def executor_passes(n_tokens: int, n_fed: int, emit: str | None, head: str | Non
 
 
 class RooflineCost:
-    """Predicts seconds for each operation kind on one platform."""
+    """Predicts seconds for each operation kind on one platform, under one
+    software stack (default: ``compiled``, which adds nothing)."""
 
-    def __init__(self, platform: Platform):
+    def __init__(self, platform: Platform, stack: Stack | None = None):
         self.platform = platform
+        self.stack = COMPILED if stack is None else stack
         self._cache: dict[tuple, tuple] = {}
         self._terms: dict[tuple, ForwardTerms] = {}
 
@@ -322,6 +332,11 @@ class RooflineCost:
         rows = n_tokens * batch
         count = alltoalls = 0
         n_layers = layers[1] - layers[0]
+        stack = self.stack
+        factor = stack.attention_context_factor
+        flops_ctx, bytes_ctx = flops_ctx * factor, bytes_ctx * factor
+        bytes0 += stackcost.extra_expert_bytes(stack, spec, n_layers, rows)
+        host = stackcost.host_s(stack, spec, n_layers, kernels, rows, head)
         if len(members) > 1:
             count = COLLECTIVES_PER_LAYER * n_layers if collectives is None else collectives
             if spec.expert_parallel and collectives is None:
@@ -332,7 +347,8 @@ class RooflineCost:
                             rows, _peak(device, spec.dtype), tier.bandwidth_bytes_s,
                             device.name, tier.name, where if len(members) > 1 else None,
                             count, rows * spec.hidden * spec.dtype_bytes, alltoalls,
-                            dispatch_bytes(spec, rows, len(members)) if alltoalls else 0.0)
+                            dispatch_bytes(spec, rows, len(members)) if alltoalls else 0.0,
+                            host)
 
     def forward(self, spec: ModelSpec, where: str, layers: tuple[int, int],
                 n_tokens: int, batch: int, context: int, head: str | None,
@@ -357,7 +373,7 @@ class RooflineCost:
         of ``pass_seconds``, so a step only adds context times the per-position terms."""
         device = self.platform.device(t.device)
         v = Values.of(device, self.platform.tier(t.tier))
-        launch_s = t.kernels * v.launch_overhead_s + v.call_overhead_s
+        launch_s = t.kernels * v.launch_overhead_s + v.call_overhead_s + t.host_s
         collective_s = 0.0
         if t.collectives:
             collective_s = t.collectives * self.platform.group(t.group).allreduce_s(
@@ -370,6 +386,10 @@ class RooflineCost:
                 t.kernels * v.compute_half_flops, t.kernels * v.memory_half_bytes,
                 launch_s, collective_s, v.roofline_exponent,
                 None if device.memory_bandwidth_gb_s is None else rate)
+
+    def verify_s(self) -> float:
+        """Host seconds the stack spends on one Verify (its bookkeeping)."""
+        return self.stack.verify_host_s
 
     @staticmethod
     def hop_s(link: Link, nbytes: float) -> float:

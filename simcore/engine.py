@@ -22,6 +22,8 @@ from simcore.outcomes import Outcomes
 from simcore.resources import SharedBandwidth, Stream
 from policies.runs.spans import Span
 
+HOST = ("host",)  # the key of the one host queue (no device name is a tuple)
+
 
 @dataclass
 class SimResult:
@@ -43,6 +45,12 @@ class Simulator:
     it at once (an SoC's GPU and NPU on one DRAM); otherwise every reader sees
     the tier's full bandwidth, as the papers' laws assume. Flash tiers are
     always fair-shared among concurrent streams.
+
+    The cost model's software stack (``RooflineCost.stack``) may hold each
+    Verify for its host bookkeeping (``verify_s``), and, where its devices do
+    not overlap (one host thread drives them all), runs every Forward on one
+    host queue as well as on its devices, so passes on different devices run
+    one after another.
     """
 
     def __init__(self, platform: Platform, models: dict[str, ModelSpec],
@@ -58,6 +66,11 @@ class Simulator:
         self.book = PositionBook(expected=outcomes.deterministic)
         self.record = record_spans
         self.streams = {d.name: Stream(self.env) for d in platform.devices}
+        self._verify_s = self.cost.verify_s()
+        self._host: tuple = ()  # the host queue every Forward takes, if one serialises
+        if not self.cost.stack.devices_overlap:
+            self._host = (HOST,)
+            self.streams[HOST] = Stream(self.env)
         self.spans: list[Span] = []
         self.tokens = 0.0
         self.steps = 0
@@ -92,6 +105,8 @@ class Simulator:
             fn = instant.get(op.__class__)
             if fn is not None:
                 value = fn(op)
+                if self._verify_s and op.__class__ is Verify:
+                    yield self.env.timeout(self._verify_s)
                 continue
             handler = timed.get(op.__class__)
             if handler is None:
@@ -153,7 +168,8 @@ class Simulator:
         fed = self.book.feed(op)  # with the positions its cache lacks (catch_up)
         c = self.cost.forward(spec, where, fed.layers, fed.n_tokens, fed.batch, fed.context,
                               fed.head, fed.collectives, fed.head_tokens)
-        yield from self._acquire(members)
+        queues = self._host + members  # the host queue first: no two wait on each other
+        yield from self._acquire(queues)
         env = self.env
         start = env.now
         tiers = self._bandwidth and [t for t in (self.platform.device(m).memory
@@ -165,7 +181,7 @@ class Simulator:
         busy_end = env.now
         if c.collective_s:
             yield env.timeout(c.collective_s)
-        self._release(members)
+        self._release(queues)
         label = op.label or f"{op.model}[{op.layers[0]}:{op.layers[1]}]"
         self._span(label, "compute", where, start, busy_end, c.flops, c.nbytes)
         if c.collective_s:

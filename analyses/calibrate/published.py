@@ -71,6 +71,8 @@ class Measurement(StrictModel):
     tokens: int = Field(128, ge=1, le=100_000)
     placement: dict[str, str] = Field(default_factory=dict)
     weight_bits: Bits | None = None  # weights stored at this width (quantized rows)
+    # the software stack the source measured with (hwprofiles/data/stacks)
+    stack: str = "compiled"
     # what was measured: decode tokens/s, or the speedup over the same stack's AR
     tokens_per_s: float | None = Field(None, gt=0, le=1e9)
     speedup: float | None = Field(None, gt=0, le=1e3)
@@ -80,7 +82,6 @@ class Measurement(StrictModel):
     draft_step_s: float | None = Field(None, gt=0, le=MAX_STEP_S)
     split: Literal["fit", "held_out"]
     source_id: str = ""  # the source's id (analyses.calibrate.sources)
-    stack: str | None = None  # the software stack it was measured with
     device_class: DeviceClass | None = None
     # rows measured with one setup, compared by order; a row may join several groups
     ranking: str | tuple[str, ...] | None = None
@@ -142,7 +143,8 @@ class Measurement(StrictModel):
                          policy=self.policy, params=params, acceptance=acceptance,
                          tokens=self.tokens, batch=self.batch,
                          prompt_tokens=self.prompt_tokens, deterministic=True,
-                         placement=self.placement, weight_bits=self.weight_bits)
+                         placement=self.placement, weight_bits=self.weight_bits,
+                         stack=self.stack)
 
 
 class PublishedSet(StrictModel):

@@ -78,21 +78,37 @@ def _header(path, original: Platform, result: PublishedFit, table, flips) -> str
     return "".join(f"# {line}\n" for line in lines)
 
 
+def of_stack(rows, stack: str | None) -> list:
+    """The rows measured under ``stack`` (None: every row), at least one of them
+    fitted; ValueError naming the stacks the rows do name otherwise."""
+    if stack is None:
+        return list(rows)
+    mine = [r for r in rows if r.stack == stack]
+    if not any(r.split == "fit" for r in mine):
+        named = ", ".join(sorted({r.stack for r in rows if r.split == "fit"}))
+        raise ValueError(f"no fitted published row of this platform names stack "
+                         f"'{stack}'; its fitted rows name {named}; pass one of those "
+                         "with --stack or leave --stack out")
+    return mine
+
+
 def calibrate_published(path, profile: str, output, *, fields=DEFAULT_FIELDS,
-                        steps: bool = False, accept_poor_fit: bool = False) -> dict:
+                        steps: bool = False, accept_poor_fit: bool = False,
+                        stack: str | None = None) -> dict:
     """Fit ``profile`` to its rows in the file at ``path`` (with ``steps``, the
     fitted rows' draft steps too), judge the held-out rows, and write the
     calibrated platform YAML to ``output`` (atomically). Rows in a wrong unit,
     and a fit the sanity gate refuses (``analyses.calibrate.fitgate``), raise
     ValueError before anything is written, unless ``accept_poor_fit`` (then the
-    summary's ``problems`` lists what the gate let pass)."""
+    summary's ``problems`` lists what the gate let pass). ``stack``: only the rows
+    measured under that software stack (None: every row, under its own)."""
     from analyses.calibrate.fitgate import (check_published_fit, check_published_units,
                                             poor_fit_lines)
     from analyses.calibrate.session import profile_text
     from policies.runs.records import atomic_write_text
 
     platform = load_platform(profile)
-    rows = rows_for(load_published(path), platform.name)
+    rows = of_stack(rows_for(load_published(path), platform.name), stack)
     # a unit mistake is one of tokens/s (a speedup has no unit to get wrong)
     check_published_units(path, platform, [r for r in rows if r.speedup is None])
     fitting = [r for r in rows if r.split == "fit"]

@@ -10,7 +10,7 @@ from policies import names
 RUN_EXAMPLES = {"contention": "contention=on", "prompt_tokens": "prompt_tokens=128",
                 "weight_bits": "weight_bits=4|8|16|32", "kv_bits": "kv_bits=4|8|16|32",
                 "memory_check": "memory_check=off", "expert_parallel": "expert_parallel=on",
-                "prefill_chunk": "prefill_chunk=512"}
+                "prefill_chunk": "prefill_chunk=512", "stack": "stack=hf-eager"}
 
 
 # Tokens generated per sequence when --tokens is not given: one default for the
@@ -55,11 +55,36 @@ def add_run_arguments(p, *, tokens_default: int = SIM_TOKENS,
     p.add_argument("--seed", type=int, default=0,
                    help="random seed, an integer >= 0 (same seed, same output)")
     p.add_argument("--placement", help="role=device overrides, e.g. draft=gpu4,target=target_tp")
+    if not measured:
+        add_stack_argument(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+STACK_HELP = ("software stack the hardware runs under: what the framework adds per "
+              "layer, per call and per host sync (compiled, the default, adds nothing: "
+              "torch.compile / CUDA graphs, what the shipped GPU profiles are fitted to; "
+              "hf-eager: Hugging Face transformers generate, eager; llama.cpp); a shipped "
+              "name or a stack YAML path (see 'hetspec profiles list')")
+
+
+def add_stack_argument(p) -> None:
+    """--stack NAME: the software stack a simulation is priced under."""
+    p.add_argument("--stack", help=STACK_HELP)
+
+
+def with_stack(args, run: dict) -> dict:
+    """The run options with --stack in them (given beside --set stack=, refused)."""
+    stack = getattr(args, "stack", None)
+    if stack is None:
+        return run
+    if "stack" in run:
+        raise ValueError("--stack and --set stack= both name a stack; keep one")
+    return {**run, "stack": stack}
 
 
 def config_from_args(args, **overrides) -> RunConfig:
     params, acc, run = split_sets(args.policy, parse_sets(args.sets), args.acceptance)
+    run = with_stack(args, run)
     fields = dict(platform=args.platform, target=args.target, draft=args.draft,
                   policy=args.policy, params=params, acceptance=acc, tokens=args.tokens,
                   batch=args.batch, seed=args.seed,

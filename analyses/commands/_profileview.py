@@ -34,6 +34,27 @@ def model_line(spec) -> str:
     return f"{size} params{moe}, {spec.n_layers} layers, {spec.dtype}{ids}"
 
 
+def stack_line(stack) -> str:
+    """'layer 410 us, call 2 ms, head sync 0.1 ms, verify 1 ms; serial: Hugging Face...'
+    (what it adds; 'adds nothing' for a stack at its defaults)"""
+    parts = [f"{label} {_us(getattr(stack, field))}" for field, label in (
+        ("layer_host_s", "layer"), ("call_host_s", "call"), ("head_sync_s", "head sync"),
+        ("verify_host_s", "verify"), ("expert_host_s", "expert"))
+        if getattr(stack, field)]
+    if stack.attention_context_factor != 1.0:
+        parts.append(f"attention x{stack.attention_context_factor:g}")
+    if stack.moe_mode != "grouped":
+        parts.append(f"MoE {stack.moe_mode}")
+    if not stack.devices_overlap:
+        parts.append("devices serial")
+    what = ", ".join(parts) if parts else "adds nothing"
+    return f"{what}: {first_sentence(stack.description)}"
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:.3g} us" if seconds < 1e-3 else f"{seconds * 1e3:.3g} ms"
+
+
 def _without_sources(obj):
     if isinstance(obj, dict):
         return {k: _without_sources(v) for k, v in obj.items() if k != "sources"}

@@ -41,6 +41,12 @@ def register(sub) -> None:
                    help="with --published: fit the fitted rows' draft_step_s (the draft's "
                         "measured time per round) as well as their tokens/s; without it "
                         "the draft steps are only compared")
+    p.add_argument("--stack", metavar="NAME",
+                   help="with --published: fit only the rows measured under this software "
+                        "stack (compiled, hf-eager, llama.cpp, or a stack YAML; see "
+                        "'hetspec profiles list'); default every row, each simulated under "
+                        "the stack it names, so the hardware is fitted once and the "
+                        "stacks' own costs stay theirs")
     p.add_argument("--profile", required=True, help="platform to calibrate (name or YAML)")
     p.add_argument("-o", "--output", default="calibrated.yaml",
                    help="calibrated platform YAML (default calibrated.yaml)")
@@ -86,6 +92,10 @@ def _calibrate(args) -> int:
                          "--published FILE (published measurements)")
     if args.published is not None:
         return _calibrate_published(args)
+    if args.stack is not None:
+        raise ValueError("--stack picks published rows by the stack they were measured "
+                         "under; with --runs the spans were measured under the executor's "
+                         "own stack, which the fitted device fields hold, so drop --stack")
     for flag, given in (("--fit-draft-steps", args.fit_draft_steps),
                         ("--fit-fields", args.fit_fields is not None)):
         if given:
@@ -144,10 +154,10 @@ def _calibrate_published(args) -> int:
     check_outputs({"--output": args.output},
                   profile_inputs(profile=args.profile) + [("--published", path)],
                   names={"--output": "calibrated.yaml"})
-    check_published_budget(path, args.profile, args.allow_large)
+    check_published_budget(path, args.profile, args.allow_large, args.stack)
     summary = calibrate_published(path, args.profile, args.output, fields=fields,
                                   steps=args.fit_draft_steps,
-                                  accept_poor_fit=args.accept_poor_fit)
+                                  accept_poor_fit=args.accept_poor_fit, stack=args.stack)
     _warn(summary["problems"])
     if args.json:
         emit_json(summary)
@@ -178,16 +188,19 @@ def _calibrate_published(args) -> int:
     return 0
 
 
-def check_published_budget(path, profile: str, allow_large: bool) -> None:
+def check_published_budget(path, profile: str, allow_large: bool,
+                           stack: str | None = None) -> None:
     """Refuse a published calibration whose rows are over the budget, before the
     fit; a file or profile that does not load is left to the fit's own refusal
     (the same sentence)."""
     from analyses.calibrate.published import load_published, rows_for
+    from analyses.calibrate.publishedcal import of_stack
     from analyses.run.budget import check, published_estimate
     from hwprofiles import ProfileError, load_platform
 
     try:
-        rows = rows_for(load_published(path), load_platform(profile).name)
+        rows = of_stack(rows_for(load_published(path), load_platform(profile).name),
+                        stack)
     except (ValueError, ProfileError, OSError):
         return
     # the fit simulates its fitted rows up to PUBLISHED_SIMS_PER_ROW times; a

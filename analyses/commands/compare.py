@@ -6,7 +6,7 @@ import sys
 
 import argparse
 
-from analyses.commands._common import SIM_TOKENS, paragraph, settings_help
+from analyses.commands._common import SIM_TOKENS, add_stack_argument, paragraph, settings_help
 from analyses.run.budget import SIM_BUDGET_UNITS, allow_large_argument, readable
 
 DEFAULTS = {"platform": "m2-ultra-8x", "target": "qwen3-32b", "draft": "qwen3-0.6b"}
@@ -52,6 +52,7 @@ def register(sub) -> None:
     p.add_argument("--batch", type=int, default=1, help="sequences decoded together")
     p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--placement", help="role=device overrides, e.g. draft=gpu4")
+    add_stack_argument(p)
     p.add_argument("--runs", metavar="DIR", help="measured run records to replay and "
                    "compare with (adds predicted-vs-measured and sim-vs-real views)")
     p.add_argument("--profile", help="platform the measured runs are replayed on "
@@ -99,6 +100,10 @@ def scenario(args) -> tuple[list[str], list, dict, dict]:
     base = dict(platform=args.platform, target=args.target, draft=draft,
                 tokens=args.tokens, batch=args.batch, seed=args.seed,
                 placement=parse_placement(args.placement))
+    if args.stack is not None:
+        if "stack" in sets or any(k == "stack" for k, _ in sweeps):
+            raise ValueError("--stack and --set/--sweep stack= both name a stack; keep one")
+        base["stack"] = args.stack
     if "alpha" not in sets and not any(k == "alpha" for k, _ in sweeps):
         base["acceptance"] = acceptance.default()
     sets = {**required_defaults(policies, set(sets) | {k for k, _ in sweeps}, base),

@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import yaml
 
-from hwprofiles import list_names, load_model, load_platform, validate_path
+from hwprofiles import list_names, load_model, load_platform, load_stack, validate_path
 from hwprofiles.loader import ProfileError, printable
 
 
 def register(sub) -> None:
     p = sub.add_parser("profiles",
-                       help="list, show, validate or import hardware and model profiles",
-                       description="Shipped platforms and models, validation of your own "
-                                   "YAML files (a platform has 'devices'), and model "
+                       help="list, show, validate or import hardware, model and "
+                            "software-stack profiles",
+                       description="Shipped platforms, models and software stacks, "
+                                   "validation of your own YAML files (a platform has "
+                                   "'devices', a stack a stack's fields), and model "
                                    "profiles imported from a checkpoint's config.json.")
     ps = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    ps.add_parser("list", help="list shipped platforms (devices, memory, what they are) "
-                  "and models (size, layers, dtype)").set_defaults(func=_list)
-    show = ps.add_parser("show", help="print a platform or model with derived figures "
-                         "(alike devices, tiers and links summarised)")
+    ps.add_parser("list", help="list shipped platforms (devices, memory, what they are), "
+                  "models (size, layers, dtype) and software stacks (what each adds "
+                  "on top of the hardware)").set_defaults(func=_list)
+    show = ps.add_parser("show", help="print a platform, model or stack with derived "
+                         "figures (alike devices, tiers and links summarised)")
     show.add_argument("name", help="a shipped name or a YAML path")
     show.add_argument("--full", action="store_true",
                       help="every object spelled out, each number with its source")
@@ -45,10 +48,11 @@ def register(sub) -> None:
 
 
 def _list(args) -> int:
-    from analyses.commands._profileview import model_line, platform_line
+    from analyses.commands._profileview import model_line, platform_line, stack_line
 
     for kind, load, line in (("platforms", load_platform, platform_line),
-                             ("models", load_model, model_line)):
+                             ("models", load_model, model_line),
+                             ("stacks", load_stack, stack_line)):
         print(f"{kind}:")
         names = list_names(kind)
         width = max(map(len, names), default=0)
@@ -58,6 +62,11 @@ def _list(args) -> int:
 
 
 def _show(args) -> int:
+    if args.name in list_names("stacks"):
+        obj = load_stack(args.name)
+        print(yaml.safe_dump(obj.model_dump(mode="json", exclude_unset=not args.full),
+                             sort_keys=False), end="")
+        return 0
     try:
         obj = load_platform(args.name)
     except ProfileError as platform_error:
@@ -94,7 +103,8 @@ def _show(args) -> int:
 
 def _validate(args) -> int:
     obj = validate_path(args.path)
-    kind = "platform" if hasattr(obj, "devices") else "model"
+    kind = ("platform" if hasattr(obj, "devices") else "stack"
+            if hasattr(obj, "layer_host_s") else "model")
     # both strings come from the user's file system and file: no raw escape sequences
     print(f"{printable(args.path)}: valid {kind} '{printable(obj.name)}'")
     return 0

@@ -38,6 +38,7 @@ def _simulate(args) -> int:
     from analyses.run.budget import check_simulation
     from analyses.run.config import parse_sets
     from analyses.run.outputs import check_outputs, profile_inputs, set_inputs
+    from hwprofiles import DEFAULT_STACK
 
     config = config_from_args(args, deterministic=args.deterministic,
                               fixed_context=args.fixed_context)
@@ -52,7 +53,8 @@ def _simulate(args) -> int:
     else:
         m = out.metrics
         batch = f" x batch {config.batch}" if config.batch > 1 else ""
-        print(f"{config.policy} on {config.platform} ({config.tokens:,} tokens{batch}): "
+        stack = "" if config.stack == DEFAULT_STACK else f" under stack {config.stack}"
+        print(f"{config.policy} on {config.platform}{stack} ({config.tokens:,} tokens{batch}): "
               f"{m['tokens_per_s']:.1f} tokens/s, "
               f"{m['mean_tokens_per_step']:.2f} tokens/step, step "
               f"{m['step_latency_s'] * 1e3:.3f} ms, speedup vs AR "

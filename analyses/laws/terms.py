@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analyses.laws import forms as laws
-from hwprofiles import load_model, load_platform
+from hwprofiles import load_model, load_platform, load_stack
 from hwprofiles.placement import resolve
 from policies import PolicyContext, PolicyError, outcome_models
 from policies import cats as cats_policy
@@ -45,7 +45,7 @@ class Scenario:
         self.placement = resolve(self.platform, cfg.placement)
         self.target = cfg.run_model(load_model(cfg.target))
         self.draft = cfg.run_model(load_model(cfg.draft)) if cfg.draft else None
-        self.cost = RooflineCost(self.platform)
+        self.cost = RooflineCost(self.platform, load_stack(cfg.stack))
         self.batch = cfg.batch
         self.context = self.contexts(1)[0]
         self.acceptance = cfg.acceptance

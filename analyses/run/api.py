@@ -17,14 +17,14 @@ from pathlib import Path
 
 from analyses.run.config import RunConfig, SimConfig  # noqa: F401 (SimConfig: the API's old name)
 from analyses.run.memory import Run, check_fit, uses_draft  # noqa: F401  (check_fit: API)
-from hwprofiles import ModelSpec, Platform, load_model, load_platform
+from hwprofiles import ModelSpec, Platform, load_model, load_platform, load_stack
 from hwprofiles.placement import check_overrides, resolve
 from policies import PolicyContext, build, build_prefill, entry, outcome_models
 from policies.runs.metrics import add_speedup, baseline_of, run_metrics
 from policies.runs.records import write_record
 from policies.runs.breakdown import breakdown
 from policies.runs.spans import write_chrome_trace
-from simcore import Outcomes, SimResult, Simulator, acceptance
+from simcore import Outcomes, RooflineCost, SimResult, Simulator, acceptance
 
 
 @dataclass
@@ -174,9 +174,12 @@ def run_schedule(config: RunConfig, *, record_spans: bool = True,
     outcomes = outcomes_factory(acc, seed=config.seed, deterministic=config.deterministic,
                                 models=outcome_models(config.policy, ctx, params))
 
+    cost = RooflineCost(platform, load_stack(config.stack))
+
     def simulator():  # a fresh engine; the prologue asks the outcome source nothing
         return Simulator(platform, models, outcomes, placement=config.placement,
-                         contention=config.contention, record_spans=record_spans)
+                         contention=config.contention, record_spans=record_spans,
+                         cost=cost)
 
     before = simulator().run(build_prefill(config.policy, ctx, params)) if prefill else None
     result = simulator().run(schedule)

@@ -6,8 +6,9 @@ import math
 from typing import Annotated, Any, Union
 
 from pydantic import (Field, PrivateAttr, field_serializer, field_validator,
-                      model_validator)
+                      model_serializer, model_validator)
 
+from hwprofiles import DEFAULT_STACK, load_stack
 from hwprofiles.numbers import StrictModel
 from hwprofiles.models import BITS, Bits, ModelSpec
 from policies import PolicyParams, entry, parse_params
@@ -28,7 +29,10 @@ RUN_KEYS = {"contention": "fair-share memory tiers among concurrent readers (on/
                                "its group (all-to-all dispatch and combine) instead of "
                                "tensor-parallel (on/off)",
             "prefill_chunk": "positions per prefill pass: chunked prefill, each chunk "
-                             "attending to those before it (default: one pass)"}
+                             "attending to those before it (default: one pass)",
+            "stack": "the software stack the run is priced under: a shipped name "
+                     "(compiled, the default; hf-eager; llama.cpp) or a stack YAML "
+                     "path; hetspec profiles list shows them"}
 
 
 # Caps on a run's size, far above real use; beyond them the simulation would run
@@ -87,6 +91,8 @@ class RunConfig(StrictModel):
     kv_bits: Bits | None = None
     expert_parallel: bool = False
     memory_check: bool = True
+    # the software stack (hwprofiles.stacks): a shipped name or a YAML path
+    stack: str = DEFAULT_STACK
     _given: dict[str, tuple] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="wrap")
@@ -110,6 +116,22 @@ class RunConfig(StrictModel):
         typed, given = self._given.get(info.field_name, (None, None))
         # a copy whose setting was replaced without validation writes the new one
         return given if typed is value else _plain(value)
+
+    @model_serializer(mode="wrap")
+    def _default_stack_unwritten(self, handler):
+        """The default stack is not written: records and outputs made before stacks
+        existed read the same, and a record without one replays under it."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("stack") == DEFAULT_STACK:
+            del data["stack"]
+        return data
+
+    @field_validator("stack")
+    @classmethod
+    def _known_stack(cls, value: str) -> str:
+        """A stack is loaded (and checked) now, so a typo fails before any run."""
+        load_stack(value)
+        return value
 
     def revised(self, **changes) -> RunConfig:
         """This config with ``changes`` (``policy=``, ``params=`` as given, ...),

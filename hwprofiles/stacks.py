@@ -1,0 +1,85 @@
+"""The software stack: what the framework costs on top of the hardware.
+
+A platform says what the hardware does (peak FLOP/s, bandwidth, the kernel
+launch a fitted profile already holds); a stack says what the serving
+framework adds to every operation it runs on that hardware: Hugging Face
+transformers in eager mode pays Python and dispatch time per layer and a host
+sync each time it reads a token back; a torch.compile / CUDA-graph stack pays
+almost nothing beyond the device. hardware x model x stack -> cost.
+
+Like a platform, a stack is a YAML file (``hwprofiles/data/stacks/NAME.yaml``
+or a user's path), validated by a frozen model with no unknown fields, units in
+field names and a source for every number it sets. Every field's default adds
+nothing, so the ``compiled`` stack (all defaults) leaves the cost model exactly
+as the shipped GPU profiles were fitted: those fits already hold a compiled
+stack's costs in the devices' ``launch_overhead_s``.
+
+Fields (``simcore.costmodel`` and ``simcore.engine`` charge them):
+
+- ``layer_host_s`` (s per kernel the cost model counts: one per decoder layer,
+  one per head): host time dispatching a layer's kernels, added to the device's
+  ``launch_overhead_s``.
+- ``call_host_s`` (s per Forward): host time of one model call (input
+  preparation, module calls, output objects), added to ``call_overhead_s``.
+- ``head_sync_s`` (s per Forward with a head): the host waits for the logits
+  and reads back the result (sampling, argmax, top-k): a device-to-host sync.
+- ``verify_host_s`` (s per Verify): verification bookkeeping on the host after
+  the target's pass: comparing proposals, counting accepted tokens, cropping
+  the KV caches past them; it holds the schedule, not a device.
+- ``attention_context_factor`` (x): the context-dependent FLOPs and bytes of a
+  pass (attention over the cached positions) times this; an eager attention
+  that materialises the score matrix and re-reads it for the softmax and the
+  mask makes more than one pass over it (1: one fused pass).
+- ``moe_mode``: how a mixture-of-experts layer runs. ``grouped`` (one grouped
+  GEMM; each expert's weights read once per pass, only the experts some
+  position routes to); ``dense`` (every expert's weights read every pass,
+  whatever the routing: a looped implementation that runs each expert on all
+  positions and masks, or a fused kernel over the whole expert tensor).
+- ``expert_host_s`` (s per expert per MoE layer): host time per expert a pass
+  runs (a looped implementation dispatches each expert's kernels from Python).
+- ``devices_overlap``: False when one host thread drives every device and waits
+  on each (eager, one stream): passes on different devices then run one after
+  another, so draft work never hides under the target's.
+- ``fitted_on``: the published sources (file stems under
+  ``hwprofiles/data/published/``, or row-id prefixes) the stack's numbers were
+  fitted to; the others of the same stack are its held-out check.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from hwprofiles.sourced import Sourced
+
+MAX_HOST_S = 1.0  # no framework spends a second of host time per layer or call
+DEFAULT_STACK = "compiled"
+
+
+class Stack(Sourced):
+    """A software stack's costs on top of the hardware (module docstring)."""
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    layer_host_s: float = Field(default=0.0, ge=0, le=MAX_HOST_S)
+    call_host_s: float = Field(default=0.0, ge=0, le=MAX_HOST_S)
+    head_sync_s: float = Field(default=0.0, ge=0, le=MAX_HOST_S)
+    verify_host_s: float = Field(default=0.0, ge=0, le=MAX_HOST_S)
+    attention_context_factor: float = Field(default=1.0, ge=1.0, le=100.0)
+    moe_mode: Literal["grouped", "dense"] = "grouped"
+    expert_host_s: float = Field(default=0.0, ge=0, le=MAX_HOST_S)
+    devices_overlap: bool = True
+    fitted_on: tuple[str, ...] = ()
+    held_out: tuple[str, ...] = ()
+
+    @property
+    def adds_nothing(self) -> bool:
+        """True when every cost is at its default (the compiled stack)."""
+        return all(getattr(self, name) == field.default
+                   for name, field in type(self).model_fields.items()
+                   if name not in ("name", "description", "sources", "fitted_on",
+                                   "held_out"))
+
+
+COMPILED = Stack(name=DEFAULT_STACK)

@@ -1,0 +1,148 @@
+"""Software stacks: data files, what each field adds to a pass, and the default
+(compiled) stack leaving every cost exactly as it was."""
+
+import pytest
+
+from hwprofiles import (DEFAULT_STACK, ProfileError, Stack, list_names, load_model,
+                        load_platform, load_stack)
+from policies.ops import Forward, Parallel, Verify
+from simcore import Outcomes, RooflineCost, Simulator
+from simcore.acceptance import IID
+
+from tests.test_engine import MODEL, platform, seq
+
+EAGER = dict(name="eager-fixture", layer_host_s=4e-4, call_host_s=2e-3, head_sync_s=1e-4,
+             verify_host_s=1e-3,
+             sources={k: "test fixture" for k in ("layer_host_s", "call_host_s",
+                                                  "head_sync_s", "verify_host_s")})
+
+
+def test_every_shipped_stack_loads_and_the_default_adds_nothing():
+    names = list_names("stacks")
+    assert DEFAULT_STACK in names
+    for name in names:
+        assert load_stack(name).name == name
+    assert load_stack(DEFAULT_STACK).adds_nothing
+
+
+def test_a_stack_number_without_a_source_or_an_unknown_field_is_refused():
+    with pytest.raises(ValueError, match="layer_host_s.*no source"):
+        Stack.model_validate({"name": "x", "layer_host_s": 1e-4})
+    with pytest.raises(ValueError, match="launch_s"):
+        Stack.model_validate({"name": "x", "launch_s": 1e-4})
+    with pytest.raises(ProfileError, match="unknown stack 'nope'"):
+        load_stack("nope")
+
+
+@pytest.mark.parametrize("name", list_names("platforms"))
+def test_the_compiled_stack_prices_every_pass_bit_for_bit_as_no_stack(name):
+    plat = load_platform(name)
+    spec = load_model("llama-3.2-1b")
+    bare, compiled = RooflineCost(plat), RooflineCost(plat, load_stack("compiled"))
+    where = plat.devices[0].name
+    for n_tokens, head in ((1, "lm"), (6, "lm"), (4, None), (1, "exit_layer")):
+        a = bare.forward(spec, where, (0, 8), n_tokens, 2, 300, head, None)
+        b = compiled.forward(spec, where, (0, 8), n_tokens, 2, 300, head, None)
+        assert a == b
+
+
+def test_host_terms_add_per_kernel_per_call_and_per_head_exactly():
+    plat, stack = platform(), Stack.model_validate(EAGER)
+    bare, eager = RooflineCost(plat), RooflineCost(plat, stack)
+    for head, kernels, sync in ((None, 4, 0.0), ("lm", 5, 1e-4)):
+        a = bare.forward(MODEL, "a", (0, 4), 3, 1, 100, head, None)
+        b = eager.forward(MODEL, "a", (0, 4), 3, 1, 100, head, None)
+        assert b.launch_s - a.launch_s == pytest.approx(kernels * 4e-4 + 2e-3 + sync,
+                                                        rel=1e-12)
+        assert (b.compute_s, b.memory_s) == (a.compute_s, a.memory_s)
+
+
+def test_attention_factor_scales_only_the_context_terms():
+    plat = platform()
+    factor = Stack.model_validate({"name": "x", "attention_context_factor": 3.0,
+                                   "sources": {"attention_context_factor": "t"}})
+    bare, slow = RooflineCost(plat), RooflineCost(plat, factor)
+    t0, t1 = bare.terms(MODEL, "a", (0, 4), 1, 1, None, None), slow.terms(
+        MODEL, "a", (0, 4), 1, 1, None, None)
+    assert (t1.flops0, t1.bytes0) == (t0.flops0, t0.bytes0)
+    assert t1.flops_ctx == 3 * t0.flops_ctx and t1.bytes_ctx == 3 * t0.bytes_ctx
+
+
+def _run(ops, stack=None):
+    sim = Simulator(platform(contended_dram=False), {"target": MODEL},
+                    Outcomes(IID(alpha=0.5), deterministic=True),
+                    cost=RooflineCost(platform(contended_dram=False), stack))
+    return sim.run(ops)
+
+
+def test_a_verify_holds_the_schedule_for_the_stacks_bookkeeping():
+    stack = Stack.model_validate(EAGER)
+    ops = lambda: seq(Forward("target", "a", (0, 4)), Verify(gamma=0))  # noqa: E731
+    bare, eager = _run(ops()), _run(ops(), stack)
+    forward = RooflineCost(platform(contended_dram=False), stack).forward(
+        MODEL, "a", (0, 4), 1, 1, 0, None, None)
+    assert eager.time_s == pytest.approx(forward.busy_s + 1e-3, rel=1e-12)
+    assert bare.time_s < eager.time_s
+
+
+def test_devices_that_do_not_overlap_run_parallel_passes_one_after_another():
+    serial = Stack.model_validate({"name": "x", "devices_overlap": False})
+
+    def both():
+        yield Parallel((seq(Forward("target", "a", (0, 4))),
+                        seq(Forward("target", "c", (0, 4)))))
+
+    one = _run(seq(Forward("target", "a", (0, 4)))).time_s
+    other = _run(seq(Forward("target", "c", (0, 4)))).time_s
+    assert _run(both()).time_s == pytest.approx(max(one, other), rel=1e-12)
+    assert _run(both(), serial).time_s == pytest.approx(one + other, rel=1e-12)
+
+
+def _config(**fields):
+    from analyses.run.config import RunConfig
+
+    return RunConfig(platform="h100-sxm-5x", target="vicuna-7b", policy="ar",
+                     params={}, acceptance={"kind": "iid"}, tokens=20,
+                     placement={"target": "gpu0"}, deterministic=True, **fields)
+
+
+def test_a_record_names_a_stack_other_than_the_default_and_replays_to_the_same_config(
+        tmp_path):
+    from analyses.run.config import RunConfig
+
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\nlayer_host_s: 1.0e-4\nsources: {layer_host_s: t}\n")
+    assert "stack" not in _config().model_dump()  # outputs made before stacks stay
+    dumped = _config(stack=str(path)).model_dump()
+    assert dumped["stack"] == str(path)
+    assert RunConfig.model_validate(dumped).stack == str(path)
+    with pytest.raises(ValueError, match="unknown stack"):
+        _config(stack="nope")
+
+
+def test_a_stack_slows_a_simulated_run_by_its_host_time_per_step(tmp_path):
+    from analyses.run.api import run_schedule
+
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\ncall_host_s: 1.0e-3\nsources: {call_host_s: t}\n")
+    bare = run_schedule(_config(), prefill=False)
+    slow = run_schedule(_config(stack=str(path)), prefill=False)
+    assert slow.time_s - bare.time_s == pytest.approx(1e-3 * bare.steps, rel=1e-9)
+
+
+def test_a_published_row_is_simulated_under_the_stack_it_names():
+    from analyses.calibrate.published import Measurement
+
+    row = Measurement(id="r", platform="h100-sxm-5x", hardware="H100", target="vicuna-7b",
+                      placement={"target": "gpu0"}, tokens_per_s=30.0, split="held_out",
+                      source="s", stack="compiled")
+    assert row.config().stack == "compiled"
+    assert Measurement.model_validate({**row.model_dump(), "stack": "x"}).stack == "x"
+
+
+def test_stack_given_twice_on_the_command_line_is_refused(capsys):
+    from analyses.cli import main
+
+    code = main(["simulate", "--platform", "h100-sxm-5x", "--target", "vicuna-7b",
+                 "--policy", "ar", "--stack", "compiled", "--set", "stack=compiled"])
+    assert code == 2 and "--stack and --set stack=" in capsys.readouterr().err
