@@ -27,6 +27,7 @@ from analyses.calibrate import heldout
 from analyses.calibrate.draftstep import simulate_row_full
 from analyses.calibrate.published import (fit_unknowns, load_published, shipped_folder,
                                           sources_of)
+from analyses.calibrate.sources import runnable
 from hwprofiles import load_platform
 
 
@@ -45,14 +46,20 @@ def stack_fits() -> dict[str, tuple[str, ...]]:
     return {n: tuple(getattr(load_stack(n), "fitted_on", ()) or ()) for n in names}
 
 
+UNPRICED: dict[str, list[str]] = {}  # stack not shipped -> rows priced as the default
+
+
 def simulate(rows) -> dict[str, float]:
     simulated = {}
     for name in sorted({r.platform for r in rows}):
         platform = load_platform(name)
         mine = [r for r in rows if r.platform == name]
         values = fit_unknowns(platform, mine)
-        for r in mine:
+        for measured in mine:
+            r, priced_as = runnable(measured)
             simulated[r.id] = simulate_row_full(r, platform, values)[0]
+            if priced_as:
+                UNPRICED.setdefault(measured.stack, []).append(r.id)
     return simulated
 
 
@@ -141,6 +148,9 @@ def report(markdown: bool, show_rows: bool, folder=None) -> list[str]:
     if mismatched:
         out.append(("- " if markdown else "") + "sources whose role differs from what was "
                    "fitted: " + ", ".join(mismatched))
+    for stack, ids in sorted(UNPRICED.items()):
+        out.append(("- " if markdown else "") + f"stack {stack} is not shipped: its "
+                   f"{len(ids)} rows are priced under the default stack")
     if show_rows:
         out += [""] + _table(["row", "source", "split", "measure", "published",
                               "simulated", "error"],

@@ -358,7 +358,8 @@ def evaluate(platform: Platform, before: Platform, rows, values=None,
     draft step after, where the row gives one); unknowns from ``values`` after
     and ``before_values`` before."""
     table = []
-    for r in rows:
+    for measured in rows:
+        r, priced_as = sources.runnable(measured)
         pre = simulate_row(r, before, before_values)
         post, step = simulate_row_full(r, platform, values)
         entry = {"id": r.id, "split": r.split, "target": r.target, "policy": r.policy,
@@ -366,6 +367,8 @@ def evaluate(platform: Platform, before: Platform, rows, values=None,
                  "before_tokens_per_s": pre, "after_tokens_per_s": post,
                  "error_before": pre / r.published - 1,
                  "error_after": post / r.published - 1}
+        if priced_as:  # its stack is not shipped: say what priced it
+            entry["priced_as_stack"] = priced_as
         if step is not None:
             entry.update({"published_draft_step_s": r.draft_step_s,
                           "after_draft_step_s": step,

@@ -192,3 +192,23 @@ def load_sources(path) -> dict:
     for file in (folder_files(path) if path.is_dir() else [path]):
         found += [(file, s) for s in file_sources(file, _read(file))]
     return merge_sources(found)
+
+
+def shipped_stacks() -> set[str]:
+    from hwprofiles.loader import list_names
+
+    try:
+        return set(list_names("stacks"))
+    except (OSError, KeyError, ValueError):
+        return set()
+
+
+def runnable(row):
+    """``row`` as it can be simulated here: a row whose stack is neither shipped
+    nor a path is priced under the default stack (and returned with
+    ``priced_as`` naming it, so a table can say so); otherwise ``(row, None)``."""
+    from hwprofiles import DEFAULT_STACK
+
+    if row.stack in shipped_stacks() or Path(row.stack).suffix in (".yaml", ".yml"):
+        return row, None
+    return row.model_copy(update={"stack": DEFAULT_STACK}), DEFAULT_STACK
