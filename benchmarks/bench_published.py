@@ -46,21 +46,19 @@ def stack_fits() -> dict[str, tuple[str, ...]]:
     return {n: tuple(getattr(load_stack(n), "fitted_on", ()) or ()) for n in names}
 
 
-UNPRICED: dict[str, list[str]] = {}  # stack not shipped -> rows priced as the default
-
-
-def simulate(rows) -> dict[str, float]:
-    simulated = {}
+def simulate(rows) -> tuple[dict[str, float], dict[str, list[str]]]:
+    """Every row's simulated number, and (stack -> row ids) for the rows whose
+    stack is not shipped, priced under the default stack."""
+    simulated, unpriced = {}, {}
     for name in sorted({r.platform for r in rows}):
         platform = load_platform(name)
         mine = [r for r in rows if r.platform == name]
         values = fit_unknowns(platform, mine)
-        for measured in mine:
-            r, priced_as = runnable(measured)
+        for r in mine:
             simulated[r.id] = simulate_row_full(r, platform, values)[0]
-            if priced_as:
-                UNPRICED.setdefault(measured.stack, []).append(r.id)
-    return simulated
+            if runnable(r)[1]:  # priced under the default stack
+                unpriced.setdefault(r.stack, []).append(r.id)
+    return simulated, unpriced
 
 
 def _pct(value) -> str:
@@ -134,7 +132,7 @@ def report(markdown: bool, show_rows: bool, folder=None) -> list[str]:
     sources = sources_of(folder)
     fitted = heldout.fitted_sources(rows, sources, heldout.platform_source_texts(
         [load_platform(n) for n in sorted({r.platform for r in rows})]), stack_fits())
-    simulated = simulate(rows)
+    simulated, unpriced = simulate(rows)
     errors = heldout.errors_of(rows, simulated)
     out = _table(["source", "fitted?", "stack", "device class", "rows",
                   "tokens/s median / worst |error| (n)", "speedup median / worst (n)"],
@@ -148,7 +146,7 @@ def report(markdown: bool, show_rows: bool, folder=None) -> list[str]:
     if mismatched:
         out.append(("- " if markdown else "") + "sources whose role differs from what was "
                    "fitted: " + ", ".join(mismatched))
-    for stack, ids in sorted(UNPRICED.items()):
+    for stack, ids in sorted(unpriced.items()):
         out.append(("- " if markdown else "") + f"stack {stack} is not shipped: its "
                    f"{len(ids)} rows are priced under the default stack")
     if show_rows:

@@ -1,9 +1,11 @@
 """Published measurements as data, and a platform profile fitted to them.
 
-A published-measurements file (``hwprofiles/data/published/measurements.yaml``
-is the shipped one) lists decode speeds that papers and public benchmarks
-printed: the hardware, the models, the schedule and its settings, the measured
-tokens/s and where it was printed. Each row names the shipped platform that
+A published-measurements file (the shipped ones are the folder
+``hwprofiles/data/published``, one file per source: ``analyses.calibrate.sources``)
+lists decode speeds that papers and public benchmarks printed: the hardware,
+the models, the schedule, its settings and stack, the measured tokens/s (or
+the speedup over AR, with the mean accepted tokens where the source prints
+them) and where it was printed. Each row names the shipped platform that
 simulates it and whether it is fitted (``split: fit``) or held out to judge the
 fit (``split: held_out``): the split is data, written by whoever adds the row.
 
@@ -358,8 +360,8 @@ def evaluate(platform: Platform, before: Platform, rows, values=None,
     draft step after, where the row gives one); unknowns from ``values`` after
     and ``before_values`` before."""
     table = []
-    for measured in rows:
-        r, priced_as = sources.runnable(measured)
+    for r in rows:
+        priced_as = sources.runnable(r)[1]
         pre = simulate_row(r, before, before_values)
         post, step = simulate_row_full(r, platform, values)
         entry = {"id": r.id, "split": r.split, "target": r.target, "policy": r.policy,
