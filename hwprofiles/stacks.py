@@ -22,7 +22,16 @@ Fields (``simcore.costmodel`` and ``simcore.engine`` charge them):
 - ``call_host_s`` (s per Forward): host time of one model call (input
   preparation, module calls, output objects), added to ``call_overhead_s``.
 - ``head_sync_s`` (s per Forward with a head): the host waits for the logits
-  and reads back the result (sampling, argmax, top-k): a device-to-host sync.
+  and reads back the result (sampling, argmax, top-k): a device-to-host sync,
+  always after the pass.
+- ``host_device_exponent`` (p): how a pass's host dispatch time (the layer,
+  call and expert terms) and the device's time combine. None: they add (the
+  host issues each kernel only once the one before it ran). p >= 1:
+  (host^p + device^p)^(1/p), the roofline's own form: launches are
+  asynchronous, so the host queues kernels while the device runs earlier ones
+  and a pass takes about the longer of the two (p large: their max; p = 1:
+  their sum; between: the partial overlap of a host that is sometimes ahead,
+  sometimes behind).
 - ``verify_host_s`` (s per Verify): verification bookkeeping on the host after
   the target's pass: comparing proposals, counting accepted tokens, cropping
   the KV caches past them; it holds the schedule, not a device.
@@ -66,6 +75,7 @@ class Stack(Sourced):
     call_host_s: float = Field(default=0.0, ge=0, le=MAX_HOST_S)
     head_sync_s: float = Field(default=0.0, ge=0, le=MAX_HOST_S)
     verify_host_s: float = Field(default=0.0, ge=0, le=MAX_HOST_S)
+    host_device_exponent: float | None = Field(default=None, ge=1.0, le=100.0)
     attention_context_factor: float = Field(default=1.0, ge=1.0, le=100.0)
     moe_mode: Literal["grouped", "dense"] = "grouped"
     expert_host_s: float = Field(default=0.0, ge=0, le=MAX_HOST_S)

@@ -137,11 +137,20 @@ class ForwardCost(NamedTuple):
     # bytes/s the pass streams at on a device with a bandwidth cap (None: uncapped);
     # under contention its flow takes at most this much of the shared tier
     rate_cap: float | None = None
+    # a stack whose launches are asynchronous (simcore.stackcost): its host
+    # dispatch, overlapped with the device's time by host_exponent, then its sync
+    host_s: float = 0.0
+    host_exponent: float | None = None
+    sync_s: float = 0.0
 
     @property
     def busy_s(self) -> float:
-        """Launch plus the roofline term, without collectives."""
-        return self.launch_s + roofline(self.compute_s, self.memory_s, self.exponent)
+        """Launch plus the roofline term, without collectives (and, under a stack
+        with asynchronous launches, overlapped with its host dispatch)."""
+        device = self.launch_s + roofline(self.compute_s, self.memory_s, self.exponent)
+        if self.host_exponent is None:
+            return device
+        return stackcost.overlapped(self.host_s, device, self.host_exponent) + self.sync_s
 
     @property
     def total_s(self) -> float:
@@ -169,7 +178,10 @@ class ForwardTerms:
     message_bytes: float  # bytes of each all-reduce
     alltoalls: int = 0  # expert parallelism's dispatches and combines (simcore.moe)
     alltoall_bytes: float = 0.0  # bytes one member sends in each
-    host_s: float = 0.0  # the software stack's host time for the pass (simcore.stackcost)
+    # the software stack's host time for the pass (simcore.stackcost): its
+    # dispatch and its sync after the pass
+    host_s: float = 0.0
+    sync_s: float = 0.0
 
     def flops(self, context: int) -> float:
         return (self.flops0 + self.flops_ctx * context) / self.members
@@ -336,7 +348,7 @@ class RooflineCost:
         factor = stack.attention_context_factor
         flops_ctx, bytes_ctx = flops_ctx * factor, bytes_ctx * factor
         bytes0 += stackcost.extra_expert_bytes(stack, spec, n_layers, rows)
-        host = stackcost.host_s(stack, spec, n_layers, kernels, rows, head)
+        host, sync = stackcost.host_s(stack, spec, n_layers, kernels, rows, head)
         if len(members) > 1:
             count = COLLECTIVES_PER_LAYER * n_layers if collectives is None else collectives
             if spec.expert_parallel and collectives is None:
@@ -348,7 +360,7 @@ class RooflineCost:
                             device.name, tier.name, where if len(members) > 1 else None,
                             count, rows * spec.hidden * spec.dtype_bytes, alltoalls,
                             dispatch_bytes(spec, rows, len(members)) if alltoalls else 0.0,
-                            host)
+                            host, sync)
 
     def forward(self, spec: ModelSpec, where: str, layers: tuple[int, int],
                 n_tokens: int, batch: int, context: int, head: str | None,
@@ -361,19 +373,25 @@ class RooflineCost:
             shape = self._cache[key] = self._shape(self.terms(
                 spec, where, layers, n_tokens, batch, head, collectives, head_tokens))
         (t, flop_rate_, byte_rate_, half_flops, half_bytes, launch_s, collective_s,
-         exponent, rate_cap) = shape
+         exponent, rate_cap, host) = shape
         flops = (t.flops0 + t.flops_ctx * context) / t.members
         nbytes = (t.bytes0 + t.bytes_ctx * context) / t.members
         return ForwardCost(launch_s, (flops + half_flops) / flop_rate_,
                            (nbytes + half_bytes) / byte_rate_, collective_s, flops, nbytes,
-                           t.tier, exponent, rate_cap)
+                           t.tier, exponent, rate_cap, *host)
 
     def _shape(self, t: ForwardTerms) -> tuple:
         """The context-free evaluation of a Forward's terms: the rates and fixed parts
         of ``pass_seconds``, so a step only adds context times the per-position terms."""
         device = self.platform.device(t.device)
         v = Values.of(device, self.platform.tier(t.tier))
-        launch_s = t.kernels * v.launch_overhead_s + v.call_overhead_s + t.host_s
+        launch_s = t.kernels * v.launch_overhead_s + v.call_overhead_s
+        host = ()  # a stack's host time: serial (in the launch) or overlapped
+        p = self.stack.host_device_exponent
+        if p is None:
+            launch_s += t.host_s + t.sync_s
+        elif t.host_s or t.sync_s:
+            host = (t.host_s, p, t.sync_s)
         collective_s = 0.0
         if t.collectives:
             collective_s = t.collectives * self.platform.group(t.group).allreduce_s(
@@ -385,7 +403,7 @@ class RooflineCost:
         return (t, flop_rate(t.peak_flops, v), rate,
                 t.kernels * v.compute_half_flops, t.kernels * v.memory_half_bytes,
                 launch_s, collective_s, v.roofline_exponent,
-                None if device.memory_bandwidth_gb_s is None else rate)
+                None if device.memory_bandwidth_gb_s is None else rate, host)
 
     def verify_s(self) -> float:
         """Host seconds the stack spends on one Verify (its bookkeeping)."""

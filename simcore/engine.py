@@ -18,6 +18,7 @@ from policies.cachebook import PositionBook
 from policies.ops import (AllReduce, Delay, Forward, Join, Outcome, Parallel, Spawn,
                           StreamWeights, Transfer, Verify)
 from simcore.costmodel import CostError, RooflineCost, roofline
+from simcore.stackcost import overlapped
 from simcore.outcomes import Outcomes
 from simcore.resources import SharedBandwidth, Stream
 from policies.runs.spans import Span
@@ -198,6 +199,7 @@ class Simulator:
         rate from the tier (``_flow``): two capped engines whose caps fit in the
         tier's bandwidth do not slow each other."""
         env = self.env
+        began = env.now
         yield env.timeout(c.launch_s)
         start = env.now
         flows = [self._flow(self._bandwidth[t], c) for t in tiers]
@@ -206,6 +208,10 @@ class Simulator:
         rest = roofline(c.compute_s, memory_s, c.exponent) - memory_s
         if rest > 0:
             yield env.timeout(rest)
+        if c.host_exponent is not None:  # the stack's host dispatch, overlapped, and sync
+            device_s = env.now - began
+            yield env.timeout(overlapped(c.host_s, device_s, c.host_exponent) - device_s
+                              + c.sync_s)
 
     @staticmethod
     def _flow(shared: SharedBandwidth, c):

@@ -3,9 +3,11 @@
 The roofline (``simcore.costmodel``) prices what the hardware does; a stack
 adds the framework's host time and changes what a pass reads:
 
-    host      kernels * layer_host_s + call_host_s
-              + head_sync_s                       (a pass with a head)
+    dispatch  kernels * layer_host_s + call_host_s
               + n_layers * experts_run * expert_host_s   (a mixture of experts)
+    sync      head_sync_s                         (a pass with a head)
+    pass      device + dispatch + sync            (host_device_exponent None)
+              (dispatch^p + device^p)^(1/p) + sync  (p: asynchronous launches)
     context   flops_ctx, bytes_ctx * attention_context_factor
     experts   grouped: the distinct experts the rows touch (the model's own
               expectation); dense: every expert, every pass
@@ -29,14 +31,23 @@ def experts_run(stack: Stack, spec: ModelSpec, rows: int) -> float:
 
 
 def host_s(stack: Stack, spec: ModelSpec, n_layers: int, kernels: int, rows: int,
-           head: str | None) -> float:
-    """Host seconds the stack adds to one Forward (module docstring)."""
-    seconds = kernels * stack.layer_host_s + stack.call_host_s
-    if head is not None:
-        seconds += stack.head_sync_s
+           head: str | None) -> tuple[float, float]:
+    """(dispatch_s, sync_s): the host seconds the stack adds to one Forward
+    (module docstring)."""
+    dispatch = kernels * stack.layer_host_s + stack.call_host_s
     if spec.is_moe and stack.expert_host_s:
-        seconds += n_layers * experts_run(stack, spec, rows) * stack.expert_host_s
-    return seconds
+        dispatch += n_layers * experts_run(stack, spec, rows) * stack.expert_host_s
+    return dispatch, stack.head_sync_s if head is not None else 0.0
+
+
+def overlapped(dispatch_s: float, device_s: float, exponent: float) -> float:
+    """The host's dispatch and the device's time of a pass whose launches are
+    asynchronous: (d^p + D^p)^(1/p)."""
+    longer = max(dispatch_s, device_s)
+    if longer <= 0:
+        return 0.0
+    return longer * ((dispatch_s / longer) ** exponent
+                     + (device_s / longer) ** exponent) ** (1.0 / exponent)
 
 
 def extra_expert_bytes(stack: Stack, spec: ModelSpec, n_layers: int, rows: int) -> float:

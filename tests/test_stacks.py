@@ -146,3 +146,36 @@ def test_stack_given_twice_on_the_command_line_is_refused(capsys):
     code = main(["simulate", "--platform", "h100-sxm-5x", "--target", "vicuna-7b",
                  "--policy", "ar", "--stack", "compiled", "--set", "stack=compiled"])
     assert code == 2 and "--stack and --set stack=" in capsys.readouterr().err
+
+
+def test_an_asynchronous_stack_overlaps_its_dispatch_with_the_device_by_its_exponent():
+    plat = platform()
+    stack = Stack.model_validate({
+        "name": "x", "layer_host_s": 1e-3, "head_sync_s": 2e-4, "host_device_exponent": 2.0,
+        "sources": {k: "t" for k in ("layer_host_s", "head_sync_s", "host_device_exponent")}})
+    bare = RooflineCost(plat).forward(MODEL, "a", (0, 4), 1, 1, 10, "lm", None)
+    eager = RooflineCost(plat, stack).forward(MODEL, "a", (0, 4), 1, 1, 10, "lm", None)
+    dispatch = 5 * 1e-3  # four layers and the head
+    assert eager.busy_s == pytest.approx((dispatch ** 2 + bare.busy_s ** 2) ** 0.5 + 2e-4,
+                                         rel=1e-12)
+
+
+def test_a_sweep_over_stacks_prices_each_point_under_its_own():
+    from analyses.compare.sweep import parse_sweep
+    from analyses.run.api import run_schedule
+
+    key, values = parse_sweep("stack=compiled,hf-eager,llama.cpp")
+    assert (key, values) == ("stack", ["compiled", "hf-eager", "llama.cpp"])
+    times = [run_schedule(_config(stack=v), prefill=False).time_s for v in values]
+    assert times[0] < times[1] and times[0] < times[2]
+
+
+def test_a_dense_moe_stack_reads_every_expert_and_a_grouped_one_only_those_touched():
+    spec = load_model("qwen3-30b-a3b")
+    plat = load_platform("h100-sxm-5x")
+    dense = Stack.model_validate({"name": "x", "moe_mode": "dense"})
+    one = RooflineCost(plat).terms(spec, "gpu0", (0, 1), 1, 1, None, None)
+    every = RooflineCost(plat, dense).terms(spec, "gpu0", (0, 1), 1, 1, None, None)
+    extra = (spec.n_experts - spec.expected_experts(1)) * spec.expert_params
+    assert every.bytes0 - one.bytes0 == pytest.approx(extra * spec.weight_elem_bytes,
+                                                      rel=1e-12)

@@ -41,6 +41,8 @@ def stack_line(stack) -> str:
         ("layer_host_s", "layer"), ("call_host_s", "call"), ("head_sync_s", "head sync"),
         ("verify_host_s", "verify"), ("expert_host_s", "expert"))
         if getattr(stack, field)]
+    if stack.host_device_exponent is not None:
+        parts.append(f"host/device overlap p={stack.host_device_exponent:g}")
     if stack.attention_context_factor != 1.0:
         parts.append(f"attention x{stack.attention_context_factor:g}")
     if stack.moe_mode != "grouped":

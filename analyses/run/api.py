@@ -17,7 +17,7 @@ from pathlib import Path
 
 from analyses.run.config import RunConfig, SimConfig  # noqa: F401 (SimConfig: the API's old name)
 from analyses.run.memory import Run, check_fit, uses_draft  # noqa: F401  (check_fit: API)
-from hwprofiles import ModelSpec, Platform, load_model, load_platform, load_stack
+from hwprofiles import ModelSpec, Platform, Stack, load_model, load_platform, load_stack
 from hwprofiles.placement import check_overrides, resolve
 from policies import PolicyContext, build, build_prefill, entry, outcome_models
 from policies.runs.metrics import add_speedup, baseline_of, run_metrics
@@ -124,7 +124,8 @@ def check_schedule(policy: str, ctx: PolicyContext, params) -> None:
 def run_schedule(config: RunConfig, *, record_spans: bool = True,
                  outcomes_factory=Outcomes, rewrite=None,
                  prefill: bool = True,
-                 platform: Platform | None = None, checks=()) -> SimResult:
+                 platform: Platform | None = None, checks=(),
+                 stack: Stack | None = None) -> SimResult:
     """Simulate one configuration and return the engine's raw result.
 
     ``outcomes_factory(acceptance_model, seed=, deterministic=, models=)`` builds
@@ -140,7 +141,8 @@ def run_schedule(config: RunConfig, *, record_spans: bool = True,
     it, so every decode metric is the same with or without the prefill.
 
     ``platform``, when given, is simulated instead of loading ``config.platform``
-    (a calibration tries candidate profiles in memory). ``checks``: functions of
+    (a calibration tries candidate profiles in memory); ``stack``, likewise,
+    instead of loading ``config.stack`` (a stack's fit). ``checks``: functions of
     the config run after the schedule's own parameter checks and before the
     memory check (``simulate`` refuses there what the run would ignore)."""
     platform = platform if platform is not None else load_platform(config.platform)
@@ -174,7 +176,7 @@ def run_schedule(config: RunConfig, *, record_spans: bool = True,
     outcomes = outcomes_factory(acc, seed=config.seed, deterministic=config.deterministic,
                                 models=outcome_models(config.policy, ctx, params))
 
-    cost = RooflineCost(platform, load_stack(config.stack))
+    cost = RooflineCost(platform, stack if stack is not None else load_stack(config.stack))
 
     def simulator():  # a fresh engine; the prologue asks the outcome source nothing
         return Simulator(platform, models, outcomes, placement=config.placement,
