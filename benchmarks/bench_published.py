@@ -3,17 +3,17 @@
 Every row of the shipped published set (every file of hwprofiles/data/published)
 is simulated deterministically on its shipped platform with the row's models,
 schedule, settings and stack; its error is simulated / published - 1 of the
-number its source printed (decode tokens/s, or the speedup over the same
-stack's AR). A source is *fitted* when a shipped platform names one of its rows
-in its field sources or a shipped stack lists it in ``fitted_on``; every other
-source is *held out*, and only held-out sources judge the profiles
+number its source printed (decode tokens/s or ms per token, or the speedup over
+the same stack's AR). A source is *fitted* when a shipped platform names one of
+its rows in its field sources or a shipped stack lists it in ``fitted_on``;
+every other source is *held out*, and only held-out sources judge the profiles
 (analyses.calibrate.heldout). Printed: a table per source, a table per source
 and regime (stack x device class x AR/speculative) with median and worst
-|error| of tokens/s and of speedups, the summary over held-out sources (median
-and worst |error|, share of tokens/s rows within 25% and of speedups within
-15%, ranking flips among held-out rows sharing a ``ranking`` key), and with
-``--rows`` every row. A row's unknowns (``{fit: KEY}``) are fitted on its
-platform's fitted rows with the shipped profile as it is.
+|error| of absolute speeds and of speedups, the summary over held-out sources
+(median and worst |error|, share of absolute-speed rows within 25% and of
+speedups within 15%, ranking flips among held-out rows sharing a ``ranking``
+key), and with ``--rows`` every row. A row's unknowns (``{fit: KEY}``) are
+fitted on its platform's fitted rows with the shipped profile as it is.
 
     python benchmarks/bench_published.py [--markdown] [--rows] [--folder DIR]
 """
@@ -66,7 +66,10 @@ def _pct(value) -> str:
 
 
 def _errs(rows, errors, measure) -> tuple[str, str, int]:
-    vals = [abs(errors[r.id]) for r in rows if r.measure == measure]
+    """Median and worst |error| (and how many rows) of the absolute-speed rows
+    (``measure`` 'tokens/s': tokens/s and ms/token) or of the speedups."""
+    vals = [abs(errors[r.id]) for r in rows
+            if (r.measure == "speedup") == (measure == "speedup")]
     if not vals:
         return "-", "-", 0
     return f"{statistics.median(vals):.1%}", f"{max(vals):.1%}", len(vals)
@@ -111,7 +114,7 @@ def summary_lines(rows, fitted, simulated) -> list[str]:
     return [f"held-out sources: {', '.join(names) or 'none'} ({s.rows} rows)",
             f"held-out median |error|: {_pct(s.median_abs)}; worst: {_pct(s.worst_abs)}"
             f" ({s.worst_row or '-'})",
-            f"held-out tokens/s rows within {heldout.TOKENS_GOAL:.0%}: "
+            f"held-out absolute-speed rows (tokens/s, ms/token) within {heldout.TOKENS_GOAL:.0%}: "
             + s.share(s.tokens_within, s.tokens_rows),
             f"held-out speedup rows within {heldout.SPEEDUP_GOAL:.0%}: "
             + s.share(s.speedup_within, s.speedup_rows),
@@ -135,10 +138,10 @@ def report(markdown: bool, show_rows: bool, folder=None) -> list[str]:
     simulated, unpriced = simulate(rows)
     errors = heldout.errors_of(rows, simulated)
     out = _table(["source", "fitted?", "stack", "device class", "rows",
-                  "tokens/s median / worst |error| (n)", "speedup median / worst (n)"],
+                  "speed error: median / worst (rows)", "speedup error: median / worst (rows)"],
                  source_lines(rows, sources, fitted, errors), markdown) + [""]
     out += _table(["source", "fitted?", "stack", "device class", "kind", "rows",
-                   "tok/s median", "tok/s worst", "speedup median", "speedup worst"],
+                   "speed median", "speed worst", "speedup median", "speedup worst"],
                   regime_lines(rows, fitted, errors), markdown) + [""]
     out += [("- " if markdown else "") + line for line in summary_lines(rows, fitted, simulated)]
     mismatched = [sid for sid, src in sources.items()

@@ -10,6 +10,7 @@ import yaml
 
 from analyses.calibrate import heldout, publishedcal
 from analyses.calibrate.accepted import match_alpha, tokens_per_step
+from analyses.calibrate.draftstep import simulate_row_full
 from analyses.calibrate.published import (Measurement, load_published, shipped_file,
                                           shipped_folder, sources_of)
 from analyses.calibrate.sources import runnable
@@ -86,7 +87,8 @@ def test_a_row_url_must_name_one_of_the_files_sources(tmp_path):
 
 
 @pytest.mark.parametrize("extra, message", [
-    ({"speedup": 1.5}, "exactly one of tokens_per_s and speedup"),
+    ({"speedup": 1.5}, "exactly one of tokens_per_s, speedup and time_per_token_ms"),
+    ({"time_per_token_ms": 20.0}, "exactly one of tokens_per_s, speedup"),
     ({"tokens_per_s": None, "speedup": 1.5}, "an ar row has no speedup"),
     ({"tokens_per_s": None, "speedup": 1.5, "policy": "sd", "draft": "llama-3.2-1b"},
      "needs the acceptance"),
@@ -109,7 +111,10 @@ def test_held_out_sources_are_never_fitted(monkeypatch, tmp_path):
     monkeypatch.setattr(publishedcal, "fit_rows", spy)
     folder = tmp_path / "published"
     shutil.copytree(shipped_folder(), folder)
-    summary = publishedcal.calibrate_published(folder, "a100-sxm-8x", tmp_path / "c.yaml")
+    # the Orin has a fitted source (embedl) and held-out ones (TinyChat, HoloHub)
+    summary = publishedcal.calibrate_published(folder, "jetson-agx-orin-64gb",
+                                               tmp_path / "c.yaml",
+                                               fields=("memory_bandwidth_gb_s",))
     rows = {r.id: r for r in load_published(folder)}
     roles = {sid: s.role for sid, s in sources_of(folder).items()}
     assert fitted_ids and all(roles[rows[i].source_id] == "fit" for i in fitted_ids)
@@ -164,3 +169,13 @@ def test_summary_arithmetic_on_a_fixture():
     assert s.flips == [("a", "b")]  # published a > b, simulated a < b
     assert s.share(1, 3) == "1/3 (33%)" and s.share(0, 0) == "n/a"
     assert heldout.regime_of(rows[3]) == ("compiled", "unknown", "speculative")
+
+
+def test_a_row_printing_ms_per_token_is_compared_in_ms():
+    row = next(r for r in load_published(shipped_folder())
+               if r.id == "tinychat-orin-llama2-7b-fp16")
+    platform = load_platform(row.platform)
+    as_rate = row.model_copy(update={"time_per_token_ms": None, "tokens_per_s": 10.0})
+    ms = simulate_row_full(row, platform)[0]
+    rate = simulate_row_full(as_rate, platform)[0]
+    assert row.measure == "ms/token" and ms == pytest.approx(1e3 / rate, rel=1e-12)

@@ -22,8 +22,8 @@ def draft_devices(row, platform: Platform) -> tuple[str, ...]:
 
 
 def simulate_row_full(row, platform: Platform, values=None) -> tuple[float, float | None]:
-    """The simulated counterpart of a row's printed number (tokens/s, or the
-    speedup over the row's AR baseline on the same platform) and, where it has
+    """The simulated counterpart of a row's printed number (tokens/s, ms per
+    token, or the speedup over the row's AR baseline on the same platform) and, where it has
     ``draft_step_s``, the simulated draft time per round (seconds); None where
     it has none. A row that prints its mean accepted tokens is simulated at the
     acceptance that matches them (analyses.calibrate.accepted)."""
@@ -37,6 +37,8 @@ def simulate_row_full(row, platform: Platform, values=None) -> tuple[float, floa
                             platform)
     result = run_schedule(config, record_spans=wants_step, platform=platform)
     value = result.tokens / result.time_s
+    if getattr(row, "time_per_token_ms", None) is not None:  # one sequence's ms per token
+        value = 1e3 * config.batch / value
     if getattr(row, "speedup", None) is not None:
         base = run_schedule(baseline_config(config), record_spans=False, platform=platform)
         value /= base.tokens / base.time_s

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-TOKENS_GOAL = 0.25  # |error| of absolute tokens/s counted as "within"
+TOKENS_GOAL = 0.25  # |error| of an absolute speed (tokens/s, ms/token) counted as "within"
 SPEEDUP_GOAL = 0.15  # |error| of a speedup counted as "within"
 
 
@@ -40,19 +40,24 @@ def platform_source_texts(platforms) -> list[str]:
 
 def fitted_sources(rows, sources: dict, platform_texts: list[str],
                    stack_fits: dict[str, tuple[str, ...]]) -> dict[str, str]:
-    """Source id -> what was fitted on it (a platform or a stack), for each source
-    something shipped was calibrated on."""
-    fitted: dict[str, str] = {}
+    """Source id -> what was fitted on it (platforms and stacks, comma-separated),
+    for each source something shipped was calibrated on."""
+    fitted: dict[str, list[str]] = {}
+
+    def mark(sid: str, what: str) -> None:
+        if what not in fitted.setdefault(sid, []):
+            fitted[sid].append(what)
+
     for row in rows:
         if any(row.id in text for text in platform_texts):
-            fitted.setdefault(row.source_id, f"platform {row.platform}")
+            mark(row.source_id, f"platform {row.platform}")
     for stack, names in stack_fits.items():
         for row in rows:
             src = sources.get(row.source_id)
-            keys = {row.id, row.source_id} | ({src.url} if src else set())
+            keys = {row.id, row.source_id} | ({src.url, *src.aliases} if src else set())
             if keys & set(names):
-                fitted.setdefault(row.source_id, f"stack {stack}")
-    return fitted
+                mark(row.source_id, f"stack {stack}")
+    return {sid: ", ".join(whats) for sid, whats in fitted.items()}
 
 
 @dataclass
@@ -92,7 +97,7 @@ def summarise(rows, simulated: dict[str, float]) -> Summary:
     """Median and worst |error|, shares within the goals, ranking flips of ``rows``."""
     errs = errors_of(rows, simulated)
     absolute = {k: abs(v) for k, v in errs.items()}
-    tokens = [r for r in rows if r.measure == "tokens/s"]
+    tokens = [r for r in rows if r.measure != "speedup"]  # absolute: tokens/s, ms/token
     speedups = [r for r in rows if r.measure == "speedup"]
     worst = max(absolute, key=absolute.get) if absolute else None
     return Summary(

@@ -78,6 +78,7 @@ class Measurement(StrictModel):
     # what was measured: decode tokens/s, or the speedup over the same stack's AR
     tokens_per_s: float | None = Field(None, gt=0, le=1e9)
     speedup: float | None = Field(None, gt=0, le=1e3)
+    time_per_token_ms: float | None = Field(None, gt=0, le=1e7)  # decode latency per token
     # tokens committed per target step as printed; the acceptance is matched to it
     mean_accepted_tokens: float | None = Field(None, ge=1, le=100)
     # the draft's time per round measured by the same run (analyses.calibrate.draftstep), s
@@ -93,9 +94,10 @@ class Measurement(StrictModel):
 
     @model_validator(mode="after")
     def _acceptance_for_speculation(self):
-        if (self.tokens_per_s is None) == (self.speedup is None):
-            raise ValueError(f"row {self.id} needs exactly one of tokens_per_s and speedup "
-                             "(what its source printed); give one of them")
+        printed = [self.tokens_per_s, self.speedup, self.time_per_token_ms]
+        if sum(v is not None for v in printed) != 1:
+            raise ValueError(f"row {self.id} needs exactly one of tokens_per_s, speedup and "
+                             "time_per_token_ms (what its source printed); give one of them")
         if self.policy == "ar" and (self.speedup is not None
                                     or self.mean_accepted_tokens is not None):
             raise ValueError(f"row {self.id}: an ar row has no speedup or mean accepted "
@@ -123,12 +125,15 @@ class Measurement(StrictModel):
 
     @property
     def published(self) -> float:
-        """The printed number: tokens/s, or the speedup over AR."""
-        return self.tokens_per_s if self.speedup is None else self.speedup
+        """The printed number: tokens/s, the speedup over AR, or ms per token."""
+        return next(v for v in (self.tokens_per_s, self.speedup, self.time_per_token_ms)
+                    if v is not None)
 
     @property
     def measure(self) -> str:
-        return "tokens/s" if self.speedup is None else "speedup"
+        if self.speedup is not None:
+            return "speedup"
+        return "tokens/s" if self.tokens_per_s is not None else "ms/token"
 
     @property
     def unknowns(self) -> list[Unknown]:

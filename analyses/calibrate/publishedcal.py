@@ -117,8 +117,8 @@ def calibrate_published(path, profile: str, output, *, fields=DEFAULT_FIELDS,
 
     platform = load_platform(profile)
     rows = of_stack(rows_for(load_published(path), platform.name), stack)
-    # a unit mistake is one of tokens/s (a speedup has no unit to get wrong)
-    check_published_units(path, platform, [r for r in rows if r.speedup is None])
+    # the unit check reads tokens/s (a speedup has no unit; ms/token its own)
+    check_published_units(path, platform, [r for r in rows if r.tokens_per_s is not None])
     fitting = [r for r in rows if r.split == "fit"]
     result = fit_rows(platform, fitting, fields, steps=steps)
     table = evaluate(result.platform, platform, rows, result.values,

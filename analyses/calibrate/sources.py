@@ -47,6 +47,8 @@ class Source(StrictModel):
     hardware: str = Field(min_length=1)
     measures: str = Field(min_length=1)
     role: Literal["fit", "held_out"]
+    # other names of this source (a stack's fitted_on may name it by one of them)
+    aliases: tuple[str, ...] = ()
     notes: str = ""
 
 
