@@ -81,15 +81,13 @@ class Stack(Sourced):
     expert_host_s: float = Field(default=0.0, ge=0, le=MAX_HOST_S)
     devices_overlap: bool = True
     fitted_on: tuple[str, ...] = ()
-    held_out: tuple[str, ...] = ()
 
     @property
     def adds_nothing(self) -> bool:
         """True when every cost is at its default (the compiled stack)."""
         return all(getattr(self, name) == field.default
                    for name, field in type(self).model_fields.items()
-                   if name not in ("name", "description", "sources", "fitted_on",
-                                   "held_out"))
+                   if name not in ("name", "description", "sources", "fitted_on"))
 
 
 COMPILED = Stack(name=DEFAULT_STACK)

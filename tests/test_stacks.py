@@ -179,3 +179,24 @@ def test_a_dense_moe_stack_reads_every_expert_and_a_grouped_one_only_those_touch
     extra = (spec.n_experts - spec.expected_experts(1)) * spec.expert_params
     assert every.bytes0 - one.bytes0 == pytest.approx(extra * spec.weight_elem_bytes,
                                                       rel=1e-12)
+
+
+def test_a_measured_run_refuses_a_stack_it_cannot_measure(capsys):
+    from analyses.cli import main
+
+    code = main(["run", "--platform", "cpu-local", "--target", "smollm2-135m", "--policy",
+                 "ar", "--set", "stack=hf-eager", "--out", "never-written"])
+    assert code == 2 and "hetspec simulate --stack" in capsys.readouterr().err
+
+
+def test_calibrate_published_stack_picks_the_rows_of_that_stack():
+    from analyses.calibrate.published import Measurement
+    from analyses.calibrate.publishedcal import of_stack
+
+    base = dict(platform="h100-sxm-5x", hardware="H100", target="vicuna-7b",
+                tokens_per_s=30.0, split="fit", source="s")
+    rows = [Measurement(id="a", **base), Measurement(id="b", stack="hf-eager", **base)]
+    assert [r.id for r in of_stack(rows, "hf-eager")] == ["b"]
+    assert of_stack(rows, None) == rows
+    with pytest.raises(ValueError, match="names stack 'llama.cpp'.*compiled, hf-eager"):
+        of_stack(rows, "llama.cpp")

@@ -116,7 +116,7 @@ def settings_help(width: int = 88, *, measured: bool = False) -> str:
 
         out.append("run options (a measured run's acceptance is the models' own):")
         out += [wrap(f"{RUN_EXAMPLES[k]}: {t}", "    ") for k, t in RUN_KEYS.items()
-                if k not in SIMULATED_ONLY]
+                if k not in SIMULATED_ONLY and k != "stack"]
         return "\n".join(out)
     out.append("acceptance model (one kind per run; default alpha=0.8, i.i.d.):")
     for key, example in (("alpha", "alpha=0.8: each draft token accepted with this "

@@ -170,6 +170,8 @@ def _compare(args) -> int:
     sections = report.build_sections(results, base, sweep_keys, replays, notes=notes)
     title = (f"hetspec: {base['target']} + {base['draft']} on {base['platform']}"
              if base["draft"] else f"hetspec: {base['target']} on {base['platform']}")
+    if base.get("stack"):
+        title += f" under stack {base['stack']}"
     text = report.render_html(title, report.scenario_intro(results, base, sets), sections)
     path = report.write_report(args.output, text)
     summary = _summary(results, path)

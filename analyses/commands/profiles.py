@@ -63,9 +63,9 @@ def _list(args) -> int:
 
 def _show(args) -> int:
     if args.name in list_names("stacks"):
-        obj = load_stack(args.name)
-        print(yaml.safe_dump(obj.model_dump(mode="json", exclude_unset=not args.full),
-                             sort_keys=False), end="")
+        data = load_stack(args.name).model_dump(mode="json", exclude_unset=not args.full)
+        data["sources"] = data.pop("sources", {})  # after the numbers they source
+        print(yaml.safe_dump(data, sort_keys=False), end="")
         return 0
     try:
         obj = load_platform(args.name)

@@ -10,6 +10,7 @@ from pathlib import Path
 from analyses.commands._common import (add_run_arguments, config_from_args, paragraph,
                                        settings_help)
 from analyses.measured.evidence import SIMULATED_ONLY  # what a run cannot measure
+from hwprofiles import DEFAULT_STACK
 from analyses.run.budget import RUN_TOKENS_BUDGET, allow_large_argument
 from analyses.run.config import MAX_TOKENS, parse_placement
 
@@ -106,6 +107,10 @@ def split_placement(text: str | None) -> tuple[str, dict[str, str]]:
 
 
 def _measurable(config) -> None:
+    if config.stack != DEFAULT_STACK:
+        raise ValueError(f"--set stack={config.stack} prices a simulation under a software "
+                         "stack; hetspec run measures the executor's own, so drop it, or "
+                         "use hetspec simulate --stack")
     for key in SIMULATED_ONLY:
         value = getattr(config, key)
         if value not in (None, False):

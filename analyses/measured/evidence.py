@@ -51,7 +51,7 @@ HOST_TRACKS = ("host", "storage")
 # own precision and sharding, and prefills the prompt in one pass; a measured run
 # recording them would claim what it did not measure ('hetspec run' refuses them,
 # and a record holding one is refused).
-SIMULATED_ONLY = ("weight_bits", "kv_bits", "prefill_chunk", "expert_parallel", "stack")
+SIMULATED_ONLY = ("weight_bits", "kv_bits", "prefill_chunk", "expert_parallel")
 PLATFORM_FILE = "platform.yaml"  # what hetspec run writes beside a record run on a file
 
 
