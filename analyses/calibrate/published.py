@@ -33,8 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 from scipy.optimize import least_squares
 
 from analyses.run.config import RunConfig
