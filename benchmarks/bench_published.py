@@ -1,80 +1,172 @@
-"""Simulated against published tokens/s for every shipped platform.
+"""Simulated against published numbers, by source and regime: the held-out error.
 
-Every row of the shipped published-measurements file
-(hwprofiles/data/published/measurements.yaml) is simulated deterministically on
-its shipped platform profile with the row's models, schedule and settings; the
-table gives published and simulated tokens/s and the error, marks the rows the
-profile was not fitted on (held out), and lists, per platform, the largest
-held-out error and any pair of rows whose simulated order contradicts the
-published one. Platforms without rows are listed as such. A row's unknowns
-(``{fit: KEY}``: an acceptance or SSD's exponent r its source does not print)
-are fitted on the platform's fitted rows with the shipped profile as it is, and
-listed; the held-out rows then judge them with the profile. Rows that give the
-draft's measured time per round (``draft_step_s``) list it beside the simulated
-one (the draft devices' busy time per round, analyses.calibrate.draftstep).
+Every row of the shipped published set (every file of hwprofiles/data/published)
+is simulated deterministically on its shipped platform with the row's models,
+schedule, settings and stack; its error is simulated / published - 1 of the
+number its source printed (decode tokens/s or ms per token, or the speedup over
+the same stack's AR). A source is *fitted* when a shipped platform names one of
+its rows in its field sources or a shipped stack lists it in ``fitted_on``;
+every other source is *held out*, and only held-out sources judge the profiles
+(analyses.calibrate.heldout). Printed: a table per source, a table per source
+and regime (stack x device class x AR/speculative) with median and worst
+|error| of absolute speeds and of speedups, the summary over held-out sources
+(median and worst |error|, share of absolute-speed rows within 25% and of
+speedups within 15%, ranking flips among held-out rows sharing a ``ranking``
+key), and with ``--rows`` every row. A row's unknowns (``{fit: KEY}``) are
+fitted on its platform's fitted rows with the shipped profile as it is.
 
-    python benchmarks/bench_published.py [--markdown]
+    python benchmarks/bench_published.py [--markdown] [--rows] [--folder DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 
+from analyses.calibrate import heldout
 from analyses.calibrate.draftstep import simulate_row_full
-from analyses.calibrate.published import fit_unknowns, load_published, ranking_flips, shipped_file
+from analyses.calibrate.published import (fit_unknowns, load_published, shipped_folder,
+                                          sources_of)
+from analyses.calibrate.sources import runnable
 from hwprofiles import load_platform
-from hwprofiles.loader import list_names
 
 
-def table(markdown: bool) -> list[str]:
-    rows = load_published(shipped_file())
-    out = []
-    if markdown:
-        out += ["| platform | row | split | published tok/s | simulated tok/s | error |",
-                "|---|---|---|---:|---:|---:|"]
-    else:
-        out.append(f"{'platform':22s} {'row':34s} {'split':9s} {'published':>9s} "
-                   f"{'simulated':>9s} {'error':>7s}")
-    summary = []
-    for name in list_names("platforms"):
-        mine = [r for r in rows if r.platform == name]
-        if not mine:
-            summary.append(f"{name}: no published rows")
-            continue
+def stack_fits() -> dict[str, tuple[str, ...]]:
+    """Stack name -> its fitted_on list, where shipped stacks exist."""
+    import hwprofiles
+    from hwprofiles.loader import list_names
+
+    load_stack = getattr(hwprofiles, "load_stack", None)
+    if load_stack is None:
+        return {}
+    try:
+        names = list_names("stacks")
+    except (OSError, KeyError, ValueError):
+        return {}
+    return {n: tuple(getattr(load_stack(n), "fitted_on", ()) or ()) for n in names}
+
+
+def simulate(rows) -> tuple[dict[str, float], dict[str, list[str]]]:
+    """Every row's simulated number, and (stack -> row ids) for the rows whose
+    stack is not shipped, priced under the default stack."""
+    simulated, unpriced = {}, {}
+    for name in sorted({r.platform for r in rows}):
         platform = load_platform(name)
+        mine = [r for r in rows if r.platform == name]
         values = fit_unknowns(platform, mine)
-        full = {r.id: simulate_row_full(r, platform, values) for r in mine}
-        simulated = {key: tps for key, (tps, _) in full.items()}
-        held = []
         for r in mine:
-            err = simulated[r.id] / r.tokens_per_s - 1
-            split = "held out" if r.split == "held_out" else "fit"
-            if r.split == "held_out":
-                held.append(abs(err))
-            if markdown:
-                out.append(f"| {name} | {r.id} | {split} | {r.tokens_per_s:.4g} | "
-                           f"{simulated[r.id]:.4g} | {err:+.1%} |")
-            else:
-                out.append(f"{name:22s} {r.id:34s} {split:9s} {r.tokens_per_s:9.4g} "
-                           f"{simulated[r.id]:9.4g} {err:+7.1%}")
-        flips = ranking_flips(mine, simulated)
-        worst = f"{max(held):.1%}" if held else "n/a"
-        summary.append(f"{name}: {len(mine)} rows, largest held-out |error| {worst}, "
-                       f"ranking flips: " + (", ".join(f"{a} vs {b}" for a, b in flips)
-                                             or "none"))
-        summary += [f"{name}: fitted {key} = {value:.4g}" for key, value in values.items()]
-        summary += [f"{name}: draft step of {r.id} ({r.split} row; compared, not fitted"
-                    f"): published {r.draft_step_s * 1e3:.4g} ms, simulated "
-                    f"{full[r.id][1] * 1e3:.4g} ms ({full[r.id][1] / r.draft_step_s - 1:+.1%})"
-                    for r in mine if r.draft_step_s is not None]
-    return out + [""] + summary
+            simulated[r.id] = simulate_row_full(r, platform, values)[0]
+            if runnable(r)[1]:  # priced under the default stack
+                unpriced.setdefault(r.stack, []).append(r.id)
+    return simulated, unpriced
+
+
+def _pct(value) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def _errs(rows, errors, measure) -> tuple[str, str, int]:
+    """Median and worst |error| (and how many rows) of the absolute-speed rows
+    (``measure`` 'tokens/s': tokens/s and ms/token) or of the speedups."""
+    vals = [abs(errors[r.id]) for r in rows
+            if (r.measure == "speedup") == (measure == "speedup")]
+    if not vals:
+        return "-", "-", 0
+    return f"{statistics.median(vals):.1%}", f"{max(vals):.1%}", len(vals)
+
+
+def _table(header: list[str], lines: list[list[str]], markdown: bool) -> list[str]:
+    if markdown:
+        return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+                + ["| " + " | ".join(cells) + " |" for cells in lines])
+    widths = [max(len(c) for c in col) for col in zip(header, *lines)]
+    return ["  ".join(c.ljust(w) for c, w in zip(cells, widths)) for cells in [header] + lines]
+
+
+def source_lines(rows, sources, fitted, errors) -> list[list[str]]:
+    out = []
+    for sid, mine in heldout.by_key(rows, lambda r: r.source_id).items():
+        src = sources.get(sid)
+        tok = _errs(mine, errors, "tokens/s")
+        spd = _errs(mine, errors, "speedup")
+        out.append([sid, f"fitted ({fitted[sid]})" if sid in fitted else "held out",
+                    src.stack if src else "-", src.device_class if src else "-",
+                    str(len(mine)), f"{tok[0]} / {tok[1]} ({tok[2]})",
+                    f"{spd[0]} / {spd[1]} ({spd[2]})"])
+    return out
+
+
+def regime_lines(rows, fitted, errors) -> list[list[str]]:
+    out = []
+    groups = heldout.by_key(rows, lambda r: (r.source_id,) + heldout.regime_of(r))
+    for (sid, stack, dclass, kind), mine in sorted(groups.items()):
+        tok = _errs(mine, errors, "tokens/s")
+        spd = _errs(mine, errors, "speedup")
+        out.append([sid, "fitted" if sid in fitted else "held out", stack, dclass, kind,
+                    str(len(mine)), tok[0], tok[1], spd[0], spd[1]])
+    return out
+
+
+def summary_lines(rows, fitted, simulated) -> list[str]:
+    held = [r for r in rows if r.source_id not in fitted]
+    s = heldout.summarise(held, simulated)
+    names = sorted({r.source_id for r in held})
+    return [f"held-out sources: {', '.join(names) or 'none'} ({s.rows} rows)",
+            f"held-out median |error|: {_pct(s.median_abs)}; worst: {_pct(s.worst_abs)}"
+            f" ({s.worst_row or '-'})",
+            f"held-out absolute-speed rows (tokens/s, ms/token) within {heldout.TOKENS_GOAL:.0%}: "
+            + s.share(s.tokens_within, s.tokens_rows),
+            f"held-out speedup rows within {heldout.SPEEDUP_GOAL:.0%}: "
+            + s.share(s.speedup_within, s.speedup_rows),
+            "ranking flips within held-out sources: "
+            + (", ".join(f"{a} vs {b}" for a, b in s.flips) or "none")]
+
+
+def row_lines(rows, fitted, simulated, errors) -> list[list[str]]:
+    return [[r.id, r.source_id, "fit" if r.split == "fit" else
+             ("fitted source" if r.source_id in fitted else "held out"), r.measure,
+             f"{r.published:.4g}", f"{simulated[r.id]:.4g}", f"{errors[r.id]:+.1%}"]
+            for r in rows]
+
+
+def report(markdown: bool, show_rows: bool, folder=None) -> list[str]:
+    folder = folder or shipped_folder()
+    rows = load_published(folder)
+    sources = sources_of(folder)
+    fitted = heldout.fitted_sources(rows, sources, heldout.platform_source_texts(
+        [load_platform(n) for n in sorted({r.platform for r in rows})]), stack_fits())
+    simulated, unpriced = simulate(rows)
+    errors = heldout.errors_of(rows, simulated)
+    out = _table(["source", "fitted?", "stack", "device class", "rows",
+                  "speed error: median / worst (rows)", "speedup error: median / worst (rows)"],
+                 source_lines(rows, sources, fitted, errors), markdown) + [""]
+    out += _table(["source", "fitted?", "stack", "device class", "kind", "rows",
+                   "speed median", "speed worst", "speedup median", "speedup worst"],
+                  regime_lines(rows, fitted, errors), markdown) + [""]
+    out += [("- " if markdown else "") + line for line in summary_lines(rows, fitted, simulated)]
+    mismatched = [sid for sid, src in sources.items()
+                  if (src.role == "fit") != (sid in fitted)]
+    if mismatched:
+        out.append(("- " if markdown else "") + "sources whose role differs from what was "
+                   "fitted: " + ", ".join(mismatched))
+    for stack, ids in sorted(unpriced.items()):
+        out.append(("- " if markdown else "") + f"stack {stack} is not shipped: its "
+                   f"{len(ids)} rows are priced under the default stack")
+    if show_rows:
+        out += [""] + _table(["row", "source", "split", "measure", "published",
+                              "simulated", "error"],
+                             row_lines(rows, fitted, simulated, errors), markdown)
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    parser.add_argument("--markdown", action="store_true", help="print Markdown tables")
+    parser.add_argument("--rows", action="store_true", help="also print every row")
+    parser.add_argument("--folder", default=None,
+                        help="a published file or folder (default: the shipped folder)")
     args = parser.parse_args()
-    print("\n".join(table(args.markdown)))
+    print("\n".join(report(args.markdown, args.rows, args.folder)))
 
 
 if __name__ == "__main__":

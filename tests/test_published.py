@@ -245,7 +245,7 @@ def test_cli_shipped_fit_prints_table_and_is_byte_identical(tmp_path, capsys):
     assert main(["calibrate", "--published", "shipped", "--profile", "h100-sxm-5x",
                  "-o", str(b)]) == 0
     assert a.read_bytes() == b.read_bytes()
-    assert "calibrated: hetspec calibrate --published measurements.yaml on rows " \
+    assert "calibrated: hetspec calibrate --published shipped on rows " \
            "ssd-h100-llama70b-ar-tp4" in a.read_text()
 
 

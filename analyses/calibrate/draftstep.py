@@ -22,17 +22,30 @@ def draft_devices(row, platform: Platform) -> tuple[str, ...]:
 
 
 def simulate_row_full(row, platform: Platform, values=None) -> tuple[float, float | None]:
-    """Simulated tokens/s of a row and, where it has ``draft_step_s``, the
-    simulated draft time per round (seconds); None where it has none."""
-    from analyses.run.api import run_schedule
+    """The simulated counterpart of a row's printed number (tokens/s, ms per
+    token, or the speedup over the row's AR baseline on the same platform) and, where it has
+    ``draft_step_s``, the simulated draft time per round (seconds); None where
+    it has none. A row that prints its mean accepted tokens is simulated at the
+    acceptance that matches them (analyses.calibrate.accepted)."""
+    from analyses.calibrate.accepted import matched_config
+    from analyses.calibrate.sources import runnable
+    from analyses.run.api import baseline_config, run_schedule
 
+    row = runnable(row)[0]  # a stack that is not shipped is priced as the default
     wants_step = row.draft_step_s is not None
-    result = run_schedule(row.config(values), record_spans=wants_step, platform=platform)
-    tokens_per_s = result.tokens / result.time_s
+    config = matched_config(row.config(values), getattr(row, "mean_accepted_tokens", None),
+                            platform)
+    result = run_schedule(config, record_spans=wants_step, platform=platform)
+    value = result.tokens / result.time_s
+    if getattr(row, "time_per_token_ms", None) is not None:  # one sequence's ms per token
+        value = 1e3 * config.batch / value
+    if getattr(row, "speedup", None) is not None:
+        base = run_schedule(baseline_config(config), record_spans=False, platform=platform)
+        value /= base.tokens / base.time_s
     if not wants_step:
-        return tokens_per_s, None
+        return value, None
     busy: dict[str, float] = {d: 0.0 for d in draft_devices(row, platform)}
     for span in result.spans:
         if span.kind == "compute" and span.device in busy:
             busy[span.device] += span.duration_s
-    return tokens_per_s, max(busy.values()) / max(result.steps, 1)
+    return value, max(busy.values()) / max(result.steps, 1)

@@ -1,9 +1,11 @@
 """Published measurements as data, and a platform profile fitted to them.
 
-A published-measurements file (``hwprofiles/data/published/measurements.yaml``
-is the shipped one) lists decode speeds that papers and public benchmarks
-printed: the hardware, the models, the schedule and its settings, the measured
-tokens/s and where it was printed. Each row names the shipped platform that
+A published-measurements file (the shipped ones are the folder
+``hwprofiles/data/published``, one file per source: ``analyses.calibrate.sources``)
+lists decode speeds that papers and public benchmarks printed: the hardware,
+the models, the schedule, its settings and stack, the measured tokens/s (or
+the speedup over AR, with the mean accepted tokens where the source prints
+them) and where it was printed. Each row names the shipped platform that
 simulates it and whether it is fitted (``split: fit``) or held out to judge the
 fit (``split: held_out``): the split is data, written by whoever adds the row.
 
@@ -31,8 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 from scipy.optimize import least_squares
 
 from analyses.run.config import RunConfig
@@ -40,13 +41,15 @@ from analyses.calibrate.draftstep import simulate_row_full
 # the knobs' names stay importable from here (publishedcal, tests)
 from analyses.calibrate.knobs import (DEFAULT_FIELDS, FIELD_KINDS, Knob, log_bounds, knobs_of,  # noqa: F401
                             objects_of, scaled)
+from analyses.calibrate import sources
+from analyses.calibrate.sources import DeviceClass
 from analyses.calibrate.unknowns import Unknown, check_row, check_rows, row_unknowns, substitute, unknowns_of
 from hwprofiles import Platform
-from hwprofiles.inputfiles import YamlLoader, refuse_long_integers
+from hwprofiles.models import Bits
 from hwprofiles.numbers import StrictModel
 from simcore.acceptance import default as acceptance_default
 
-MAX_PUBLISHED_BYTES = 1_000_000  # a few hundred rows are ~100 KB
+from analyses.calibrate.sources import MAX_PUBLISHED_BYTES  # noqa: F401  (importable here)
 PRIOR_WEIGHT = 1e-3  # log-units residual per log-unit a knob moves from its start
 UNKNOWN_STEP = 0.01  # relative difference step of a fitted unknown's transform
 MAX_STEP_S = 10.0  # a draft round slower than this is a unit mistake (ms for s)
@@ -68,12 +71,20 @@ class Measurement(StrictModel):
     prompt_tokens: int = Field(128, ge=0)
     tokens: int = Field(128, ge=1, le=100_000)
     placement: dict[str, str] = Field(default_factory=dict)
+    weight_bits: Bits | None = None  # weights stored at this width (quantized rows)
     # the software stack the source measured with (hwprofiles/data/stacks)
     stack: str = "compiled"
-    tokens_per_s: float = Field(gt=0, le=1e9)
+    # what was measured: decode tokens/s, or the speedup over the same stack's AR
+    tokens_per_s: float | None = Field(None, gt=0, le=1e9)
+    speedup: float | None = Field(None, gt=0, le=1e3)
+    time_per_token_ms: float | None = Field(None, gt=0, le=1e7)  # decode latency per token
+    # tokens committed per target step as printed; the acceptance is matched to it
+    mean_accepted_tokens: float | None = Field(None, ge=1, le=100)
     # the draft's time per round measured by the same run (analyses.calibrate.draftstep), s
     draft_step_s: float | None = Field(None, gt=0, le=MAX_STEP_S)
     split: Literal["fit", "held_out"]
+    source_id: str = ""  # the source's id (analyses.calibrate.sources)
+    device_class: DeviceClass | None = None
     # rows measured with one setup, compared by order; a row may join several groups
     ranking: str | tuple[str, ...] | None = None
     source: str = Field(min_length=1)
@@ -82,10 +93,23 @@ class Measurement(StrictModel):
 
     @model_validator(mode="after")
     def _acceptance_for_speculation(self):
-        if self.policy != "ar" and "acceptance" not in self.model_fields_set:
+        printed = [self.tokens_per_s, self.speedup, self.time_per_token_ms]
+        if sum(v is not None for v in printed) != 1:
+            raise ValueError(f"row {self.id} needs exactly one of tokens_per_s, speedup and "
+                             "time_per_token_ms (what its source printed); give one of them")
+        if self.policy == "ar" and (self.speedup is not None
+                                    or self.mean_accepted_tokens is not None):
+            raise ValueError(f"row {self.id}: an ar row has no speedup or mean accepted "
+                             "tokens; give tokens_per_s, or name the speculative policy")
+        given = "acceptance" in self.model_fields_set
+        if self.mean_accepted_tokens is not None and given:
+            raise ValueError(f"row {self.id} gives both an acceptance and "
+                             "mean_accepted_tokens; keep the one its source printed")
+        if self.policy != "ar" and not given and self.mean_accepted_tokens is None:
             raise ValueError(f"row {self.id}: a {self.policy} row needs the acceptance "
                              "its source measured (alpha or a histogram of accepted "
-                             "lengths, or {fit: KEY} to fit it); add an acceptance mapping")
+                             "lengths, mean_accepted_tokens, or {fit: KEY} to fit it); "
+                             "add an acceptance mapping")
         check_row(self.id, self.acceptance, self.params)
         if self.draft_step_s is not None and self.draft is None:
             raise ValueError(f"row {self.id} gives draft_step_s without a draft; name the "
@@ -97,6 +121,18 @@ class Measurement(StrictModel):
         if self.ranking is None:
             return ()
         return (self.ranking,) if isinstance(self.ranking, str) else tuple(self.ranking)
+
+    @property
+    def published(self) -> float:
+        """The printed number: tokens/s, the speedup over AR, or ms per token."""
+        return next(v for v in (self.tokens_per_s, self.speedup, self.time_per_token_ms)
+                    if v is not None)
+
+    @property
+    def measure(self) -> str:
+        if self.speedup is not None:
+            return "speedup"
+        return "tokens/s" if self.tokens_per_s is not None else "ms/token"
 
     @property
     def unknowns(self) -> list[Unknown]:
@@ -113,7 +149,8 @@ class Measurement(StrictModel):
                          policy=self.policy, params=params, acceptance=acceptance,
                          tokens=self.tokens, batch=self.batch,
                          prompt_tokens=self.prompt_tokens, deterministic=True,
-                         placement=self.placement, stack=self.stack)
+                         placement=self.placement, weight_bits=self.weight_bits,
+                         stack=self.stack)
 
 
 class PublishedSet(StrictModel):
@@ -131,35 +168,26 @@ class PublishedSet(StrictModel):
 
 
 def shipped_file() -> Path:
+    """The shipped file of the rows the shipped profiles were calibrated on."""
+    return shipped_folder() / "measurements.yaml"
+
+
+def shipped_folder() -> Path:
+    """The shipped published set: every file of ``hwprofiles/data/published``."""
     from importlib import resources
 
-    return Path(str(resources.files("hwprofiles") / "data" / "published" /
-                    "measurements.yaml"))
+    return Path(str(resources.files("hwprofiles") / "data" / "published"))
 
 
 def load_published(path) -> tuple[Measurement, ...]:
-    """The rows of a published-measurements file; ValueError in one sentence."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"published measurements {path} is not a file; give the path "
-                         "of a YAML file with a 'measurements' list")
-    if path.stat().st_size > MAX_PUBLISHED_BYTES:
-        raise ValueError(f"published measurements {path} is over "
-                         f"{MAX_PUBLISHED_BYTES:,} bytes; split it or give the right file")
-    try:
-        data = refuse_long_integers(yaml.load(path.read_text(encoding="utf-8"),
-                                              Loader=YamlLoader), str(path))
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        first = str(err).splitlines()[0]
-        raise ValueError(f"published measurements {path} is not valid YAML ({first}); "
-                         "fix the syntax") from None
-    try:
-        return PublishedSet.model_validate(data).measurements
-    except ValidationError as err:
-        e = err.errors()[0]
-        where = ".".join(str(p) for p in e["loc"]) or "the file"
-        msg = e["msg"].removeprefix("Value error, ")
-        raise ValueError(f"published measurements {path}: {where}: {msg}") from None
+    """The rows of a published-measurements file, or of every file of a folder
+    (``analyses.calibrate.sources``); ValueError in one sentence."""
+    return sources.load_rows(path, PublishedSet)
+
+
+def sources_of(path) -> dict:
+    """The sources (id -> Source) a published file or folder declares."""
+    return sources.load_sources(path)
 
 
 def rows_for(rows, platform_name: str) -> list[Measurement]:
@@ -176,15 +204,16 @@ def rows_for(rows, platform_name: str) -> list[Measurement]:
 
 
 def simulate_row(row: Measurement, platform: Platform, values=None) -> float:
-    """Simulated tokens/s of one row on ``platform`` (deterministic), its fitted
-    unknowns (acceptance, SSD's r) taken from ``values`` (key -> value)."""
+    """Simulated counterpart of one row's printed number on ``platform``
+    (deterministic tokens/s, or the speedup over the row's AR baseline), its
+    fitted unknowns (acceptance, SSD's r) taken from ``values`` (key -> value)."""
     return simulate_row_full(row, platform, values)[0]
 
 
 def published_logs(rows) -> np.ndarray:
-    """What the fit matches: log tokens/s of every row, then log draft step of the
-    rows that give one."""
-    return np.log([r.tokens_per_s for r in rows]
+    """What the fit matches: log of every row's printed number (tokens/s or
+    speedup), then log draft step of the rows that give one."""
+    return np.log([r.published for r in rows]
                   + [r.draft_step_s for r in rows if r.draft_step_s is not None])
 
 
@@ -322,7 +351,7 @@ def ranking_flips(rows, simulated: dict[str, float]) -> list[tuple[str, str]]:
     simulated order differs from the published order."""
     flips = []
     for a, b in _order_pairs(rows):
-        published = a.tokens_per_s - b.tokens_per_s
+        published = a.published - b.published
         sim = simulated[a.id] - simulated[b.id]
         if published * sim < 0:
             flips.append((a.id, b.id))
@@ -336,13 +365,16 @@ def evaluate(platform: Platform, before: Platform, rows, values=None,
     and ``before_values`` before."""
     table = []
     for r in rows:
+        priced_as = sources.runnable(r)[1]
         pre = simulate_row(r, before, before_values)
         post, step = simulate_row_full(r, platform, values)
         entry = {"id": r.id, "split": r.split, "target": r.target, "policy": r.policy,
-                 "published_tokens_per_s": r.tokens_per_s,
+                 "measure": r.measure, "published_tokens_per_s": r.published,
                  "before_tokens_per_s": pre, "after_tokens_per_s": post,
-                 "error_before": pre / r.tokens_per_s - 1,
-                 "error_after": post / r.tokens_per_s - 1}
+                 "error_before": pre / r.published - 1,
+                 "error_after": post / r.published - 1}
+        if priced_as:  # its stack is not shipped: say what priced it
+            entry["priced_as_stack"] = priced_as
         if step is not None:
             entry.update({"published_draft_step_s": r.draft_step_s,
                           "after_draft_step_s": step,

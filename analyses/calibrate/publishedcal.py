@@ -47,12 +47,20 @@ def _change(before: Platform, after: Platform, knob: Knob) -> dict:
     return {n: getattr(o, knob.field) for n, o in pick.items()}
 
 
+def _named(path) -> str:
+    """How a calibration names its published rows: ``shipped`` for the shipped
+    folder, else the file's or folder's name."""
+    from analyses.calibrate.published import shipped_folder
+
+    return "shipped" if Path(path).resolve() == shipped_folder().resolve() else Path(path).name
+
+
 def _shown(value) -> str:
     return "unset" if value is None else f"{value:.4g}"
 
 
 def _header(path, original: Platform, result: PublishedFit, table, flips) -> str:
-    lines = [f"Calibrated by 'hetspec calibrate --published {Path(path).name}'",
+    lines = [f"Calibrated by 'hetspec calibrate --published {_named(path)}'",
              "fitted on rows: " + ", ".join(t["id"] for t in table if t["split"] == "fit"),
              "held-out rows: " + (", ".join(t["id"] for t in table
                                             if t["split"] == "held_out") or "none")]
@@ -109,7 +117,8 @@ def calibrate_published(path, profile: str, output, *, fields=DEFAULT_FIELDS,
 
     platform = load_platform(profile)
     rows = of_stack(rows_for(load_published(path), platform.name), stack)
-    check_published_units(path, platform, rows)
+    # the unit check reads tokens/s (a speedup has no unit; ms/token its own)
+    check_published_units(path, platform, [r for r in rows if r.tokens_per_s is not None])
     fitting = [r for r in rows if r.split == "fit"]
     result = fit_rows(platform, fitting, fields, steps=steps)
     table = evaluate(result.platform, platform, rows, result.values,
@@ -118,7 +127,7 @@ def calibrate_published(path, profile: str, output, *, fields=DEFAULT_FIELDS,
     after = {t["id"]: t["after_tokens_per_s"] for t in table}
     flips = ranking_flips(rows, after)
     held = median_abs_error(table, "held_out")
-    source = (f"calibrated: hetspec calibrate --published {Path(path).name} on rows "
+    source = (f"calibrated: hetspec calibrate --published {_named(path)} on rows "
               + ("(tokens/s and draft steps) " if steps else "")
               + f"{', '.join(r.id for r in fitting)}; held-out median |error| "
               + ("n/a" if held is None else f"{held:.1%}"))

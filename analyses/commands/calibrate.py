@@ -25,8 +25,10 @@ def register(sub) -> None:
     p.add_argument("--published", metavar="FILE",
                    help="fit to published measurements instead of measured runs: a YAML "
                         "file of rows (platform, models, schedule, settings, tokens/s, "
-                        "source, split fit/held_out); 'shipped' names the file hetspec "
-                        "ships (hwprofiles/data/published/measurements.yaml)")
+                        "source, split fit/held_out), or a folder of such files; "
+                        "'shipped' names the folder hetspec ships "
+                        "(hwprofiles/data/published: rows of held-out sources are judged, "
+                        "never fitted)")
     p.add_argument("--fit-fields", default=None, metavar="F1,F2",
                    help="with --published: profile fields to scale (default "
                         "memory_efficiency,launch_overhead_s,alpha_s; also "
@@ -132,10 +134,10 @@ def _calibrate(args) -> int:
 def _calibrate_published(args) -> int:
     from analyses.cli import emit_json
     from analyses.run.outputs import check_outputs, profile_inputs
-    from analyses.calibrate.published import DEFAULT_FIELDS, shipped_file
+    from analyses.calibrate.published import DEFAULT_FIELDS, shipped_folder
     from analyses.calibrate.publishedcal import calibrate_published
 
-    path = shipped_file() if args.published == "shipped" else args.published
+    path = shipped_folder() if args.published == "shipped" else args.published
     if args.fit_terms.strip():
         raise ValueError("--fit-terms names the optional terms of a fit to measured runs; "
                          "with --published name the fields to fit in --fit-fields instead "
@@ -201,7 +203,9 @@ def check_published_budget(path, profile: str, allow_large: bool,
                         stack)
     except (ValueError, ProfileError, OSError):
         return
-    check(published_estimate(rows), allow_large)
+    # the fit simulates its fitted rows up to PUBLISHED_SIMS_PER_ROW times; a
+    # held-out row is simulated twice (before and after), which is not priced
+    check(published_estimate([r for r in rows if r.split == "fit"]), allow_large)
 
 
 def _items(flag: str, text: str) -> tuple[str, ...]:

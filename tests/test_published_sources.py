@@ -1,0 +1,181 @@
+"""The published set by source: the folder loader, the by-source split, the
+acceptance matched to a printed mean, and the held-out summary's arithmetic."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import yaml
+
+from analyses.calibrate import heldout, publishedcal
+from analyses.calibrate.accepted import match_alpha, tokens_per_step
+from analyses.calibrate.draftstep import simulate_row_full
+from analyses.calibrate.published import (Measurement, load_published, shipped_file,
+                                          shipped_folder, sources_of)
+from analyses.calibrate.sources import runnable
+from hwprofiles import load_platform
+
+SOURCE = {"id": "src-x", "name": "a source", "url": "https://example.org/x",
+          "stack": "hf-eager", "device_class": "datacenter-gpu", "hardware": "an A100",
+          "measures": "speedups", "role": "held_out"}
+
+
+def _row(rid, **extra):
+    row = {"id": rid, "platform": "a100-sxm-8x", "hardware": "1x A100", "target": "llama-2-7b",
+           "policy": "ar", "tokens_per_s": 50.0, "source": "a table, a cell"}
+    row.update(extra)
+    return row
+
+
+def _write(folder, name, data):
+    (folder / name).write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def test_shipped_folder_loads_with_every_row_sourced():
+    rows = load_published(shipped_folder())
+    sources = sources_of(shipped_folder())
+    assert len(rows) >= 80 and len(sources) >= 6
+    assert len({r.id for r in rows}) == len(rows)
+    for r in rows:
+        assert r.url and r.source and r.source_id in sources, r.id
+        assert r.stack and r.device_class, r.id
+    assert len({r.stack for r in rows}) >= 3
+    assert len({r.device_class for r in rows}) >= 4
+    assert any(r.speedup is not None and r.mean_accepted_tokens for r in rows)
+    # the calibration file alone still loads, its rows a subset of the folder's
+    assert {r.id for r in load_published(shipped_file())} <= {r.id for r in rows}
+
+
+def test_an_id_twice_across_files_is_refused(tmp_path):
+    _write(tmp_path, "a.yaml", {"source": SOURCE, "measurements": [_row("r1")]})
+    _write(tmp_path, "b.yaml", {"source": {**SOURCE, "id": "src-y", "url": "https://e.org/y"},
+                                "measurements": [_row("r1")]})
+    with pytest.raises(ValueError, match="r1' appears twice"):
+        load_published(tmp_path)
+
+
+def test_a_source_declared_twice_must_agree(tmp_path):
+    _write(tmp_path, "a.yaml", {"source": SOURCE, "measurements": [_row("r1")]})
+    _write(tmp_path, "b.yaml", {"source": {**SOURCE, "role": "fit"},
+                                "measurements": [_row("r2")]})
+    with pytest.raises(ValueError, match="src-x is declared elsewhere"):
+        load_published(tmp_path)
+
+
+def test_a_held_out_sources_row_cannot_be_fitted(tmp_path):
+    _write(tmp_path, "a.yaml", {"source": SOURCE, "measurements": [_row("r1", split="fit")]})
+    with pytest.raises(ValueError, match="held-out source is never fitted"):
+        load_published(tmp_path)
+
+
+def test_rows_inherit_their_source(tmp_path):
+    _write(tmp_path, "a.yaml", {"source": SOURCE, "measurements": [
+        _row("r1"), _row("r2", stack="llama.cpp", device_class="apple-unified")]})
+    r1, r2 = load_published(tmp_path)
+    assert (r1.split, r1.source_id, r1.url, r1.stack, r1.device_class) == (
+        "held_out", "src-x", SOURCE["url"], "hf-eager", "datacenter-gpu")
+    assert (r2.stack, r2.device_class) == ("llama.cpp", "apple-unified")
+
+
+def test_a_row_url_must_name_one_of_the_files_sources(tmp_path):
+    other = {**SOURCE, "id": "src-y", "url": "https://e.org/y", "role": "fit"}
+    _write(tmp_path, "a.yaml", {"sources": [SOURCE, other],
+                                "measurements": [_row("r1", url="https://e.org/z")]})
+    with pytest.raises(ValueError, match="names none of the file's sources"):
+        load_published(tmp_path)
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"speedup": 1.5}, "exactly one of tokens_per_s, speedup and time_per_token_ms"),
+    ({"time_per_token_ms": 20.0}, "exactly one of tokens_per_s, speedup"),
+    ({"tokens_per_s": None, "speedup": 1.5}, "an ar row has no speedup"),
+    ({"tokens_per_s": None, "speedup": 1.5, "policy": "sd", "draft": "llama-3.2-1b"},
+     "needs the acceptance"),
+])
+def test_what_a_row_prints_is_checked(extra, message):
+    with pytest.raises(ValueError, match=message):
+        Measurement.model_validate({**_row("r1", split="held_out"), **extra})
+
+
+def test_held_out_sources_are_never_fitted(monkeypatch, tmp_path):
+    """A calibration on the shipped folder fits only rows of sources whose role is
+    fit, and judges the held-out sources' rows of its platform."""
+    fitted_ids = []
+    real = publishedcal.fit_rows
+
+    def spy(platform, rows, fields, **kw):
+        fitted_ids.extend(r.id for r in rows)
+        return real(platform, rows, fields, **kw)
+
+    monkeypatch.setattr(publishedcal, "fit_rows", spy)
+    folder = tmp_path / "published"
+    shutil.copytree(shipped_folder(), folder)
+    # the Orin has a fitted source (embedl) and held-out ones (TinyChat, HoloHub)
+    summary = publishedcal.calibrate_published(folder, "jetson-agx-orin-64gb",
+                                               tmp_path / "c.yaml",
+                                               fields=("memory_bandwidth_gb_s",))
+    rows = {r.id: r for r in load_published(folder)}
+    roles = {sid: s.role for sid, s in sources_of(folder).items()}
+    assert fitted_ids and all(roles[rows[i].source_id] == "fit" for i in fitted_ids)
+    judged = {t["id"] for t in summary["rows"]}
+    assert any(roles[rows[i].source_id] == "held_out" for i in judged)
+
+
+def test_fitted_sources_are_the_ones_shipped_profiles_name():
+    rows = load_published(shipped_folder())
+    sources = sources_of(shipped_folder())
+    texts = heldout.platform_source_texts(
+        [load_platform(n) for n in sorted({r.platform for r in rows})])
+    fitted = heldout.fitted_sources(rows, sources, texts, {})
+    assert {"gpt-fast", "ssd"} <= set(fitted)
+    assert "spec-bench" not in fitted and "executorch-llama" not in fitted
+    # a stack's fitted_on naming a source makes it fitted
+    assert "spec-bench" in heldout.fitted_sources(rows, sources, texts,
+                                                  {"hf-eager": ("spec-bench",)})
+
+
+def test_matched_acceptance_commits_the_printed_mean():
+    row = next(r for r in load_published(shipped_folder())
+               if r.id == "specbench-a100-vicuna7b-sps")
+    platform = load_platform(row.platform)
+    config = runnable(row)[0].config()  # tokens per step do not depend on the stack
+    alpha = match_alpha(config, row.mean_accepted_tokens, platform)
+    got = tokens_per_step(config.revised(acceptance={"kind": "iid", "alpha": alpha}),
+                          platform)
+    assert got == pytest.approx(row.mean_accepted_tokens, rel=0.01)
+    with pytest.raises(ValueError, match="more than sd"):
+        match_alpha(config, 7.5, platform)  # gamma 5 commits at most 6 per step
+
+
+def test_summary_arithmetic_on_a_fixture():
+    def m(rid, published, measure="tokens/s", ranking=None):
+        extra = ({"tokens_per_s": published} if measure == "tokens/s" else
+                 {"tokens_per_s": None, "speedup": published, "policy": "sd",
+                  "draft": "llama-3.2-1b", "mean_accepted_tokens": 2.0})
+        return Measurement.model_validate({**_row(rid, split="held_out"), **extra,
+                                           "ranking": ranking})
+
+    rows = [m("a", 100.0, ranking="g"), m("b", 50.0, ranking="g"), m("c", 10.0),
+            m("s1", 2.0, "speedup"), m("s2", 1.5, "speedup")]
+    simulated = {"a": 110.0, "b": 130.0, "c": 7.0, "s1": 2.2, "s2": 1.8}
+    # errors: +10%, +160%, -30%, +10%, +20%
+    s = heldout.summarise(rows, simulated)
+    assert s.rows == 5
+    assert s.median_abs == pytest.approx(0.20)
+    assert (s.worst_abs, s.worst_row) == (pytest.approx(1.6), "b")
+    assert (s.tokens_within, s.tokens_rows) == (1, 3)  # a only (c is 30% off)
+    assert (s.speedup_within, s.speedup_rows) == (1, 2)  # s1 only (s2 is 20% off)
+    assert s.flips == [("a", "b")]  # published a > b, simulated a < b
+    assert s.share(1, 3) == "1/3 (33%)" and s.share(0, 0) == "n/a"
+    assert heldout.regime_of(rows[3]) == ("compiled", "unknown", "speculative")
+
+
+def test_a_row_printing_ms_per_token_is_compared_in_ms():
+    row = next(r for r in load_published(shipped_folder())
+               if r.id == "tinychat-orin-llama2-7b-fp16")
+    platform = load_platform(row.platform)
+    as_rate = row.model_copy(update={"time_per_token_ms": None, "tokens_per_s": 10.0})
+    ms = simulate_row_full(row, platform)[0]
+    rate = simulate_row_full(as_rate, platform)[0]
+    assert row.measure == "ms/token" and ms == pytest.approx(1e3 / rate, rel=1e-12)
