@@ -154,6 +154,9 @@ class Device(Sourced):
     launch_overhead_s: float = Field(default=0.0, ge=0, le=MAX_TIME_S)
     compute_efficiency: float = Field(default=1.0, ge=MIN_EFFICIENCY, le=1)
     storage: str | None = None  # the flash tier weights stream from, if any
+    # the compute API frameworks drive the device through (cuda, metal, ...): a
+    # software stack may price its host time per backend (hwprofiles.stacks)
+    backend: str | None = Field(default=None, min_length=1)
     # Optional cost-model terms (defaults leave the roofline as it is):
     # host time per Forward call (dispatch, result handling), on top of launches;
     call_overhead_s: float = Field(default=0.0, ge=0, le=MAX_TIME_S)

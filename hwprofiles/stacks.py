@@ -49,6 +49,12 @@ Fields (``simcore.costmodel`` and ``simcore.engine`` charge them):
 - ``devices_overlap``: False when one host thread drives every device and waits
   on each (eager, one stream): passes on different devices then run one after
   another, so draft work never hides under the target's.
+- ``backends``: host terms that differ by the compute API a framework drives
+  the device through (a device's ``backend``: ``cuda``, ``metal``, ...): one
+  framework's per-layer host time on CUDA need not be its time on Metal. Each
+  entry sets some of ``layer_host_s``, ``call_host_s``, ``head_sync_s`` and
+  ``host_device_exponent`` (with their sources); a device whose backend has no
+  entry, or has none, takes the stack's own values (``Stack.on``).
 - ``fitted_on``: the published sources (file stems under
   ``hwprofiles/data/published/``, or row-id prefixes) the stack's numbers were
   fitted to; the others of the same stack are its held-out check.
@@ -66,6 +72,16 @@ MAX_HOST_S = 1.0  # no framework spends a second of host time per layer or call
 DEFAULT_STACK = "compiled"
 
 
+class BackendHost(Sourced):
+    """The host terms a stack sets apart for one backend (module docstring);
+    None keeps the stack's own value."""
+
+    layer_host_s: float | None = Field(default=None, ge=0, le=MAX_HOST_S)
+    call_host_s: float | None = Field(default=None, ge=0, le=MAX_HOST_S)
+    head_sync_s: float | None = Field(default=None, ge=0, le=MAX_HOST_S)
+    host_device_exponent: float | None = Field(default=None, ge=1.0, le=100.0)
+
+
 class Stack(Sourced):
     """A software stack's costs on top of the hardware (module docstring)."""
 
@@ -80,14 +96,25 @@ class Stack(Sourced):
     moe_mode: Literal["grouped", "dense"] = "grouped"
     expert_host_s: float = Field(default=0.0, ge=0, le=MAX_HOST_S)
     devices_overlap: bool = True
+    backends: dict[str, BackendHost] = Field(default_factory=dict)
     fitted_on: tuple[str, ...] = ()
 
     @property
     def adds_nothing(self) -> bool:
         """True when every cost is at its default (the compiled stack)."""
-        return all(getattr(self, name) == field.default
+        return all(getattr(self, name) == field.get_default(call_default_factory=True)
                    for name, field in type(self).model_fields.items()
                    if name not in ("name", "description", "sources", "fitted_on"))
+
+    def on(self, backend: str | None) -> "Stack":
+        """The stack as it runs on a device of ``backend`` (its entry in
+        ``backends`` replaces the host terms it sets; no entry: the stack itself)."""
+        entry = self.backends.get(backend) if backend is not None else None
+        if entry is None:
+            return self
+        update = {name: value for name in entry.model_fields_set - {"sources"}
+                  if (value := getattr(entry, name)) is not None}
+        return self.model_copy(update=update) if update else self
 
 
 COMPILED = Stack(name=DEFAULT_STACK)

@@ -368,7 +368,7 @@ class RooflineCost:
         rows = n_tokens * batch
         count = alltoalls = 0
         n_layers = layers[1] - layers[0]
-        stack = self.stack
+        stack = self.stack.on(device.backend)
         factor = stack.attention_context_factor
         flops_ctx, bytes_ctx = flops_ctx * factor, bytes_ctx * factor
         bytes0 += stackcost.extra_expert_bytes(stack, spec, n_layers, rows)
@@ -411,7 +411,7 @@ class RooflineCost:
         v = Values.of(device, self.platform.tier(t.tier))
         launch_s = t.kernels * v.launch_overhead_s + v.call_overhead_s
         host = ()  # a stack's host time: serial (in the launch) or overlapped
-        p = self.stack.host_device_exponent
+        p = self.stack.on(device.backend).host_device_exponent
         if p is None:
             launch_s += t.host_s + t.sync_s
         elif t.host_s or t.sync_s:

@@ -57,6 +57,38 @@ def test_host_terms_add_per_kernel_per_call_and_per_head_exactly():
         assert (b.compute_s, b.memory_s) == (a.compute_s, a.memory_s)
 
 
+def test_a_backend_entry_sets_host_terms_only_on_devices_of_that_backend():
+    stack = Stack.model_validate(dict(EAGER, backends={"metal": {
+        "layer_host_s": 1e-5, "sources": {"layer_host_s": "test fixture"}}}))
+    assert stack.on("metal").layer_host_s == 1e-5
+    assert stack.on("metal").call_host_s == 2e-3  # not in the entry: the stack's own
+    assert stack.on("cuda") is stack and stack.on(None) is stack
+    plat = platform()
+    devices = [d.model_copy(update={"backend": "metal"}) if d.name == "a" else d
+               for d in plat.devices]
+    plat = plat.model_copy(update={"devices": devices})
+    bare, cost = RooflineCost(plat), RooflineCost(plat, stack)
+    for where, layer_s in (("a", 1e-5), ("c", 4e-4)):
+        a = bare.forward(MODEL, where, (0, 4), 3, 1, 100, None, None)
+        b = cost.forward(MODEL, where, (0, 4), 3, 1, 100, None, None)
+        assert b.launch_s - a.launch_s == pytest.approx(4 * layer_s + 2e-3, rel=1e-12)
+
+
+def test_a_backend_entry_without_a_source_is_refused():
+    with pytest.raises(ValueError, match="layer_host_s.*no source"):
+        Stack.model_validate({"name": "x", "backends": {"metal": {"layer_host_s": 0.0}}})
+
+
+def test_the_shipped_llama_cpp_stack_adds_no_host_time_on_the_m2_ultras_metal_gpu():
+    plat, stack = load_platform("m2-ultra-8x"), load_stack("llama.cpp")
+    spec = load_model("llama-3-8b")
+    assert plat.device("gpu0").backend == "metal" and stack.layer_host_s > 0
+    bare, cost = RooflineCost(plat), RooflineCost(plat, stack)
+    a = bare.forward(spec, "gpu0", (0, 32), 1, 1, 0, "lm", None)
+    b = cost.forward(spec, "gpu0", (0, 32), 1, 1, 0, "lm", None)
+    assert b.launch_s == a.launch_s
+
+
 def test_attention_factor_scales_only_the_context_terms():
     plat = platform()
     factor = Stack.model_validate({"name": "x", "attention_context_factor": 3.0,
