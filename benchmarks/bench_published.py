@@ -16,6 +16,11 @@ key), and with ``--rows`` every row. A row's unknowns (``{fit: KEY}``) are
 fitted on its platform's fitted rows with the shipped profile as it is.
 
     python benchmarks/bench_published.py [--markdown] [--rows] [--folder DIR]
+        [--under-stack NAME]
+
+``--under-stack NAME`` prices every row under one stack instead of the one its
+source used: a what-if that shows how much of an error a stack's numbers carry
+(the held-out figures mean something only under each row's own stack).
 """
 
 from __future__ import annotations
@@ -129,9 +134,12 @@ def row_lines(rows, fitted, simulated, errors) -> list[list[str]]:
             for r in rows]
 
 
-def report(markdown: bool, show_rows: bool, folder=None) -> list[str]:
+def report(markdown: bool, show_rows: bool, folder=None,
+           under_stack: str | None = None) -> list[str]:
     folder = folder or shipped_folder()
     rows = load_published(folder)
+    if under_stack is not None:
+        rows = tuple(r.model_copy(update={"stack": under_stack}) for r in rows)
     sources = sources_of(folder)
     fitted = heldout.fitted_sources(rows, sources, heldout.platform_source_texts(
         [load_platform(n) for n in sorted({r.platform for r in rows})]), stack_fits())
@@ -152,6 +160,9 @@ def report(markdown: bool, show_rows: bool, folder=None) -> list[str]:
     for stack, ids in sorted(unpriced.items()):
         out.append(("- " if markdown else "") + f"stack {stack} is not shipped: its "
                    f"{len(ids)} rows are priced under the default stack")
+    if under_stack is not None:
+        out.append(("- " if markdown else "") + f"what-if: every row priced under stack "
+                   f"{under_stack} (the stack column names the source's own)")
     if show_rows:
         out += [""] + _table(["row", "source", "split", "measure", "published",
                               "simulated", "error"],
@@ -165,8 +176,19 @@ def main() -> None:
     parser.add_argument("--rows", action="store_true", help="also print every row")
     parser.add_argument("--folder", default=None,
                         help="a published file or folder (default: the shipped folder)")
+    parser.add_argument("--under-stack", metavar="NAME", default=None,
+                        help="price every row under this stack (a shipped name or a "
+                             "stack YAML) instead of the one its source used; default: "
+                             "each row's own. A what-if: it shows how much of a source's "
+                             "error the stack carries, and is never the held-out figure")
     args = parser.parse_args()
-    print("\n".join(report(args.markdown, args.rows, args.folder)))
+    if args.under_stack is not None:
+        from hwprofiles import load_stack
+        try:
+            load_stack(args.under_stack)
+        except (ValueError, OSError) as err:
+            parser.error(f"--under-stack: {str(err).splitlines()[0]}")
+    print("\n".join(report(args.markdown, args.rows, args.folder, args.under_stack)))
 
 
 if __name__ == "__main__":

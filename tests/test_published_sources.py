@@ -179,3 +179,37 @@ def test_a_row_printing_ms_per_token_is_compared_in_ms():
     ms = simulate_row_full(row, platform)[0]
     rate = simulate_row_full(as_rate, platform)[0]
     assert row.measure == "ms/token" and ms == pytest.approx(1e3 / rate, rel=1e-12)
+
+
+def test_the_held_out_sources_include_a_speculative_one_with_its_printed_tau():
+    """The shipped set holds a held-out source of speculative speedups (EAGLE-3's
+    EAGLE-2 rows): nothing shipped is fitted on it, and each row gives the tau it
+    printed, so the summary counts speedups, not only absolute speeds."""
+    from hwprofiles import list_names, load_stack
+    rows = load_published(shipped_folder())
+    sources = sources_of(shipped_folder())
+    texts = heldout.platform_source_texts(
+        [load_platform(n) for n in sorted({r.platform for r in rows})])
+    stacks = {n: load_stack(n).fitted_on for n in list_names("stacks")}
+    fitted = heldout.fitted_sources(rows, sources, texts, stacks)
+    spec = [r for r in rows if r.source_id not in fitted and r.measure == "speedup"]
+    assert {r.source_id for r in spec} == {"eagle3-paper"}
+    assert all(r.mean_accepted_tokens and r.stack == "hf-eager" for r in spec)
+    assert {r.params.get("temperature", 0) for r in spec} == {0, 1}
+
+
+def test_bench_published_prices_every_row_under_another_stack_when_asked(tmp_path):
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).parent.parent / "benchmarks" / "bench_published.py"
+    spec = importlib.util.spec_from_file_location("bench_published", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    shutil.copy(shipped_folder() / "tinychat-awq.yaml", tmp_path)
+    own = bench.report(False, True, tmp_path)
+    what_if = bench.report(False, True, tmp_path, under_stack="compiled")
+    row = "tinychat-orin-llama3-8b-fp16"
+    assert next(x for x in own if x.startswith(row)) != next(
+        x for x in what_if if x.startswith(row))
+    assert any("priced under stack compiled" in line for line in what_if)
+    assert not any("priced under stack" in line for line in own)
