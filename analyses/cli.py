@@ -80,7 +80,7 @@ def missing_dependency(exc: ModuleNotFoundError) -> str | None:
 def emit_json(obj) -> None:
     """Print one JSON object. JSON has no NaN or Infinity: a value that is not a
     finite number prints as null (the text output shows it as nan or inf)."""
-    from policies.runs.records import json_safe
+    from hwprofiles.outputfiles import json_safe
 
     print(json.dumps(json_safe(obj), indent=2, sort_keys=True, default=str,
                      allow_nan=False))
@@ -89,7 +89,7 @@ def emit_json(obj) -> None:
 def _os_sentence(exc: OSError) -> str | None:
     """'cannot write PATH (reason)' for an output, 'cannot read PATH (reason)' for
     any other file; None when the error names no file."""
-    from policies.runs.records import WriteError
+    from hwprofiles.outputfiles import WriteError
 
     if not exc.filename:
         return None

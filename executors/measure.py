@@ -22,7 +22,8 @@ from policies import entry
 from policies.runs.breakdown import breakdown
 from policies.runs.metrics import add_speedup, baseline_of, run_metrics
 from policies.runs.folders import claim_new_dir, default_run_dir, retire_run
-from policies.runs.records import atomic_write_text, write_record
+from hwprofiles.outputfiles import atomic_write_text
+from policies.runs.records import write_record
 from policies.runs.spans import Span, measured_span, write_chrome_trace
 from policies.traces import held_rows
 

@@ -118,7 +118,7 @@ def _import(args) -> int:
 
     from analyses.run.outputs import check_outputs
     from hwprofiles.importer import import_config
-    from policies.runs.records import atomic_write_text
+    from hwprofiles.outputfiles import atomic_write_text
 
     config = Path(args.config)
     folder_name = config.resolve().parent.name or "imported"

@@ -40,7 +40,7 @@ def _replay(args) -> int:
     from analyses.run.outputs import check_outputs, profile_inputs, run_inputs
     from analyses.measured.replay import load_run, replay, side_by_side_trace
     from analyses.run.budget import announce_estimate, check, spans_estimate
-    from policies.runs.records import atomic_write_text
+    from hwprofiles.outputfiles import atomic_write_text
 
     # the spans are counted (lines, not parsed) before the record is read
     spans = check(spans_estimate("replay", [args.run], "replay a shorter run"),

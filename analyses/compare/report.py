@@ -20,7 +20,7 @@ from plotly.subplots import make_subplots
 from analyses.compare.sweep import PointResult
 from policies import entry
 from simcore import acceptance
-from policies.runs.records import atomic_write_text
+from hwprofiles.outputfiles import atomic_write_text
 
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50))
 KIND_COLORS = {"compute": "#1f77b4", "collective": "#ff7f0e", "transfer": "#2ca02c",

@@ -34,7 +34,8 @@ from analyses.measured.evidence import check_evidence, run_platform
 from analyses.measured.runrecord import check_record, read_numbered_spans, run_file
 from hwprofiles import load_model, load_platform
 from policies.runs.metrics import elapsed_s
-from policies.runs.records import read_record, scratch_dir
+from hwprofiles.outputfiles import scratch_dir
+from policies.runs.records import read_record
 from policies.runs.spans import measured_span
 from policies.traces import held_rows, numbered_acceptance
 from simcore import Outcomes

@@ -318,7 +318,7 @@ def save_artifact(heads: DraftHeads, path: Path, shape: dict[str, int], target: 
 def _write_atomic(path: Path, data: bytes) -> None:
     """The one atomic writer every output goes through (a killed writer's temp file
     is removed by the next write of the same path)."""
-    from policies.runs.records import atomic_write_bytes
+    from hwprofiles.outputfiles import atomic_write_bytes
 
     atomic_write_bytes(path, data)
 

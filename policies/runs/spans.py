@@ -41,7 +41,7 @@ def chrome_trace(spans, *, process: str = "hetspec", metadata: dict | None = Non
 
 def write_chrome_trace(path, spans, **kwargs) -> None:
     """Write the trace; a non-finite number (JSON has none) is written as null."""
-    from policies.runs.records import atomic_write_text, json_safe
+    from hwprofiles.outputfiles import atomic_write_text, json_safe
 
     doc = chrome_trace(spans, **kwargs)
     try:
