@@ -39,7 +39,7 @@ def decode_all(session: Session, policy: str, params, prompts: list[list[int]],
     return out
 
 
-def summarise(config: RunSettings, results: list[BatchResult], max_new: int) -> dict:
+def summarise(config, results: list[BatchResult], max_new: int) -> dict:
     tokens = sum(len(g) for r in results for g in r.generated)
     wall_s = sum(r.wall_s for r in results)
     steps = sum(r.steps for r in results) or 1
