@@ -11,12 +11,14 @@ and sim-vs-real timelines.
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
+from analyses.compare.lawviews import law_figures
+from analyses.compare.sections import Section
+from analyses.compare.sidebyside import section as side_by_side
 from analyses.compare.sweep import PointResult
 from policies import entry
 from simcore import acceptance
@@ -25,13 +27,6 @@ from hwprofiles.outputfiles import atomic_write_text
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50))
 KIND_COLORS = {"compute": "#1f77b4", "collective": "#ff7f0e", "transfer": "#2ca02c",
                "stream": "#9467bd", "delay": "#7f7f7f"}
-
-
-@dataclass
-class Section:
-    title: str
-    figures: list[tuple[str, go.Figure]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
 
 
 def best_per_policy(results: list[PointResult]) -> dict[str, PointResult]:
@@ -380,14 +375,10 @@ def build_sections(results: list[PointResult], base: dict, sweep_keys: list[str]
                    replays=None, steps: int = 4, notes: list[str] = ()) -> list[Section]:
     """Every section of the comparison report, in reading order; ``notes`` (best
     points on a sweep's edge or a valid bound) open the speed section."""
-    from analyses.compare.lawviews import law_figures
-
     best = best_per_policy(results)
     explain(best, base)
     speed = _speed_section(results)
     speed.notes[:0] = list(notes)
-    from analyses.compare.sidebyside import section as side_by_side
-
     sections = [speed] + [s for s in [side_by_side(results, base)] if s] + [_why_section(best)]
     sweep = Section("Sweep")
     if sweep_keys and best:

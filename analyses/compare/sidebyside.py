@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from analyses.compare.sections import Section
 from analyses.compare.sweep import SCENARIO_KEYS, PointResult, point_config
 
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50))
@@ -98,8 +99,6 @@ def speed_figure(results: list[PointResult], base: dict) -> go.Figure:
 
 def section(results: list[PointResult], base: dict):
     """The report's 'Platforms and batches side by side' section, or None."""
-    from analyses.compare.report import Section
-
     if not swept_scenario(results):
         return None
     return Section("Platforms and batches side by side", [

@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from analyses.compare import sweep_ray
 from analyses.run.config import (RUN_KEYS, RunConfig, parse_value, refuse_repeats,
                                  split_items, split_sets)
 from policies import entry
@@ -387,8 +388,6 @@ def run_grid(points: list[Point], base: dict, *, jobs: int | None = None,
     check(grid_estimate(points_settings(points), base), allow_large, announce=not quiet)
     configs = check_points(points, base)
     if backend == "ray":
-        from analyses.compare.sweep_ray import run_grid_ray
-
         return run_grid_ray(points, configs, quiet=quiet)
     if backend != "local":
         raise ValueError(f"unknown --backend '{backend}'; choose local or ray")
@@ -408,6 +407,15 @@ def run_grid(points: list[Point], base: dict, *, jobs: int | None = None,
         raise
     finally:
         pool.join()
+
+
+def run_grid_ray(points: list[Point], configs: list[RunConfig], *,
+                 address: str | None = None, quiet: bool = False) -> list[PointResult]:
+    """Every point on a Ray cluster (``analyses.compare.sweep_ray``), in order."""
+    sweep_ray.connect(address)
+    tasks = point_tasks(points, configs, sweep_ray.ray_map)
+    with progress_bar(len(tasks), quiet) as bar:
+        return sweep_ray.run_all(run_packed, tasks, bar.update)
 
 
 def _pool(jobs: int):

@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from analyses.run.config import RunConfig, SimConfig  # noqa: F401 (SimConfig: the API's old name)
-from analyses.run.memory import Run, check_fit, uses_draft  # noqa: F401  (check_fit: API)
+from analyses.run.memory import Run, uses_draft
+from analyses.run.remedies import check_fit  # noqa: F401  (check_fit: API)
 from hwprofiles import ModelSpec, Platform, Stack, load_model, load_platform, load_stack
 from hwprofiles.placement import check_overrides, resolve
 from policies import PolicyContext, build, build_prefill, entry, outcome_models
