@@ -19,10 +19,15 @@ from plotly.subplots import make_subplots
 from analyses.compare.lawviews import law_figures
 from analyses.compare.sections import Section
 from analyses.compare.sidebyside import section as side_by_side
-from analyses.compare.sweep import PointResult
-from policies import entry
-from simcore import acceptance
+from analyses.compare.sweep import PointResult, point_config
+from analyses.run.api import metrics_of, run_schedule
+from hwprofiles import load_platform
 from hwprofiles.outputfiles import atomic_write_text
+from hwprofiles.placement import resolve
+from policies import entry
+from policies.runs.breakdown import LABELS, sentence
+from policies.runs.metrics import baseline_of
+from simcore import acceptance
 
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50))
 KIND_COLORS = {"compute": "#1f77b4", "collective": "#ff7f0e", "transfer": "#2ca02c",
@@ -44,9 +49,6 @@ def best_per_policy(results: list[PointResult]) -> dict[str, PointResult]:
 def explain(best: dict[str, PointResult], base: dict) -> None:
     """Add where its time went (``breakdown``) to each policy's fastest point: its
     seeded run again, with the same outcomes (a sweep leaves it out of the rest)."""
-    from analyses.compare.sweep import point_config
-    from analyses.run.api import metrics_of, run_schedule
-
     for r in best.values():
         if "breakdown" not in r.metrics:
             config = point_config(r.point, base)
@@ -115,8 +117,6 @@ METRICS = {"tokens_per_s": ("tokens/s", 1.0), "speedup_vs_ar": ("speedup vs AR",
 def baseline_name(result: PointResult) -> str:
     """The run a point's speedup is measured against (ar, ar_stream, AR through
     PPSD's stages, ...)."""
-    from policies.runs.metrics import baseline_of
-
     fields = entry(result.point.policy).params.model_fields
     params = {k: v for k, v in result.point.sets if k in fields}
     try:
@@ -304,8 +304,6 @@ COST_COLORS = {"target": "#1f77b4", "draft": "#17becf", "verify": "#2ca02c",
 def why_figure(best: dict[str, PointResult]) -> go.Figure:
     """Each policy's time per output token split by cost on its critical path
     (policies.runs.breakdown), one stacked bar per policy, fastest on top."""
-    from policies.runs.breakdown import LABELS
-
     names = [p for p in by_speed(best) if best[p].metrics.get("breakdown")][::-1]
     fig = go.Figure()
     for cost, color in COST_COLORS.items():
@@ -323,8 +321,6 @@ def why_figure(best: dict[str, PointResult]) -> go.Figure:
 
 
 def _why_section(best: dict[str, PointResult]) -> Section:
-    from policies.runs.breakdown import sentence
-
     sec = Section("Why")
     ranked = [p for p in by_speed(best) if best[p].metrics.get("breakdown")]
     if ranked:
@@ -412,9 +408,6 @@ def build_sections(results: list[PointResult], base: dict, sweep_keys: list[str]
 
 def placement_note(base: dict) -> str:
     """Where the target and the draft run: one placement for every schedule."""
-    from hwprofiles import load_platform
-    from hwprofiles.placement import resolve
-
     placement = resolve(load_platform(base["platform"]), base.get("placement"))
     where = f"target on {placement['target']}"
     if base.get("draft"):

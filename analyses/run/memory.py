@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from hwprofiles import ModelSpec, Platform
 from hwprofiles.placement import Placement
+from policies.tree import draft_passes, tree_nodes
 
 # schedules that never run a separate draft model (they draft with the target's
 # own layers, or not at all)
@@ -98,8 +99,6 @@ def positions_per_pass(params) -> int:
     token tree's verify scores the root and every node (at most ``nodes`` of a
     dynamic tree's candidates)."""
     if _param(params, "tree") is not None:
-        from policies.tree import tree_nodes
-
         return 1 + len(tree_nodes(params, None))
     depth = _param(params, "gamma") or _param(params, "k") or 0
     return 1 + int(depth)
@@ -109,8 +108,6 @@ def draft_positions(params) -> int:
     """Positions per row of the widest draft pass: one, or a token tree's widest
     level of nodes it expands."""
     if _param(params, "tree") is not None:
-        from policies.tree import draft_passes
-
         return max(n for n, _ in draft_passes(params))
     return 1
 
