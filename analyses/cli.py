@@ -17,10 +17,15 @@ import os
 import pkgutil
 import signal
 import sys
+from importlib.metadata import PackageNotFoundError, version
 
 from pydantic import ValidationError
 
 import analyses.commands
+from hwprofiles import ProfileError
+from hwprofiles.outputfiles import WriteError, json_safe
+from policies import PolicyError
+from simcore import CostError
 
 
 class UserError(Exception):
@@ -28,15 +33,14 @@ class UserError(Exception):
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
-    from hwprofiles import ProfileError
-    from policies import PolicyError
-    from simcore import CostError
-
     return (UserError, ProfileError, PolicyError, CostError, ValueError, ValidationError,
             OSError)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every subcommand, or, when ``argv`` names one, of that one
+    alone: a command imports only what it runs (``hetspec simulate`` loads no
+    calibration, sweep or executor module)."""
     parser = argparse.ArgumentParser(
         prog="hetspec",
         description="Which speculative-decoding schedule is fastest on this hardware, "
@@ -45,15 +49,22 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Run 'hetspec COMMAND --help' for a command's options.")
     parser.add_argument("--version", action="version", version=f"hetspec {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for mod in sorted(m.name for m in pkgutil.iter_modules(analyses.commands.__path__)
-                      if not m.name.startswith("_")):
+    for mod in _command_modules(argv):
         importlib.import_module(f"analyses.commands.{mod}").register(sub)
     return parser
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+def _command_modules(argv: list[str] | None) -> list[str]:
+    """The modules of ``analyses/commands/`` to register: the one ``argv`` names
+    first (``train-draft``: ``train_draft``), else all of them (for the help and
+    for the error that lists the commands)."""
+    found = sorted(m.name for m in pkgutil.iter_modules(analyses.commands.__path__)
+                   if not m.name.startswith("_"))
+    named = (argv[0] if argv else "").replace("-", "_")
+    return [named] if named in found else found
 
+
+def _version() -> str:
     try:
         return version("hetspec")
     except PackageNotFoundError:  # run from a checkout that was never installed
@@ -80,8 +91,6 @@ def missing_dependency(exc: ModuleNotFoundError) -> str | None:
 def emit_json(obj) -> None:
     """Print one JSON object. JSON has no NaN or Infinity: a value that is not a
     finite number prints as null (the text output shows it as nan or inf)."""
-    from policies.runs.records import json_safe
-
     print(json.dumps(json_safe(obj), indent=2, sort_keys=True, default=str,
                      allow_nan=False))
 
@@ -89,8 +98,6 @@ def emit_json(obj) -> None:
 def _os_sentence(exc: OSError) -> str | None:
     """'cannot write PATH (reason)' for an output, 'cannot read PATH (reason)' for
     any other file; None when the error names no file."""
-    from policies.runs.records import WriteError
-
     if not exc.filename:
         return None
     verb = "write" if isinstance(exc, WriteError) else "read"
@@ -117,7 +124,8 @@ def _one_sentence(exc: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -20,9 +20,11 @@ from executors.prompts import BUILTIN, encode
 from executors.session import BatchResult, Options, Session
 from policies import entry
 from policies.runs.breakdown import breakdown
+from policies.runs.config import RunSettings
 from policies.runs.metrics import add_speedup, baseline_of, run_metrics
 from policies.runs.folders import claim_new_dir, default_run_dir, retire_run
-from policies.runs.records import atomic_write_text, write_record
+from hwprofiles.outputfiles import atomic_write_text
+from policies.runs.records import write_record
 from policies.runs.spans import Span, measured_span, write_chrome_trace
 from policies.traces import held_rows
 
@@ -104,7 +106,7 @@ def outputs_of(results: list[BatchResult], max_new: int, eos: int | None = None)
     return out
 
 
-def measure(config, options: Options, messages: list[list[dict]] | None = None, *,
+def measure(config: RunSettings, options: Options, messages: list[list[dict]] | None = None, *,
             out_dir=None, baseline: bool = True, progress: bool = False,
             replace: bool = False) -> dict:
     """Run ``config`` (a RunConfig) for real; returns the metrics (with ``outputs``
@@ -163,7 +165,7 @@ def measure(config, options: Options, messages: list[list[dict]] | None = None, 
     return {**metrics, "outputs": outputs, "texts": texts, "run_record": str(record)}
 
 
-def simulable_models(config, specs: dict, run_dir: Path) -> dict:
+def simulable_models(config: RunSettings, specs: dict, run_dir: Path) -> dict:
     """Model names the simulator resolves: a shipped spec name where there is one
     (random:NAME runs NAME's shape), else a spec YAML written beside the record;
     ``weights`` keeps the executor's own names."""

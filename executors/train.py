@@ -32,6 +32,7 @@ import time
 from dataclasses import asdict, dataclass
 
 import torch
+from tqdm import tqdm
 
 from executors import trainahead
 from executors.backend import drafts, models
@@ -178,8 +179,6 @@ def train(cfg: TrainConfig, out_path, progress: bool = True,
           command: str | None = None) -> dict:
     """Train every head of ``cfg`` and write the artifact; returns its provenance
     (``command``: the command line that ran it, recorded there)."""
-    from tqdm import tqdm
-
     from executors.backend.layers import Stack
 
     torch.manual_seed(cfg.seed)

@@ -1,11 +1,12 @@
 """Decoding schedules, written once as plain generators of operations.
 
 Nothing here imports simpy or torch: the same schedule runs in the simulator
-and in the real executor.
+and in the real executor. ``base`` is the registry every schedule registers
+with; ``catalog`` looks the shipped schedules up by name.
 """
 
-from policies.base import (PolicyContext, PolicyError, PolicyParams, build, build_prefill,
-                           entry, names, outcome_models, parse_params, register)
+from policies.base import PolicyContext, PolicyError, PolicyParams, register
+from policies.catalog import build, build_prefill, entry, names, outcome_models, parse_params
 
 __all__ = ["PolicyContext", "PolicyError", "PolicyParams", "build", "build_prefill", "entry",
            "names", "outcome_models", "parse_params", "register"]

@@ -1,8 +1,9 @@
 """Policy registry and the context every schedule receives.
 
 A policy is registered with a pydantic parameter model (frozen, extra
-fields forbidden). Users pick policies by name; ``build`` validates parameters
-and returns the schedule's generator.
+fields forbidden). Users pick policies by name: ``policies.catalog`` looks them
+up (``entry``, ``build``, ...) once ``policies.builtin`` has loaded them; this
+module imports no schedule, so every schedule can import it.
 """
 
 from __future__ import annotations
@@ -139,16 +140,9 @@ def register(name: str, params: type[PolicyParams], *, needs_draft: bool = False
     return wrap
 
 
-def entry(name: str) -> PolicyEntry:
-    _load_builtin()
-    if name not in REGISTRY:
-        raise PolicyError(f"unknown policy '{name}'; choose one of "
-                          f"{', '.join(sorted(REGISTRY))}")
-    return REGISTRY[name]
-
-
-def parse_params(name: str, values: dict[str, Any]) -> PolicyParams:
-    cls = entry(name).params
+def validate_params(name: str, cls: type[PolicyParams], values: dict[str, Any]) -> PolicyParams:
+    """``values`` validated by schedule ``name``'s parameter model ``cls``; a
+    PolicyError naming the parameter and the fix when they do not validate."""
     try:
         return cls.model_validate(values)
     except ValidationError as err:
@@ -163,40 +157,3 @@ def parse_params(name: str, values: dict[str, Any]) -> PolicyParams:
                 f"{', '.join(cls.model_fields) or '(none)'}") from None
         raise PolicyError(f"policy '{name}' parameter '{field}': "
                           f"{first['msg'].removeprefix('Value error, ')}") from None
-
-
-def build(name: str, ctx: PolicyContext, params: PolicyParams | dict) -> Generator:
-    e = entry(name)
-    if isinstance(params, dict):
-        params = parse_params(name, params)
-    if e.needs_draft:
-        ctx.need_draft(name)
-    return e.fn(ctx, params)
-
-
-def outcome_models(name: str, ctx: PolicyContext,
-                   params: PolicyParams | dict) -> OutcomeModels:
-    """What schedule ``name`` models of its outcomes, for a simulator to attach
-    (``policies.modelled``); the executor never asks."""
-    e = entry(name)
-    if isinstance(params, dict):
-        params = parse_params(name, params)
-    return {} if e.outcome_models is None else e.outcome_models(ctx, params)
-
-
-def build_prefill(name: str, ctx: PolicyContext, params: PolicyParams | dict) -> Generator:
-    """The prologue of schedule ``name``: the prompt's prefill of every cache its
-    decoding reads (``policies.prefill``), as ordinary operations. ``build``
-    returns the decoding alone, whose metrics exclude the prefill."""
-    from policies.prefill import prologue
-
-    return prologue(build(name, ctx, params), ctx)
-
-
-def names() -> list[str]:
-    _load_builtin()
-    return sorted(REGISTRY)
-
-
-def _load_builtin() -> None:
-    import policies.builtin  # noqa: F401  (registers the shipped schedules)

@@ -44,6 +44,18 @@ class SDParams(PolicyParams):
                     "Megatron's two per layer)")
 
 
+def expected_accepted(alpha: float, gamma: int) -> float:
+    """E[accepted drafts] of gamma i.i.d. drafts accepted with probability alpha
+    until the first rejection: sum_{j=1..gamma} alpha^j (the bonus not counted)."""
+    return sum(alpha ** j for j in range(1, gamma + 1))
+
+
+def expected_tokens(alpha: float, gamma: int) -> float:
+    """E[tokens per step] of speculative decoding: the accepted drafts plus the
+    target's own token, (1 - alpha^(gamma+1)) / (1 - alpha)."""
+    return 1.0 + expected_accepted(alpha, gamma)
+
+
 def draft_source(ctx: PolicyContext, draft_layers: int | None, policy: str):
     """(model role, layer range, head) of the draft: separate model or early exit."""
     if draft_layers is None:

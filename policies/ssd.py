@@ -78,7 +78,6 @@ from typing import Literal
 
 from pydantic import Field
 
-from hwprofiles.closedforms import expected_accepted, geometric_fanout_shape, miss_rate
 from hwprofiles.schema import MAX_TIME_S
 from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyParams,
                            register)
@@ -86,6 +85,7 @@ from policies.mirror import ENTRY_BYTES, VERDICT_BYTES
 from policies.modelled import EventModel, OutcomeModels, VerifyModel
 from policies.ops import (ALTERNATIVES, Delay, Fanout, Forward, Join, OnTree, Outcome, Spawn,
                           Transfer, Verify, rows_of)
+from policies.sd import expected_accepted
 from policies.traces import covered_s, intervals, recorded_rate
 
 BACKUP, CACHE = 0, 1
@@ -147,6 +147,20 @@ class SSDParams(PolicyParams):
 def planning_weights(a_p: float, k_max: int) -> list[float]:
     """P(k accepted) for k = 0..K under i.i.d. acceptance a_p."""
     return [a_p ** k * (1 - a_p) for k in range(k_max)] + [a_p ** k_max]
+
+
+def geometric_fanout_shape(acceptance: float, r: float, k: int) -> list[float]:
+    """F_k / F_0 of SSD's geometric fan-out: a^(k/(1+r)) for k < K, and
+    a^(K/(1+r)) (1-a)^(-1/(1+r)) for the last, K = k."""
+    e = 1 / (1 + r)
+    return [acceptance ** (i * e) for i in range(k)] + [
+        acceptance ** (k * e) * (1 - acceptance) ** -e]
+
+
+def miss_rate(fanout: float, r: float) -> float:
+    """Power-law miss rate of a speculation cache holding ``fanout`` guesses: F^(-r),
+    capped at 1 (no guess: always a miss)."""
+    return min(1.0, fanout ** -r) if fanout > 0 else 1.0
 
 
 def _largest_remainder(real: list[float], total: int) -> tuple[int, ...]:

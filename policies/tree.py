@@ -66,7 +66,8 @@ from typing import Annotated
 
 from pydantic import Field, field_validator, model_validator
 
-from policies.base import MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyParams, register
+from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyParams, register,
+                           validate_params)
 from policies.modelled import OutcomeModels, VerifyModel
 from policies.ops import Children, Forward, Transfer, Verify
 from policies.sd import TOKEN_BYTES, VERDICT_BYTES, draft_source
@@ -347,10 +348,8 @@ def tree_law(alpha: Probability | None = None,
                                ("temperature", temperature),
                                ("target_top_mass", target_top_mass))
              if x is not None}
-    from policies.base import parse_params
-
     try:
-        params = parse_params("tree", given)
+        params = validate_params("tree", TreeParams, given)
     except PolicyError as err:
         raise ValueError(str(err).replace("policy 'tree'", "law 'tree'", 1)) from None
     if alpha is not None and alphas is not None:

@@ -14,7 +14,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from hwprofiles.closedforms import expected_accepted
+from policies.sd import expected_accepted
 from policies.traces import TraceError, read_acceptance
 
 

@@ -317,25 +317,6 @@ def dispatch_terms(device: Device) -> LinearTerms:
     return LinearTerms(0.0, (("device", device.name, "stream_dispatch_s", 1.0),))
 
 
-def executor_passes(n_tokens: int, n_fed: int, emit: str | None, head: str | None,
-                    head_tokens: int | None,
-                    multi_token: int = 0) -> tuple[tuple[int, ...], int | None]:
-    """The device passes a runtime that samples one token per pass runs for a
-    Forward (the torch executor does): (positions fed per row in each pass, head
-    positions each pass projects). A sampled Forward of k tokens is k passes, the
-    first feeding ``n_fed`` positions, the others one each, unless it asks for
-    ``head_tokens=1`` (one pass over its positions, one token sampled); a
-    sampled or top-k head projects one position per row. ``multi_token`` = k: the
-    Forward was one pass that sampled k tokens through multi-token heads, whose
-    k heads cost as k projected positions. Calibration costs measured Forwards this way
-    and a replay rewrites simulated ones so."""
-    if multi_token:
-        return (n_fed,), multi_token
-    stepped = emit == "sample" and head_tokens != 1
-    head_rows = 1 if head and emit in ("sample", "topk") else head_tokens
-    return (n_fed,) + (1,) * ((n_tokens - 1) if stepped else 0), head_rows
-
-
 class RooflineCost:
     """Predicts seconds for each operation kind on one platform, under one
     software stack (default: ``compiled``, which adds nothing)."""

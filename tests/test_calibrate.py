@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import yaml
 
-from analyses.calibrate.terms import Param, Terms, critical_times, executor_passes, fit
+from analyses.calibrate.terms import Param, Terms, critical_times, fit, pass_terms
 from analyses.cli import main
 from analyses.calibrate.costfit import predict
 from analyses.measured.executorwork import STEP_END, ExecutorWork
@@ -330,7 +330,7 @@ def test_executor_passes_and_critical_times():
     op = {"type": "Forward", "model": "draft", "device": "draft", "layers": [0, 30],
           "n_tokens": 3, "n_fed": 4, "batch": 2, "context": 50, "head": "lm",
           "emit": "sample"}
-    passes = list(executor_passes(Terms(plat).cost, spec, "cpu1", op))
+    passes = list(pass_terms(Terms(plat).cost, spec, "cpu1", op))
     assert [p.rows for p in passes] == [8, 2, 2] and all(p.kernels == 31 for p in passes)
     assert [p.calls for p in passes] == [1, 1, 1]  # each pass is one model call
     fwd = {"type": "Forward", "model": "target", "device": "target", "layers": [0, 30],
@@ -385,9 +385,9 @@ def test_a_multi_token_pass_is_one_pass_in_calibration_and_replay():
     op = {"type": "Forward", "model": "draft", "device": "draft", "layers": [0, 15],
           "n_tokens": 9, "n_fed": 8, "batch": 2, "context": 50, "head": "lm",
           "emit": "sample", "multi_token": 2}
-    passes = list(executor_passes(Terms(plat).cost, spec, "cpu1", op))
+    passes = list(pass_terms(Terms(plat).cost, spec, "cpu1", op))
     assert [(p.rows, p.calls) for p in passes] == [(16, 1)]
-    stepped = list(executor_passes(Terms(plat).cost, spec, "cpu1",
+    stepped = list(pass_terms(Terms(plat).cost, spec, "cpu1",
                                    {k: v for k, v in op.items() if k != "multi_token"}))
     assert len(stepped) == 9  # the same Forward, one token a pass
     measured = [{"op": {"type": "Forward", "label": "draft", "n_fed": 8, "multi_token": 2},

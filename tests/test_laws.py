@@ -6,6 +6,7 @@ import pytest
 
 from analyses.laws import forms as laws
 from hwprofiles import closedforms
+from policies import sd, ssd
 
 # Leviathan et al. 2023, table (c = c_hat = 0): (alpha, gamma) -> (speed, operations)
 LEVIATHAN_TABLE = [
@@ -62,11 +63,11 @@ def test_ssd_law_of_the_issue_is_the_per_row_form():
 
 
 def test_ssd_geometric_fanout_shape():
-    f = [4.0 * w for w in closedforms.geometric_fanout_shape(0.8, 0.5, 3)]
+    f = [4.0 * w for w in ssd.geometric_fanout_shape(0.8, 0.5, 3)]
     assert f[:3] == pytest.approx([4.0 * 0.8 ** (k / 1.5) for k in range(3)])
     assert f[3] == pytest.approx(4.0 * 0.8 ** (3 / 1.5) * 0.2 ** (-1 / 1.5))
-    assert closedforms.miss_rate(4.0, 0.5) == pytest.approx(0.5)
-    assert closedforms.miss_rate(0.5, 0.5) == 1.0 and closedforms.miss_rate(0, 0.5) == 1.0
+    assert ssd.miss_rate(4.0, 0.5) == pytest.approx(0.5)
+    assert ssd.miss_rate(0.5, 0.5) == 1.0 and ssd.miss_rate(0, 0.5) == 1.0
 
 
 def test_ppsd_paper_example_and_eesd():
@@ -96,9 +97,9 @@ def test_alpha_beta_allreduce():
 
 
 def test_expected_accepted_is_the_geometric_sum():
-    assert closedforms.expected_accepted(0.8, 3) == pytest.approx(0.8 + 0.64 + 0.512)
-    assert closedforms.expected_tokens(0.7, 4) == pytest.approx((1 - 0.7 ** 5) / 0.3)
-    assert closedforms.expected_tokens(1.0, 4) == 5.0
+    assert sd.expected_accepted(0.8, 3) == pytest.approx(0.8 + 0.64 + 0.512)
+    assert sd.expected_tokens(0.7, 4) == pytest.approx((1 - 0.7 ** 5) / 0.3)
+    assert sd.expected_tokens(1.0, 4) == 5.0
 
 
 @pytest.mark.parametrize("bad", [dict(alpha=1.5, gamma=3), dict(alpha=0.5, gamma=0)])

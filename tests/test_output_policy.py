@@ -32,8 +32,8 @@ from analyses.run import outputs as policy
 from analyses.run.outputs import check_outputs, check_run_dir
 from policies.runs import folders
 from policies.runs.folders import claim_new_dir, free_name, retire_run
-from policies.runs.records import (atomic_write_bytes, atomic_write_text,
-                                   remove_stale_temps, temp_prefix)
+from hwprofiles.outputfiles import (atomic_write_bytes, atomic_write_text, remove_stale_temps,
+                                    temp_prefix)
 from tests.clicases import assert_refused, digest, run_cli
 from tests.test_calibrate import make_measured_run
 
@@ -403,16 +403,16 @@ def _writer_script(target: Path, size: int, hold: bool) -> str:
     stops for good before the rename (to be killed there)."""
     return (
         "import os, sys, time\n"
-        "from policies.runs import records\n"
+        "from hwprofiles import outputfiles\n"
         f"hold = {hold!r}\n"
         "real = os.fsync\n"
         "def fsync(fd):\n"
         "    real(fd)\n"
         "    if hold:\n"
         "        print('holding', flush=True); time.sleep(600)\n"
-        "records.os.fsync = fsync\n"
+        "outputfiles.os.fsync = fsync\n"
         "data = bytes([os.getpid() % 251])\n"
-        f"records.atomic_write_bytes({str(target)!r}, data * {size})\n"
+        f"outputfiles.atomic_write_bytes({str(target)!r}, data * {size})\n"
     )
 
 

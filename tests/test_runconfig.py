@@ -129,3 +129,21 @@ def test_the_executor_session_refuses_an_unknown_placement_before_loading():
 
     with pytest.raises(ValueError, match="'nope' is not a device or group"):
         Session("cpu-local", "no-such-model", placement={"draft": "nope"})
+
+
+def test_the_settings_every_layer_reads_are_typed_at_the_bottom():
+    """RunConfig is policies.runs.config.RunSettings with its acceptance model
+    narrowed in place: the runtimes and the run metrics read the bottom type, and a
+    record's fields keep their order."""
+    from policies.runs.config import RunSettings
+    from policies.runs.metrics import run_metrics
+
+    config = RunConfig(**H100, params={"gamma": 6})
+    assert isinstance(config, RunSettings)
+    assert list(RunConfig.model_fields) == list(RunSettings.model_fields)
+    assert RunConfig.model_fields["acceptance"].annotation is not \
+        RunSettings.model_fields["acceptance"].annotation
+    revised = config.revised(batch=4)
+    assert type(revised) is RunConfig and revised.given("params") == {"gamma": 6}
+    metrics = run_metrics(config, tokens=8.0, time_s=2.0, steps=4, rows_per_step=1)
+    assert metrics["policy"] == "sd" and metrics["tokens_per_s"] == 4.0

@@ -150,7 +150,7 @@ def test_a_sure_miss_is_seen_before_the_tree_answers():
     from types import SimpleNamespace
 
     from executors.coordinate.book import Proposal, Sequences, Wide
-    from executors.coordinate.coordinator import Wait
+    from executors.coordinate.trees import Wait
     from executors.coordinate.trees import observe_on_path
 
     # outcomes k=0 (guesses 7, 8) and k=1 (a guess the first pass samples) after [1, 2]

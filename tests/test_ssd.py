@@ -16,13 +16,12 @@ from analyses.run.api import SimConfig, simulate
 from analyses.laws.terms import ssd_terms
 from analyses.laws.forms import ssd as ssd_law
 from hwprofiles import load_model, load_platform
-from hwprofiles.closedforms import geometric_fanout_shape
 from policies import PolicyContext, PolicyError, build
 from simcore.acceptance import IID
 from policies.mirror import ENTRY_BYTES, VERDICT_BYTES
 from policies.ops import Fanout, Forward, OnTree, Outcome, Spawn, Verify, drive
 from policies.ssd import (BACKUP, CACHE, PRESPEC, VERIFY, SSDParams, base_hit_rate, fanout_of,
-                          plan, planning_weights, saguaro)
+                          geometric_fanout_shape, plan, planning_weights, saguaro)
 from simcore import RooflineCost
 from simcore.outcomes import scaled_expected
 

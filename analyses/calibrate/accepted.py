@@ -13,6 +13,8 @@ run, so the match is as close as the run's length allows (1024 tokens: about
 
 from __future__ import annotations
 
+from analyses.run.api import run_schedule
+
 ALPHA_LOW, ALPHA_HIGH = 1e-4, 0.9999
 ITERATIONS = 30  # halves the alpha interval to ~1e-9
 _CACHE: dict[str, float] = {}
@@ -20,8 +22,6 @@ _CACHE: dict[str, float] = {}
 
 def tokens_per_step(config, platform) -> float:
     """Tokens committed per target step of one sequence, simulated deterministically."""
-    from analyses.run.api import run_schedule
-
     result = run_schedule(config, record_spans=False, platform=platform)
     return result.tokens / (max(result.steps, 1) * config.batch)
 

@@ -10,6 +10,9 @@ decode round, on the busiest of them.
 
 from __future__ import annotations
 
+from analyses.calibrate.accepted import matched_config
+from analyses.calibrate.sources import runnable
+from analyses.run.api import baseline_config, run_schedule
 from hwprofiles import Platform
 from hwprofiles.placement import resolve
 
@@ -27,10 +30,6 @@ def simulate_row_full(row, platform: Platform, values=None) -> tuple[float, floa
     ``draft_step_s``, the simulated draft time per round (seconds); None where
     it has none. A row that prints its mean accepted tokens is simulated at the
     acceptance that matches them (analyses.calibrate.accepted)."""
-    from analyses.calibrate.accepted import matched_config
-    from analyses.calibrate.sources import runnable
-    from analyses.run.api import baseline_config, run_schedule
-
     row = runnable(row)[0]  # a stack that is not shipped is priced as the default
     wants_step = row.draft_step_s is not None
     config = matched_config(row.config(values), getattr(row, "mean_accepted_tokens", None),

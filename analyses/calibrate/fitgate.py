@@ -17,6 +17,9 @@ import yaml
 
 from analyses.calibrate import sanity
 from analyses.calibrate.costfit import BOUNDS, Fit
+from analyses.calibrate.knobs import _start, objects_of
+from analyses.calibrate.published import simulate_row, start_values
+from analyses.calibrate.unknowns import unknowns_of
 from hwprofiles import Platform
 
 TOO_FAST = 100.0  # a row this many times faster than the roofline is a unit mistake
@@ -64,9 +67,6 @@ def row_lines(path) -> dict[str, int]:
 def check_published_units(path, platform: Platform, rows) -> None:
     """ValueError naming the first row whose tokens/s the profile's hardware could
     not reach at its roofline by ``TOO_FAST``, or falls ``TOO_SLOW`` under it."""
-    from analyses.calibrate.published import simulate_row, start_values
-    from analyses.calibrate.unknowns import unknowns_of
-
     ideal = roofline_platform(platform)
     values = start_values(unknowns_of(rows))
     lines = row_lines(path)
@@ -88,8 +88,6 @@ def check_published_units(path, platform: Platform, rows) -> None:
 
 
 def _published_numbers(result, platform: Platform) -> list[sanity.Fitted]:
-    from analyses.calibrate.knobs import _start, objects_of
-
     s = result.solved
     out = []
     for i, k in enumerate(result.knobs):

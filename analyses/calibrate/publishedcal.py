@@ -113,7 +113,7 @@ def calibrate_published(path, profile: str, output, *, fields=DEFAULT_FIELDS,
     from analyses.calibrate.fitgate import (check_published_fit, check_published_units,
                                             poor_fit_lines)
     from analyses.calibrate.session import profile_text
-    from policies.runs.records import atomic_write_text
+    from hwprofiles.outputfiles import atomic_write_text
 
     platform = load_platform(profile)
     rows = of_stack(rows_for(load_published(path), platform.name), stack)

@@ -49,13 +49,13 @@ from analyses.calibrate.costfit import fit as _fit
 from analyses.calibrate.costfit import op_kind_errors  # noqa: F401  (re-exported)
 from analyses.measured.replay import MeasuredRun, model_name
 from analyses.calibrate.streamterms import DISPATCH_KIND, dispatch_gaps, merge_streams
+from executors.passes import span_passes
 from hwprofiles import Platform, load_model
 from hwprofiles.placement import Placement, resolve
 from policies import parse_params
 from simcore import RooflineCost
 from simcore.costmodel import (LinearTerms, allreduce_terms, dispatch_terms, hop_terms,
                                stream_terms)
-from simcore.costmodel import executor_passes as passes_of
 
 __all__ = ["Param", "Terms", "fit", "apply", "current_value", "op_kind", "op_kind_errors",
            "device_classes", "params_of"]
@@ -236,7 +236,7 @@ class Terms:
         members = self.platform.members(where)
         device = self.platform.device(members[0])
         term.device, term.tier = self.classes[device.name], device.memory
-        term.passes = list(executor_passes(self.cost, spec, where, op))
+        term.passes = list(pass_terms(self.cost, spec, where, op))
         if len(members) > 1:  # the collectives the Forward as scheduled pays
             t = self.cost.terms(spec, where, tuple(op["layers"]), op.get("n_tokens", 1),
                                 op.get("batch", 1), op.get("head"), op.get("collectives"))
@@ -258,27 +258,20 @@ class Terms:
         _add(term, stream_terms(tier, device, float(op["nbytes"])), self.classes)
 
 
-def _passes(op: dict) -> tuple[tuple[int, ...], int | None]:
-    """``simcore.costmodel.executor_passes`` of a measured Forward."""
-    n_tokens = op.get("n_tokens", 1)
-    return passes_of(n_tokens, op.get("n_fed") or n_tokens, op.get("emit"), op.get("head"),
-                     op.get("head_tokens"), op.get("multi_token") or 0)
-
-
 def stepped(op: dict) -> bool:
     """Whether the executor ran a measured Forward as more than one pass."""
-    return len(_passes(op)[0]) > 1
+    return len(span_passes(op)[0]) > 1
 
 
-def executor_passes(cost: RooflineCost, spec, where: str, op: dict):
+def pass_terms(cost: RooflineCost, spec, where: str, op: dict):
     """The device passes the executor ran for a measured Forward, as cost terms: a
     sampled Forward of k tokens is k passes (``stepped``), the first feeding
     ``n_fed`` positions per row, the others one (one pass through multi-token
     heads, when the span says ``multi_token``); a sampled or top-k head projects
     one position per row. Each pass is one model call and pays call_overhead_s,
     as the replay's rewrite (``executorwork.ExecutorWork``) charges it: one simulated
-    Forward per pass."""
-    widths, head_tokens = _passes(op)
+    Forward per pass. The split is the executor's own (``executors.passes``)."""
+    widths, head_tokens = span_passes(op)
     n_fed, batch = widths[0], op.get("batch", 1)
     context = op.get("context_measured", op.get("context", 0)) or 0
     for i, width in enumerate(widths):

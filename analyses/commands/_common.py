@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
+import sys
+import textwrap
+
 from analyses.run.config import (MAX_BATCH, MAX_TOKENS, RUN_KEYS, RunConfig, parse_placement,
-                             parse_sets, split_sets)
-from policies import names
+                                 parse_sets, split_sets)
+from hwprofiles.loader import printable
+from policies import entry, names
 
 # how each run option is written (RUN_KEYS describes them)
 RUN_EXAMPLES = {"contention": "contention=on", "prompt_tokens": "prompt_tokens=128",
@@ -25,8 +30,6 @@ def add_run_arguments(p, *, tokens_default: int = SIM_TOKENS,
                       measured: bool = False) -> None:
     """The options of a run; a ``measured`` one (hetspec run) offers no acceptance
     model (its acceptance is the models' own; given anyway, it is refused)."""
-    import argparse
-
     p.add_argument("--platform", required=True, help="shipped platform name or YAML path "
                    "(see 'hetspec profiles list')")
     p.add_argument("--target", required=True, help="target model name or YAML path")
@@ -98,10 +101,6 @@ def settings_help(width: int = 88, *, measured: bool = False) -> str:
     """Every --set key, generated from the parameter models: per policy each key
     with its default, range and one line; then the acceptance and run keys (a
     measured run takes neither an acceptance model nor a simulated-only option)."""
-    import textwrap
-
-    from policies import entry
-
     def wrap(text: str, indent: str) -> str:
         return textwrap.fill(" ".join(text.split()), width=width, initial_indent=indent,
                              subsequent_indent=indent + "    ")
@@ -153,15 +152,9 @@ def _bounds(metadata) -> str:
 def announce(path, what: str, *, json_mode: bool) -> None:
     """'wrote PATH (what)' for every file a command writes: on stdout with the text
     output, on stderr under --json (stdout then holds one JSON object)."""
-    import sys
-
-    from hwprofiles.loader import printable
-
     print(f"wrote {printable(str(path))} ({what})", file=sys.stderr if json_mode else sys.stdout)
 
 
 def paragraph(text: str, width: int = 79) -> str:
     """A description wrapped for a raw-formatted --help."""
-    import textwrap
-
     return textwrap.fill(" ".join(text.split()), width=width)

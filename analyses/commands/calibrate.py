@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import sys
 
-from analyses.run.budget import (SIM_BUDGET_UNITS, SPANS_BUDGET, allow_large_argument,
-                                 readable)
+from analyses.calibrate.published import DEFAULT_FIELDS, load_published, rows_for, shipped_folder
+from analyses.calibrate.publishedcal import calibrate_published, of_stack
+from analyses.calibrate.session import calibrate
+from analyses.calibrate.terms import check_fit_terms
+from analyses.cli import emit_json
+from analyses.run.budget import (SIM_BUDGET_UNITS, SPANS_BUDGET, allow_large_argument, check,
+                                 published_estimate, readable, runs_estimate)
+from analyses.run.outputs import check_outputs, profile_inputs, runs_inputs
+from hwprofiles import ProfileError, load_platform
 
 FIT_POLICIES = "ar,ar_stream,sd"
 
@@ -81,12 +88,6 @@ def register(sub) -> None:
 
 
 def _calibrate(args) -> int:
-    from analyses.calibrate.terms import check_fit_terms
-    from analyses.cli import emit_json
-    from analyses.calibrate.session import calibrate
-    from analyses.run.budget import check, runs_estimate
-    from analyses.run.outputs import check_outputs, profile_inputs, runs_inputs
-
     if (args.runs is None) == (args.published is None):
         raise ValueError("calibrate needs exactly one of --runs DIR (measured runs) or "
                          "--published FILE (published measurements)")
@@ -132,11 +133,6 @@ def _calibrate(args) -> int:
 
 
 def _calibrate_published(args) -> int:
-    from analyses.cli import emit_json
-    from analyses.run.outputs import check_outputs, profile_inputs
-    from analyses.calibrate.published import DEFAULT_FIELDS, shipped_folder
-    from analyses.calibrate.publishedcal import calibrate_published
-
     path = shipped_folder() if args.published == "shipped" else args.published
     if args.fit_terms.strip():
         raise ValueError("--fit-terms names the optional terms of a fit to measured runs; "
@@ -193,11 +189,6 @@ def check_published_budget(path, profile: str, allow_large: bool,
     """Refuse a published calibration whose rows are over the budget, before the
     fit; a file or profile that does not load is left to the fit's own refusal
     (the same sentence)."""
-    from analyses.calibrate.published import load_published, rows_for
-    from analyses.calibrate.publishedcal import of_stack
-    from analyses.run.budget import check, published_estimate
-    from hwprofiles import ProfileError, load_platform
-
     try:
         rows = of_stack(rows_for(load_published(path), load_platform(profile).name),
                         stack)

@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
-import sys
-
 import argparse
+import itertools
+import sys
+from dataclasses import replace
 
+from analyses.cli import emit_json
 from analyses.commands._common import SIM_TOKENS, add_stack_argument, paragraph, settings_help
-from analyses.run.budget import SIM_BUDGET_UNITS, allow_large_argument, readable
+from analyses.compare.sweep import (Point, SCENARIO_KEYS, expand_grid, grid_estimate,
+                                    grid_settings, parse_sweep, parse_sweeps, run_grid)
+from analyses.compare.tune import estimate, run_searches, searches
+from analyses.measured.replay import replay_dir
+from analyses.run.budget import (SIM_BUDGET_UNITS, allow_large_argument, check, readable,
+                                 runs_estimate)
+from analyses.run.config import parse_placement, parse_sets, split_items
+from analyses.run.outputs import check_outputs, profile_inputs, runs_inputs, set_inputs
+from hwprofiles import load_model, load_platform
+from hwprofiles.placement import check_overrides
+from policies import entry, names
+from policies.runs.breakdown import sentence
+from simcore import acceptance
 
 DEFAULTS = {"platform": "m2-ultra-8x", "target": "qwen3-32b", "draft": "qwen3-0.6b"}
 DEFAULT_OUTPUT = "hetspec-report.html"
@@ -74,8 +88,6 @@ def register(sub) -> None:
 
 def positive_int(text: str) -> int:
     """argparse type: a whole number >= 1."""
-    import argparse
-
     try:
         value = int(text)
     except ValueError:
@@ -89,11 +101,6 @@ def positive_int(text: str) -> int:
 
 def scenario(args) -> tuple[list[str], list, dict, dict]:
     """(policies, sweeps, fixed sets, base config fields) from the arguments."""
-    from analyses.run.config import parse_placement, parse_sets, split_items
-    from analyses.compare.sweep import parse_sweep, parse_sweeps
-    from policies import entry, names
-    from simcore import acceptance
-
     policies = (split_items(args.policies, f"--policies {args.policies}", unique=True)
                 if args.policies is not None else names())
     for p in policies:
@@ -129,9 +136,6 @@ def required_defaults(policies: list[str], given: set[str], base: dict) -> dict:
     SSD hit rate (an assumption the report states) and the DRAM budget of the
     weight-streaming schedules (half the target's decoder weights, the regime
     they are made for)."""
-    from hwprofiles import load_model
-    from policies import entry
-
     out = {}
     fields = {p: entry(p).params.model_fields for p in policies}
     if any("hit_rate" in f for f in fields.values()) and not given & {"hit_rate", "r",
@@ -149,10 +153,6 @@ def required_defaults(policies: list[str], given: set[str], base: dict) -> dict:
 def split_scenarios(sweeps: list) -> tuple[list[dict], list]:
     """(every combination of the swept scenario keys, platform and batch, as
     settings: [{}] when none is swept; the other sweeps)."""
-    import itertools
-
-    from analyses.compare.sweep import SCENARIO_KEYS
-
     mine = [(k, v) for k, v in sweeps if k in SCENARIO_KEYS]
     combos = [dict(zip([k for k, _ in mine], values))
               for values in itertools.product(*[v for _, v in mine])]
@@ -165,9 +165,6 @@ def platforms_of(base: dict, sweeps: list) -> list[str]:
 
 
 def _check_scenario(base: dict, sweeps: list) -> None:
-    from hwprofiles import load_model, load_platform
-    from hwprofiles.placement import check_overrides
-
     for platform in platforms_of(base, sweeps):
         check_overrides(load_platform(str(platform)), base["placement"])
     load_model(base["target"])
@@ -177,9 +174,6 @@ def _check_scenario(base: dict, sweeps: list) -> None:
 
 def _compare(args) -> int:
     from analyses.compare import report
-    from analyses.cli import emit_json
-    from analyses.compare.sweep import expand_grid, run_grid
-
     _options_used(args)
     policies, sweeps, sets, base = scenario(args)
     _check_scenario(base, sweeps)
@@ -242,13 +236,8 @@ def check_budget(args, policies: list[str], sweeps: list, sets: dict, base: dict
     counted, never listed); a tuned schedule counts the most points its search can
     take, once per platform and batch compared; with --runs the measured runs'
     spans count too."""
-    from analyses.compare.sweep import grid_estimate, grid_settings
-    from analyses.run.budget import check, runs_estimate
-
     settings = grid_settings(policies, sweeps, sets)
     if searches:
-        from analyses.compare.tune import estimate
-
         tuned = {s.policy for s in searches}
         works = [estimate(searches, {p: v for p, (_n, v) in settings.items()
                                      if p not in tuned},
@@ -264,8 +253,6 @@ def check_budget(args, policies: list[str], sweeps: list, sets: dict, base: dict
 
 def _summed(works: list):
     """One estimate for the same tuned comparison run once per scenario."""
-    from dataclasses import replace
-
     return replace(max(works, key=lambda w: w.units),
                    product=f"{len(works)} platform and batch settings, each of at most "
                            f"{max(works, key=lambda w: w.units).product}",
@@ -276,8 +263,6 @@ def _summed(works: list):
 def tuned_searches(policies: list[str], sets: dict) -> list:
     """The searches of a tuned comparison: every schedule whose main integer
     parameter (analyses.compare.tune.TUNED) the user did not --set."""
-    from analyses.compare.tune import searches
-
     return searches(policies, fixed=set(sets))
 
 
@@ -285,9 +270,6 @@ def run_tuned(args, policies: list[str], sets: dict, base: dict, found: list) ->
     """Every schedule at its best setting: the untuned ones once, the tuned ones
     searched round by round (each round's points in parallel); every point run
     is kept for the report."""
-    from analyses.compare.sweep import Point, expand_grid, run_grid
-    from analyses.compare.tune import run_searches
-
     fixed = {p.policy: p for p in expand_grid(policies, [], sets)}
     tuned = {s.policy for s in found}
     results = []
@@ -343,8 +325,6 @@ def _options_used(args) -> None:
 
 
 def _check_output(args, base: dict, sets: dict, sweeps: list) -> None:
-    from analyses.run.outputs import check_outputs, profile_inputs, runs_inputs, set_inputs
-
     inputs = profile_inputs(platform=base["platform"], target=base["target"],
                             draft=base["draft"], profile=args.profile) + set_inputs(sets)
     for platform in platforms_of(base, sweeps)[1:]:
@@ -355,8 +335,6 @@ def _check_output(args, base: dict, sets: dict, sweeps: list) -> None:
 
 
 def _replays(args):
-    from analyses.measured.replay import replay_dir
-
     return replay_dir(args.runs, profile=args.profile)
 
 
@@ -373,8 +351,6 @@ def _baseline_label(result) -> str:
 
 def _summary(results, path) -> dict:
     from analyses.compare import report
-    from policies.runs.breakdown import sentence
-
     best = report.fastest(results)
     skipped = report.skipped_policies(results)
     line = f"wrote {path}: "

@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import argparse
 
-from analyses.commands._common import SIM_TOKENS, paragraph
-from analyses.run.budget import allow_large_argument, readable
+from analyses.cli import emit_json
+from analyses.commands._common import SIM_TOKENS, config_from_args, paragraph
+from analyses.compare.sweep import progress_bar
+from analyses.run.budget import Estimate, allow_large_argument, check, readable
+from analyses.run.capacity import checks_count, fit_report, layouts
+from analyses.run.config import MAX_PROMPT_TOKENS, parse_value, split_items
+from hwprofiles import load_platform
 
 DEFAULT_CONTEXTS = "8192"
 DEFAULT_BATCHES = "1"
@@ -62,8 +67,6 @@ def register(sub) -> None:
 
 
 def _sizes(text: str, option: str) -> list[int]:
-    from analyses.run.config import parse_value, split_items
-
     out = []
     for item in split_items(text, f"{option} {text}", unique=True):
         value = parse_value(item)
@@ -76,8 +79,6 @@ def _sizes(text: str, option: str) -> list[int]:
 
 def fit_config(args):
     """The RunConfig whose memory check the search runs (batch and prompt vary)."""
-    from analyses.commands._common import config_from_args
-
     policy = args.policy or ("sd" if args.draft else "ar")
     ns = argparse.Namespace(**{**vars(args), "policy": policy, "acceptance": None,
                                "batch": 1, "seed": 0})
@@ -85,9 +86,6 @@ def fit_config(args):
 
 
 def check_budget(config, contexts, batches, allow_large: bool):
-    from analyses.run.budget import Estimate, check
-    from analyses.run.capacity import checks_count
-
     units = checks_count(config, contexts, batches)
     product = (f"{len(contexts)} contexts and {len(batches)} batches over every layout = "
                f"at most {readable(units)} memory checks")
@@ -97,12 +95,6 @@ def check_budget(config, contexts, batches, allow_large: bool):
 
 
 def _fit(args) -> int:
-    from analyses.cli import emit_json
-    from analyses.run.capacity import fit_report, layouts
-    from analyses.run.config import MAX_PROMPT_TOKENS
-    from analyses.compare.sweep import progress_bar
-    from hwprofiles import load_platform
-
     contexts = _sizes(args.contexts, "--contexts")
     batches = _sizes(args.batches, "--batches")
     if min(batches) < 1 or max(contexts) > MAX_PROMPT_TOKENS:
@@ -146,8 +138,6 @@ def print_report(r: dict) -> None:
 
 def _size(value: int | None) -> str:
     """'-' where nothing fits; a context at the cap is a lower bound."""
-    from analyses.run.config import MAX_PROMPT_TOKENS
-
     if value is None:
         return "-"
     return f"{value:,}+" if value >= MAX_PROMPT_TOKENS else f"{value:,}"

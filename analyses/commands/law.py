@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from analyses.run.config import parse_sets
+import argparse
+import inspect
+import textwrap
+
+from analyses.cli import emit_json
 from analyses.laws.forms import LAWS
+from analyses.run.api import law
+from analyses.run.config import parse_sets
 
 
 def law_description(name: str, fn) -> str:
     """One law for --help: its whole docstring as a paragraph, then its parameters
     (required ones bare, the others with their defaults)."""
-    import inspect
-    import textwrap
-
     doc = " ".join((fn.__doc__ or "").split())
     params = []
     for key, param in inspect.signature(fn).parameters.items():
@@ -30,7 +33,7 @@ def register(sub) -> None:
                        description="Evaluate one schedule's closed-form law, as its paper\n"
                                    "states it. Pass each parameter with --set KEY=VALUE; a\n"
                                    "parameter with a default may be left out.\n\n" + lines,
-                       formatter_class=__import__("argparse").RawDescriptionHelpFormatter,
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="example: hetspec law leviathan --set alpha=0.8 "
                               "--set gamma=5 --set c=0 --json\n"
                               "         hetspec law tree --set alpha=0.8 --set tree=4,2,2,1")
@@ -42,9 +45,6 @@ def register(sub) -> None:
 
 
 def _law(args) -> int:
-    from analyses.run.api import law
-    from analyses.cli import emit_json
-
     out = law(args.name, **parse_sets(args.sets))
     if args.json:
         emit_json(out)

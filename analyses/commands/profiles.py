@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import yaml
 
+from analyses.commands._profileview import (compact, model_line, platform_line, platform_totals,
+                                            stack_line)
+from analyses.run.outputs import check_outputs
 from hwprofiles import list_names, load_model, load_platform, load_stack, validate_path
+from hwprofiles.importer import import_config
 from hwprofiles.loader import ProfileError, printable
+from hwprofiles.outputfiles import atomic_write_text
 
 
 def register(sub) -> None:
@@ -48,8 +55,6 @@ def register(sub) -> None:
 
 
 def _list(args) -> int:
-    from analyses.commands._profileview import model_line, platform_line, stack_line
-
     for kind, load, line in (("platforms", load_platform, platform_line),
                              ("models", load_model, model_line),
                              ("stacks", load_stack, stack_line)):
@@ -84,8 +89,6 @@ def _show(args) -> int:
                     "'hetspec profiles list' (models also go by their Hugging Face "
                     "ids, e.g. Qwen/Qwen3-32B) or give a path to a YAML file") from None
             raise platform_error from None
-    from analyses.commands._profileview import compact, platform_totals
-
     if args.full:
         print(yaml.safe_dump(obj.model_dump(mode="json"), sort_keys=False), end="")
         return 0
@@ -114,12 +117,6 @@ def _validate(args) -> int:
 
 
 def _import(args) -> int:
-    from pathlib import Path
-
-    from analyses.run.outputs import check_outputs
-    from hwprofiles.importer import import_config
-    from policies.runs.records import atomic_write_text
-
     config = Path(args.config)
     folder_name = config.resolve().parent.name or "imported"
     check_outputs({"-o": args.output}, [("the config.json", config)],

@@ -5,8 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from analyses.cli import emit_json
+from analyses.measured.replay import load_run, replay, replay_config, side_by_side_trace
 from analyses.run.budget import (SIM_BUDGET_UNITS, SPANS_BUDGET, allow_large_argument,
-                                 readable)
+                                 announce_estimate, check, config_shape, plural, readable,
+                                 sim_estimate, spans_estimate)
+from analyses.run.outputs import check_outputs, profile_inputs, run_inputs
+from hwprofiles.outputfiles import atomic_write_text
 
 
 def register(sub) -> None:
@@ -36,12 +41,6 @@ def register(sub) -> None:
 
 
 def _replay(args) -> int:
-    from analyses.cli import emit_json
-    from analyses.run.outputs import check_outputs, profile_inputs, run_inputs
-    from analyses.measured.replay import load_run, replay, side_by_side_trace
-    from analyses.run.budget import announce_estimate, check, spans_estimate
-    from policies.runs.records import atomic_write_text
-
     # the spans are counted (lines, not parsed) before the record is read
     spans = check(spans_estimate("replay", [args.run], "replay a shorter run"),
                   args.allow_large, announce=False)
@@ -75,9 +74,6 @@ def check_replay_simulation(run, profile: str | None, allow_large: bool) -> None
     """Refuse a replay whose simulations (one per prompt batch, at the record's
     tokens and batch) are over the budget; a record that cannot be configured
     is left to the replay's own refusal."""
-    from analyses.measured.replay import replay_config
-    from analyses.run.budget import check, config_shape, plural, sim_estimate
-
     batches = run.batches() if any("prompt_batch" in s for s in run.spans) else [None]
     try:
         config = replay_config(run, profile, batches[0])

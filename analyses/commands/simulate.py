@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from analyses.commands._common import (add_run_arguments, announce, config_from_args,
-                                       settings_help)
-from analyses.run.budget import SIM_BUDGET_UNITS, allow_large_argument, readable
+from analyses.cli import emit_json
+from analyses.commands._common import add_run_arguments, announce, config_from_args, settings_help
+from analyses.run.api import simulate
+from analyses.run.budget import SIM_BUDGET_UNITS, allow_large_argument, check_simulation, readable
+from analyses.run.config import parse_sets
+from analyses.run.outputs import check_outputs, profile_inputs, set_inputs
+from hwprofiles import DEFAULT_STACK
+from policies.runs.breakdown import LABELS, sentence
 
 
 def register(sub) -> None:
@@ -33,13 +38,6 @@ def register(sub) -> None:
 
 
 def _simulate(args) -> int:
-    from analyses.run.api import simulate
-    from analyses.cli import emit_json
-    from analyses.run.budget import check_simulation
-    from analyses.run.config import parse_sets
-    from analyses.run.outputs import check_outputs, profile_inputs, set_inputs
-    from hwprofiles import DEFAULT_STACK
-
     config = config_from_args(args, deterministic=args.deterministic,
                               fixed_context=args.fixed_context)
     check_outputs({"--trace": args.trace, "--record": args.record},
@@ -74,8 +72,6 @@ def _simulate(args) -> int:
 def print_breakdown(policy: str, parts: dict | None) -> None:
     """Why: one sentence, then each cost's time per output token on the critical
     path, then each device's utilisation."""
-    from policies.runs.breakdown import LABELS, sentence
-
     if not parts:
         return
     print(f"  why: {sentence(policy, parts)}")

@@ -3,16 +3,23 @@ multi-token heads."""
 
 from __future__ import annotations
 
+import argparse
+import shlex
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from analyses.cli import emit_json
 from analyses.commands.run import count
 from analyses.run.config import split_items
+from analyses.run.outputs import check_outputs
+from executors.trainconfig import TrainConfig  # no torch: every command's help
 
 
 def layer_list(option: str):
     """argparse type of ``option``: comma-separated exit layers, each once, or
     'none'. An empty list or item (``''``, ``8,,15``) and a layer given twice
     (``8,8``) are refused, not dropped."""
-    import argparse
-
     def parse(text: str) -> tuple[int, ...]:
         if text.strip().lower() == "none":
             return ()
@@ -39,8 +46,6 @@ def layer_list(option: str):
 
 def name_list(text: str) -> tuple[str, ...]:
     """argparse type: comma-separated names, each once, no empty item."""
-    import argparse
-
     try:
         return tuple(split_items(text, f"'{text}'", unique=True))
     except ValueError as exc:
@@ -48,8 +53,6 @@ def name_list(text: str) -> tuple[str, ...]:
 
 
 def register(sub) -> None:
-    from executors.trainconfig import TrainConfig  # no torch: every command's help
-
     d = TrainConfig()
     p = sub.add_parser(
         "train-draft", help="train the target's own draft heads (early exits, adapters, "
@@ -104,12 +107,6 @@ def register(sub) -> None:
 
 
 def _train(args) -> int:
-    from dataclasses import replace
-    from pathlib import Path
-
-    from analyses.cli import emit_json
-    from analyses.run.outputs import check_outputs
-
     if args.seed < 0:
         raise ValueError(f"--seed {args.seed} is negative; give an integer >= 0")
     names = {"--output": "smollm2-135m-drafts.safetensors",
@@ -164,9 +161,6 @@ def heads_ahead(cfg, ahead: tuple[int, ...] | None, eta: int | None) -> dict:
 
 def _command_line() -> str:
     """This process's command line from 'train-draft' on, as the provenance notes it."""
-    import shlex
-    import sys
-
     argv = sys.argv
     start = argv.index("train-draft") if "train-draft" in argv else len(argv)
     return "hetspec " + shlex.join(argv[start:] or ["train-draft"])

@@ -11,27 +11,27 @@ and sim-vs-real timelines.
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
-from analyses.compare.sweep import PointResult
+from analyses.compare.lawviews import law_figures
+from analyses.compare.sections import Section
+from analyses.compare.sidebyside import section as side_by_side
+from analyses.compare.sweep import PointResult, point_config
+from analyses.run.api import metrics_of, run_schedule
+from hwprofiles import load_platform
+from hwprofiles.outputfiles import atomic_write_text
+from hwprofiles.placement import resolve
 from policies import entry
+from policies.runs.breakdown import LABELS, sentence
+from policies.runs.metrics import baseline_of
 from simcore import acceptance
-from policies.runs.records import atomic_write_text
 
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50))
 KIND_COLORS = {"compute": "#1f77b4", "collective": "#ff7f0e", "transfer": "#2ca02c",
                "stream": "#9467bd", "delay": "#7f7f7f"}
-
-
-@dataclass
-class Section:
-    title: str
-    figures: list[tuple[str, go.Figure]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
 
 
 def best_per_policy(results: list[PointResult]) -> dict[str, PointResult]:
@@ -49,9 +49,6 @@ def best_per_policy(results: list[PointResult]) -> dict[str, PointResult]:
 def explain(best: dict[str, PointResult], base: dict) -> None:
     """Add where its time went (``breakdown``) to each policy's fastest point: its
     seeded run again, with the same outcomes (a sweep leaves it out of the rest)."""
-    from analyses.compare.sweep import point_config
-    from analyses.run.api import metrics_of, run_schedule
-
     for r in best.values():
         if "breakdown" not in r.metrics:
             config = point_config(r.point, base)
@@ -120,8 +117,6 @@ METRICS = {"tokens_per_s": ("tokens/s", 1.0), "speedup_vs_ar": ("speedup vs AR",
 def baseline_name(result: PointResult) -> str:
     """The run a point's speedup is measured against (ar, ar_stream, AR through
     PPSD's stages, ...)."""
-    from policies.runs.metrics import baseline_of
-
     fields = entry(result.point.policy).params.model_fields
     params = {k: v for k, v in result.point.sets if k in fields}
     try:
@@ -309,8 +304,6 @@ COST_COLORS = {"target": "#1f77b4", "draft": "#17becf", "verify": "#2ca02c",
 def why_figure(best: dict[str, PointResult]) -> go.Figure:
     """Each policy's time per output token split by cost on its critical path
     (policies.runs.breakdown), one stacked bar per policy, fastest on top."""
-    from policies.runs.breakdown import LABELS
-
     names = [p for p in by_speed(best) if best[p].metrics.get("breakdown")][::-1]
     fig = go.Figure()
     for cost, color in COST_COLORS.items():
@@ -328,8 +321,6 @@ def why_figure(best: dict[str, PointResult]) -> go.Figure:
 
 
 def _why_section(best: dict[str, PointResult]) -> Section:
-    from policies.runs.breakdown import sentence
-
     sec = Section("Why")
     ranked = [p for p in by_speed(best) if best[p].metrics.get("breakdown")]
     if ranked:
@@ -380,14 +371,10 @@ def build_sections(results: list[PointResult], base: dict, sweep_keys: list[str]
                    replays=None, steps: int = 4, notes: list[str] = ()) -> list[Section]:
     """Every section of the comparison report, in reading order; ``notes`` (best
     points on a sweep's edge or a valid bound) open the speed section."""
-    from analyses.compare.lawviews import law_figures
-
     best = best_per_policy(results)
     explain(best, base)
     speed = _speed_section(results)
     speed.notes[:0] = list(notes)
-    from analyses.compare.sidebyside import section as side_by_side
-
     sections = [speed] + [s for s in [side_by_side(results, base)] if s] + [_why_section(best)]
     sweep = Section("Sweep")
     if sweep_keys and best:
@@ -421,9 +408,6 @@ def build_sections(results: list[PointResult], base: dict, sweep_keys: list[str]
 
 def placement_note(base: dict) -> str:
     """Where the target and the draft run: one placement for every schedule."""
-    from hwprofiles import load_platform
-    from hwprofiles.placement import resolve
-
     placement = resolve(load_platform(base["platform"]), base.get("placement"))
     where = f"target on {placement['target']}"
     if base.get("draft"):

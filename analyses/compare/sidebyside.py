@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from analyses.compare.sweep import SCENARIO_KEYS, PointResult, point_config
+from analyses.compare.sections import Section
+from analyses.compare.sweep import PointResult, SCENARIO_KEYS, point_config
+from analyses.run.capacity import breakdown
+from hwprofiles import load_platform
 
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50))
 HEADER = ["platform", "batch", "policy", "setting", "tokens/s", "speedup", "step [ms]",
@@ -45,9 +48,6 @@ def fit_text(result: PointResult, base: dict) -> str:
     if result.metrics is None:
         error = result.error or "not run"
         return f"no: {error}" if "would need" in error else f"not run: {error}"
-    from analyses.run.capacity import breakdown
-    from hwprofiles import load_platform
-
     config = point_config(result.point, base)
     rows = breakdown(config, load_platform(config.platform))
     full = max(rows, key=lambda m: m["total_bytes"] / m["capacity_bytes"])
@@ -98,8 +98,6 @@ def speed_figure(results: list[PointResult], base: dict) -> go.Figure:
 
 def section(results: list[PointResult], base: dict):
     """The report's 'Platforms and batches side by side' section, or None."""
-    from analyses.compare.report import Section
-
     if not swept_scenario(results):
         return None
     return Section("Platforms and batches side by side", [

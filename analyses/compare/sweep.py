@@ -13,20 +13,28 @@ message instead of metrics.
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import math
+import multiprocessing
 import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
+from tqdm import tqdm
 
-from analyses.run.config import (RUN_KEYS, RunConfig, parse_value, refuse_repeats,
-                                 split_items, split_sets)
-from policies import entry
-from simcore import acceptance
+from analyses.compare import sweep_ray
+from analyses.run import budget
+from analyses.run.api import (baseline_config, baseline_tokens_per_s, check_expert_parallel,
+                              metrics_of, run_schedule)
+from analyses.run.budget import check
+from analyses.run.config import (RUN_KEYS, RunConfig, parse_value, refuse_repeats, split_items,
+                                 split_sets)
+from policies import PolicyError, entry
 from policies.runs.metrics import add_speedup
+from simcore import Outcomes, acceptance
 
 # Settings of the scenario rather than of a schedule: every policy takes them, and a
 # point carries them to its RunConfig's own fields (--sweep platform=a,b, batch=1,8,32).
@@ -116,9 +124,7 @@ def parse_sweep(spec: str) -> tuple[str, list]:
                          f"e.g. {key}={hi}..{lo}")
     span = (hi - lo) / step
     if not math.isfinite(span) or span >= MAX_SWEEP_VALUES:
-        from analyses.run.budget import readable
-
-        shown = readable(int(span) + 1) if math.isfinite(span) else "more than 1e+308"
+        shown = budget.readable(int(span) + 1) if math.isfinite(span) else "more than 1e+308"
         raise ValueError(f"--sweep {spec} has {shown} values, over the {MAX_SWEEP_VALUES:,} "
                          "a key may sweep; use a coarser step")
     count = int(span + 1e-9) + 1
@@ -143,8 +149,6 @@ def _accepts(policy: str, key: str) -> bool:
 def _not_taken(key: str, policies: list[str]) -> str:
     """The refusal of a key no chosen policy takes, with the nearest valid key and
     every valid one."""
-    import difflib
-
     valid = sorted({k for p in policies for k in entry(p).params.model_fields}
                    | set(acceptance.KEYS) | set(RUN_KEYS) | set(SCENARIO_KEYS))
     near = difflib.get_close_matches(key, valid, n=1)
@@ -209,8 +213,6 @@ def grid_estimate(by_policy: dict[str, tuple[int, dict]], base: dict,
                   sweeps: list[tuple[str, list]] = ()):
     """The grid's work (analyses.run.budget): every point at its most costly
     values, and for every point but an ``ar`` one its AR baseline."""
-    from analyses.run import budget
-
     tokens, batch = int(base.get("tokens", 2000)), int(base.get("batch", 1))
     layers = budget.n_layers_of(base.get("target"), base.get("draft"))
     units, total, baselines = 0, 0, 0
@@ -265,9 +267,6 @@ def check_points(points: list[Point], base: dict) -> list[RunConfig]:
     own values are invalid (alpha beyond 1, a NaN gamma): that is a mistake in
     --sweep/--set, not a policy that does not apply, so it is one error before any
     run rather than a skipped point in the report."""
-    from analyses.run.api import check_expert_parallel
-    from policies import PolicyError
-
     try:
         RunConfig(**base)
     except ValidationError as exc:
@@ -289,8 +288,6 @@ def check_points(points: list[Point], base: dict) -> list[RunConfig]:
 
 
 def _recording_outcomes():
-    from simcore import Outcomes
-
     class Recording(Outcomes):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
@@ -312,8 +309,6 @@ def run_point(point: Point, config: RunConfig, timeline_steps: int = TIMELINE_ST
     user errors become ``error``. ``ar_tokens_per_s`` is its
     baseline's tokens/s (or the baseline's error message) when the grid ran the
     baselines already; without it the baseline is simulated here."""
-    from analyses.run.api import baseline_tokens_per_s, metrics_of, run_schedule
-
     holder = {}
 
     def factory(acc, **kwargs):
@@ -342,15 +337,11 @@ def run_packed(args) -> PointResult:
 
 
 def _baseline_key(config: RunConfig) -> str:
-    from analyses.run.api import baseline_config
-
     return baseline_config(config).model_dump_json()
 
 
 def _baseline_packed(key: str) -> float | str:
     """Tokens/s of one baseline configuration, or its error's first line."""
-    from analyses.run.api import run_schedule
-
     try:
         result = run_schedule(RunConfig.model_validate_json(key), record_spans=False)
     except ValueError as exc:
@@ -369,8 +360,6 @@ def point_tasks(points: list[Point], configs: list[RunConfig], mapper) -> list[t
 
 
 def progress_bar(total: int, quiet: bool):
-    from tqdm import tqdm
-
     return tqdm(total=total, desc="simulating", unit="run", file=sys.stderr,
                 disable=quiet or total <= 1, leave=False)
 
@@ -382,13 +371,9 @@ def run_grid(points: list[Point], base: dict, *, jobs: int | None = None,
     A grid over the work budget is refused unless ``allow_large``
     (analyses.run.budget); invalid values are refused before any point runs
     (``check_points``)."""
-    from analyses.run.budget import check
-
     check(grid_estimate(points_settings(points), base), allow_large, announce=not quiet)
     configs = check_points(points, base)
     if backend == "ray":
-        from analyses.compare.sweep_ray import run_grid_ray
-
         return run_grid_ray(points, configs, quiet=quiet)
     if backend != "local":
         raise ValueError(f"unknown --backend '{backend}'; choose local or ray")
@@ -410,14 +395,21 @@ def run_grid(points: list[Point], base: dict, *, jobs: int | None = None,
         pool.join()
 
 
+def run_grid_ray(points: list[Point], configs: list[RunConfig], *,
+                 address: str | None = None, quiet: bool = False) -> list[PointResult]:
+    """Every point on a Ray cluster (``analyses.compare.sweep_ray``), in order."""
+    sweep_ray.connect(address)
+    tasks = point_tasks(points, configs, sweep_ray.ray_map)
+    with progress_bar(len(tasks), quiet) as bar:
+        return sweep_ray.run_all(run_packed, tasks, bar.update)
+
+
 def _pool(jobs: int):
     """A worker pool started from a fresh server process, not forked from this
     one: a forked child inherits whatever lock another thread of the caller (a
     test runner's, a progress bar's) held at that instant, and one such worker
     once blocked forever on the task queue. The server imports this module
     once, so each worker starts without re-importing the simulator."""
-    import multiprocessing
-
     method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() \
         else "spawn"
     ctx = multiprocessing.get_context(method)

@@ -24,6 +24,8 @@ TUNED = {"sd": "gamma", "mirror": "gamma", "eesd": "gamma", "cats": "gamma",
 # --sweep KEY=32..64 looks further.
 TUNE_MAX = 32
 import math
+from analyses.run import budget
+from policies import entry
 
 
 @dataclass
@@ -103,8 +105,6 @@ class Search:
 
 def searches(policies: list[str], fixed: set[str]) -> list[Search]:
     """A search for every policy whose tuned parameter the user neither set nor swept."""
-    from policies import entry
-
     out = []
     for policy in policies:
         key = TUNED.get(policy)
@@ -136,8 +136,6 @@ def estimate(found: list[Search], others: dict[str, dict], sets_of: dict[str, di
     its own values, its refinement rounds at the top of its range, one AR baseline
     per schedule (its points share it), and every untuned schedule once.
     ``others``/``sets_of``: policy -> its fixed settings as value lists."""
-    from analyses.run import budget
-
     tokens, batch = int(base.get("tokens", 1000)), int(base.get("batch", 1))
     layers = budget.n_layers_of(base.get("target"), base.get("draft"))
 

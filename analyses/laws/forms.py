@@ -15,7 +15,7 @@ from typing import Annotated
 
 from pydantic import ConfigDict, Field, ValidationError, validate_call
 
-from hwprofiles.closedforms import expected_tokens
+from policies.sd import expected_tokens
 from policies.tree import tree_law  # token trees: the closed form lives with the schedule
 
 MAX_COUNT = 1_000_000  # larger token, layer or batch counts are typing slips, not designs

@@ -31,6 +31,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from analyses.measured.runrecord import CORRUPT
+from analyses.run.config import RunConfig
 from hwprofiles import Platform, load_platform
 from hwprofiles.loader import list_names
 from hwprofiles.placement import check_overrides, resolve
@@ -99,8 +100,6 @@ def tracks(platform: Platform, physical: dict) -> set[str]:
 def check_inputs(inputs: dict, path: Path) -> None:
     """The record's inputs validate as a new run's configuration would, and hold no
     option only the simulator models."""
-    from analyses.run.config import RunConfig
-
     fields = {k: v for k, v in inputs.items()
               if k in RunConfig.model_fields and k != "acceptance"}  # the run's own trace
     try:

@@ -16,8 +16,8 @@ from __future__ import annotations
 import bisect
 from dataclasses import replace
 
+from executors.passes import executor_passes
 from policies.ops import Delay, Forward, Parallel, Spawn, Verify
-from simcore.costmodel import executor_passes
 
 STEP_END = "step end"  # the zero-length marker a replay puts after each Verify
 

@@ -28,14 +28,16 @@ from pathlib import Path
 
 import numpy as np
 
-from analyses.run.config import RunConfig
-from analyses.measured.executorwork import STEP_END, ExecutorWork
 from analyses.measured.evidence import check_evidence, run_platform
+from analyses.measured.executorwork import ExecutorWork, STEP_END
 from analyses.measured.runrecord import check_record, read_numbered_spans, run_file
+from analyses.run.api import metrics_of, run_schedule
+from analyses.run.config import RunConfig
 from hwprofiles import load_model, load_platform
+from hwprofiles.outputfiles import scratch_dir
 from policies.runs.metrics import elapsed_s
-from policies.runs.records import read_record, scratch_dir
-from policies.runs.spans import measured_span
+from policies.runs.records import read_record
+from policies.runs.spans import chrome_trace, measured_span
 from policies.traces import held_rows, numbered_acceptance
 from simcore import Outcomes
 
@@ -295,8 +297,6 @@ def _first_steps(spans: list[tuple], step_s: float, steps: int) -> list[tuple]:
 
 def _simulate_batch(run: MeasuredRun, profile, batch: int | None, work: str):
     """(config, SimResult, measured step latencies, simulated ones) of one batch."""
-    from analyses.run.api import run_schedule
-
     spans = run.spans if batch is None else _batch_spans(run, batch)
     lines = run.lines if batch is None else [
         d for d in run.lines if d.get("prompt_batch", 0) == batch]
@@ -320,8 +320,6 @@ def replay(run: MeasuredRun, profile: str | None = None, *, steps: int = 4,
            work: str = "schedule") -> Replay:
     """Re-simulate a measured run with its own acceptance trace and events, one
     simulation per prompt batch (``work``: see the module doc)."""
-    from analyses.run.api import metrics_of
-
     if work not in WORK:
         raise ValueError(f"work must be one of {', '.join(WORK)}, not '{work}'")
     check_run_fits(run, load_platform(profile or run.platform
@@ -376,8 +374,6 @@ def replay_dir(directory, profile: str | None = None) -> list[Replay]:
 
 def side_by_side_trace(rep: Replay, run: MeasuredRun) -> dict:
     """One Chrome trace: the measured run as process 1, the simulation as 2."""
-    from policies.runs.spans import chrome_trace
-
     measured = chrome_trace([measured_span(s) for s in run.spans],
                             process=f"measured {rep.label}")
     simulated = chrome_trace(rep.sim_spans, process=f"simulated on {rep.config.platform}")

@@ -12,11 +12,14 @@ from a notebook::
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from analyses.run.config import RunConfig, SimConfig  # noqa: F401 (SimConfig: the API's old name)
-from analyses.run.memory import Run, check_fit, uses_draft  # noqa: F401  (check_fit: API)
+from analyses.run.memory import Run, uses_draft
+from analyses.run.operators import operator_table
+from analyses.run.remedies import check_fit  # noqa: F401  (check_fit: API)
 from hwprofiles import ModelSpec, Platform, Stack, load_model, load_platform, load_stack
 from hwprofiles.placement import check_overrides, resolve
 from policies import PolicyContext, build, build_prefill, entry, outcome_models
@@ -280,8 +283,6 @@ def simulate(config: RunConfig, *, trace_path: str | Path | None = None,
 def operators_of(config: RunConfig, spans) -> list[dict]:
     """The run's per-operator table (analyses.run.operators) on its platform, peaks
     taken at the target's dtype."""
-    from analyses.run.operators import operator_table
-
     dtype = "fp8" if config.compute_bits == 8 else load_model(config.target).dtype
     return operator_table(spans, load_platform(config.platform), dtype)
 
@@ -292,8 +293,6 @@ def law(name: str, **params) -> dict:
 
     if name not in LAWS:
         raise ValueError(f"unknown law '{name}'; choose one of {', '.join(LAWS)}")
-    import inspect
-
     accepted = inspect.signature(LAWS[name]).parameters
     for key in params:
         if key not in accepted:

@@ -19,8 +19,8 @@ draft's own weights on its device. Each piece needs, per member of its group:
   ``prefill_chunk`` of it, without logits: the prefill runs no head).
 
 Needs add up per memory tier (devices on one SoC share a DRAM), and a tier that
-cannot hold them is refused in one sentence naming the device, the need with
-its breakdown, and the capacity.
+cannot hold them is refused (``analyses.run.remedies.check_fit``) in one sentence
+naming the device, the need with its breakdown, and the capacity.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from hwprofiles import ModelSpec, Platform
 from hwprofiles.placement import Placement
+from policies.tree import draft_passes, tree_nodes
 
 # schedules that never run a separate draft model (they draft with the target's
 # own layers, or not at all)
@@ -98,8 +99,6 @@ def positions_per_pass(params) -> int:
     token tree's verify scores the root and every node (at most ``nodes`` of a
     dynamic tree's candidates)."""
     if _param(params, "tree") is not None:
-        from policies.tree import tree_nodes
-
         return 1 + len(tree_nodes(params, None))
     depth = _param(params, "gamma") or _param(params, "k") or 0
     return 1 + int(depth)
@@ -109,8 +108,6 @@ def draft_positions(params) -> int:
     """Positions per row of the widest draft pass: one, or a token tree's widest
     level of nodes it expands."""
     if _param(params, "tree") is not None:
-        from policies.tree import draft_passes
-
         return max(n for n, _ in draft_passes(params))
     return 1
 
@@ -244,48 +241,3 @@ def overflow(platform: Platform, models: dict[str, ModelSpec], placement: dict[s
         if need.total > capacity:
             return tier_name, need, capacity
     return None
-
-
-def check_fit(platform: Platform, models: dict[str, ModelSpec],
-              placement: dict[str, str], run: Run | None = None) -> None:
-    """Raise ValueError, one sentence, when a memory tier the placement uses
-    cannot hold its weights, KV cache and activations; the sentence names the
-    single changes that would make it fit (``analyses.run.remedies``)."""
-    run = run or Run()
-    found = overflow(platform, models, placement, run)
-    if found is not None:
-        from analyses.run.remedies import remedies
-
-        tier_name, need, capacity = found
-        fix = remedies(platform, models, placement, run) or _fix(platform, need, run)
-        raise ValueError(_refusal(platform, tier_name, need, capacity, run, fix))
-
-
-def _refusal(platform: Platform, tier_name: str, need: TierNeed, capacity: float,
-             run: Run, fix: str) -> str:
-    devices = ", ".join(need.devices)
-    noun = "device" if len(need.devices) == 1 else "devices"
-    context = run.prompt_tokens + run.tokens
-    return (f"{noun} {devices} of {platform.name} (memory tier {tier_name}, "
-            f"{capacity / 1e9:.1f} GB) would need {need.total / 1e9:.1f} GB for "
-            f"{', '.join(need.roles)}: weights {need.weights / 1e9:.1f} GB + KV cache "
-            f"{need.kv / 1e9:.1f} GB ({context} positions x batch {run.batch}) + "
-            f"activations {need.activations / 1e9:.2f} GB; {fix}")
-
-
-def _fix(platform: Platform, need: TierNeed, run: Run) -> str:
-    """What to change when no single change the remedies try makes it fit."""
-    prefill_rows = min(run.prompt_tokens, run.prefill_chunk or run.prompt_tokens)
-    if need.activations > max(need.kv, need.weights) and prefill_rows > 512:
-        return ("prefill the prompt in chunks with --set prefill_chunk=512, or lower "
-                "--batch or prompt_tokens")
-    if need.kv > need.weights:
-        return ("lower --batch, --tokens or prompt_tokens, or store the cache smaller "
-                "with --set kv_bits=8")
-    if run.streams_weights:
-        return "lower --set dram_budget_gb or use a platform with more memory"
-    if any(d.storage for d in platform.devices):
-        return ("use a schedule that streams layers from flash (--policy cats, kangaroo "
-                "or ar_stream with --set dram_budget_gb=...), or --set weight_bits=4")
-    return ("place the model on a larger group with --placement, store weights smaller "
-            "with --set weight_bits=8 or 4, or choose a larger platform")

@@ -8,7 +8,7 @@ acceptance trace, a measured run's record, spans or acceptance lines, any file
 of a run under ``--runs``); two outputs must not be one file; it must not lie in
 hetspec's shipped data folders (``hwprofiles/data/``, ``executors/data/``); it
 must not replace a file of a measured run (only ``hetspec run --force`` does);
-and it must be writable (``policies.runs.records.check_writable``).
+and it must be writable (``hwprofiles.outputfiles.check_writable``).
 
 Folders (``check_run_dir``, ``hetspec run --out``): the same shipped-data and
 input rules for every file a run writes, and a folder that is not empty (a
@@ -18,17 +18,21 @@ sentence names the next free numbered folder. Default run folders are claimed
 new (``policies.runs.folders.claim_new_dir``) and never collide.
 
 Temp files of killed writers are removed by the next write of the same output
-(``policies.runs.records.atomic_write_bytes``).
+(``hwprofiles.outputfiles.atomic_write_bytes``).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
+from importlib import resources
 from pathlib import Path
 
+from hwprofiles import ProfileError
+from hwprofiles.loader import _data_dir, _resolve, printable
+from hwprofiles.outputfiles import check_writable
 from policies.runs.folders import DERIVED_RUN_FILES, RUN_FILES, free_name, holds_run
-from policies.runs.records import check_writable, read_record
+from policies.runs.records import read_record
 
 MAX_RUN_FILES = 10_000  # files looked at under --runs before giving up the walk
 SHIPPED_PACKAGES = ("hwprofiles", "executors")  # each ships a data/ folder
@@ -108,8 +112,6 @@ def check_run_dir(run_dir: Path, inputs: Iterable[tuple[str, Path]], *, force: b
 
 def _empty(label: str, folder: Path) -> None:
     """Refuse a folder that is not empty: a previous run is never replaced silently."""
-    from hwprofiles.loader import printable
-
     try:
         entries = sorted(os.listdir(folder)) if folder.is_dir() else []
     except OSError:
@@ -138,8 +140,6 @@ def _not_shipped(label: str, path: Path) -> None:
     """Refuse to replace a profile hetspec ships (every command that names it, and
     the tests that pin its numbers, would silently read the new file), and to write
     anything else into the shipped data folders."""
-    from hwprofiles.loader import _data_dir
-
     for kind in ("platforms", "models"):
         for shipped in _data_dir(kind).glob("*.yaml"):
             if _same_file(path, shipped):
@@ -152,8 +152,6 @@ def _not_shipped(label: str, path: Path) -> None:
 def shipped_data_dirs() -> list[Path]:
     """The data folders hetspec ships (profiles, published rows, draft heads), real
     paths: whatever lies in them is read as shipped data."""
-    from importlib import resources
-
     return [Path(os.path.realpath(str(resources.files(pkg) / "data")))
             for pkg in SHIPPED_PACKAGES]
 
@@ -191,9 +189,6 @@ def _measured(folder: Path) -> bool:
 
 def profile_inputs(**names: str | None) -> list[tuple[str, Path]]:
     """The YAML files behind --platform/--target/--draft (shipped names included)."""
-    from hwprofiles import ProfileError
-    from hwprofiles.loader import _resolve
-
     out = []
     for option, name in names.items():
         if not name or str(name).lower() == "none":

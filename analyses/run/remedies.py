@@ -1,7 +1,8 @@
-"""What would make a refused placement fit: each single change, with its number.
+"""The memory check's refusal (``check_fit``) and what would make a refused
+placement fit: each single change, with its number.
 
-The memory check (``analyses.run.memory``) refuses a placement whose tier
-overflows. Its sentence then names every single change that makes the same
+``check_fit`` refuses a placement whose memory tier overflows (the needs are
+``analyses.run.memory``'s). Its sentence then names every single change that makes the same
 check pass, each with the value that does it: the prompt prefilled in chunks
 (``prefill_chunk``), the KV cache or the weights stored narrower (``kv_bits``,
 ``weight_bits``), the target on a larger group of the platform
@@ -16,7 +17,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 from hwprofiles import ModelSpec, Platform
-from analyses.run.memory import Run, overflow, tier_needs
+from analyses.run.memory import Run, TierNeed, overflow, tier_needs
 
 CHUNKS = (8192, 4096, 2048, 1024, 512, 256, 128, 64)  # prefill chunks tried, widest first
 NARROWER = (8, 4)  # storage widths tried, widest first
@@ -146,3 +147,46 @@ def _stream(platform, models, placement, run) -> str:
         return ""
     return (f"a schedule that streams layers from flash (--policy ar_stream, kangaroo or "
             f"cats with --set dram_budget_gb={found / 10:g} or less)")
+
+
+def check_fit(platform: Platform, models: dict[str, ModelSpec],
+              placement: dict[str, str], run: Run | None = None) -> None:
+    """Raise ValueError, one sentence, when a memory tier the placement uses
+    cannot hold its weights, KV cache and activations; the sentence names the
+    single changes that would make it fit (``remedies``)."""
+    run = run or Run()
+    found = overflow(platform, models, placement, run)
+    if found is not None:
+        tier_name, need, capacity = found
+        fix = remedies(platform, models, placement, run) or _fix(platform, need, run)
+        raise ValueError(_refusal(platform, tier_name, need, capacity, run, fix))
+
+
+def _refusal(platform: Platform, tier_name: str, need: TierNeed, capacity: float,
+             run: Run, fix: str) -> str:
+    devices = ", ".join(need.devices)
+    noun = "device" if len(need.devices) == 1 else "devices"
+    context = run.prompt_tokens + run.tokens
+    return (f"{noun} {devices} of {platform.name} (memory tier {tier_name}, "
+            f"{capacity / 1e9:.1f} GB) would need {need.total / 1e9:.1f} GB for "
+            f"{', '.join(need.roles)}: weights {need.weights / 1e9:.1f} GB + KV cache "
+            f"{need.kv / 1e9:.1f} GB ({context} positions x batch {run.batch}) + "
+            f"activations {need.activations / 1e9:.2f} GB; {fix}")
+
+
+def _fix(platform: Platform, need: TierNeed, run: Run) -> str:
+    """What to change when no single change the remedies try makes it fit."""
+    prefill_rows = min(run.prompt_tokens, run.prefill_chunk or run.prompt_tokens)
+    if need.activations > max(need.kv, need.weights) and prefill_rows > 512:
+        return ("prefill the prompt in chunks with --set prefill_chunk=512, or lower "
+                "--batch or prompt_tokens")
+    if need.kv > need.weights:
+        return ("lower --batch, --tokens or prompt_tokens, or store the cache smaller "
+                "with --set kv_bits=8")
+    if run.streams_weights:
+        return "lower --set dram_budget_gb or use a platform with more memory"
+    if any(d.storage for d in platform.devices):
+        return ("use a schedule that streams layers from flash (--policy cats, kangaroo "
+                "or ar_stream with --set dram_budget_gb=...), or --set weight_bits=4")
+    return ("place the model on a larger group with --placement, store weights smaller "
+            "with --set weight_bits=8 or 4, or choose a larger platform")

@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 
 from executors.backend import models
+from hwprofiles.outputfiles import atomic_write_bytes
 
 DATA_DIR = Path(str(resources.files("executors") / "data"))  # package data, wherever this module is
 SHIPPED = {models.REAL_NAME: DATA_DIR / "smollm2-135m-drafts.safetensors"}
@@ -318,8 +319,6 @@ def save_artifact(heads: DraftHeads, path: Path, shape: dict[str, int], target: 
 def _write_atomic(path: Path, data: bytes) -> None:
     """The one atomic writer every output goes through (a killed writer's temp file
     is removed by the next write of the same path)."""
-    from policies.runs.records import atomic_write_bytes
-
     atomic_write_bytes(path, data)
 
 

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Client, Listener
 from pathlib import Path
 
+from executors.backend import drafts, models
+from executors.backend.layers import Stack
 from executors.backend.streaming import StreamCmd
 
 STARTUP_TIMEOUT_S = 600
@@ -360,9 +362,6 @@ def _message(device, cmd, pending_sends=None):
 
 
 def _load(device, cmd: LoadCmd):
-    from executors.backend import drafts, models
-    from executors.backend.layers import Stack
-
     start = time.perf_counter()
     loaded = device.__dict__.setdefault("loaded", {})  # (source, shard) -> HF model
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from executors.coordinate import branches, tokentree, traffic
 from executors.coordinate.book import CacheBook, Proposal, Sequences
 from executors.backend.device import SleepCmd, VerifyCmd
+from executors.coordinate.trees import Wait, start_tree
 from executors.coordinate.feeds import (Handle, HandleInfo, hidden_command, hidden_inputs,
                                         multi_token, token_command)
 from executors.coordinate.loop import Loop, Pending
@@ -45,13 +46,6 @@ class Placement:
         except KeyError:
             raise ValueError(f"the schedule uses device '{role}', which the placement does "
                              f"not map; add --placement {role}=DEVICE") from None
-
-
-@dataclass
-class Wait:
-    """An observer needs the replies ``client`` owes before it can decide."""
-
-    client: str
 
 
 class Coordinator:
@@ -228,8 +222,6 @@ class Coordinator:
         pick = None
         prior = self.handles.get(op.inputs.id) if op.inputs is not None else None
         if not self._grows_tree(op, wide):
-            from executors.coordinate.trees import start_tree
-
             tree, pick = start_tree(self, op, width, prior, client)
             seqs.wide[op.branch] = tree
         tree = seqs.wide[op.branch]

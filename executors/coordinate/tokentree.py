@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from executors.coordinate.book import Proposal
+from executors.coordinate.loop import Pending
 from executors.backend.device import CompactCmd, FwdCmd, VerifyCmd
 from policies.ops import Children
 
@@ -167,8 +168,6 @@ def emitted(coord, op, result: dict) -> bool:
 def verify(coord, op, info):
     """The Verify of a scored tree: walk it on the target's device, commit the
     path and the bonus token, move the path's keys and values into place."""
-    from executors.coordinate.loop import Pending
-
     tree = coord.seqs.trees.get(op.branch)
     rows = [[(tree.nodes[r][j].token, -1 if tree.nodes[r][j].parent < 0 else
               pick.index(tree.nodes[r][j].parent)) for j in pick]

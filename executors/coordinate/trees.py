@@ -20,8 +20,18 @@ pre-speculation after the step in flight rather than one step later.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from executors.coordinate.book import Proposal, Wide
 from policies.ops import Fanout, Roots
+
+
+@dataclass
+class Wait:
+    """An observer needs the replies ``client`` owes before it can decide (the
+    latest tree's first pass); the coordinator waits for them, then asks again."""
+
+    client: str
 
 
 def start_tree(coord, op, width: int, prior, client: str):
@@ -84,8 +94,6 @@ def observe_on_path(coord, op):
     """Per row, whether its committed sequence lies on the latest tree with tokens
     beyond it; those tokens are that row's candidate next proposal (the
     coordinator installs them where the schedule takes the hit)."""
-    from executors.coordinate.coordinator import Wait
-
     tree = getattr(coord, "latest_tree", None)
     if tree is None:
         coord.candidates = [None] * coord.seqs.batch

@@ -1,7 +1,9 @@
 """What a run is, for the simulator and the executor alike.
 
-One span type (``spans.Span``, exported to Chrome traces), one run record with
-its atomic writer and reader (``records``), one set of run metrics with the one
+The settings every layer reads of a run (``config.RunSettings``), one span type
+(``spans.Span``, exported to Chrome traces), one run record with its writer and
+reader (``records``; the atomic file writing itself is
+``hwprofiles.outputfiles``), one set of run metrics with the one
 ``speedup_vs_ar`` (``metrics``); the acceptance-trace reader is
 ``policies.traces.read_acceptance``. simcore writes simulated runs and executors
 measured runs through these modules; analyses read them back.
@@ -10,6 +12,7 @@ Why under policies/: the layering is hwprofiles, policies <- simcore, executors
 <- analyses, and simcore and executors must not import each other. A module both
 runtimes write through has to sit below both, and policies/ is the lower package
 that already speaks of runs (operations, timelines measured from spans by label,
-the acceptance trace); hwprofiles/ holds hardware and model data, no runs. Like
-every module of policies/, nothing here imports simpy or torch.
+the acceptance trace); hwprofiles/ holds hardware and model data and the file
+plumbing every layer shares, no runs. Like every module of policies/, nothing
+here imports simpy or torch.
 """

@@ -13,13 +13,15 @@ is ``wall_s`` (records written before the rename also carry it as
 
 from __future__ import annotations
 
-from policies.base import PolicyParams, entry, parse_params
+from policies.base import PolicyParams
+from policies.catalog import entry, parse_params
+from policies.runs.config import RunSettings
 
 
-def run_metrics(config, *, tokens: float, time_s: float, steps: int, rows_per_step: float,
-                measured: bool = False) -> dict:
+def run_metrics(config: RunSettings, *, tokens: float, time_s: float, steps: int,
+                rows_per_step: float, measured: bool = False) -> dict:
     """What ran and how fast: tokens, decoding time, tokens/s, steps, tokens per
-    step of one row, step latency. ``config`` is the run's RunConfig."""
+    step of one row, step latency."""
     out = {"policy": config.policy, "platform": config.platform, "target": config.target,
            "draft": config.draft, "batch": config.batch, "seed": config.seed,
            "deterministic": False if measured else config.deterministic}
@@ -43,7 +45,7 @@ def elapsed_s(metrics: dict) -> float | None:
 def baseline_of(policy: str, params: PolicyParams | dict) -> tuple[str, dict] | None:
     """The (policy, params) a run's speedup is measured against (its schedule's own
     AR baseline: ppsd's runs through the same stages), or None when the run is
-    its own baseline. ``params``: the run's typed parameters (a RunConfig's), or a
+    its own baseline. ``params``: the run's typed parameters (a RunSettings'), or a
     dict of them, validated here."""
     if not isinstance(params, PolicyParams):
         params = parse_params(policy, params)

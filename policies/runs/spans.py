@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import NamedTuple
 
+from hwprofiles.outputfiles import atomic_write_text, json_safe
+
 
 class Span(NamedTuple):
     """One operation on one track: what ran, where, when, and what it moved."""
@@ -41,8 +43,6 @@ def chrome_trace(spans, *, process: str = "hetspec", metadata: dict | None = Non
 
 def write_chrome_trace(path, spans, **kwargs) -> None:
     """Write the trace; a non-finite number (JSON has none) is written as null."""
-    from policies.runs.records import atomic_write_text, json_safe
-
     doc = chrome_trace(spans, **kwargs)
     try:
         text = json.dumps(doc, allow_nan=False)
