@@ -37,6 +37,11 @@ class PolicyParams(StrictModel):
         value they take there; a runtime records them beside its run."""
         return {}
 
+    def resident_bytes(self) -> float | None:
+        """DRAM a schedule that streams decoder layers from storage keeps them in
+        (the memory check holds no more of them resident); None: all resident."""
+        return None
+
     def unused(self) -> str | None:
         """A parameter given that this configuration of the schedule ignores, as
         one clause naming it and the fix, or None. A single run refuses it

@@ -77,6 +77,9 @@ class StreamParams(PolicyParams):
         True, description="the streaming buffer counts against dram_budget_gb (false: "
                           "the budget holds resident layers only, the buffer is extra)")
 
+    def resident_bytes(self) -> float | None:
+        return None if self.dram_budget_gb is None else self.dram_budget_gb * 1e9
+
 
 class KangarooParams(StreamParams):
     gamma: int = Field(5, ge=1, le=64, description="draft tokens per cycle")

@@ -7,9 +7,10 @@ with no head (the schedule's first step produces the first token, as in the
 executor, whose prefill leaves the prompt's last token to that step).
 
 Which caches need the prompt is read off the schedule itself, so a new schedule
-gets its prefill without code of its own: a dry run of its first steps (stand-in
-results, no runtime) notes, per (device role, model), the layers its Forwards run
-and the layers it streams from storage. Each such *segment* is prefilled:
+gets its prefill without code of its own: its dry run (``policies.dryrun``, the
+one the executor's footprint and the memory check ask too) notes, per (device
+role, model), the layers its Forwards run and the layers it streams from storage.
+Each such *segment* is prefilled:
 
   * the target on its device or group, a separate draft on the draft's, a
     self-draft's layers on the draft's device (they keep their own cache there);
@@ -43,103 +44,19 @@ kappa roots, SSD's outcome rows), which copy their sequence's cache.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
 
 from policies.base import PolicyContext, PolicyError
-from policies.ops import (Forward, Join, Outcome, Parallel, Spawn, StreamWeights,
-                          Transfer, Verdict, Verify, drive)
+from policies.dryrun import Segment, dry_run
+from policies.ops import Forward, Join, Parallel, Spawn, StreamWeights, Transfer
 
 LABEL = "prefill"
-DRY_STEPS = 3  # decoding steps the dry run follows: every cache is in use by then
-DRY_OPS = 5000
 MAX_PREFILL_PASSES = 65_536  # prompt chunks; beyond it the simulation would crawl
-
-
-@dataclass
-class Segment:
-    """Layers ``[start, stop)`` of ``model`` on ``device`` that need the prompt;
-    ``streamed``: the weight chunks that stream from storage, in load order."""
-
-    device: str
-    model: str
-    start: int
-    stop: int
-    collectives: int | None = None
-    streamed: list[tuple[int, int]] = field(default_factory=list)
-    slots: int = 0  # buffer slots: chunks loaded before the first streamed pass
-
-
-class _Stop(Exception):
-    pass
-
-
-class _DryRun:
-    """Answers a schedule's operations with stand-ins and notes its segments."""
-
-    def __init__(self):
-        self.segments: dict[tuple[str, str], Segment] = {}
-        self.loads: dict[tuple[str, str], int] = {}  # StreamWeights seen per segment
-        self.computed: set[tuple[str, str]] = set()  # segments a Forward ran
-        self.ops, self.verifies = DRY_OPS, DRY_STEPS
-
-    def run(self, schedule) -> list[Segment]:
-        try:
-            drive(schedule, self.answer)
-        except _Stop:
-            pass
-        return list(self.segments.values())
-
-    def answer(self, op):
-        self.ops -= 1
-        if self.ops <= 0:
-            raise _Stop
-        if isinstance(op, Forward):
-            self._forward(op)
-            return object()
-        if isinstance(op, StreamWeights):
-            self._stream(op)
-            return None
-        if isinstance(op, Verify):
-            self.verifies -= 1
-            if self.verifies < 0:
-                raise _Stop
-            return Verdict((0,) * op.batch)
-        if isinstance(op, Outcome):
-            return (False,) * op.batch if op.per_row else False
-        if isinstance(op, Spawn):
-            return drive(op.branch, self.answer)
-        if isinstance(op, Join):
-            return tuple(op.tasks)
-        if isinstance(op, Parallel):
-            return tuple(drive(b, self.answer) for b in op.branches)
-        return getattr(op, "payload", None)
-
-    def _forward(self, op: Forward) -> None:
-        start, stop = op.layers
-        if start >= stop:
-            return  # a head alone (PPSD's exit head): no cache of its own
-        key = (op.device, op.model)
-        seg = self.segments.setdefault(key, Segment(op.device, op.model, start, stop))
-        if key not in self.computed:  # the sharding of the segment's first pass
-            self.computed.add(key)
-            seg.collectives = op.collectives
-        seg.start, seg.stop = min(seg.start, start), max(seg.stop, stop)
-        if seg.streamed and not seg.slots and any(a < stop and start < b
-                                                   for a, b in seg.streamed):
-            seg.slots = self.loads[key]
-
-    def _stream(self, op: StreamWeights) -> None:
-        key = (op.device, op.model)
-        seg = self.segments.setdefault(key, Segment(op.device, op.model, *op.layers))
-        if op.layers not in seg.streamed:
-            seg.streamed.append(op.layers)
-        self.loads[key] = self.loads.get(key, 0) + 1
 
 
 def segments_of(schedule) -> list[Segment]:
     """The segments a decoding schedule reads the prompt's KV cache in, in the
-    order it first uses them."""
-    return _DryRun().run(schedule)
+    order it first uses them (``policies.dryrun``)."""
+    return dry_run(schedule).segments
 
 
 def lanes_of(segments: list[Segment]) -> list[list[Segment]]:

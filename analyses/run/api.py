@@ -67,7 +67,7 @@ def check_used(config: RunConfig) -> None:
     why = config.params.unused()
     if why:
         raise ValueError(f"policy '{config.policy}': {why}")
-    if config.draft and not uses_draft(config.policy, config.params):
+    if config.draft and not uses_draft(config.policy, config.params, run_models(config)):
         raise ValueError(f"--draft {config.draft} has no effect with policy "
                          f"'{config.policy}' (it drafts from the target's own layers, or "
                          "not at all); drop --draft")

@@ -30,20 +30,17 @@ from dataclasses import dataclass, field
 
 from hwprofiles import ModelSpec, Platform
 from hwprofiles.placement import Placement
-from policies.tree import draft_passes, tree_nodes
+from policies import PolicyContext, build, parse_params
+from policies.dryrun import EXIT_HEADS, Answer, Segment, dry_run
 
-# schedules that never run a separate draft model (they draft with the target's
-# own layers, or not at all)
-SELF_DRAFTING = frozenset({"ar", "ppsd", "eesd", "ar_stream", "kangaroo", "cats"})
 LOGIT_BYTES = 4  # logits are kept in fp32 for sampling
+DRY_TOKENS = 1024  # tokens the dry run's schedule is asked for: none of its steps is its last
 
 
-def uses_draft(policy: str, params) -> bool:
-    """Whether the schedule runs a separate draft model: not a self-drafting one,
-    nor sd/tree drafting from the target's first layers (draft_layers)."""
-    if policy in SELF_DRAFTING:
-        return False
-    return not (policy in ("sd", "tree") and _param(params, "draft_layers") is not None)
+def uses_draft(policy: str, params, models: dict[str, ModelSpec]) -> bool:
+    """Whether the schedule runs a separate draft model (its dry run shows a
+    Forward of the draft), rather than its target's own layers or no draft."""
+    return "draft" in held(policy, params, models, 0).models()
 
 
 @dataclass(frozen=True)
@@ -79,93 +76,91 @@ class TierNeed:
 
 @dataclass(frozen=True)
 class Run:
-    """What sizes a run's memory: the schedule and its request."""
+    """What sizes a run's memory: the schedule and its request. ``policy`` None:
+    the target alone, one position a pass (a model's own check, a remedy's
+    trial); ``resident_bytes``: DRAM for the decoder layers of a schedule that
+    streams the rest (None: the schedule's own, ``PolicyParams.resident_bytes``)."""
 
-    policy: str = "ar"
+    policy: str | None = None
     params: object = None
     prompt_tokens: int = 0
     tokens: int = 0
     batch: int = 1
     streams_weights: bool = False
     prefill_chunk: int | None = None  # positions per prefill pass (None: the prompt)
+    resident_bytes: float | None = None
 
 
-def _param(params, name: str, default=None):
-    return getattr(params, name, default) if params is not None else default
+_ANSWERS: dict[tuple, Answer] = {}
+_CACHED = 256  # dry runs kept
 
 
-def positions_per_pass(params) -> int:
-    """Positions per row of a verify pass: the proposal plus the bonus token; a
-    token tree's verify scores the root and every node (at most ``nodes`` of a
-    dynamic tree's candidates)."""
-    if _param(params, "tree") is not None:
-        return 1 + len(tree_nodes(params, None))
-    depth = _param(params, "gamma") or _param(params, "k") or 0
-    return 1 + int(depth)
+def _answer(policy: str, params, target: ModelSpec, draft: ModelSpec | None,
+            prompt_tokens: int) -> Answer:
+    key = (policy, params, target.model_dump_json(),
+           draft and draft.model_dump_json(), prompt_tokens)
+    if key not in _ANSWERS:
+        if len(_ANSWERS) >= _CACHED:
+            _ANSWERS.clear()
+        ctx = PolicyContext(target=target, draft=draft, tokens=DRY_TOKENS,
+                            prompt_tokens=prompt_tokens)
+        _ANSWERS[key] = dry_run(build(policy, ctx, params))
+    return _ANSWERS[key]
 
 
-def draft_positions(params) -> int:
-    """Positions per row of the widest draft pass: one, or a token tree's widest
-    level of nodes it expands."""
-    if _param(params, "tree") is not None:
-        return max(n for n, _ in draft_passes(params))
-    return 1
+def held(policy: str, params, models: dict[str, ModelSpec], prompt_tokens: int) -> Answer:
+    """The schedule's dry run (``policies.dryrun``) on these models: what each
+    role runs where. Cached: a capacity search asks it at every batch it tries."""
+    if params is None or isinstance(params, dict):
+        params = parse_params(policy, params or {})
+    return _answer(policy, params, models["target"], models.get("draft"), prompt_tokens)
 
 
 def pieces(platform: Platform, models: dict[str, ModelSpec], placement: dict[str, str],
            run: Run) -> list[Piece]:
-    """The pieces of models the schedule places, by role."""
+    """The pieces of models the schedule places, by role: each segment of its dry
+    run, segments of one model on the same members merged (a self-draft on the
+    target's devices shares the target's weights and adds its exit head)."""
     placement = Placement(placement)
     target = models["target"]
-    width = positions_per_pass(run.params)
-    exit_layer_head = 1 if _param(run.params, "exit_head") == "transformer" else 0
-    stage_layers = getattr(run.params, "stage_layers", None)
-    if stage_layers and all(f"stage{k}" in placement
-                            for k in range(-(-target.n_layers // stage_layers))):
-        return _stages(target, placement, stage_layers,
-                       exit_layer_head if run.policy == "ppsd" else None)
-    main = dict(role="target", where=placement["target"], spec=target,
-                layers=target.n_layers, lm_head=True, embed=True, positions=width)
-    out = []
-    if run.streams_weights:
-        budget = _param(run.params, "dram_budget_gb")
-        if budget is not None:
-            main["resident_layer_bytes"] = min(budget * 1e9,
-                                               target.n_layers * target.layer_bytes)
-    if run.policy == "eesd":
-        main.update(exit_heads=1, exit_layers=exit_layer_head)
-    # sd and tree self-draft alike (policies.sd.draft_source)
-    draft_layers = (_param(run.params, "draft_layers") if run.policy in ("sd", "tree")
-                    else None)
-    if draft_layers is not None:
-        where = placement["draft"]
-        if platform.members(where) == platform.members(main["where"]):
-            main["exit_heads"] = 1
-        else:
-            out.append(Piece("draft", where, target, draft_layers, embed=True,
-                             exit_heads=1, positions=draft_positions(run.params)))
-    elif "draft" in models and run.policy not in SELF_DRAFTING:
-        draft = models["draft"]
-        out.append(Piece("draft", placement["draft"], draft, draft.n_layers,
-                         lm_head=True, embed=True, positions=draft_positions(run.params)))
-    return [Piece(**main)] + out
+    resident = run.resident_bytes
+    if resident is None and run.params is not None and run.streams_weights:
+        resident = run.params.resident_bytes()
+    if resident is not None:
+        resident = min(resident, target.n_layers * target.layer_bytes)
+    if run.policy is None:
+        return [Piece("target", placement["target"], target, target.n_layers, lm_head=True,
+                      embed=True, resident_layer_bytes=resident)]
+    answer = held(run.policy, run.params, models, run.prompt_tokens)
+    merged: dict[tuple, list[Segment]] = {}
+    for seg in sorted(answer.segments, key=lambda s: (s.model != "target", s.start,
+                                                      s.device != "target")):
+        merged.setdefault((_members(platform, placement[seg.device]), seg.model),
+                          []).append(seg)
+    return [_piece(segs, placement, models, answer, resident) for segs in merged.values()]
 
 
-def _stages(target: ModelSpec, placement: dict[str, str], per_stage: int,
-            exit_layer_head: int | None) -> list[Piece]:
-    """A pipelined target: stages of ``per_stage`` layers on roles stage0, stage1,
-    ...; stage 0 holds the early-exit head when ``exit_layer_head`` is not None
-    (ppsd; the pipelined AR baseline has none)."""
-    bounds = [(a, min(a + per_stage, target.n_layers))
-              for a in range(0, target.n_layers, per_stage)]
-    out = []
-    for k, (a, b) in enumerate(bounds):
-        role = f"stage{k}"
-        out.append(Piece(role, placement[role], target, b - a,
-                         lm_head=k == len(bounds) - 1, embed=k == 0,
-                         exit_heads=int(k == 0 and exit_layer_head is not None),
-                         exit_layers=(exit_layer_head or 0) if k == 0 else 0))
-    return out
+def _members(platform: Platform, where: str) -> tuple[str, ...] | str:
+    try:
+        return tuple(platform.members(where))
+    except KeyError:  # an unplaced role: the simulator names it and the fix
+        return where
+
+
+def _piece(segs: list[Segment], placement: Placement, models: dict[str, ModelSpec],
+           answer: Answer, resident: float | None) -> Piece:
+    """One piece of segments on the same members: their layers, heads (a head
+    alone on the role, PPSD's exit head, counts), widest pass."""
+    first, spec = segs[0], models[segs[0].model]
+    start, stop = min(s.start for s in segs), max(s.stop for s in segs)
+    heads = set().union(*(s.heads | answer.heads_only.get((s.device, s.model), set())
+                          for s in segs))
+    exit_heads = int(any(h in EXIT_HEADS for h in heads))
+    return Piece(first.device, placement[first.device], spec, stop - start,
+                 lm_head="lm" in heads, embed=start == 0, exit_heads=exit_heads,
+                 exit_layers=int("exit_layer" in heads),
+                 resident_layer_bytes=resident if any(s.streamed for s in segs) else None,
+                 positions=max(max(s.positions for s in segs), 1))
 
 
 def weight_bytes(piece: Piece, g: int) -> float:

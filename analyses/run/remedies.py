@@ -14,7 +14,6 @@ check itself, so a suggestion is never one the check would refuse.
 from __future__ import annotations
 
 from dataclasses import replace
-from types import SimpleNamespace
 
 from hwprofiles import ModelSpec, Platform
 from analyses.run.memory import Run, TierNeed, overflow, tier_needs
@@ -136,9 +135,8 @@ def _stream(platform, models, placement, run) -> str:
     target = models["target"]
 
     def accepts(tenths: int) -> bool:
-        params = SimpleNamespace(dram_budget_gb=tenths / 10)
-        trial = Run("ar_stream", params, run.prompt_tokens, run.tokens, run.batch, True,
-                    run.prefill_chunk)
+        trial = Run(None, None, run.prompt_tokens, run.tokens, run.batch, True,
+                    run.prefill_chunk, resident_bytes=tenths / 10 * 1e9)
         return fits(platform, {"target": target}, placement, trial)
 
     whole = int(target.n_layers * target.layer_bytes / 1e8)

@@ -2,23 +2,14 @@
 
 The executor must know which models run on which placement roles, and how deep,
 to start the right devices with the right weights and to fill their KV caches
-with the prompt before the clock starts (the simulator's prologue finds the
-same caches the same way, ``policies.prefill``). A policy is a plain generator, so a dry run costs nothing:
-drive a fresh schedule with stand-in results for its first steps and note
-every Forward's (device role, model, deepest layer).
+with the prompt before the clock starts. It asks the schedule's dry run
+(``policies.dryrun``), the one the simulator's prologue and the memory check
+ask: every Forward's (device role, model, rows, deepest layer) and what streams.
 """
 
 from __future__ import annotations
 
-from policies.ops import (Forward, Join, Outcome, Parallel, Spawn, StreamWeights, Verdict,
-                          Verify, drive)
-
-DRY_STEPS = 3
-DRY_OPS = 5000
-
-
-class _Stop(Exception):
-    pass
+from policies.dryrun import dry_run
 
 
 def footprint(schedule, batch: int) -> dict[tuple[str, str, int], int]:
@@ -26,46 +17,12 @@ def footprint(schedule, batch: int) -> dict[tuple[str, str, int], int]:
     Forwards (width: rows per sequence, above 1 for speculation trees),
     {("stream", device role, model role): layers it streams from storage} and,
     when it streams, {"buffer_layers": the largest buffer its StreamWeights ask}."""
-    seen: dict[tuple[str, str, int], int] = {"batch": batch}
-    budget = {"ops": DRY_OPS, "verifies": DRY_STEPS}
-    try:
-        _drive(schedule, seen, budget)
-    except _Stop:
-        pass
-    del seen["batch"]
+    answer = dry_run(schedule, batch)
+    seen: dict = dict(answer.deepest)
+    for seg in answer.segments:
+        if seg.streamed:
+            seen[("stream", seg.device, seg.model)] = frozenset(
+                i for a, b in seg.streamed for i in range(a, b))
+    if answer.buffer_layers is not None:
+        seen["buffer_layers"] = answer.buffer_layers
     return seen
-
-
-def _drive(gen, seen, budget):
-    def answer(op):
-        budget["ops"] -= 1
-        if budget["ops"] <= 0:
-            raise _Stop
-        return _stand_in(op, seen, budget)
-    return drive(gen, answer)
-
-
-def _stand_in(op, seen, budget):
-    if isinstance(op, Forward):
-        key = (op.device, op.model, max(1, op.batch // seen["batch"]))
-        seen[key] = max(seen.get(key, 0), op.layers[1])
-        return object()
-    if isinstance(op, StreamWeights):
-        key = ("stream", op.device, op.model)
-        seen[key] = seen.get(key, frozenset()) | frozenset(range(*op.layers))
-        seen["buffer_layers"] = max(seen.get("buffer_layers", 1), op.buffer_layers)
-        return None
-    if isinstance(op, Verify):
-        budget["verifies"] -= 1
-        if budget["verifies"] < 0:
-            raise _Stop
-        return Verdict((0,) * op.batch)
-    if isinstance(op, Outcome):
-        return False
-    if isinstance(op, Spawn):
-        return _drive(op.branch, seen, budget)
-    if isinstance(op, Join):
-        return tuple(op.tasks)
-    if isinstance(op, Parallel):
-        return tuple(_drive(b, seen, budget) for b in op.branches)
-    return getattr(op, "payload", None)

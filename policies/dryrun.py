@@ -1,0 +1,154 @@
+"""A schedule's dry run: what each role runs where, asked of the schedule itself.
+
+A policy is a plain generator, so running it with stand-in results (no runtime,
+no clock) for its first steps shows what it touches: per (device role, model),
+the layers its Forwards run, the heads they apply, the positions and rows of
+its widest pass, the sharding of its first pass, and the weight chunks it
+streams from storage. Every user of that knowledge asks this one dry run:
+
+  * the prologue (``policies.prefill``) prefills each segment's KV cache;
+  * the executor (``executors.coordinate.footprint``) loads the weights and
+    caches each role needs;
+  * the memory check (``analyses.run.memory``) sizes the weights, caches and
+    activations each role holds.
+
+So a new schedule gets its prefill, its executor footprint and its memory check
+from its own operations, with no name table elsewhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from policies.ops import (Forward, Join, Outcome, Parallel, Spawn, StreamWeights, Verdict,
+                          Verify, drive)
+
+DRY_STEPS = 3  # decoding steps the dry run follows: every cache is in use by then
+DRY_OPS = 5000
+EXIT_HEADS = ("exit", "exit_layer")  # early-exit heads (Forward.head)
+
+
+@dataclass
+class Segment:
+    """Layers ``[start, stop)`` of ``model`` on ``device`` that the schedule runs
+    (and whose KV cache needs the prompt); ``streamed``: the weight chunks that
+    stream from storage, in load order; ``slots``: chunks loaded before the first
+    streamed pass; ``heads``: the heads its Forwards apply (``Forward.head``);
+    ``positions``: positions per row of its widest pass; ``rows``: rows per
+    sequence of its widest pass (above 1 for speculation trees)."""
+
+    device: str
+    model: str
+    start: int
+    stop: int
+    collectives: int | None = None
+    streamed: list[tuple[int, int]] = field(default_factory=list)
+    slots: int = 0
+    heads: set[str] = field(default_factory=set)
+    positions: int = 0
+    rows: int = 1
+
+
+@dataclass
+class Answer:
+    """What a schedule runs where: ``segments`` with layers, in the order it first
+    uses them; ``heads_only``: (device, model) pairs that apply a head without
+    layers (PPSD's exit head), with their heads; ``deepest``: {(device, model,
+    rows per sequence): deepest layer stop}; ``buffer_layers``: the largest
+    buffer a StreamWeights asks (None: nothing streams)."""
+
+    segments: list[Segment]
+    heads_only: dict[tuple[str, str], set[str]]
+    deepest: dict[tuple[str, str, int], int]
+    buffer_layers: int | None
+
+    def models(self) -> set[str]:
+        """The model roles the schedule runs."""
+        return {s.model for s in self.segments} | {m for _, m in self.heads_only}
+
+
+class _Stop(Exception):
+    pass
+
+
+class _DryRun:
+    """Answers a schedule's operations with stand-ins and notes what it runs."""
+
+    def __init__(self, batch: int):
+        self.batch = max(1, batch)
+        self.segments: dict[tuple[str, str], Segment] = {}
+        self.loads: dict[tuple[str, str], int] = {}  # StreamWeights seen per segment
+        self.computed: set[tuple[str, str]] = set()  # segments a Forward ran
+        self.heads_only: dict[tuple[str, str], set[str]] = {}
+        self.deepest: dict[tuple[str, str, int], int] = {}
+        self.buffer_layers: int | None = None
+        self.ops, self.verifies = DRY_OPS, DRY_STEPS
+
+    def run(self, schedule) -> Answer:
+        try:
+            drive(schedule, self.answer)
+        except _Stop:
+            pass
+        return Answer(list(self.segments.values()), self.heads_only, self.deepest,
+                      self.buffer_layers)
+
+    def answer(self, op):
+        self.ops -= 1
+        if self.ops <= 0:
+            raise _Stop
+        if isinstance(op, Forward):
+            self._forward(op)
+            return object()
+        if isinstance(op, StreamWeights):
+            self._stream(op)
+            return None
+        if isinstance(op, Verify):
+            self.verifies -= 1
+            if self.verifies < 0:
+                raise _Stop
+            return Verdict((0,) * op.batch)
+        if isinstance(op, Outcome):
+            return (False,) * op.batch if op.per_row else False
+        if isinstance(op, Spawn):
+            return drive(op.branch, self.answer)
+        if isinstance(op, Join):
+            return tuple(op.tasks)
+        if isinstance(op, Parallel):
+            return tuple(drive(b, self.answer) for b in op.branches)
+        return getattr(op, "payload", None)
+
+    def _forward(self, op: Forward) -> None:
+        start, stop = op.layers
+        rows = max(1, op.batch // self.batch)
+        wide = (op.device, op.model, rows)
+        self.deepest[wide] = max(self.deepest.get(wide, 0), stop)
+        key = (op.device, op.model)
+        if start >= stop:  # a head alone (PPSD's exit head): no cache of its own
+            if op.head is not None:
+                self.heads_only.setdefault(key, set()).add(op.head)
+            return
+        seg = self.segments.setdefault(key, Segment(op.device, op.model, start, stop))
+        if key not in self.computed:  # the sharding of the segment's first pass
+            self.computed.add(key)
+            seg.collectives = op.collectives
+        seg.start, seg.stop = min(seg.start, start), max(seg.stop, stop)
+        seg.positions, seg.rows = max(seg.positions, op.n_tokens), max(seg.rows, rows)
+        if op.head is not None:
+            seg.heads.add(op.head)
+        if seg.streamed and not seg.slots and any(a < stop and start < b
+                                                   for a, b in seg.streamed):
+            seg.slots = self.loads[key]
+
+    def _stream(self, op: StreamWeights) -> None:
+        key = (op.device, op.model)
+        seg = self.segments.setdefault(key, Segment(op.device, op.model, *op.layers))
+        if op.layers not in seg.streamed:
+            seg.streamed.append(op.layers)
+        self.loads[key] = self.loads.get(key, 0) + 1
+        self.buffer_layers = max(self.buffer_layers or 1, op.buffer_layers)
+
+
+def dry_run(schedule, batch: int = 1) -> Answer:
+    """What ``schedule`` (a fresh decoding generator of ``batch`` sequences, only
+    dry-run here) runs where over its first ``DRY_STEPS`` steps."""
+    return _DryRun(batch).run(schedule)
