@@ -74,8 +74,8 @@ class _Stop(Exception):
 class _DryRun:
     """Answers a schedule's operations with stand-ins and notes what it runs."""
 
-    def __init__(self, batch: int):
-        self.batch = max(1, batch)
+    def __init__(self, batch: int, accepted: bool = False):
+        self.batch, self.accepted = max(1, batch), accepted
         self.segments: dict[tuple[str, str], Segment] = {}
         self.loads: dict[tuple[str, str], int] = {}  # StreamWeights seen per segment
         self.computed: set[tuple[str, str]] = set()  # segments a Forward ran
@@ -106,7 +106,7 @@ class _DryRun:
             self.verifies -= 1
             if self.verifies < 0:
                 raise _Stop
-            return Verdict((0,) * op.batch)
+            return Verdict((op.gamma if self.accepted else 0,) * op.batch)
         if isinstance(op, Outcome):
             return (False,) * op.batch if op.per_row else False
         if isinstance(op, Spawn):
@@ -148,7 +148,27 @@ class _DryRun:
         self.buffer_layers = max(self.buffer_layers or 1, op.buffer_layers)
 
 
-def dry_run(schedule, batch: int = 1) -> Answer:
+def dry_run(schedule, batch: int = 1, accepting=None) -> Answer:
     """What ``schedule`` (a fresh decoding generator of ``batch`` sequences, only
-    dry-run here) runs where over its first ``DRY_STEPS`` steps."""
-    return _DryRun(batch).run(schedule)
+    dry-run here) runs where over its first ``DRY_STEPS`` steps, every proposal
+    rejected. ``accepting``: a second fresh generator of the same schedule, run
+    with every proposal accepted, whose heads and widest passes are added (a head
+    a schedule runs only after an acceptance, PPSD's exit head, shows there);
+    its layers are not (the prefill and the executor's footprint stay those of
+    the first run)."""
+    answer = _DryRun(batch).run(schedule)
+    if accepting is not None:
+        _add_heads(answer, _DryRun(batch, accepted=True).run(accepting))
+    return answer
+
+
+def _add_heads(answer: Answer, more: Answer) -> None:
+    known = {(s.device, s.model): s for s in answer.segments}
+    for seg in more.segments:
+        if (seg.device, seg.model) in known:
+            mine = known[(seg.device, seg.model)]
+            mine.heads |= seg.heads
+            mine.positions, mine.rows = (max(mine.positions, seg.positions),
+                                         max(mine.rows, seg.rows))
+    for key, heads in more.heads_only.items():
+        answer.heads_only.setdefault(key, set()).update(heads)

@@ -104,7 +104,8 @@ def _answer(policy: str, params, target: ModelSpec, draft: ModelSpec | None,
             _ANSWERS.clear()
         ctx = PolicyContext(target=target, draft=draft, tokens=DRY_TOKENS,
                             prompt_tokens=prompt_tokens)
-        _ANSWERS[key] = dry_run(build(policy, ctx, params))
+        _ANSWERS[key] = dry_run(build(policy, ctx, params),
+                                accepting=build(policy, ctx, params))
     return _ANSWERS[key]
 
 
