@@ -299,9 +299,7 @@ def test_the_floor_plan_checker_sees_a_lower_package_importing_a_higher_one():
 # name (``hasattr(params, "gamma")``, ``getattr(params, "k", None)``). Known
 # probes, each (module path, field), until the schedules answer for themselves
 # (issue 26, item 1): the memory check's and the executor's.
-PARAMS_PROBES = {("analyses/run/memory.py", "stage_layers"),
-                 ("analyses/run/memory.py", "<name>"),
-                 ("analyses/run/remedies.py", "stage_layers"),
+PARAMS_PROBES = {("analyses/run/remedies.py", "stage_layers"),
                  ("executors/session.py", "temperature")}
 
 
