@@ -24,6 +24,9 @@ from pathlib import Path
 
 import pytest
 
+import policies  # noqa: F401  (registers the shipped schedules)
+from policies.base import REGISTRY
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("hwprofiles", "policies", "simcore", "executors", "analyses")
 
@@ -522,7 +525,7 @@ def test_the_local_import_counter_sees_nested_and_dynamic_imports():
 # CLI imports only the command it runs (the goal is 30: the registry
 # still loads every schedule, and the run's API the memory check and its
 # remedies, the budget and the output guard).
-SIMULATE_MODULES_CEILING = 55
+SIMULATE_MODULES_CEILING = 56  # policies.dryrun: the one dry run prefill, footprint and memory ask
 
 SIMULATE_SD = ("simulate", "--platform", "h100-sxm-5x", "--target", "llama-3.1-70b",
                "--draft", "llama-3.2-1b", "--policy", "sd", "--tokens", "20", "--json")
@@ -542,3 +545,26 @@ def test_simulate_loads_few_project_modules():
     assert len(loaded) <= SIMULATE_MODULES_CEILING, (
         f"hetspec simulate --policy sd loads {len(loaded)} project modules (ceiling "
         f"{SIMULATE_MODULES_CEILING}): {loaded}")
+
+
+# No schedule is named in simcore/ or analyses/run/: they ask the schedule (its
+# dry run, policies.dryrun; its registry entry). Known literals, each (module
+# path, name), until their callers ask too: the capacity search's pipelined AR
+# layouts and the budget's AR point; "tree" in budget.py is a parameter's name
+# (a token tree's shape) that happens to be a schedule's.
+SCHEDULE_LITERALS = {("analyses/run/capacity.py", "ar"), ("analyses/run/budget.py", "ar"),
+                     ("analyses/run/budget.py", "tree")}
+
+
+def schedule_literals(package: str) -> set[tuple[str, str]]:
+    return {(str(rel), node.value) for rel, _ in _modules(package)
+            for node in ast.walk(ast.parse((ROOT / rel).read_text()))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and node.value in REGISTRY}
+
+
+def test_no_schedule_name_in_simcore_or_analyses_run():
+    found = schedule_literals("simcore") | schedule_literals("analyses/run")
+    assert found - SCHEDULE_LITERALS == set(), f"schedules named: {sorted(found)}"
+    stale = SCHEDULE_LITERALS - found
+    assert not stale, f"listed literals that no longer occur (remove them): {stale}"

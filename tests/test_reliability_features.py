@@ -421,15 +421,20 @@ def test_the_memory_check_counts_a_trees_nodes_and_its_self_draft():
     needs equal sd's with gamma = 44 (before, a tree counted one position and no
     head); its draft's widest pass expands 16 nodes (4 x 2 x 2), whose logits
     sd's one-position draft pass does not hold."""
-    from analyses.run.memory import Run, positions_per_pass, tier_needs
+    from analyses.run.memory import Run, pieces, tier_needs
     from hwprofiles import load_model, load_platform
     from policies import parse_params
 
-    assert positions_per_pass(parse_params("tree", {})) == 45
-    assert positions_per_pass(parse_params("tree", {"width": 4, "depth": 5,
-                                                    "nodes": 32})) == 33
     plat = load_platform("h100-sxm-5x")
     models = {"target": load_model("llama-3.1-70b")}
+
+    def verify_positions(params):  # the target's widest pass, from the schedule's dry run
+        run = Run("tree", parse_params("tree", {"draft_layers": 8, **params}), 0, 100, 1)
+        return next(p.positions for p in pieces(plat, models, plat.placement, run)
+                    if p.role == "target")
+
+    assert verify_positions({}) == 45
+    assert verify_positions({"width": 4, "depth": 5, "nodes": 32}) == 33
 
     def needs(policy, params):
         run = Run(policy, parse_params(policy, params), 0, 100, 64)  # decoding alone
