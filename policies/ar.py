@@ -25,6 +25,10 @@ class ARParams(PolicyParams):
     def stage_layers(self) -> int | None:
         return self.pipeline_layers
 
+    @classmethod
+    def pipelined(cls, stage_layers: int) -> dict:
+        return {"pipeline_layers": stage_layers}
+
 
 @register("ar", ARParams)
 def ar(ctx: PolicyContext, params: ARParams):

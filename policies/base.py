@@ -37,6 +37,13 @@ class PolicyParams(StrictModel):
         value they take there; a runtime records them beside its run."""
         return {}
 
+    @classmethod
+    def pipelined(cls, stage_layers: int) -> dict[str, Any] | None:
+        """The parameters that run this schedule as a pipeline of stages of
+        ``stage_layers`` layers on roles stage0, stage1, ... (a capacity search
+        tries them); None: the schedule has no such form."""
+        return None
+
     def resident_bytes(self) -> float | None:
         """DRAM a schedule that streams decoder layers from storage keeps them in
         (the memory check holds no more of them resident); None: all resident."""

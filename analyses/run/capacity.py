@@ -23,6 +23,7 @@ from analyses.run.memory import TierNeed, overflow, tier_needs
 from analyses.run.remedies import largest, moved
 from hwprofiles import Platform, load_model, load_platform
 from hwprofiles.placement import check_overrides, resolve
+from policies import entry
 
 # bisection steps of one search (batch up to MAX_BATCH, context up to the cap)
 BATCH_STEPS = MAX_BATCH.bit_length() + 1
@@ -49,13 +50,13 @@ class Layout:
         return f"{kind}{self.devices} ({self.where})"
 
     def config(self, config: RunConfig) -> RunConfig:
-        """``config`` on this layout, validated once (a pipeline sets the AR
-        baseline's pipeline_layers)."""
+        """``config`` on this layout, validated once (a pipeline sets the
+        schedule's own pipelined parameters, ``PolicyParams.pipelined``)."""
         changes = {"placement": dict(self.placement), "expert_parallel": self.expert_parallel}
         if self.stages:
             n_layers = load_model(config.target).n_layers
-            changes["params"] = {**config.given("params"),
-                                 "pipeline_layers": -(-n_layers // self.stages)}
+            staged = entry(config.policy).params.pipelined(-(-n_layers // self.stages))
+            changes["params"] = {**config.given("params"), **staged}
         return config.revised(**changes)
 
 
@@ -79,9 +80,10 @@ def layouts(platform: Platform, config: RunConfig) -> list[Layout]:
 
 
 def pipelines(platform: Platform, config: RunConfig, base: dict[str, str]) -> list[Layout]:
-    """Pipelined AR over 2, 4, 8, ... of the stage roles the placement names (the
-    layers split evenly, ceil(N/P) a stage); none for another schedule."""
-    if config.policy != "ar":
+    """The schedule pipelined (``PolicyParams.pipelined``: AR's) over 2, 4, 8, ...
+    of the stage roles the placement names (the layers split evenly, ceil(N/P) a
+    stage); none for a schedule without a pipelined form."""
+    if entry(config.policy).params.pipelined(1) is None:
         return []
     roles = 0
     while f"stage{roles}" in base:
