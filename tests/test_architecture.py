@@ -549,9 +549,10 @@ def test_simulate_loads_few_project_modules():
 
 # No schedule is named in simcore/ or analyses/run/: they ask the schedule (its
 # dry run, policies.dryrun; its registry entry). Known literals, each (module
-# path, name), until their callers ask too: the budget's AR point ("tree" in
-# budget.py is a parameter's name, a token tree's shape, that is a schedule's too).
-SCHEDULE_LITERALS = {("analyses/run/budget.py", "ar"), ("analyses/run/budget.py", "tree")}
+# path, name), until their callers ask too: "tree" in budget.py is a parameter's
+# name (a token tree's shape, which the budget reads among its cost parameters)
+# that is a schedule's too.
+SCHEDULE_LITERALS = {("analyses/run/budget.py", "tree")}
 
 
 def schedule_literals(package: str) -> set[tuple[str, str]]:

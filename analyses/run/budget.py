@@ -211,10 +211,25 @@ class SimShape:
                 + self.prefill_passes * PREFILL_PASS_OPS * OP_UNITS)
 
 
-def _defaults(policy: str) -> dict[str, Any]:
+def _entry(policy: str):
     from policies import entry
 
-    return {k: f.default for k, f in entry(policy).params.model_fields.items()}
+    return entry(policy)
+
+
+def _defaults(policy: str) -> dict[str, Any]:
+    return {k: f.default for k, f in _entry(policy).params.model_fields.items()}
+
+
+def own_baseline(policy: str) -> bool:
+    """Whether the schedule is measured against itself (its registry entry's
+    baseline names it: AR, a streaming AR under its own budget)."""
+    e = _entry(policy)
+    try:
+        defaults = e.params()
+    except ValueError:  # a parameter without a default: judged at the point, not here
+        return False
+    return e.baseline(defaults)[0] == policy
 
 
 def _ints(values: Iterable) -> list[int]:
@@ -275,10 +290,10 @@ def baseline_shape(shape: SimShape, settings: dict[str, list], n_layers: int) ->
 
 def point_units(policy: str, settings: dict[str, list], tokens: int, batch: int,
                 n_layers: int) -> tuple[float, float]:
-    """(row-steps of one simulation at ``settings``, of its AR baseline: 0 for an
-    ``ar`` point, which is its own)."""
+    """(row-steps of one simulation at ``settings``, of its AR baseline: 0 for a
+    point that is its own, ``own_baseline``)."""
     shape = sim_shape(policy, settings, tokens, batch, n_layers)
-    own = 0.0 if policy == "ar" else baseline_shape(shape, settings, n_layers).units
+    own = 0.0 if own_baseline(policy) else baseline_shape(shape, settings, n_layers).units
     return shape.units, own
 
 
