@@ -1,8 +1,8 @@
 """Adding a schedule touches its own module only: a small schedule registered
 here (one target pass over a self-draft's first layers on the draft's device,
 one verify of a 2-token proposal) gets simulate, the memory check, the prefill,
-the executor's footprint and compare from its own operations, with no name
-table elsewhere (``policies.dryrun``)."""
+the executor (its footprint and a greedy decode equal to AR's) and compare from
+its own operations, with no name table elsewhere (``policies.dryrun``)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def _pair(ctx: PolicyContext, p: PairParams):
         context = ctx.context(done / b)
         for i in range(2):
             yield Forward("target", "draft", (0, p.exit_at), 1, b, context + i,
-                          head="exit", emit="sample", label="draft")
+                          head="exit", emit="sample", label="draft", catch_up=i == 0)
         logits = yield Forward("target", "target", (0, n), 3, b, context, head="lm",
                                label="verify")
         verdict = yield Verify(2, b, target=logits, label="verify")
@@ -75,3 +75,18 @@ def test_a_new_schedule_simulates_and_compares(shallow_pair, tmp_path, capsys, m
                  "-o", str(tmp_path / "report.html")]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["points"] == 2
+
+
+def test_a_new_schedule_decodes_in_the_executor_as_ar_does(shallow_pair, tmp_path):
+    """The torch executor on a tiny random model: the footprint found by the dry
+    run starts the roles, and greedy decoding equals AR's token for token."""
+    from executors.session import Options, Session  # torch: an optional dependency
+    from tests.test_executor import PROMPTS, tiny_spec
+
+    target = f"random:{tiny_spec(tmp_path)}"
+    with Session("cpu-local", target, None, seed=0,
+                 options=Options(max_new_tokens=8, mode="inline", temperature=0.0)) as s:
+        reference = s.decode("ar", {}, PROMPTS).generated
+        pair = s.decode(NAME, {"exit_at": 4}, PROMPTS)
+    assert [g[:8] for g in pair.generated] == [g[:8] for g in reference]
+    assert any("accepted" in a for a in pair.acceptance)
