@@ -567,3 +567,21 @@ def test_no_schedule_name_in_simcore_or_analyses_run():
     assert found - SCHEDULE_LITERALS == set(), f"schedules named: {sorted(found)}"
     stale = SCHEDULE_LITERALS - found
     assert not stale, f"listed literals that no longer occur (remove them): {stale}"
+
+
+# One dry run of a schedule (issue 26, item 1): only policies/dryrun.py drives a
+# schedule with stand-in results (``policies.ops.drive``); prefill, the executor's
+# footprint and the memory check ask it.
+def drive_callers() -> set[str]:
+    found = set()
+    for package in PACKAGES:
+        for rel, _ in _modules(package):
+            for node in ast.walk(ast.parse((ROOT / rel).read_text())):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                        and node.func.id == "drive"):
+                    found.add(str(rel))
+    return found
+
+
+def test_one_module_dry_runs_a_schedule():
+    assert drive_callers() == {"policies/dryrun.py"}
