@@ -21,13 +21,22 @@ draft's device keep their own cache. Deterministic simulation verifies with
 expected accepted lengths: the laws take the draft to cost gamma one-position
 passes, so only whole outcomes (sampled, replayed or real) feed catch-up
 positions.
+
+With ``proposer=ngram`` (``--draft ngram``) no draft model runs: each step a
+``Lookup`` on the host proposes up to gamma tokens by prompt lookup
+(``policies.ngram``), and the target scores the longest row's proposal plus
+one position. A step with no match is a one-token pass, an AR step.
 """
+
+from typing import Literal
 
 from pydantic import Field
 
 from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyParams,
                            register)
-from policies.ops import Forward, Transfer, Verify
+from policies.modelled import EventModel, OutcomeModels
+from policies.ngram import MAX_N
+from policies.ops import Forward, Lookup, Transfer, Verify
 
 TOKEN_BYTES = 4    # an int32 token id
 VERDICT_BYTES = 8  # accepted count + the target's token, per row
@@ -42,6 +51,32 @@ class SDParams(PolicyParams):
         description="all-reduces per draft step when the draft runs on a group "
                     "(2: SPD-style, as every separate-draft schedule by default; none: "
                     "Megatron's two per layer)")
+    proposer: Literal["model", "ngram"] = Field(
+        "model", description="who proposes: a draft model (a separate one, or "
+                             "draft_layers), or ngram: prompt lookup on the host, no "
+                             "model (--draft ngram sets it)")
+    n: int = Field(3, ge=1, le=MAX_N, description="ngram: longest match length tried")
+    n_min: int = Field(1, ge=1, le=MAX_N, description="ngram: shortest match length tried")
+    search: Literal["prompt", "output", "both"] = Field(
+        "both", description="ngram: where a match is looked for")
+    match: float | None = Field(
+        None, ge=0, le=1, description="ngram, simulated: chance a lookup proposes "
+                                      "(default: what an acceptance trace proposed)")
+
+    def unused(self) -> str | None:
+        """A given setting this configuration ignores (PolicyParams.unused)."""
+        given = self.model_fields_set
+        lookup = sorted(given & {"n", "n_min", "search", "match"})
+        if self.proposer == "model" and lookup:
+            return (f"{lookup[0]} has no effect with a draft model (it sets up prompt "
+                    f"lookup); pass --draft ngram or drop {lookup[0]}")
+        model = sorted(given & {"draft_layers", "draft_collectives"})
+        if self.proposer == "ngram" and model:
+            return (f"{model[0]} has no effect with --draft ngram (no draft model runs); "
+                    f"drop {model[0]}")
+        if self.n_min > self.n:
+            return f"n_min ({self.n_min}) is above n ({self.n}); lower n_min or raise n"
+        return None
 
 
 def draft_source(ctx: PolicyContext, draft_layers: int | None, policy: str):
@@ -55,9 +90,18 @@ def draft_source(ctx: PolicyContext, draft_layers: int | None, policy: str):
     return "target", (0, draft_layers), "exit"
 
 
-@register("sd", SDParams)
+def outcome_models(ctx: PolicyContext, params: SDParams) -> OutcomeModels:
+    """With prompt lookup and a given ``match``: the chance a lookup proposes."""
+    if params.proposer == "ngram" and params.match is not None:
+        return {"lookup": EventModel(params.match)}
+    return {}
+
+
+@register("sd", SDParams, outcome_models=outcome_models)
 def sd(ctx: PolicyContext, params: SDParams):
     """Vanilla speculative decoding: gamma serial draft steps, one target verify."""
+    if params.proposer == "ngram":
+        return (yield from lookup_sd(ctx, params))
     model, layers, head = draft_source(ctx, params.draft_layers, "sd")
     gamma, n = params.gamma, ctx.target.n_layers
     done, steps = 0.0, 0
@@ -72,6 +116,24 @@ def sd(ctx: PolicyContext, params: SDParams):
                                head="lm", label="verify")
         verdict = yield Verify(gamma, ctx.batch, target=logits, label="verify")
         yield Transfer("target", "draft", ctx.batch * VERDICT_BYTES, label="verdict")
+        done += verdict.tokens
+        steps += 1
+    return {"steps": steps, "tokens": done}
+
+
+def lookup_sd(ctx: PolicyContext, params: SDParams):
+    """Prompt-lookup SD: a host lookup proposes, the target verifies what it found."""
+    n = ctx.target.n_layers
+    done, steps = 0.0, 0
+    while done < ctx.budget:
+        context = ctx.context(done / ctx.batch)
+        found = yield Lookup(params.gamma, ctx.batch, params.n, params.n_min, params.search)
+        gamma = max(found)
+        logits = yield Forward("target", "target", (0, n), gamma + 1, ctx.batch, context,
+                               head="lm", label="verify")
+        rows = None if len(set(found)) == 1 else tuple(found)
+        verdict = yield Verify(gamma, ctx.batch, target=logits, label="verify",
+                               row_gamma=rows)
         done += verdict.tokens
         steps += 1
     return {"steps": steps, "tokens": done}

@@ -10,7 +10,7 @@ from pydantic import (Field, PrivateAttr, field_serializer, field_validator,
 
 from hwprofiles.numbers import StrictModel
 from hwprofiles.models import BITS, Bits, ModelSpec
-from policies import PolicyParams, entry, parse_params
+from policies import PolicyParams, entry, names, parse_params
 from policies.prefill import MAX_PREFILL_PASSES
 from simcore import acceptance
 
@@ -98,6 +98,8 @@ class RunConfig(StrictModel):
             return handler(data)
         policy = data.get("policy", cls.model_fields["policy"].default)
         params = data.get("params", {})
+        if data.get("draft") == NGRAM:  # prompt lookup: a proposer, not a model
+            data, params = {**data, "draft": None}, _lookup_params(policy, params)
         acc = data.get("acceptance", acceptance.default())
         config = handler({**data, "params": _policy_params(policy, params),
                           "acceptance": acc})
@@ -195,6 +197,22 @@ class RunConfig(StrictModel):
                 raise ValueError(f"placement '{role}={where}' lacks a role or a device; "
                                  "write ROLE=DEVICE, e.g. draft=gpu4")
         return placement
+
+
+NGRAM = "ngram"  # --draft ngram: prompt lookup on the host (policies.ngram)
+
+
+def _lookup_params(policy: str, params: Any) -> Any:
+    """``params`` with the policy's proposer set to prompt lookup, for a policy that
+    has one; any other is refused naming those that do."""
+    takes = sorted(n for n in names() if "proposer" in entry(n).params.model_fields)
+    if policy not in takes:
+        raise ValueError(f"--draft {NGRAM} (prompt lookup) works with policy "
+                         f"{' or '.join(takes)}, not '{policy}'; pick one of them or "
+                         "name a draft model")
+    if isinstance(params, PolicyParams):
+        return params.model_copy(update={"proposer": NGRAM})
+    return {**(params or {}), "proposer": NGRAM}
 
 
 def _policy_params(policy: str, params: Any) -> Any:
