@@ -30,7 +30,7 @@ one position. A step with no match is a one-token pass, an AR step.
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyParams,
                            register)
@@ -39,11 +39,17 @@ from policies.ngram import MAX_N
 from policies.ops import Forward, Lookup, Transfer, Verify
 
 TOKEN_BYTES = 4    # an int32 token id
+# prompt lookup's default gamma: on the grounded prompts a lookup's greedy
+# proposals, priced at one pass plus a fifth per position (cpu-local's measured
+# verify widths), gain most at 10-12 (docs/ngram.md); transformers' docs use 10
+LOOKUP_GAMMA = 10
 VERDICT_BYTES = 8  # accepted count + the target's token, per row
 
 
 class SDParams(PolicyParams):
-    gamma: int = Field(4, ge=1, le=64, description="draft tokens proposed per step")
+    gamma: int = Field(4, ge=1, le=64, description="draft tokens proposed per step (the "
+                                                  f"most, {LOOKUP_GAMMA} by default, with "
+                                                  "--draft ngram)")
     draft_layers: int | None = Field(
         None, ge=1, description="self-speculate with the target's first N layers + exit head")
     draft_collectives: int | None = Field(
@@ -55,13 +61,24 @@ class SDParams(PolicyParams):
         "model", description="who proposes: a draft model (a separate one, or "
                              "draft_layers), or ngram: prompt lookup on the host, no "
                              "model (--draft ngram sets it)")
-    n: int = Field(3, ge=1, le=MAX_N, description="ngram: longest match length tried")
-    n_min: int = Field(1, ge=1, le=MAX_N, description="ngram: shortest match length tried")
+    n: int = Field(4, ge=1, le=MAX_N, description="ngram: longest match length tried")
+    n_min: int = Field(3, ge=1, le=MAX_N,
+                       description="ngram: shortest match length tried (a shorter match "
+                                   "proposes tokens the target mostly rejects, and on a CPU "
+                                   "each verified position costs a fifth of a pass)")
     search: Literal["prompt", "output", "both"] = Field(
         "both", description="ngram: where a match is looked for")
     match: float | None = Field(
         None, ge=0, le=1, description="ngram, simulated: chance a lookup proposes "
                                       "(default: what an acceptance trace proposed)")
+
+    @model_validator(mode="after")
+    def _lookup_gamma(self):
+        """Prompt lookup proposes up to LOOKUP_GAMMA tokens unless gamma is given: a
+        match that copies a run keeps going, and a step with no match costs nothing."""
+        if self.proposer == "ngram" and "gamma" not in self.model_fields_set:
+            object.__setattr__(self, "gamma", LOOKUP_GAMMA)
+        return self
 
     def unused(self) -> str | None:
         """A given setting this configuration ignores (PolicyParams.unused)."""
