@@ -279,8 +279,9 @@ class Delay:
 
     ``proposes``: meanwhile a proposer outside the models (SSD's fast backup:
     n-gram lookup, random tokens) appends that many tokens a row to the narrow
-    proposal of speculation ``branch``. The executor has no such proposer and
-    appends none (its Verify then commits the target's token alone)."""
+    proposal of speculation ``branch``. The executor proposes by prompt lookup
+    (``policies.ngram``), up to that many a row (none where nothing matches: its
+    Verify then commits the target's token alone)."""
 
     seconds: float
     device: str | None = None

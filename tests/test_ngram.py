@@ -204,3 +204,19 @@ def test_lookup_at_temperature_one_samples_the_target_distribution(tmp_path):
     assert sum(sum(a["accepted"]) for a in out.acceptance) > rows // 50  # some accepted
     assert _chi2_p(samples, target) > 1e-3
     assert _chi2_p(samples, target.T) < 1e-6  # the test tells laws apart (t1, t2 swapped)
+
+
+def test_ssd_fast_backup_proposes_by_lookup_in_the_executor(tmp_path):
+    from executors.session import Options, Session
+    from tests.test_executor import tiny_spec
+
+    spec = tiny_spec(tmp_path, vocab=12, layers=3, hidden=32)
+    with Session("cpu-local", f"random:{spec}", "self:2", seed=7,
+                 options=Options(mode="inline", max_new_tokens=24)) as s:
+        ar = s.decode("ar", {}, [REPEATS]).generated
+        ssd = s.decode("ssd", {"k": 3, "fanout": 1, "hit_rate": 0.5, "backup": "fast"},
+                       [REPEATS])
+    assert [g[:24] for g in ssd.generated] == ar
+    # branch 0 is SSD's backup branch: with backup=fast only the lookup fills it
+    fast = [a for a in ssd.acceptance if a.get("branch") == 0 and sum(a["proposed"])]
+    assert fast, "the fast backup's verifies check lookup tokens (none before it proposed)"
