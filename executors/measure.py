@@ -19,7 +19,7 @@ from executors.backend import drafts
 from executors.backend.models import default_draft
 from executors.prompts import BUILTIN, encode
 from executors.session import BatchResult, Options, Session
-from policies import entry
+from policies import entry, ngram
 from policies.runs.breakdown import breakdown
 from policies.runs.metrics import add_speedup, baseline_of, run_metrics
 from policies.runs.folders import claim_new_dir, default_run_dir, retire_run
@@ -91,6 +91,8 @@ def summarise(config, results: list[BatchResult], max_new: int) -> dict:
                 if verifies else 0.0,
                 "acceptance_rate": accepted / proposed if proposed else None})
     out.update(latency_metrics(results, tokens, wall_s, rows))
+    if getattr(config.params, "proposer", None) == "ngram":  # the fitted match model
+        out.update({f"lookup_{k}": v for k, v in ngram.fit(verifies).items()})
     events = [a for r in results for a in r.acceptance if "event" in a]
     for name in sorted({e["event"] for e in events}):  # per row, as recorded
         held = [h for e in events if e["event"] == name for h in held_rows(e)]

@@ -59,3 +59,24 @@ def propose(tokens: Sequence[int], prompt_len: int, *, gamma: int, n: int = 3,
             if seq[i] == first and seq[i:i + k] == tail:
                 return seq[i + k:min(i + k + gamma, hi)]
     return []
+
+
+def fit(lines: list[dict]) -> dict[str, float | None]:
+    """The match model of recorded prompt-lookup steps (acceptance-trace Verify
+    lines with ``proposed`` and ``accepted`` per row): ``match``, the share of
+    rows' steps that proposed anything, and ``alpha``, the per-token acceptance
+    of the i.i.d. model that most likely gave the accepted lengths (a row that
+    accepted k of g tokens saw k acceptances and, if k < g, one rejection:
+    alpha = acceptances / (acceptances + rejections)). ``--set match=M --set
+    alpha=A`` simulates a prompt lookup with them; None where no row proposed."""
+    asked = matched = accepted = rejected = 0
+    for line in lines:
+        for g, k in zip(line.get("proposed") or (), line.get("accepted") or ()):
+            asked += 1
+            if g:
+                matched += 1
+                accepted += min(k, g)
+                rejected += k < g
+    trials = accepted + rejected
+    return {"match": matched / asked if asked else None,
+            "alpha": accepted / trials if trials else None}

@@ -220,3 +220,13 @@ def test_ssd_fast_backup_proposes_by_lookup_in_the_executor(tmp_path):
     # branch 0 is SSD's backup branch: with backup=fast only the lookup fills it
     fast = [a for a in ssd.acceptance if a.get("branch") == 0 and sum(a["proposed"])]
     assert fast, "the fast backup's verifies check lookup tokens (none before it proposed)"
+
+
+def test_the_match_model_fitted_from_a_trace():
+    from policies.ngram import fit
+
+    lines = [{"proposed": [0], "accepted": [0]}, {"proposed": [4], "accepted": [4]},
+             {"proposed": [4], "accepted": [1]}, {"proposed": [2], "accepted": [0]}]
+    # 3 of 4 steps matched; 5 tokens accepted, 2 rejections: alpha = 5/7
+    assert fit(lines) == {"match": 0.75, "alpha": pytest.approx(5 / 7)}
+    assert fit([{"proposed": [0], "accepted": [0]}]) == {"match": 0.0, "alpha": None}
