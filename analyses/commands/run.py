@@ -76,8 +76,8 @@ def register(sub) -> None:
                    help="run every device in this process, one after another, instead of "
                         "worker processes pinned to cores")
     p.add_argument("--repeats", type=count(MAX_REPEATS), default=None,
-                   help="rounds over the prompts (default: 3 with the AR baseline, 1 "
-                        "without). Each round decodes every prompt with the schedule "
+                   help="rounds over the prompts (default: 3 with the AR baseline "
+                        "where they fit the run budget below, else 1). Each round decodes every prompt with the schedule "
                         "and with AR back to back, in alternating order, so that a "
                         "machine whose speed drifts slows both alike; speedup_vs_ar is "
                         "the median round's, printed with the range over rounds")
@@ -161,10 +161,14 @@ def _run(args) -> int:
     _measurable(config)
     check_used(config)
     messages = load(args.prompts)
-    repeats = args.repeats or (1 if args.no_baseline else DEFAULT_REPEATS)
     model_free = config.policy == "ar" or getattr(config.params, "proposer", "") == "ngram"
-    estimate = check(run_estimate(len(messages) * repeats, max_new, not args.no_baseline,
-                                  model_free=model_free),
+
+    def work(rounds: int):
+        return run_estimate(len(messages), max_new, not args.no_baseline,
+                            model_free=model_free, rounds=rounds)
+
+    repeats = args.repeats or default_repeats(args.no_baseline, work)
+    estimate = check(work(repeats),
                      args.allow_large, announce=False)  # before the models load
     folder = prepared_run_dir(Path(args.out) if args.out else None,
                               default_run_dir(config.policy, config.seed),
@@ -199,6 +203,14 @@ def _run(args) -> int:
 
 
 DEFAULT_REPEATS = 3  # rounds with a baseline: the median of three shrugs off one outlier
+
+
+def default_repeats(no_baseline: bool, work) -> int:
+    """Rounds when --repeats is not given: DEFAULT_REPEATS with a baseline where
+    that many stay within the run budget (``work(rounds)``: the estimate), else 1."""
+    if no_baseline or work(DEFAULT_REPEATS).over:
+        return 1
+    return DEFAULT_REPEATS
 
 
 def spread_text(out: dict) -> str:

@@ -401,13 +401,15 @@ def runs_estimate(directory, command: str) -> Estimate:
 
 # ------------------------------------------------------------------ real runs
 def run_estimate(prompts: int, max_new_tokens: int, baseline: bool, *,
-                 model_free: bool = False) -> Estimate:
-    """``hetspec run``'s work: every prompt (counted once per round) decoded to
-    max_new_tokens by the schedule and, with a baseline, by AR again;
+                 model_free: bool = False, rounds: int = 1) -> Estimate:
+    """``hetspec run``'s work: every prompt decoded to max_new_tokens by the
+    schedule and, with a baseline, by AR again, in each of ``rounds``;
     ``model_free``: the schedule runs no draft model (AR's pace)."""
     runs = 2 if baseline else 1
-    tokens = prompts * max_new_tokens * runs
-    product = (f"{plural(prompts, 'prompt')} x {plural(max_new_tokens, 'new token')}"
+    tokens = prompts * rounds * max_new_tokens * runs
+    product = (f"{plural(prompts, 'prompt')} x "
+               + (f"{rounds} rounds x " if rounds > 1 else "")
+               + f"{plural(max_new_tokens, 'new token')}"
                + (" x 2 runs (the schedule and its AR baseline)" if baseline else "")
                + f" = {plural(tokens, 'generated token')}")
     rate = MODEL_FREE_TOKENS_PER_S if model_free else RUN_TOKENS_PER_S
