@@ -114,15 +114,20 @@ def _simulate(**fields):
     return simulate(RunConfig(**{**base, **fields})).metrics
 
 
-def test_no_match_costs_exactly_an_ar_step():
+def test_no_match_costs_exactly_an_ar_step_and_the_lookup():
+    from hwprofiles import load_platform
+
     out = _simulate(params={"match": 0.0})
-    assert out["speedup_vs_ar"] == pytest.approx(1.0, rel=1e-12)
+    ar_step_s = 1 / out["ar_tokens_per_s"]
+    lookup_s = load_platform("cpu-local").host_lookup_s
+    assert out["step_latency_s"] == pytest.approx(ar_step_s + lookup_s, rel=1e-9)
     assert out["mean_tokens_per_step"] == 1.0
 
 
 def test_matched_steps_follow_the_closed_form():
     """match m, i.i.d. alpha: a matched step commits (1-a^(g+1))/(1-a) tokens in
-    T(g+1), an unmatched one 1 token in T(1); deterministic mode matches exactly
+    T(g+1), an unmatched one 1 token in T(1), each after a host lookup; deterministic
+    mode matches exactly
     floor(n m) of n steps."""
     from simcore.costmodel import RooflineCost
     from hwprofiles import load_platform
@@ -137,21 +142,26 @@ def test_matched_steps_follow_the_closed_form():
     matched = int(n * m)  # error diffusion: the event holds on floor(n m) of n asks
     per_match = (1 - a ** (g + 1)) / (1 - a)
     assert out["tokens"] == pytest.approx(matched * per_match + (n - matched), rel=1e-9)
-    assert out["simulated_time_s"] == pytest.approx(matched * tg + (n - matched) * t1,
-                                                    rel=1e-9)
+    lookup_s = load_platform("cpu-local").host_lookup_s  # every step looks up first
+    assert out["simulated_time_s"] == pytest.approx(
+        matched * tg + (n - matched) * t1 + n * lookup_s, rel=1e-9)
 
 
 def test_a_lookup_costs_the_profiles_host_time_per_row(tmp_path):
     import yaml
+
+    from hwprofiles import load_platform
 
     data = yaml.safe_load(open("hwprofiles/data/platforms/cpu-local.yaml"))
     data["host_lookup_s"] = 0.004
     data.setdefault("sources", {})["host_lookup_s"] = "test fixture"
     path = tmp_path / "slow-lookup.yaml"
     path.write_text(yaml.safe_dump(data))
-    free, slow = _simulate(params={"match": 0.0}), _simulate(
+    shipped, slow = _simulate(params={"match": 0.0}), _simulate(
         platform=str(path), params={"match": 0.0})
-    assert slow["step_latency_s"] - free["step_latency_s"] == pytest.approx(0.004, rel=1e-9)
+    extra_s = 0.004 - load_platform("cpu-local").host_lookup_s
+    assert slow["step_latency_s"] - shipped["step_latency_s"] == pytest.approx(extra_s,
+                                                                               rel=1e-9)
 
 
 def test_a_trace_replays_each_steps_proposal_and_acceptance(tmp_path):
