@@ -25,7 +25,7 @@ speedup_vs_ar is predicted on the calibrated profile: its replay's tokens/s
 over the simulated AR tokens/s on the same prompts (contexts and tokens), both
 on that profile. The goals: within 10% for ngram, 15% for mirror and ppsd.
 ``--speedup-only`` measures just these runs and the fitting runs they need
-(ar-1, sd-1, sd-sep4, sd-sep8, sd-sep16).
+(the fitting set of docs/calibration.md: ar-1, ar_stream-1, sd-1 and sd-sep2..16).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ BASELINE_RUNS = [
     ("ppsd-ab", ["--policy", "ppsd", "--set", "exit_layer=15", "--placement", STAGES], 0.15),
 ]
 BASELINE_REPEATS = 3
-SPEEDUP_FIT = ("ar-1", "sd-1", "sd-sep4", "sd-sep8", "sd-sep16")
+SPEEDUP_FIT = ("ar-1", "ar_stream-1", "sd-1", "sd-sep2", "sd-sep4", "sd-sep8", "sd-sep16")
 
 FIT_POLICIES = ("ar", "ar_stream", "sd")
 
