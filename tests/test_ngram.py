@@ -240,3 +240,35 @@ def test_the_match_model_fitted_from_a_trace():
     # 3 of 4 steps matched; 5 tokens accepted, 2 rejections: alpha = 5/7
     assert fit(lines) == {"match": 0.75, "alpha": pytest.approx(5 / 7)}
     assert fit([{"proposed": [0], "accepted": [0]}]) == {"match": 0.0, "alpha": None}
+
+
+def test_prompt_sets_by_name():
+    from executors.prompts import BUILTIN, load
+
+    grounded = load("grounded")
+    assert len(grounded) >= 8 and load("chat") == list(BUILTIN) == load(None)
+    assert all(m[0]["role"] == "user" and len(m[0]["content"]) > 300 for m in grounded)
+
+
+def test_a_measured_run_reports_the_median_round_and_its_range(tmp_path):
+    from executors.measure import measure
+    from executors.session import Options
+    from tests.test_executor import tiny_spec
+
+    spec = tiny_spec(tmp_path, vocab=12, layers=3, hidden=32)
+    config = RunConfig(platform="cpu-local", target=f"random:{spec}", policy="sd",
+                       draft="ngram", params={"n": 2, "n_min": 1, "gamma": 4})
+    msgs = [[{"role": "user", "content": "abab abab abab"}],
+            [{"role": "user", "content": "xyz xyz xyz"}]]
+    out = measure(config, Options(max_new_tokens=8, mode="inline"), msgs,
+                  out_dir=tmp_path / "run", repeats=3)
+    rounds = out["speedup_vs_ar_repeats"]
+    assert len(rounds) == 3 and out["speedup_vs_ar"] == sorted(rounds)[1]
+    assert out["speedup_vs_ar_spread"] == [min(rounds), max(rounds)]
+    assert out["matches_ar"] is True and "lookup_match" in out
+    record = json.loads((tmp_path / "run" / "record.json").read_text())
+    assert record["inputs"]["repeats"] == 3 and record["inputs"]["draft"] is None
+    assert record["inputs"]["params"]["proposer"] == "ngram"
+    batches = {json.loads(x)["prompt_batch"] for x in
+               (tmp_path / "run" / "spans.jsonl").read_text().splitlines()}
+    assert batches == set(range(6))  # 2 prompts x 3 rounds of the schedule
