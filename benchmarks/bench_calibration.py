@@ -177,6 +177,9 @@ def main(argv=None) -> int:
     ap.add_argument("--speedup-only", action="store_true",
                     help="with --measure: only the baseline runs and the fitting runs "
                          "they need (" + ", ".join(SPEEDUP_FIT) + ")")
+    ap.add_argument("--accept-poor-fit", action="store_true",
+                    help="print the held-out errors of a fit the sanity gate refuses "
+                         "(its problems are printed first); default: refuse")
     args = ap.parse_args(argv)
     if args.measure:
         only = set(filter(None, args.only.split(",")))
@@ -187,7 +190,10 @@ def main(argv=None) -> int:
 
     summary = calibrate(args.runs, "cpu-local", args.output or args.runs / "calibrated.yaml",
                         fit_policies=FIT_POLICIES,
-                        hold=tuple(name for name, _, _ in BASELINE_RUNS))
+                        hold=tuple(name for name, _, _ in BASELINE_RUNS),
+                        accept_poor_fit=args.accept_poor_fit)
+    for problem in summary["problems"]:
+        print(f"POOR FIT (the sanity gate would refuse it): {problem}")
     print(table(summary))
     print(speedup_table(args.runs, summary["profile"]))
     print(loads(args.runs))
