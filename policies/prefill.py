@@ -46,7 +46,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from policies.base import PolicyContext, PolicyError
-from policies.ops import (Forward, Join, Outcome, Parallel, Spawn, StreamWeights,
+from policies.ops import (Forward, Join, Lookup, Outcome, Parallel, Spawn, StreamWeights,
                           Transfer, Verdict, Verify, drive)
 
 LABEL = "prefill"
@@ -106,6 +106,8 @@ class _DryRun:
             return Verdict((0,) * op.batch)
         if isinstance(op, Outcome):
             return (False,) * op.batch if op.per_row else False
+        if isinstance(op, Lookup):  # the widest pass a lookup can lead to
+            return (op.gamma,) * op.batch
         if isinstance(op, Spawn):
             return drive(op.branch, self.answer)
         if isinstance(op, Join):

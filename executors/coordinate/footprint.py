@@ -10,7 +10,7 @@ every Forward's (device role, model, deepest layer).
 
 from __future__ import annotations
 
-from policies.ops import (Forward, Join, Outcome, Parallel, Spawn, StreamWeights, Verdict,
+from policies.ops import (Forward, Join, Lookup, Outcome, Parallel, Spawn, StreamWeights, Verdict,
                           Verify, drive)
 
 DRY_STEPS = 3
@@ -62,6 +62,8 @@ def _stand_in(op, seen, budget):
         return Verdict((0,) * op.batch)
     if isinstance(op, Outcome):
         return False
+    if isinstance(op, Lookup):  # the widest pass a lookup can lead to
+        return (op.gamma,) * op.batch
     if isinstance(op, Spawn):
         return _drive(op.branch, seen, budget)
     if isinstance(op, Join):
