@@ -93,7 +93,7 @@ def summarise(config, results: list[BatchResult], max_new: int) -> dict:
                 if verifies else 0.0,
                 "acceptance_rate": accepted / proposed if proposed else None})
     out.update(latency_metrics(results, tokens, wall_s, rows))
-    if getattr(config.params, "proposer", None) == "ngram":  # the fitted match model
+    if config.params.proposes_by_lookup:  # the fitted match model
         out.update({f"lookup_{k}": v for k, v in ngram.fit(verifies).items()})
     events = [a for r in results for a in r.acceptance if "event" in a]
     for name in sorted({e["event"] for e in events}):  # per row, as recorded

@@ -37,6 +37,13 @@ class PolicyParams(StrictModel):
         value they take there; a runtime records them beside its run."""
         return {}
 
+    @property
+    def proposes_by_lookup(self) -> bool:
+        """True where no draft model proposes: prompt lookup on the host does
+        (``policies.ngram``); a measured run then loads the target alone and
+        records the lookup's fitted match model."""
+        return False
+
     def unused(self) -> str | None:
         """A parameter given that this configuration of the schedule ignores, as
         one clause naming it and the fix, or None. A single run refuses it

@@ -80,6 +80,10 @@ class SDParams(PolicyParams):
             object.__setattr__(self, "gamma", LOOKUP_GAMMA)
         return self
 
+    @property
+    def proposes_by_lookup(self) -> bool:
+        return self.proposer == "ngram"
+
     def unused(self) -> str | None:
         """A given setting this configuration ignores (PolicyParams.unused)."""
         given = self.model_fields_set

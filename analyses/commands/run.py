@@ -7,13 +7,20 @@ import math
 import os
 from pathlib import Path
 
+from analyses.cli import emit_json
 from analyses.commands._common import (add_run_arguments, config_from_args, paragraph,
                                        settings_help)
 from analyses.measured.evidence import SIMULATED_ONLY  # what a run cannot measure
-from hwprofiles import DEFAULT_STACK
+from analyses.run.api import check_used
 from analyses.run.budget import (MODEL_FREE_TOKENS_PER_S, RUN_TOKENS_BUDGET,
-                                 RUN_TOKENS_PER_S, allow_large_argument)
-from analyses.run.config import MAX_TOKENS, parse_placement
+                                 RUN_TOKENS_PER_S, allow_large_argument,
+                                 announce_estimate, check, run_estimate)
+from analyses.run.config import MAX_TOKENS, parse_placement, parse_sets
+from analyses.run.outputs import check_run_dir, profile_inputs, set_inputs
+from executors.prompts import SETS, load
+from hwprofiles import DEFAULT_STACK
+from policies.runs.folders import claim_new_dir, default_run_dir
+from simcore.acceptance import KEYS
 
 MIN_TEMPERATURE = 1e-3  # below it logits / temperature can overflow to inf (NaN probs)
 MAX_THREADS = 1024
@@ -138,8 +145,6 @@ def _measured_acceptance(args) -> None:
     """A measured run accepts what its models accept: an acceptance model's
     settings (alpha, alphas, histogram, trace, --acceptance) would be recorded
     and never used, so they are refused."""
-    from analyses.run.config import parse_sets
-    from simcore.acceptance import KEYS
 
     given = [f"--set {k}" for k in parse_sets(args.sets) if k in KEYS]
     given += [f"--acceptance {args.acceptance}"] if args.acceptance else []
@@ -150,11 +155,6 @@ def _measured_acceptance(args) -> None:
 
 
 def _run(args) -> int:
-    from analyses.cli import emit_json
-    from analyses.run.api import check_used
-    from analyses.run.budget import announce_estimate, check, run_estimate
-    from executors.prompts import load
-    from policies.runs.folders import default_run_dir
 
     max_new = args.tokens
     if not 1 <= max_new <= MAX_TOKENS:
@@ -166,7 +166,7 @@ def _run(args) -> int:
     _measurable(config)
     check_used(config)
     messages = load(args.prompts)
-    model_free = config.policy == "ar" or getattr(config.params, "proposer", "") == "ngram"
+    model_free = config.policy == "ar" or config.params.proposes_by_lookup
 
     def work(rounds: int):
         return run_estimate(len(messages), max_new, not args.no_baseline,
@@ -231,9 +231,6 @@ GENERATED = ("outputs", "texts")  # per-prompt token ids and texts: --json --out
 
 
 def run_dir_inputs(args) -> list:
-    from analyses.run.config import parse_sets
-    from analyses.run.outputs import profile_inputs, set_inputs
-    from executors.prompts import SETS
 
     inputs = profile_inputs(platform=args.platform, target=args.target, draft=args.draft)
     inputs += set_inputs(parse_sets(args.sets))
@@ -255,8 +252,6 @@ class prepared_run_dir:
         self.created: list[Path] = []
 
     def __enter__(self) -> Path:
-        from analyses.run.outputs import check_run_dir
-        from policies.runs.folders import claim_new_dir
 
         run_dir = self.out or self.default
         # a default folder is claimed new, so only --out can find one occupied
