@@ -15,6 +15,17 @@ held-out schedule, the end-to-end tokens/s error and the median step-latency
 error of the replay on the calibrated profile, for the schedule as written and
 with the executor's recorded work (positions fed, one pass per sampled token),
 and the per-operation-kind errors of the held-out spans.
+
+The speedup regime: runs measured with their AR baseline (``BASELINE_RUNS``:
+prompt lookup, ``--draft ngram``, on the grounded and the chat prompts, and
+mirror and ppsd) interleave the schedule and AR per prompt over 3 rounds and
+record the median round's speedup_vs_ar and its range. They are held out of
+the fit (the ngram runs are sd runs, held out by name), and each one's
+speedup_vs_ar is predicted on the calibrated profile: its replay's tokens/s
+over the simulated AR tokens/s on the same prompts (contexts and tokens), both
+on that profile. The goals: within 10% for ngram, 15% for mirror and ppsd.
+``--speedup-only`` measures just these runs and the fitting runs they need
+(the fitting set of docs/calibration.md: ar-1, ar_stream-1, sd-1 and sd-sep2..16).
 """
 
 from __future__ import annotations
@@ -56,6 +67,19 @@ RUNS = [
 ]
 
 
+# Held-out runs with their AR baseline (3 interleaved rounds: speedup_vs_ar and
+# its range), and the goal on each one's predicted speedup_vs_ar.
+BASELINE_RUNS = [
+    ("ngram-grounded", ["--policy", "sd", "--draft", "ngram", "--prompts", "grounded"],
+     0.10),
+    ("ngram-chat", ["--policy", "sd", "--draft", "ngram", "--prompts", "chat"], 0.10),
+    ("ppsd-ab", ["--policy", "ppsd", "--set", "exit_layer=15", "--placement", STAGES], 0.15),
+    ("mirror-ab", ["--policy", "mirror", "--set", "gamma=4", "--set", "kappa=4",
+                   "--set", "exit_layer=15", "--set", "eta=1"], 0.15),
+]
+BASELINE_REPEATS = 3
+SPEEDUP_FIT = ("ar-1", "ar_stream-1", "sd-1", "sd-sep2", "sd-sep4", "sd-sep8", "sd-sep16")
+
 FIT_POLICIES = ("ar", "ar_stream", "sd")
 
 
@@ -84,13 +108,16 @@ def own_core_s() -> float:
 
 def measure(root: Path, names: set[str] | None, args) -> None:
     root.mkdir(parents=True, exist_ok=True)
-    for name, extra in RUNS:
+    plan = [(name, ["--no-baseline", *extra]) for name, extra in RUNS]
+    plan += [(name, ["--repeats", str(BASELINE_REPEATS), "--allow-large", *extra])
+             for name, extra, _ in BASELINE_RUNS]
+    for name, extra in plan:
         if names and name not in names:
             continue
         before = wait_for_quiet(args.quiet_load, args.max_wait_s)
         cmd = ["hetspec", "run", "--platform", "cpu-local", "--target", TARGET,
                "--max-new-tokens", str(args.max_new_tokens), "--seed", "1",
-               "--no-baseline", "--json", "--out", str(root / name), *extra]
+               "--json", "--out", str(root / name), *extra]
         print(f"measuring {name} (load {before:.2f}): {' '.join(cmd[1:])}", flush=True)
         start, busy0, own0 = time.monotonic(), busy_core_s(), own_core_s()
         done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -147,16 +174,70 @@ def main(argv=None) -> int:
     ap.add_argument("--max-wait-s", type=float, default=300.0)
     ap.add_argument("-o", "--output", type=Path, default=None,
                     help="calibrated profile (default: DIR/calibrated.yaml)")
+    ap.add_argument("--speedup-only", action="store_true",
+                    help="with --measure: only the baseline runs and the fitting runs "
+                         "they need (" + ", ".join(SPEEDUP_FIT) + ")")
+    ap.add_argument("--accept-poor-fit", action="store_true",
+                    help="print the held-out errors of a fit the sanity gate refuses "
+                         "(its problems are printed first); default: refuse")
     args = ap.parse_args(argv)
     if args.measure:
-        measure(args.runs, set(filter(None, args.only.split(","))), args)
+        only = set(filter(None, args.only.split(",")))
+        if args.speedup_only:
+            only |= set(SPEEDUP_FIT) | {name for name, _, _ in BASELINE_RUNS}
+        measure(args.runs, only, args)
     from analyses.calibrate.session import calibrate
 
     summary = calibrate(args.runs, "cpu-local", args.output or args.runs / "calibrated.yaml",
-                        fit_policies=FIT_POLICIES)
+                        fit_policies=FIT_POLICIES,
+                        hold=tuple(name for name, _, _ in BASELINE_RUNS),
+                        accept_poor_fit=args.accept_poor_fit)
+    for problem in summary["problems"]:
+        print(f"POOR FIT (the sanity gate would refuse it): {problem}")
     print(table(summary))
+    print(speedup_table(args.runs, summary["profile"]))
     print(loads(args.runs))
     return 0
+
+
+def predicted_speedup(run, profile: str) -> float:
+    """A measured run's speedup_vs_ar as the calibrated profile predicts it: its
+    replay's tokens/s over AR's simulated on the same prompts and tokens."""
+    from analyses.measured.replay import replay, replay_config
+    from analyses.run.api import simulate
+
+    rep = replay(run, profile)
+    ar_config = replay_config(run, profile).revised(policy="ar", params={}, draft=None)
+    return rep.predicted["tokens_per_s"] / simulate(ar_config, baseline=False).metrics[
+        "tokens_per_s"]
+
+
+def speedup_table(root: Path, profile: str) -> str:
+    """Each baseline run: measured speedup_vs_ar (median, range over rounds),
+    predicted, error, and whether the error is within the goal."""
+    from analyses.measured.replay import load_run
+
+    lines = ["", f"{'held-out run':15s} {'measured speedup (range)':>28s} "
+             f"{'predicted':>9s} {'error':>7s}  goal"]
+    for name, _, goal in BASELINE_RUNS:
+        record = root / name / "record.json"
+        if not record.is_file():
+            lines.append(f"{name:15s} (not measured)")
+            continue
+        run = load_run(record)
+        m = run.metrics
+        low, high = m.get("speedup_vs_ar_spread") or (None, None)
+        measured = m.get("speedup_vs_ar")
+        if measured is None or low is None:
+            lines.append(f"{name:15s} (measured without its AR baseline)")
+            continue
+        predicted = predicted_speedup(run, profile)
+        error = predicted / measured - 1
+        rounds = len(m.get("speedup_vs_ar_repeats") or ())
+        lines.append(f"{name:15s} {measured:>8.3f}x ({low:.3f}-{high:.3f}x, {rounds} rounds)"
+                     f" {predicted:>8.3f}x {error:+7.1%}  within {goal:.0%}: "
+                     f"{abs(error) <= goal}")
+    return "\n".join(lines)
 
 
 def loads(root: Path) -> str:

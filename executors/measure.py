@@ -10,6 +10,7 @@ baseline on the same prompts), then writes under the run directory:
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import yaml
@@ -18,7 +19,7 @@ from executors.backend import drafts
 from executors.backend.models import default_draft
 from executors.prompts import BUILTIN, encode
 from executors.session import BatchResult, Options, Session
-from policies import entry
+from policies import entry, ngram
 from policies.runs.breakdown import breakdown
 from policies.runs.config import RunSettings
 from policies.runs.metrics import add_speedup, baseline_of, run_metrics
@@ -39,6 +40,44 @@ def decode_all(session: Session, policy: str, params, prompts: list[list[int]],
     return out
 
 
+def interleaved(session: Session, schedule: tuple, base: tuple | None,
+                prompts: list[list[int]], batch: int, repeats: int, progress=None):
+    """Per round, (the schedule's results, AR's) over every prompt batch. Each
+    batch is decoded by both back to back, in alternating order (schedule first
+    on even batch + round, AR first on odd: ABBA...), so a machine whose speed
+    drifts over seconds slows both alike and their ratio holds."""
+    rounds = []
+    for rep in range(repeats):
+        own, ar = [], []
+        for k, i in enumerate(range(0, len(prompts), batch)):
+            order = [(own, schedule)] + ([(ar, base)] if base else [])
+            if (rep + k) % 2:
+                order.reverse()
+            for out, (policy, params) in order:
+                out.append(session.decode(policy, params, prompts[i:i + batch]))
+                if progress is not None:
+                    progress.update(1)
+        rounds.append((own, ar))
+    return rounds
+
+
+def add_repeated_speedup(metrics: dict, config, rounds: list, max_new: int) -> dict:
+    """``speedup_vs_ar``: the median over rounds of the schedule's tokens/s over
+    AR's in that round, with every round's value (``speedup_vs_ar_repeats``) and
+    their range (``speedup_vs_ar_spread``: [min, max]); ``ar_tokens_per_s`` over
+    all rounds; ``matches_ar``: every round's outputs equal AR's."""
+    ar_all = [r for _, ar in rounds for r in ar]
+    add_speedup(metrics, summarise(config, ar_all, max_new)["tokens_per_s"])
+    ratios = [summarise(config, own, max_new)["tokens_per_s"]
+              / summarise(config, ar, max_new)["tokens_per_s"] for own, ar in rounds]
+    metrics["speedup_vs_ar"] = statistics.median(ratios)
+    metrics["speedup_vs_ar_repeats"] = ratios
+    metrics["speedup_vs_ar_spread"] = [min(ratios), max(ratios)]
+    metrics["matches_ar"] = all(outputs_of(own, max_new) == outputs_of(ar, max_new)
+                                for own, ar in rounds)
+    return metrics
+
+
 def summarise(config, results: list[BatchResult], max_new: int) -> dict:
     tokens = sum(len(g) for r in results for g in r.generated)
     wall_s = sum(r.wall_s for r in results)
@@ -54,6 +93,8 @@ def summarise(config, results: list[BatchResult], max_new: int) -> dict:
                 if verifies else 0.0,
                 "acceptance_rate": accepted / proposed if proposed else None})
     out.update(latency_metrics(results, tokens, wall_s, rows))
+    if config.params.proposes_by_lookup:  # the fitted match model
+        out.update({f"lookup_{k}": v for k, v in ngram.fit(verifies).items()})
     events = [a for r in results for a in r.acceptance if "event" in a]
     for name in sorted({e["event"] for e in events}):  # per row, as recorded
         held = [h for e in events if e["event"] == name for h in held_rows(e)]
@@ -108,11 +149,13 @@ def outputs_of(results: list[BatchResult], max_new: int, eos: int | None = None)
 
 def measure(config: RunSettings, options: Options, messages: list[list[dict]] | None = None, *,
             out_dir=None, baseline: bool = True, progress: bool = False,
-            replace: bool = False) -> dict:
+            replace: bool = False, repeats: int = 1) -> dict:
     """Run ``config`` (a RunConfig) for real; returns the metrics (with ``outputs``
     and ``run_record``). Without ``out_dir`` the run goes to a new folder under
     runs/; ``replace`` removes a previous run's own files from ``out_dir`` once this
-    run is measured, before its files are written (``hetspec run --force``)."""
+    run is measured, before its files are written (``hetspec run --force``).
+    ``repeats``: rounds of every prompt batch, each decoded by the schedule and its
+    AR baseline back to back (``interleaved``); the speedup is the median round's."""
     messages = list(messages or BUILTIN)
     if entry(config.policy).needs_draft and config.draft is None:
         config = config.model_copy(update={"draft": default_draft(config.target)})
@@ -130,22 +173,20 @@ def measure(config: RunSettings, options: Options, messages: list[list[dict]] | 
             "prompt_tokens": sum(map(len, prompts)) // len(prompts),
             "tokens": options.max_new_tokens})
         base = baseline_of(config.policy, config.params) if baseline else None
-        bar = _progress(progress, len(prompts), config.batch, 2 if base else 1)
-        results = decode_all(session, config.policy, config.params, prompts,
-                             config.batch, bar)
+        bar = _progress(progress, len(prompts) * repeats, config.batch, 2 if base else 1)
+        rounds = interleaved(session, (config.policy, config.params), base, prompts,
+                             config.batch, repeats, bar)
+        results = [r for own, _ in rounds for r in own]
         metrics = summarise(config, results, options.max_new_tokens)
         metrics.update(timeline_metrics(config.policy, results))
         metrics["breakdown"] = measured_breakdown(results)
         eos = getattr(session.tokenizer, "eos_token_id", None)
-        outputs = outputs_of(results, options.max_new_tokens, eos)
+        outputs = outputs_of(rounds[0][0], options.max_new_tokens, eos)
         if base is None:
             add_speedup(metrics, own_baseline=baseline_of(config.policy,
                                                           config.params) is None)
         else:
-            ar = decode_all(session, *base, prompts, config.batch, bar)
-            add_speedup(metrics, summarise(config, ar, options.max_new_tokens)["tokens_per_s"])
-            metrics["matches_ar"] = (outputs_of(results, options.max_new_tokens)
-                                     == outputs_of(ar, options.max_new_tokens))
+            add_repeated_speedup(metrics, config, rounds, options.max_new_tokens)
         if bar is not None:
             bar.close()
         texts = ([session.tokenizer.decode(o, skip_special_tokens=True) for o in outputs]
@@ -158,6 +199,7 @@ def measure(config: RunSettings, options: Options, messages: list[list[dict]] | 
     inputs = {**config.model_dump(mode="json"), "max_new_tokens": options.max_new_tokens,
               "threads": options.threads, "temperature": options.temperature,
               "mode": options.mode, "physical": options.physical, "prompts": messages,
+              "repeats": repeats,
               "draft_heads": drafts.describe(config.target),
               **simulable_models(config, specs, run_dir),
               **recorded_platform(config.platform, run_dir)}

@@ -1,4 +1,10 @@
-"""Prompts for measured runs: a small built-in chat set, or a JSONL file.
+"""Prompts for measured runs: a built-in set by name, or a JSONL file.
+
+Built-in sets (``SETS``): ``chat``, four short questions (the default), and
+``grounded``, eight tasks over a passage written for the project (summarise,
+answer from the passage, extract names, dates and amounts, correct spelling,
+restate a recipe as steps, edit a Python module), where the answer reuses the
+input's words: what prompt lookup (``--draft ngram``) proposes from.
 
 Each JSONL line is a list of chat messages (``[{"role": "user", "content":
 "..."}]``) or an object with a ``messages`` list. Messages are rendered with the
@@ -13,6 +19,8 @@ from pathlib import Path
 
 from hwprofiles.inputfiles import regular_input
 
+DATA = Path(__file__).resolve().parent / "data"
+
 MAX_PROMPTS_BYTES = 16_000_000  # prompts for a measured run, not a data set
 
 BUILTIN = (
@@ -21,6 +29,19 @@ BUILTIN = (
     [{"role": "user", "content": "Explain in two sentences why the sky is blue."}],
     [{"role": "user", "content": "List three uses of a paperclip."}],
 )
+
+
+SETS = {"chat": None, "grounded": DATA / "prompts-grounded.jsonl"}  # None: BUILTIN
+
+
+def load(name_or_path: str | None) -> list[list[dict]]:
+    """The prompts ``--prompts`` names: a built-in set (``SETS``), else a JSONL
+    file; None: the chat set."""
+    if name_or_path is None or name_or_path == "chat":
+        return list(BUILTIN)
+    if name_or_path in SETS:
+        return load_jsonl(SETS[name_or_path])
+    return load_jsonl(name_or_path)
 
 
 def load_jsonl(path) -> list[list[dict]]:

@@ -66,6 +66,8 @@ needs a source (a measurement, a calibration, a paper's table):
   executor, the previous read's reply to the coordinator, the coordinator's
   next command and the worker's core issuing the read. 0: a stream starts at
   once, beside compute.
+- ``Platform.host_lookup_s`` (s): host CPU time of one prompt lookup (an n-gram
+  proposal, ``policies.ngram``) for one row, beside the target; 0: free.
 """
 
 from __future__ import annotations
@@ -241,6 +243,8 @@ class Platform(Sourced):
     links: tuple[Link, ...] = ()
     groups: tuple[CollectiveGroup, ...] = ()
     placement: dict[str, str] = Field(default_factory=dict)
+    # host CPU time of one prompt lookup (policies.ngram) for one row, seconds
+    host_lookup_s: float = Field(default=0.0, ge=0, le=MAX_TIME_S)
 
     @model_validator(mode="after")
     def _cross_references(self):

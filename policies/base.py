@@ -49,6 +49,13 @@ class PolicyParams(StrictModel):
         (the memory check holds no more of them resident); None: all resident."""
         return None
 
+    @property
+    def proposes_by_lookup(self) -> bool:
+        """True where no draft model proposes: prompt lookup on the host does
+        (``policies.ngram``); a measured run then loads the target alone and
+        records the lookup's fitted match model."""
+        return False
+
     def unused(self) -> str | None:
         """A parameter given that this configuration of the schedule ignores, as
         one clause naming it and the fix, or None. A single run refuses it

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from policies.ops import (Forward, Join, Outcome, Parallel, Spawn, StreamWeights, Verdict,
-                          Verify, drive)
+from policies.ops import (Forward, Join, Lookup, Outcome, Parallel, Spawn, StreamWeights,
+                          Verdict, Verify, drive)
 
 DRY_STEPS = 3  # decoding steps the dry run follows: every cache is in use by then
 DRY_OPS = 5000
@@ -109,6 +109,8 @@ class _DryRun:
             return Verdict((op.gamma if self.accepted else 0,) * op.batch)
         if isinstance(op, Outcome):
             return (False,) * op.batch if op.per_row else False
+        if isinstance(op, Lookup):  # the widest pass a lookup can lead to
+            return (op.gamma,) * op.batch
         if isinstance(op, Spawn):
             return drive(op.branch, self.answer)
         if isinstance(op, Join):

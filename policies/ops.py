@@ -11,6 +11,7 @@ through the platform's ``placement`` (and any user override).
 Results:
   * ``Forward``     -> an opaque handle (hidden states / logits in the executor).
   * ``Verify``      -> ``Verdict``.
+  * ``Lookup``      -> tuple of ``int``: tokens proposed per row.
   * ``Outcome``     -> ``bool``;
                        with ``per_row`` a tuple of ``bool``, one per row.
   * ``Spawn``       -> an opaque task handle; ``Join`` -> tuple of branch results.
@@ -293,8 +294,9 @@ class Delay:
 
     ``proposes``: meanwhile a proposer outside the models (SSD's fast backup:
     n-gram lookup, random tokens) appends that many tokens a row to the narrow
-    proposal of speculation ``branch``. The executor has no such proposer and
-    appends none (its Verify then commits the target's token alone).
+    proposal of speculation ``branch``. The executor proposes by prompt lookup
+    (``policies.ngram``), up to that many a row (none where nothing matches: its
+    Verify then commits the target's token alone).
     ``sequences``: the sequences it proposes for (None: every sequence)."""
 
     seconds: float
@@ -303,6 +305,29 @@ class Delay:
     branch: int = 0
     proposes: int = 0
     sequences: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """Propose up to ``gamma`` tokens per row by prompt lookup (``policies.ngram``):
+    the tokens that followed the most recent earlier occurrence of the row's last
+    ``n`` tokens (down to ``n_min``, longest first) in its prompt, its output or
+    both (``search``), as the narrow proposal of speculation ``branch``. Runs on
+    the host CPU beside the target (``device`` None) or on a device the placement
+    names. The result is the proposal's length per row (0: no match).
+
+    The executor looks the committed tokens up for real; the simulator charges
+    the platform's ``host_lookup_s`` per row and answers the lengths from the
+    acceptance trace (what each step proposed) or the schedule's match model."""
+
+    gamma: int
+    batch: int = 1
+    n: int = 3
+    n_min: int = 1
+    search: str = "both"
+    branch: int = 0
+    label: str = "lookup"
+    device: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

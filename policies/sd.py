@@ -21,20 +21,35 @@ draft's device keep their own cache. Deterministic simulation verifies with
 expected accepted lengths: the laws take the draft to cost gamma one-position
 passes, so only whole outcomes (sampled, replayed or real) feed catch-up
 positions.
+
+With ``proposer=ngram`` (``--draft ngram``) no draft model runs: each step a
+``Lookup`` on the host proposes up to gamma tokens by prompt lookup
+(``policies.ngram``), and the target scores the longest row's proposal plus
+one position. A step with no match is a one-token pass, an AR step.
 """
 
-from pydantic import Field
+from typing import Literal
+
+from pydantic import Field, model_validator
 
 from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyParams,
                            register)
-from policies.ops import Forward, Transfer, Verify
+from policies.modelled import EventModel, OutcomeModels
+from policies.ngram import MAX_N
+from policies.ops import Forward, Lookup, Transfer, Verify
 
 TOKEN_BYTES = 4    # an int32 token id
+# prompt lookup's default gamma: on the grounded prompts a lookup's greedy
+# proposals, priced at one pass plus a fifth per position (cpu-local's measured
+# verify widths), gain most at 10-12 (docs/ngram.md); transformers' docs use 10
+LOOKUP_GAMMA = 10
 VERDICT_BYTES = 8  # accepted count + the target's token, per row
 
 
 class SDParams(PolicyParams):
-    gamma: int = Field(4, ge=1, le=64, description="draft tokens proposed per step")
+    gamma: int = Field(4, ge=1, le=64, description="draft tokens proposed per step (the "
+                                                  f"most, {LOOKUP_GAMMA} by default, with "
+                                                  "--draft ngram)")
     draft_layers: int | None = Field(
         None, ge=1, description="self-speculate with the target's first N layers + exit head")
     draft_collectives: int | None = Field(
@@ -42,6 +57,47 @@ class SDParams(PolicyParams):
         description="all-reduces per draft step when the draft runs on a group "
                     "(2: SPD-style, as every separate-draft schedule by default; none: "
                     "Megatron's two per layer)")
+    proposer: Literal["model", "ngram"] = Field(
+        "model", description="who proposes: a draft model (a separate one, or "
+                             "draft_layers), or ngram: prompt lookup on the host, no "
+                             "model (--draft ngram sets it)")
+    n: int = Field(4, ge=1, le=MAX_N, description="ngram: longest match length tried")
+    n_min: int = Field(3, ge=1, le=MAX_N,
+                       description="ngram: shortest match length tried (a shorter match "
+                                   "proposes tokens the target mostly rejects, and on a CPU "
+                                   "each verified position costs a fifth of a pass)")
+    search: Literal["prompt", "output", "both"] = Field(
+        "both", description="ngram: where a match is looked for")
+    match: float | None = Field(
+        None, ge=0, le=1, description="ngram, simulated: chance a lookup proposes "
+                                      "(default: what an acceptance trace proposed)")
+
+    @model_validator(mode="after")
+    def _lookup_gamma(self):
+        """Prompt lookup proposes up to LOOKUP_GAMMA tokens unless gamma is given: a
+        match that copies a run keeps going, and a step with no match costs nothing."""
+        if self.proposer == "ngram" and "gamma" not in self.model_fields_set:
+            object.__setattr__(self, "gamma", LOOKUP_GAMMA)
+        return self
+
+    @property
+    def proposes_by_lookup(self) -> bool:
+        return self.proposer == "ngram"
+
+    def unused(self) -> str | None:
+        """A given setting this configuration ignores (PolicyParams.unused)."""
+        given = self.model_fields_set
+        lookup = sorted(given & {"n", "n_min", "search", "match"})
+        if self.proposer == "model" and lookup:
+            return (f"{lookup[0]} has no effect with a draft model (it sets up prompt "
+                    f"lookup); pass --draft ngram or drop {lookup[0]}")
+        model = sorted(given & {"draft_layers", "draft_collectives"})
+        if self.proposer == "ngram" and model:
+            return (f"{model[0]} has no effect with --draft ngram (no draft model runs); "
+                    f"drop {model[0]}")
+        if self.n_min > self.n:
+            return f"n_min ({self.n_min}) is above n ({self.n}); lower n_min or raise n"
+        return None
 
 
 def expected_accepted(alpha: float, gamma: int) -> float:
@@ -67,9 +123,18 @@ def draft_source(ctx: PolicyContext, draft_layers: int | None, policy: str):
     return "target", (0, draft_layers), "exit"
 
 
-@register("sd", SDParams)
+def outcome_models(ctx: PolicyContext, params: SDParams) -> OutcomeModels:
+    """With prompt lookup and a given ``match``: the chance a lookup proposes."""
+    if params.proposer == "ngram" and params.match is not None:
+        return {"lookup": EventModel(params.match)}
+    return {}
+
+
+@register("sd", SDParams, outcome_models=outcome_models)
 def sd(ctx: PolicyContext, params: SDParams):
     """Vanilla speculative decoding: gamma serial draft steps, one target verify."""
+    if params.proposer == "ngram":
+        return (yield from lookup_sd(ctx, params))
     model, layers, head = draft_source(ctx, params.draft_layers, "sd")
     gamma, n = params.gamma, ctx.target.n_layers
     done, steps = 0.0, 0
@@ -84,6 +149,24 @@ def sd(ctx: PolicyContext, params: SDParams):
                                head="lm", label="verify")
         verdict = yield Verify(gamma, ctx.batch, target=logits, label="verify")
         yield Transfer("target", "draft", ctx.batch * VERDICT_BYTES, label="verdict")
+        done += verdict.tokens
+        steps += 1
+    return {"steps": steps, "tokens": done}
+
+
+def lookup_sd(ctx: PolicyContext, params: SDParams):
+    """Prompt-lookup SD: a host lookup proposes, the target verifies what it found."""
+    n = ctx.target.n_layers
+    done, steps = 0.0, 0
+    while done < ctx.budget:
+        context = ctx.context(done / ctx.batch)
+        found = yield Lookup(params.gamma, ctx.batch, params.n, params.n_min, params.search)
+        gamma = max(found)
+        logits = yield Forward("target", "target", (0, n), gamma + 1, ctx.batch, context,
+                               head="lm", label="verify")
+        rows = None if len(set(found)) == 1 else tuple(found)
+        verdict = yield Verify(gamma, ctx.batch, target=logits, label="verify",
+                               row_gamma=rows)
         done += verdict.tokens
         steps += 1
     return {"steps": steps, "tokens": done}

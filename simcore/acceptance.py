@@ -147,6 +147,19 @@ class Trace(_Params):
             object.__setattr__(self, "_cache", cache)
         return cache
 
+    def proposed(self, gamma: int, batch: int, step: int | None = None) -> tuple[int, ...]:
+        """What the recorded step the next ``sample`` replays (or step ``step``)
+        proposed per row, at most ``gamma``: a prompt lookup's lengths. A line
+        without ``proposed`` proposed what it accepted."""
+        lines = self.__dict__.get("_proposed")
+        if lines is None:
+            lines = [d.get("proposed") or d["accepted"] for d in read_acceptance(self.path)
+                     if "accepted" in d]
+            object.__setattr__(self, "_proposed", lines)
+        i = self.__dict__.get("_cursor", 0) if step is None else step
+        row = lines[i % len(lines)]
+        return tuple(min(int(row[b % len(row)]), gamma) for b in range(batch))
+
     def expected(self, gamma, position=0):
         flat = [min(k, gamma) for step in self._steps() for k in step]
         return float(np.mean(flat))

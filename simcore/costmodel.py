@@ -425,6 +425,10 @@ class RooflineCost:
                             f"{self.platform.name}")
         return count * g.allreduce_s(nbytes)
 
+    def lookup_s(self, rows: int) -> float:
+        """A prompt lookup (``policies.ops.Lookup``) over ``rows`` rows on the host."""
+        return self.platform.host_lookup_s * rows
+
     @staticmethod
     def stream_host_s(device, nbytes: float) -> float:
         """Seconds the device's compute engine spends installing nbytes of streamed

@@ -15,8 +15,8 @@ import simpy
 from hwprofiles.placement import resolve
 from hwprofiles.schema import ModelSpec, Platform
 from policies.cachebook import PositionBook
-from policies.ops import (AllReduce, Delay, Forward, Join, Outcome, Parallel, Spawn,
-                          StreamWeights, Transfer, Verify)
+from policies.ops import (AllReduce, Delay, Forward, Join, Lookup, Outcome, Parallel,
+                          Spawn, StreamWeights, Transfer, Verify)
 from simcore.costmodel import CostError, RooflineCost, roofline
 from simcore.stackcost import overlapped
 from simcore.outcomes import Outcomes
@@ -87,7 +87,8 @@ class Simulator:
                             for t in platform.memory_tiers if t.page_cache_bytes > 0}
         self._timed = {Forward: self._forward, Transfer: self._transfer,
                        AllReduce: self._allreduce, StreamWeights: self._stream,
-                       Delay: self._delay, Join: self._join, Parallel: self._parallel}
+                       Delay: self._delay, Join: self._join, Parallel: self._parallel,
+                       Lookup: self._lookup}
         self._instant = {Verify: self._verify, Outcome: self._outcome,
                          Spawn: self._spawn}
 
@@ -372,6 +373,17 @@ class Simulator:
         self._release(members)
         track = self.track(op.device) if op.device else "host"
         self._span(op.label or "delay", "delay", track, start, self.env.now)
+
+    def _lookup(self, op: Lookup):
+        """A prompt lookup: host time per row, proposal lengths from the outcomes."""
+        members = self.members(op.device) if op.device else ()
+        yield from self._acquire(members)
+        start = self.env.now
+        yield self.env.timeout(self.cost.lookup_s(op.batch))
+        self._release(members)
+        track = self.track(op.device) if op.device else "host"
+        self._span(op.label, "lookup", track, start, self.env.now)
+        return self.outcomes.lookup(op)
 
     def _verify(self, op: Verify):
         verdict = self.outcomes.verify(op)

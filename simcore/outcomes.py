@@ -32,8 +32,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from policies.modelled import OutcomeModels, VerifyModel, event_model, verify_model
-from policies.ops import Outcome, Verdict, Verify
+from policies.modelled import (EventModel, OutcomeModels, VerifyModel, event_model,
+                              verify_model)
+from policies.ops import Lookup, Outcome, Verdict, Verify
 from simcore.acceptance import IID
 
 
@@ -171,6 +172,24 @@ class Outcomes:
         held = credit >= 1.0 - 1e-12
         self._credit[key] = credit - 1.0 if held else credit
         return held
+
+    def lookup(self, op: Lookup) -> tuple[int, ...]:
+        """Tokens a prompt lookup proposes per row: ``gamma`` where its match model
+        (the schedule's EventModel under the Lookup's label) draws a match, none
+        elsewhere; without one, what the acceptance trace's step proposed (the
+        step the next Verify replays; in deterministic mode the lookups' own count)."""
+        model = self.models.get(op.label)
+        if isinstance(model, EventModel):
+            held = self._outcome_rows(Outcome(op.label, op.batch, per_row=True))
+            return tuple(op.gamma if h else 0 for h in held)
+        proposed = getattr(self.acceptance, "proposed", None)
+        if proposed is None:
+            raise ValueError("a prompt lookup (--draft ngram) needs what it proposes: "
+                             "--set match=P (the chance a lookup finds a match) or --set "
+                             "trace=acceptance.jsonl of a measured ngram run")
+        step = self._runs.get(op.label, 0) if self.deterministic else None
+        self._runs[op.label] = self._runs.get(op.label, 0) + 1
+        return proposed(op.gamma, op.batch, step)
 
     def outcome(self, op: Outcome) -> bool | tuple[bool, ...]:
         if op.per_row:

@@ -28,14 +28,16 @@ def _configuration(run: MeasuredRun) -> str:
     return json.dumps({k: run.inputs.get(k) for k in keys}, sort_keys=True, default=str)
 
 
-def split_runs(runs: list[MeasuredRun], fit_policies: list[str]):
+def split_runs(runs: list[MeasuredRun], fit_policies: list[str],
+               hold: tuple[str, ...] = ()):
     """(fitting runs, held-out runs): runs of the fitting policies are fitted,
     except that of several repeats of one configuration every other one (in name
-    order) is held out; runs of other policies are held out."""
+    order) is held out; runs of other policies, and runs named in ``hold``, are
+    held out."""
     fitting, held = [], []
     seen: dict[str, int] = {}
     for run in sorted(runs, key=lambda r: r.name):
-        if run.policy not in fit_policies:
+        if run.policy not in fit_policies or run.name in hold:
             held.append(run)
             continue
         key = _configuration(run)
@@ -171,9 +173,11 @@ def profile_text(platform: Platform, header: str) -> str:
 
 def calibrate(runs_dir, profile: str, output, *,
               fit_policies: tuple[str, ...] = ("ar", "ar_stream", "sd"),
-              fit_terms: tuple[str, ...] = (), accept_poor_fit: bool = False) -> dict:
+              fit_terms: tuple[str, ...] = (), accept_poor_fit: bool = False,
+              hold: tuple[str, ...] = ()) -> dict:
     """Fit ``profile`` to the runs under ``runs_dir`` and write ``output``; the
-    optional efficiency terms named in ``fit_terms`` are fitted too. A fit the
+    optional efficiency terms named in ``fit_terms`` are fitted too; runs named in
+    ``hold`` are held out whatever their policy. A fit the
     sanity gate refuses (``analyses.calibrate.fitgate``) raises ValueError and
     writes nothing, unless ``accept_poor_fit`` (the summary's ``problems``)."""
     from analyses.calibrate.fitgate import check_runs_fit, poor_fit_lines
@@ -183,7 +187,7 @@ def calibrate(runs_dir, profile: str, output, *,
     for run in runs:
         check_run_fits(run, platform.name)
     check_same_models(runs)
-    fitting, held = split_runs(runs, list(fit_policies))
+    fitting, held = split_runs(runs, list(fit_policies), hold)
     terms = Terms(platform)
     result = fit(platform, [t for run in fitting for t in terms.of_run(run)],
                  fit_terms=frozenset(fit_terms))

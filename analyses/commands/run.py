@@ -7,15 +7,24 @@ import math
 import os
 from pathlib import Path
 
+from analyses.cli import emit_json
 from analyses.commands._common import (add_run_arguments, config_from_args, paragraph,
                                        settings_help)
 from analyses.measured.evidence import SIMULATED_ONLY  # what a run cannot measure
+from analyses.run.api import check_used
+from analyses.run.budget import (MODEL_FREE_TOKENS_PER_S, RUN_TOKENS_BUDGET,
+                                 RUN_TOKENS_PER_S, allow_large_argument,
+                                 announce_estimate, check, run_estimate)
+from analyses.run.config import MAX_TOKENS, parse_placement, parse_sets
+from analyses.run.outputs import check_run_dir, profile_inputs, set_inputs
+from executors.prompts import SETS, load
 from hwprofiles import DEFAULT_STACK
-from analyses.run.budget import RUN_TOKENS_BUDGET, allow_large_argument
-from analyses.run.config import MAX_TOKENS, parse_placement
+from policies.runs.folders import claim_new_dir, default_run_dir
+from simcore.acceptance import KEYS
 
 MIN_TEMPERATURE = 1e-3  # below it logits / temperature can overflow to inf (NaN probs)
 MAX_THREADS = 1024
+MAX_REPEATS = 100  # rounds of a measured run; the median settles well before
 
 
 def count(upper: int):
@@ -61,8 +70,11 @@ def register(sub) -> None:
                "draft_layers=15 --max-new-tokens 64 --seed 1 --json")
     add_run_arguments(p, tokens_default=64, token_flags=("--max-new-tokens", "--tokens"),
                       tokens_type=count(MAX_TOKENS), measured=True)
-    p.add_argument("--prompts", metavar="FILE",
-                   help="JSONL of chat messages, one prompt a line (default: 4 built-in)")
+    p.add_argument("--prompts", metavar="SET|FILE",
+                   help="the prompts to decode: chat (default: 4 short questions), "
+                        "grounded (8 tasks over a passage: summarise, extract, correct, "
+                        "edit code; where prompt lookup, --draft ngram, finds runs to "
+                        "copy), or a JSONL file of chat messages, one prompt a line")
     p.add_argument("--threads", type=count(MAX_THREADS), default=1,
                    help="torch threads per device (1)")
     p.add_argument("--temperature", type=temperature, default=0.0,
@@ -71,6 +83,12 @@ def register(sub) -> None:
     p.add_argument("--inline", action="store_true",
                    help="run every device in this process, one after another, instead of "
                         "worker processes pinned to cores")
+    p.add_argument("--repeats", type=count(MAX_REPEATS), default=None,
+                   help="rounds over the prompts (default: 3 with the AR baseline "
+                        "where they fit the run budget below, else 1). Each round decodes every prompt with the schedule "
+                        "and with AR back to back, in alternating order, so that a "
+                        "machine whose speed drifts slows both alike; speedup_vs_ar is "
+                        "the median round's, printed with the range over rounds")
     p.add_argument("--no-baseline", action="store_true",
                    help="skip the autoregressive run that speedup_vs_ar compares with")
     p.add_argument("--outputs", action="store_true",
@@ -88,8 +106,11 @@ def register(sub) -> None:
                         "once the new run is measured, keeping every other file (default: "
                         "refuse, so that an hour-long measured run is never overwritten "
                         "by mistake)")
-    allow_large_argument(p, f"{RUN_TOKENS_BUDGET:,} generated tokens, prompts x "
-                            "--max-new-tokens x 2 with the AR baseline, at most about 11 "
+    allow_large_argument(p, f"{RUN_TOKENS_BUDGET:,} generated tokens (at AR's pace, with "
+                            "no draft model: ar, --draft ngram, "
+                            f"{RUN_TOKENS_BUDGET * MODEL_FREE_TOKENS_PER_S / RUN_TOKENS_PER_S:,.0f}),"
+                            " prompts x --repeats x --max-new-tokens x 2 with the AR "
+                            "baseline, at most about 11 "
                             "minutes for SmolLM2-135M on one CPU core, hours for a "
                             "larger model")
     p.set_defaults(func=_run)
@@ -124,8 +145,6 @@ def _measured_acceptance(args) -> None:
     """A measured run accepts what its models accept: an acceptance model's
     settings (alpha, alphas, histogram, trace, --acceptance) would be recorded
     and never used, so they are refused."""
-    from analyses.run.config import parse_sets
-    from simcore.acceptance import KEYS
 
     given = [f"--set {k}" for k in parse_sets(args.sets) if k in KEYS]
     given += [f"--acceptance {args.acceptance}"] if args.acceptance else []
@@ -136,11 +155,6 @@ def _measured_acceptance(args) -> None:
 
 
 def _run(args) -> int:
-    from analyses.cli import emit_json
-    from analyses.run.api import check_used
-    from analyses.run.budget import announce_estimate, check, run_estimate
-    from executors.prompts import BUILTIN, load_jsonl
-    from policies.runs.folders import default_run_dir
 
     max_new = args.tokens
     if not 1 <= max_new <= MAX_TOKENS:
@@ -151,8 +165,15 @@ def _run(args) -> int:
     config = config_from_args(args, tokens=max_new)
     _measurable(config)
     check_used(config)
-    messages = load_jsonl(args.prompts) if args.prompts else None
-    estimate = check(run_estimate(len(messages or BUILTIN), max_new, not args.no_baseline),
+    messages = load(args.prompts)
+    model_free = config.policy == "ar" or config.params.proposes_by_lookup
+
+    def work(rounds: int):
+        return run_estimate(len(messages), max_new, not args.no_baseline,
+                            model_free=model_free, rounds=rounds)
+
+    repeats = args.repeats or default_repeats(args.no_baseline, work)
+    estimate = check(work(repeats),
                      args.allow_large, announce=False)  # before the models load
     folder = prepared_run_dir(Path(args.out) if args.out else None,
                               default_run_dir(config.policy, config.seed),
@@ -166,7 +187,8 @@ def _run(args) -> int:
                           mode="inline" if args.inline else "processes", physical=physical)
         announce_estimate(estimate)
         out = measure(config, options, messages, out_dir=run_dir,
-                      baseline=not args.no_baseline, progress=True, replace=args.force)
+                      baseline=not args.no_baseline, progress=True, replace=args.force,
+                      repeats=repeats)
     if args.json:
         emit_json(out if args.outputs else {k: v for k, v in out.items()
                                            if k not in GENERATED})
@@ -175,7 +197,8 @@ def _run(args) -> int:
         print(f"{config.policy} measured on {config.platform}: {out['tokens_per_s']:.1f} "
               f"tokens/s, {out['mean_tokens_per_step']:.2f} tokens/step, step "
               f"{out['step_latency_s'] * 1e3:.2f} ms"
-              + (f", speedup vs AR {speedup:.2f}x" if speedup else ""))
+              + (f", speedup vs AR {speedup:.2f}x" if speedup else "")
+              + spread_text(out))
         if out.get("ttft_s") is not None:
             print(f"  time to first token {out['ttft_s'] * 1e3:.2f} ms (prefill "
                   f"{out['prefill_s'] * 1e3:.2f} ms), {out['tpot_s'] * 1e3:.2f} ms per "
@@ -184,16 +207,34 @@ def _run(args) -> int:
     return 0
 
 
+DEFAULT_REPEATS = 3  # rounds with a baseline: the median of three shrugs off one outlier
+
+
+def default_repeats(no_baseline: bool, work) -> int:
+    """Rounds when --repeats is not given: DEFAULT_REPEATS with a baseline where
+    that many stay within the run budget (``work(rounds)``: the estimate), else 1."""
+    if no_baseline or work(DEFAULT_REPEATS).over:
+        return 1
+    return DEFAULT_REPEATS
+
+
+def spread_text(out: dict) -> str:
+    """' (median of N rounds, range LO-HIx)' for a speedup measured in rounds."""
+    spread = out.get("speedup_vs_ar_spread")
+    if not spread:
+        return ""
+    n = len(out.get("speedup_vs_ar_repeats") or ())
+    return f" (median of {n} rounds, range {spread[0]:.2f}-{spread[1]:.2f}x)"
+
+
 GENERATED = ("outputs", "texts")  # per-prompt token ids and texts: --json --outputs
 
 
 def run_dir_inputs(args) -> list:
-    from analyses.run.config import parse_sets
-    from analyses.run.outputs import profile_inputs, set_inputs
 
     inputs = profile_inputs(platform=args.platform, target=args.target, draft=args.draft)
     inputs += set_inputs(parse_sets(args.sets))
-    if args.prompts:
+    if args.prompts and args.prompts not in SETS:
         inputs.append(("the --prompts file", Path(args.prompts)))
     return inputs
 
@@ -211,8 +252,6 @@ class prepared_run_dir:
         self.created: list[Path] = []
 
     def __enter__(self) -> Path:
-        from analyses.run.outputs import check_run_dir
-        from policies.runs.folders import claim_new_dir
 
         run_dir = self.out or self.default
         # a default folder is claimed new, so only --out can find one occupied

@@ -79,7 +79,7 @@ REQUIRED_OP_FIELDS = {"Forward": ("model", "device", "layers"),
 # The operations of the schedule vocabulary (policies/ops.py) a runtime times.
 OP_TYPES = tuple(cls.__name__ for cls in (ops.Forward, ops.Transfer, ops.AllReduce,
                                           ops.StreamWeights, ops.Verify, ops.Outcome,
-                                          ops.Delay))
+                                          ops.Delay, ops.Lookup))
 
 
 class SpanOp(_Checked):

@@ -70,6 +70,10 @@ SPANS_BUDGET = 50_000
 # prompts x 64 tokens with its baseline, is 512); a larger model is slower.
 RUN_TOKENS_PER_S = 1.5
 RUN_TOKENS_BUDGET = 1_000
+# A run with no draft model (AR, prompt lookup: --draft ngram) decodes at AR's
+# pace or faster: the slowest AR measured there, 7.8 tokens/s (same source), is
+# its rate, and its budget the same ~11 minutes in tokens at that rate.
+MODEL_FREE_TOKENS_PER_S = 7.8
 
 DEFAULT_PROMPT = 128  # RunConfig's prompt_tokens default
 LONG_S = 10.0  # estimates at least this long are printed before the work starts
@@ -411,16 +415,21 @@ def runs_estimate(directory, command: str) -> Estimate:
 
 
 # ------------------------------------------------------------------ real runs
-def run_estimate(prompts: int, max_new_tokens: int, baseline: bool) -> Estimate:
+def run_estimate(prompts: int, max_new_tokens: int, baseline: bool, *,
+                 model_free: bool = False, rounds: int = 1) -> Estimate:
     """``hetspec run``'s work: every prompt decoded to max_new_tokens by the
-    schedule and, with a baseline, by AR again."""
+    schedule and, with a baseline, by AR again, in each of ``rounds``;
+    ``model_free``: the schedule runs no draft model (AR's pace)."""
     runs = 2 if baseline else 1
-    tokens = prompts * max_new_tokens * runs
-    product = (f"{plural(prompts, 'prompt')} x {plural(max_new_tokens, 'new token')}"
+    tokens = prompts * rounds * max_new_tokens * runs
+    product = (f"{plural(prompts, 'prompt')} x "
+               + (f"{rounds} rounds x " if rounds > 1 else "")
+               + f"{plural(max_new_tokens, 'new token')}"
                + (" x 2 runs (the schedule and its AR baseline)" if baseline else "")
                + f" = {plural(tokens, 'generated token')}")
-    return Estimate("run", product, tokens, "generated tokens", RUN_TOKENS_PER_S,
-                    RUN_TOKENS_BUDGET, "lower --max-new-tokens, pass fewer --prompts"
+    rate = MODEL_FREE_TOKENS_PER_S if model_free else RUN_TOKENS_PER_S
+    return Estimate("run", product, tokens, "generated tokens", rate,
+                    RUN_TOKENS_BUDGET * rate / RUN_TOKENS_PER_S, "lower --max-new-tokens, pass fewer --prompts"
                     + (" or --no-baseline" if baseline else ""), counted=True)
 
 

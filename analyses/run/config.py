@@ -7,7 +7,7 @@ from typing import Annotated, Any, Union
 
 from pydantic import Field, field_validator, model_validator
 
-from policies import PolicyParams, entry, parse_params
+from policies import PolicyParams, entry, names, parse_params
 from policies.runs.config import (MAX_BATCH, MAX_PROMPT_TOKENS,  # noqa: F401 (re-exported)
                                   MAX_TOKENS, RunSettings)
 from policies.runs.config import plain_setting as _plain
@@ -64,6 +64,8 @@ class RunConfig(RunSettings):
             return handler(data)
         policy = data.get("policy", cls.model_fields["policy"].default)
         params = data.get("params", {})
+        if data.get("draft") == NGRAM:  # prompt lookup: a proposer, not a model
+            data, params = {**data, "draft": None}, _lookup_params(policy, params)
         acc = data.get("acceptance", acceptance.default())
         config = handler({**data, "params": _policy_params(policy, params),
                           "acceptance": acc})
@@ -90,6 +92,22 @@ class RunConfig(RunSettings):
     def _read_trace(cls, model):
         """A trace is read and every line checked now, before any simulation."""
         return model.load()
+
+
+NGRAM = "ngram"  # --draft ngram: prompt lookup on the host (policies.ngram)
+
+
+def _lookup_params(policy: str, params: Any) -> Any:
+    """``params`` with the policy's proposer set to prompt lookup, for a policy that
+    has one; any other is refused naming those that do."""
+    takes = sorted(n for n in names() if "proposer" in entry(n).params.model_fields)
+    if policy not in takes:
+        raise ValueError(f"--draft {NGRAM} (prompt lookup) works with policy "
+                         f"{' or '.join(takes)}, not '{policy}'; pick one of them or "
+                         "name a draft model")
+    if isinstance(params, PolicyParams):
+        return params.model_copy(update={"proposer": NGRAM})
+    return {**(params or {}), "proposer": NGRAM}
 
 
 def _policy_params(policy: str, params: Any) -> Any:

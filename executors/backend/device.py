@@ -358,7 +358,11 @@ class LocalDevice:
             return k, (pred[k] if k < g or bonus or g == 0 else None)
         p = torch.softmax(lg / temperature, -1)
         for i, x in enumerate(proposal):
-            q = torch.as_tensor(draft_probs[i], device=p.device)
+            if draft_probs[i] is None:  # a proposer outside the models: a point mass
+                q = torch.zeros_like(p[i])
+                q[x] = 1.0
+            else:
+                q = torch.as_tensor(draft_probs[i], device=p.device)
             u = float(torch.rand((), generator=self.gen))
             if u * float(q[x]) < float(p[i, x]):
                 continue

@@ -20,8 +20,9 @@ pre-speculation step takes the tokens of all K).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
-from executors.coordinate import branches, tokentree, traffic
+from executors.coordinate import branches, lookup, tokentree, traffic
 from executors.coordinate.book import CacheBook, Proposal, Sequences
 from executors.backend.device import SleepCmd, VerifyCmd
 from executors.coordinate.trees import Wait, start_tree
@@ -29,7 +30,7 @@ from executors.coordinate.feeds import (Handle, HandleInfo, hidden_command, hidd
                                         multi_token, token_command)
 from executors.coordinate.loop import Loop, Pending
 from policies.cachebook import PositionBook
-from policies.ops import Fanout, Forward, Outcome, Roots, Verdict, Verify
+from policies.ops import Fanout, Forward, Lookup, Outcome, Roots, Verdict, Verify
 
 
 @dataclass
@@ -76,7 +77,7 @@ class Coordinator:
         self.cycle: branches.Cycle | None = None  # correction branches awaiting the Verify
         self._next_handle = 0
         self.handlers = {Forward: self.forward, Verify: self.verify, Outcome: self.outcome,
-                         **traffic.handlers(self)}
+                         Lookup: partial(lookup.lookup, self), **traffic.handlers(self)}
 
     def run(self, schedule):
         self.loop = Loop(self.clients, self.handlers)

@@ -2,7 +2,9 @@
 AllReduce, StreamWeights and Delay, and the sends that bring a Forward's hidden
 states to the device that reads them.
 
-None of them touches the token bookkeeping (``executors.coordinate.book``):
+None of them touches the token bookkeeping (``executors.coordinate.book``),
+except a Delay that proposes (a fast backup), which hands that to
+``executors.coordinate.lookup``:
 they reach devices through the coordinator's clients and placement and leave
 spans, nothing else. That is why they live apart from ``coordinator``, whose
 Forward, Verify and Outcome decide what each row holds.
@@ -16,6 +18,7 @@ from functools import partial
 from executors.backend.device import SleepCmd
 from executors.backend.streaming import StreamCmd
 from executors.backend.tensor import AllReduceCmd, members_of
+from executors.coordinate import lookup
 from executors.coordinate.feeds import Handle, HandleInfo
 from executors.coordinate.loop import Pending
 from policies.ops import AllReduce, Delay, StreamWeights, Transfer
@@ -41,7 +44,9 @@ def move(coord, info: HandleInfo, dst: str) -> list:
 
 
 def delay(coord, op: Delay) -> Pending:
-    coord.positions.proposed(op)  # what the simulator counts; no tokens here
+    coord.positions.proposed(op)  # what the simulator counts
+    if op.proposes:  # a fast backup proposes by prompt lookup meanwhile
+        lookup.backup(coord, op)
     if op.device is None:  # the host waits: no device owes a reply
         start = time.perf_counter()
         time.sleep(op.seconds)
