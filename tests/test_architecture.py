@@ -302,8 +302,7 @@ def test_the_floor_plan_checker_sees_a_lower_package_importing_a_higher_one():
 # name (``hasattr(params, "gamma")``, ``getattr(params, "k", None)``). Known
 # probes, each (module path, field), until the schedules answer for themselves
 # (issue 26, item 1): the memory check's and the executor's.
-PARAMS_PROBES = {("analyses/run/remedies.py", "stage_layers"),
-                 ("executors/session.py", "temperature")}
+PARAMS_PROBES = {("executors/session.py", "temperature")}
 
 
 def params_probes(source: str) -> list[tuple[int, str]]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hwprofiles import ModelSpec, Platform
-from analyses.run.memory import Run, TierNeed, overflow, tier_needs
+from analyses.run.memory import Run, TierNeed, overflow, pieces, tier_needs
 
 CHUNKS = (8192, 4096, 2048, 1024, 512, 256, 128, 64)  # prefill chunks tried, widest first
 NARROWER = (8, 4)  # storage widths tried, widest first
@@ -109,8 +109,9 @@ def moved(placement: dict[str, str], group: str) -> dict[str, str]:
 
 
 def _layout(platform, models, placement, run) -> str:
-    if "target" not in placement or getattr(run.params, "stage_layers", None):
-        return ""  # a pipelined target is placed by its stages
+    if "target" not in placement or all(p.role != "target" for p in
+                                        pieces(platform, models, placement, run)):
+        return ""  # a pipelined target is placed by its stages, not the target role
     now = len(platform.members(placement["target"]))
     for group in sorted(platform.groups, key=lambda g: (g.size, g.name)):
         trial = moved(placement, group.name)
