@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 
 from policies.base import PolicyContext, PolicyError
 from policies.ops import (Forward, Join, Lookup, Outcome, Parallel, Spawn, StreamWeights,
-                          Transfer, Verdict, Verify, drive)
+                          Transfer, Verdict, Verify, drive, widest_lookup)
 
 LABEL = "prefill"
 DRY_STEPS = 3  # decoding steps the dry run follows: every cache is in use by then
@@ -107,7 +107,7 @@ class _DryRun:
         if isinstance(op, Outcome):
             return (False,) * op.batch if op.per_row else False
         if isinstance(op, Lookup):  # the widest pass a lookup can lead to
-            return (op.gamma,) * op.batch
+            return widest_lookup(op)
         if isinstance(op, Spawn):
             return drive(op.branch, self.answer)
         if isinstance(op, Join):

@@ -11,7 +11,7 @@ every Forward's (device role, model, deepest layer).
 from __future__ import annotations
 
 from policies.ops import (Forward, Join, Lookup, Outcome, Parallel, Spawn, StreamWeights, Verdict,
-                          Verify, drive)
+                          Verify, drive, widest_lookup)
 
 DRY_STEPS = 3
 DRY_OPS = 5000
@@ -63,7 +63,7 @@ def _stand_in(op, seen, budget):
     if isinstance(op, Outcome):
         return False
     if isinstance(op, Lookup):  # the widest pass a lookup can lead to
-        return (op.gamma,) * op.batch
+        return widest_lookup(op)
     if isinstance(op, Spawn):
         return _drive(op.branch, seen, budget)
     if isinstance(op, Join):
