@@ -70,10 +70,10 @@ from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyPa
                            validate_params)
 from policies.modelled import OutcomeModels, VerifyModel
 from policies.ops import Children, Forward, Transfer, Verify
-from policies.lookuptree import (LOOKUP_NODES, LOOKUP_WIDTH, lookup_outcomes, lookup_shape,
-                                 lookup_tree, lookup_unused)
 from policies.ngram import MAX_N
-from policies.sd import LOOKUP_GAMMA, TOKEN_BYTES, VERDICT_BYTES, draft_source
+from policies.sd import (LOOKUP_GAMMA, LOOKUP_NODES, LOOKUP_WIDTH, TOKEN_BYTES, VERDICT_BYTES,
+                         draft_source, lookup_outcomes, lookup_shape, lookup_tree,
+                         lookup_unused)
 
 TREE = 1  # the speculation branch the token tree grows on
 MAX_NODES = 1024  # a larger tree is a typing slip, not a design
