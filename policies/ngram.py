@@ -99,12 +99,13 @@ def siblings(tokens: Sequence[int], prompt_len: int, *, gamma: int, width: int,
     left = nodes
     for k in range(min(n, total - 1), max(n_min, 1) - 1, -1):
         tail = seq[total - k:]
+        first = tail[0]
         for i in range(min(hi, total) - 1 - k, lo - 1, -1):
             if len(out) >= width or left <= 0 or gamma <= 0:
                 return out
-            follow = seq[i + k] if i + k < hi else None
-            if follow is None or follow in firsts or seq[i:i + k] != tail:
+            if seq[i] != first or seq[i + k] in firsts or seq[i:i + k] != tail:
                 continue
+            follow = seq[i + k]
             run = seq[i + k:min(i + k + gamma, hi, i + k + left)]
             out.append(run)
             firsts.add(follow)
