@@ -166,9 +166,13 @@ def test_greedy_lookup_tree_equals_ar_token_for_token(tmp_path):
         batch = s.decode("tree", LOOKUP, prompts)  # rows of different trees at once
         assert [g[:24] for g in batch.generated] == [s.decode("ar", {}, [p]).generated[0]
                                                      for p in prompts]
+    rows = range(len(prompts))
+    assert all(x["nodes"][r] >= x["proposed"][r] >= x["accepted"][r]
+               for x in batch.acceptance for r in rows)
     # the siblings were really there: some step scored more nodes than its longest branch
-    assert any(x["nodes"][r] > x["proposed"][r] for x in batch.acceptance
-               for r in range(len(prompts)))
+    assert any(x["nodes"][r] > x["proposed"][r] for x in batch.acceptance for r in rows)
+    # each row records its own tree (the fitted match model reads them per row)
+    assert any(len(set(x["proposed"])) > 1 for x in batch.acceptance)
 
 
 def test_lookup_tree_at_temperature_one_samples_the_target_distribution(tmp_path):
