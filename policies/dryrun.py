@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from policies.ops import (Forward, Join, Lookup, Outcome, Parallel, Spawn, StreamWeights,
-                          Verdict, Verify, drive)
+                          Verdict, Verify, drive, widest_lookup)
 
 DRY_STEPS = 3  # decoding steps the dry run follows: every cache is in use by then
 DRY_OPS = 5000
@@ -110,7 +110,7 @@ class _DryRun:
         if isinstance(op, Outcome):
             return (False,) * op.batch if op.per_row else False
         if isinstance(op, Lookup):  # the widest pass a lookup can lead to
-            return (op.gamma,) * op.batch
+            return widest_lookup(op)
         if isinstance(op, Spawn):
             return drive(op.branch, self.answer)
         if isinstance(op, Join):

@@ -80,3 +80,34 @@ def fit(lines: list[dict]) -> dict[str, float | None]:
     trials = accepted + rejected
     return {"match": matched / asked if asked else None,
             "alpha": accepted / trials if trials else None}
+
+
+def siblings(tokens: Sequence[int], prompt_len: int, *, gamma: int, width: int,
+             nodes: int, n: int = 3, n_min: int = 1,
+             search: str = "both") -> list[list[int]]:
+    """Up to ``width`` continuations with distinct first tokens, the siblings of a
+    token tree: occurrences of the sequence's last ``k`` tokens, ``k`` from ``n``
+    down to ``n_min``, most recent first, each followed by up to ``gamma`` tokens.
+    The first is ``propose``'s proposal; a later one whose first token an earlier
+    one has is skipped, and the continuations hold ``nodes`` tokens at most (a
+    later one is cut to what is left)."""
+    seq = tokens if isinstance(tokens, list) else list(tokens)
+    total = len(seq)
+    lo, hi = window(search, prompt_len, total)
+    out: list[list[int]] = []
+    firsts: set[int] = set()
+    left = nodes
+    for k in range(min(n, total - 1), max(n_min, 1) - 1, -1):
+        tail = seq[total - k:]
+        first = tail[0]
+        for i in range(min(hi, total) - 1 - k, lo - 1, -1):
+            if len(out) >= width or left <= 0 or gamma <= 0:
+                return out
+            if seq[i] != first or seq[i + k] in firsts or seq[i:i + k] != tail:
+                continue
+            follow = seq[i + k]
+            run = seq[i + k:min(i + k + gamma, hi, i + k + left)]
+            out.append(run)
+            firsts.add(follow)
+            left -= len(run)
+    return out

@@ -11,7 +11,8 @@ through the platform's ``placement`` (and any user override).
 Results:
   * ``Forward``     -> an opaque handle (hidden states / logits in the executor).
   * ``Verify``      -> ``Verdict``.
-  * ``Lookup``      -> tuple of ``int``: tokens proposed per row.
+  * ``Lookup``      -> tuple of ``int``: tokens proposed per row; with
+                       ``siblings`` a ``Found``.
   * ``Outcome``     -> ``bool``;
                        with ``per_row`` a tuple of ``bool``, one per row.
   * ``Spawn``       -> an opaque task handle; ``Join`` -> tuple of branch results.
@@ -318,7 +319,13 @@ class Lookup:
 
     The executor looks the committed tokens up for real; the simulator charges
     the platform's ``host_lookup_s`` per row and answers the lengths from the
-    acceptance trace (what each step proposed) or the schedule's match model."""
+    acceptance trace (what each step proposed) or the schedule's match model.
+
+    ``siblings``: up to that many continuations with distinct first tokens
+    (``policies.ngram.siblings``), at most ``nodes`` tokens in all, become a token
+    tree on ``branch`` (not 0): each a chain under the root (the last committed
+    token), which the branch's next Forward that does not sample scores under a
+    tree mask and its Verify walks. The result is then a ``Found``."""
 
     gamma: int
     batch: int = 1
@@ -328,6 +335,25 @@ class Lookup:
     branch: int = 0
     label: str = "lookup"
     device: str | None = None
+    siblings: int | None = None
+    nodes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What a token-tree ``Lookup`` found, per row: the tree's nodes (tokens in
+    all its continuations) and its longest continuation (0: no match)."""
+
+    nodes: tuple[int, ...]
+    longest: tuple[int, ...]
+
+
+def widest_lookup(op: Lookup):
+    """The answer to ``op`` that leads to the widest pass: a dry run's."""
+    if op.siblings is None:
+        return (op.gamma,) * op.batch
+    return Found((min(op.siblings * op.gamma, op.nodes),) * op.batch,
+                 (min(op.gamma, op.nodes),) * op.batch)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,9 @@ With ``proposer=ngram`` (``--draft ngram``) no draft model runs: each step a
 ``Lookup`` on the host proposes up to gamma tokens by prompt lookup
 (``policies.ngram``), and the target scores the longest row's proposal plus
 one position. A step with no match is a one-token pass, an AR step.
+
+``lookup_tree`` is the token tree's prompt lookup (``tree --draft ngram``),
+here beside ``lookup_sd``, whose loop it widens (see its section below).
 """
 
 from typing import Literal
@@ -36,7 +39,7 @@ from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyPa
                            register)
 from policies.modelled import EventModel, OutcomeModels
 from policies.ngram import MAX_N
-from policies.ops import Forward, Lookup, Transfer, Verify
+from policies.ops import Forward, Found, Lookup, Transfer, Verify
 
 TOKEN_BYTES = 4    # an int32 token id
 # prompt lookup's default gamma: on the grounded prompts a lookup's greedy
@@ -125,9 +128,7 @@ def draft_source(ctx: PolicyContext, draft_layers: int | None, policy: str):
 
 def outcome_models(ctx: PolicyContext, params: SDParams) -> OutcomeModels:
     """With prompt lookup and a given ``match``: the chance a lookup proposes."""
-    if params.proposer == "ngram" and params.match is not None:
-        return {"lookup": EventModel(params.match)}
-    return {}
+    return lookup_outcomes(params) if params.proposer == "ngram" else {}
 
 
 @register("sd", SDParams, outcome_models=outcome_models)
@@ -167,6 +168,72 @@ def lookup_sd(ctx: PolicyContext, params: SDParams):
         rows = None if len(set(found)) == 1 else tuple(found)
         verdict = yield Verify(gamma, ctx.batch, target=logits, label="verify",
                                row_gamma=rows)
+        done += verdict.tokens
+        steps += 1
+    return {"steps": steps, "tokens": done}
+
+
+# prompt lookup as a token tree (``--policy tree --draft ngram``) -------------------
+# Each step a host ``Lookup`` with ``siblings`` finds up to ``width`` continuations
+# with distinct first tokens (``policies.ngram.siblings``), each at most ``depth``
+# tokens and ``nodes`` in all, as chains under the root (the last committed token);
+# the target scores the root and every node in one tree-masked pass and the Verify
+# walks the tree (``policies.tree``): lossless, as the tree is fixed before the
+# target runs. The simulator verifies the longest continuation with the run's
+# acceptance model (the best branch's, which ``policies.ngram.fit`` fits from a
+# tree-lookup trace) or replays a trace; a match model proposes the full tree, an
+# upper bound on its width (docs/ngram.md, "Token trees").
+LOOKUP_WIDTH = 3   # continuations tried as siblings (not tuned: docs/ngram.md)
+# tokens in all continuations: the first's 10 (sd's LOOKUP_GAMMA) and 6 for siblings;
+# on cpu-local each verified position costs about a fifth of a one-token pass
+LOOKUP_NODES = 16
+MODEL_ONLY = ("tree", "rank_alphas", "temperature", "target_top_mass", "draft_layers",
+              "draft_collectives")
+
+
+def lookup_shape(params):
+    """TreeParams with prompt lookup: width, depth and nodes shape the lookup's
+    tree; their lookup defaults where not given."""
+    given = params.model_fields_set
+    for name, value in (("width", LOOKUP_WIDTH), ("depth", LOOKUP_GAMMA),
+                        ("nodes", LOOKUP_NODES)):
+        if name not in given:
+            object.__setattr__(params, name, value)
+    return params
+
+
+def lookup_unused(params) -> str | None:
+    """A given setting a lookup tree ignores, or a contradiction in its shape."""
+    model = sorted(params.model_fields_set & set(MODEL_ONLY))
+    if model:
+        return (f"{model[0]} has no effect with --draft ngram (no draft model runs; "
+                f"width, depth and nodes shape the lookup's tree); drop {model[0]}")
+    if params.n_min > params.n:
+        return f"n_min ({params.n_min}) is above n ({params.n}); lower n_min or raise n"
+    return None
+
+
+def lookup_outcomes(params) -> OutcomeModels:
+    """With a given ``match``: the chance a lookup proposes (its full proposal)."""
+    return {} if params.match is None else {"lookup": EventModel(params.match)}
+
+
+def lookup_tree(ctx: PolicyContext, params, branch: int):
+    """Prompt-lookup token tree: a host lookup's continuations as siblings, one
+    tree-masked target pass, the Verify's walk."""
+    n = ctx.target.n_layers
+    done, steps = 0.0, 0
+    while done < ctx.budget:
+        context = ctx.context(done / ctx.batch)
+        found: Found = yield Lookup(params.depth, ctx.batch, params.n, params.n_min,
+                                    params.search, branch=branch, siblings=params.width,
+                                    nodes=params.nodes)
+        depth = max(found.longest)
+        logits = yield Forward("target", "target", (0, n), 1 + max(found.nodes), ctx.batch,
+                               context, head="lm", branch=branch, label="verify")
+        rows = None if len(set(found.longest)) == 1 else tuple(found.longest)
+        verdict = yield Verify(depth, ctx.batch, target=logits, branch=branch,
+                               label="verify", row_gamma=rows)
         done += verdict.tokens
         steps += 1
     return {"steps": steps, "tokens": done}

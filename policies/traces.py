@@ -11,7 +11,8 @@ trace (Mirror's reuse rate, SSD's cache hits, taken from a real run);
 
 The executor writes two kinds of acceptance line (executors/coordinate/coordinator.py):
 a Verify line, ``{"accepted": [k per row], "gamma", "proposed", "committed",
-"bonus_rank", "margin", "branch"[, "correction", "topk_hit"]}``, and an Outcome
+"bonus_rank", "margin", "branch"[, "correction", "topk_hit", "nodes"]}``
+(``nodes``: a token tree's scored nodes per row), and an Outcome
 line, ``{"event": name, "held": [bool per row]}`` (older traces: one bool);
 the run adds ``prompt_batch``. Nothing else is accepted.
 """
@@ -39,6 +40,7 @@ MAX_SPANS_BYTES = 64 * 2**20  # ~200,000 spans of ~300 bytes
 # (executors/coordinate/coordinator.py ``_commit``), so 65 is the most a real line holds.
 MAX_GAMMA = 64
 MAX_ACCEPTED = MAX_GAMMA + 1
+MAX_NODES = 1024  # a token tree's nodes per row (policies.tree.MAX_NODES)
 
 Count = Annotated[int, Field(ge=0)]
 
@@ -67,6 +69,7 @@ class VerifyLine(_Line):
     branch: Count | None = None
     correction: list[bool] | None = None
     topk_hit: list[bool] | None = None
+    nodes: list[Annotated[int, Field(ge=0, le=MAX_NODES)]] | None = None
 
     @field_validator("accepted")
     @classmethod
@@ -83,7 +86,7 @@ class VerifyLine(_Line):
         plus the correction token a correction branch adds; it commits what it
         accepted and at most one token more (the bonus)."""
         rows = len(self.accepted)
-        for name in ("proposed", "committed", "correction"):
+        for name in ("proposed", "committed", "correction", "nodes"):
             values = getattr(self, name)
             if values is not None and len(values) != rows:
                 raise ValueError(f"'{name}' has {len(values)} rows but 'accepted' has "

@@ -62,7 +62,7 @@ laws take it).
 from __future__ import annotations
 
 import math
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -70,7 +70,10 @@ from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyPa
                            validate_params)
 from policies.modelled import OutcomeModels, VerifyModel
 from policies.ops import Children, Forward, Transfer, Verify
-from policies.sd import TOKEN_BYTES, VERDICT_BYTES, draft_source
+from policies.ngram import MAX_N
+from policies.sd import (LOOKUP_GAMMA, LOOKUP_NODES, LOOKUP_WIDTH, TOKEN_BYTES, VERDICT_BYTES,
+                         draft_source, lookup_outcomes, lookup_shape, lookup_tree,
+                         lookup_unused)
 
 TREE = 1  # the speculation branch the token tree grows on
 MAX_NODES = 1024  # a larger tree is a typing slip, not a design
@@ -88,10 +91,13 @@ class TreeParams(PolicyParams):
                                   description="static tree: children per node at each "
                                               "depth, e.g. 4,2,2,1")
     width: int | None = Field(None, ge=1, le=32, description="dynamic tree (EAGLE-2): "
-                              "nodes expanded per depth, each into its top-width candidates")
-    depth: int = Field(5, ge=1, le=32, description="dynamic tree: depth (draft passes)")
+                              "nodes expanded per depth, each into its top-width candidates "
+                              f"(--draft ngram: continuations, {LOOKUP_WIDTH} by default)")
+    depth: int = Field(5, ge=1, le=32, description="dynamic tree: depth (draft passes; "
+                       f"--draft ngram: the longest continuation, {LOOKUP_GAMMA} by default)")
     nodes: int = Field(32, ge=1, le=MAX_NODES, description="dynamic tree: the most "
-                       "nodes the target scores (the most confident of those grown)")
+                       "nodes the target scores (the most confident of those grown; "
+                       f"--draft ngram: tokens in all continuations, {LOOKUP_NODES} by default)")
     rank_alphas: tuple[float, ...] | None = Field(
         None, min_length=1, description="P(target's token is the draft's rank-i candidate) "
                                         "per sibling rank; default: from the acceptance model")
@@ -110,6 +116,16 @@ class TreeParams(PolicyParams):
     draft_collectives: int | None = Field(
         2, ge=0, le=MAX_COLLECTIVES, description="all-reduces per draft pass on a group "
                                                  "(none: two per layer)")
+    proposer: Literal["model", "ngram"] = Field(
+        "model", description="who drafts: a draft model, or ngram: prompt lookup on the "
+                             "host, its continuations as siblings (--draft ngram sets it)")
+    n: int = Field(4, ge=1, le=MAX_N, description="ngram: longest match length tried")
+    n_min: int = Field(3, ge=1, le=MAX_N, description="ngram: shortest match length tried")
+    search: Literal["prompt", "output", "both"] = Field(
+        "both", description="ngram: where a match is looked for")
+    match: float | None = Field(
+        None, ge=0, le=1, description="ngram, simulated: chance a lookup proposes "
+                                      "(default: what an acceptance trace proposed)")
 
     @field_validator("tree", "rank_alphas", mode="before")
     @classmethod
@@ -136,6 +152,8 @@ class TreeParams(PolicyParams):
 
     @model_validator(mode="after")
     def _one_shape(self):
+        if self.proposer == "ngram":
+            return lookup_shape(self)
         if self.width is not None and "tree" in self.model_fields_set:
             raise ValueError("tree (static) and width (dynamic) choose different shapes; "
                              "set one of them")
@@ -153,8 +171,18 @@ class TreeParams(PolicyParams):
                              "only")
         return self
 
+    @property
+    def proposes_by_lookup(self) -> bool:
+        return self.proposer == "ngram"
+
     def unused(self) -> str | None:
         """A given setting this configuration ignores (PolicyParams.unused)."""
+        if self.proposer == "ngram":
+            return lookup_unused(self)
+        lookup = sorted(self.model_fields_set & {"n", "n_min", "search", "match"})
+        if lookup:
+            return (f"{lookup[0]} has no effect with a draft model (it sets up prompt "
+                    f"lookup); pass --draft ngram or drop {lookup[0]}")
         if self.rank_alphas is not None and self.temperature > 0:
             return ("temperature prices the modelled sibling law, which rank_alphas "
                     "(measured per-rank probabilities) replaces; drop one of them")
@@ -282,6 +310,8 @@ def modelled_form(ctx: PolicyContext, params: TreeParams) -> dict | None:
 
 def tree_outcomes(ctx: PolicyContext, params: TreeParams) -> OutcomeModels:
     """Simulation verifies the tree with its modelled mean accepted length."""
+    if params.proposer == "ngram":
+        return lookup_outcomes(params)
     form = modelled_form(ctx, params)
     return {} if form is None else {"verify": VerifyModel(expected=form["expected_accepted"])}
 
@@ -289,6 +319,8 @@ def tree_outcomes(ctx: PolicyContext, params: TreeParams) -> OutcomeModels:
 @register("tree", TreeParams, outcome_models=tree_outcomes)
 def tree(ctx: PolicyContext, params: TreeParams):
     """Token-tree speculation: a static or dynamic draft tree, one tree-masked verify."""
+    if params.proposer == "ngram":
+        return lookup_tree(ctx, params, TREE)
     model, layers, head = draft_source(ctx, params.draft_layers, "tree")
     passes, depth = draft_passes(params), tree_depth(params)
     n_nodes, longest = len(tree_nodes(params, None)), depth

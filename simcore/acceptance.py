@@ -151,14 +151,22 @@ class Trace(_Params):
         """What the recorded step the next ``sample`` replays (or step ``step``)
         proposed per row, at most ``gamma``: a prompt lookup's lengths. A line
         without ``proposed`` proposed what it accepted."""
-        lines = self.__dict__.get("_proposed")
+        return self._recorded("proposed", gamma, batch, step)
+
+    def nodes(self, most: int, batch: int, step: int | None = None) -> tuple[int, ...]:
+        """The token tree's nodes per row that step scored (``nodes``; a line
+        without them: what it proposed), at most ``most``."""
+        return self._recorded("nodes", most, batch, step)
+
+    def _recorded(self, field: str, most: int, batch: int, step: int | None):
+        lines = self.__dict__.get("_" + field)
         if lines is None:
-            lines = [d.get("proposed") or d["accepted"] for d in read_acceptance(self.path)
-                     if "accepted" in d]
-            object.__setattr__(self, "_proposed", lines)
+            lines = [d.get(field) or d.get("proposed") or d["accepted"]
+                     for d in read_acceptance(self.path) if "accepted" in d]
+            object.__setattr__(self, "_" + field, lines)
         i = self.__dict__.get("_cursor", 0) if step is None else step
         row = lines[i % len(lines)]
-        return tuple(min(int(row[b % len(row)]), gamma) for b in range(batch))
+        return tuple(min(int(row[b % len(row)]), most) for b in range(batch))
 
     def expected(self, gamma, position=0):
         flat = [min(k, gamma) for step in self._steps() for k in step]

@@ -375,11 +375,12 @@ class Simulator:
         self._span(op.label or "delay", "delay", track, start, self.env.now)
 
     def _lookup(self, op: Lookup):
-        """A prompt lookup: host time per row, proposal lengths from the outcomes."""
+        """A prompt lookup: host time per row (and per sibling continuation sought),
+        proposal lengths from the outcomes."""
         members = self.members(op.device) if op.device else ()
         yield from self._acquire(members)
         start = self.env.now
-        yield self.env.timeout(self.cost.lookup_s(op.batch))
+        yield self.env.timeout(self.cost.lookup_s(op.batch * (op.siblings or 1)))
         self._release(members)
         track = self.track(op.device) if op.device else "host"
         self._span(op.label, "lookup", track, start, self.env.now)

@@ -34,7 +34,7 @@ import numpy as np
 
 from policies.modelled import (EventModel, OutcomeModels, VerifyModel, event_model,
                               verify_model)
-from policies.ops import Lookup, Outcome, Verdict, Verify
+from policies.ops import Found, Lookup, Outcome, Verdict, Verify
 from simcore.acceptance import IID
 
 
@@ -178,6 +178,8 @@ class Outcomes:
         (the schedule's EventModel under the Lookup's label) draws a match, none
         elsewhere; without one, what the acceptance trace's step proposed (the
         step the next Verify replays; in deterministic mode the lookups' own count)."""
+        if op.siblings is not None:
+            return self._lookup_tree(op)
         model = self.models.get(op.label)
         if isinstance(model, EventModel):
             held = self._outcome_rows(Outcome(op.label, op.batch, per_row=True))
@@ -190,6 +192,24 @@ class Outcomes:
         step = self._runs.get(op.label, 0) if self.deterministic else None
         self._runs[op.label] = self._runs.get(op.label, 0) + 1
         return proposed(op.gamma, op.batch, step)
+
+    def _lookup_tree(self, op: Lookup) -> Found:
+        """A token-tree lookup: with a match model, a matched row's full tree
+        (``siblings`` continuations of ``gamma`` tokens within ``nodes``) and none
+        elsewhere; else the trace step's longest branch (``proposed``) and its
+        tree's nodes (``nodes``, else the longest branch alone)."""
+        if isinstance(self.models.get(op.label), EventModel):
+            full = min(op.siblings * op.gamma, op.nodes)
+            longest = min(op.gamma, op.nodes)
+            held = self._outcome_rows(Outcome(op.label, op.batch, per_row=True))
+            return Found(tuple(full if h else 0 for h in held),
+                         tuple(longest if h else 0 for h in held))
+        longest = self.lookup(replace(op, siblings=None))
+        nodes = getattr(self.acceptance, "nodes", None)
+        step = self._runs[op.label] - 1
+        counts = longest if nodes is None else nodes(op.nodes, op.batch,
+                                                     step if self.deterministic else None)
+        return Found(tuple(max(c, g) for c, g in zip(counts, longest)), longest)
 
     def outcome(self, op: Outcome) -> bool | tuple[bool, ...]:
         if op.per_row:

@@ -35,7 +35,9 @@ def add_run_arguments(p, *, tokens_default: int = SIM_TOKENS,
     p.add_argument("--target", required=True, help="target model name or YAML path")
     p.add_argument("--draft", help="draft model name or YAML path (separate-draft "
                                    "schedules), or ngram: prompt lookup on the host, no "
-                                   "model (--policy sd; --set n, n_min, search, gamma)")
+                                   "model (--policy sd: --set n, n_min, search, gamma; "
+                                   "--policy tree: its continuations as siblings, --set "
+                                   "width, depth, nodes)")
     p.add_argument("--policy", default="sd", help=f"schedule: {', '.join(names())} "
                    "(default: sd)")
     set_help = ("policy parameter (gamma=5; --policy tree: tree=4,2,2,1, or width=4 "

@@ -304,7 +304,8 @@ class Coordinator:
 
         return Pending([(info.client, cmd)], finish)
 
-    def _commit(self, op: Verify, result: dict, prop: Proposal, gamma: list[int]) -> Verdict:
+    def _commit(self, op: Verify, result: dict, prop: Proposal, gamma: list[int],
+                nodes: list[int] | None = None) -> Verdict:
         seqs, ranks, committed, taken = self.seqs, [], [], []
         via = result.get("via") or [None] * len(result["accepted"])
         for r, (k, tok) in enumerate(zip(result["accepted"], result["bonus"])):
@@ -332,6 +333,8 @@ class Coordinator:
             line["topk_hit"] = [k == g and tok in top for k, g, tok, top in zip(
                 result["accepted"], gamma, result["bonus"], self.last_topk.topk)]
             self.last_topk = None
+        if nodes is not None:  # a token tree: the nodes each row scored
+            line["nodes"] = nodes
         self.acceptance.append(line)
         verdict = Verdict(tuple(taken), None if op.bonus else tuple(committed))
         self.positions.settle(verdict, op.branch)

@@ -182,8 +182,10 @@ def verify(coord, op, info):
         prop = Proposal.empty(len(rows))
         for r, path in enumerate(result["path"]):  # indices among the scored nodes
             prop.tokens[r] = [rows[r][i][0] for i in path]
-        depth = max((n.depth for ns in tree.nodes for n in ns), default=0)
-        verdict = coord._commit(op, result, prop, [depth] * len(rows))
+        depth = [max((tree.nodes[r][j].depth for j in pick), default=0)  # per row
+                 for r, pick in enumerate(tree.scored)]
+        verdict = coord._commit(op, result, prop, depth,
+                                nodes=[len(pick) for pick in tree.scored])
         coord.seqs.trees.pop(op.branch, None)
         moves = _compaction(coord, tree, result["path"])
         return Pending(moves, lambda _r: verdict) if moves else verdict
