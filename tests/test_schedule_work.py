@@ -11,8 +11,10 @@ catch-up positions they cause are exercised; temperature 1 with a few seeds
 varies the outcomes. Prompts decode one at a time: a batch whose rows finish
 unevenly is run on by a second schedule (``Session.decode``), which cannot know
 what the first left its caches lacking. SSD's fast backup is left out: the
-executor has no fast proposer, so its backup proposes nothing where the
-schedule declares the K tokens an n-gram or random proposer would send.
+executor's backup proposes by prompt lookup, as many tokens as match (none
+where nothing does), where the schedule declares the K tokens it may send, so
+the positions fed depend on the text (``tests/test_ngram.py`` checks that
+backup's losslessness).
 """
 
 from __future__ import annotations
