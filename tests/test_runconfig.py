@@ -147,3 +147,21 @@ def test_the_settings_every_layer_reads_are_typed_at_the_bottom():
     assert type(revised) is RunConfig and revised.given("params") == {"gamma": 6}
     metrics = run_metrics(config, tokens=8.0, time_s=2.0, steps=4, rows_per_step=1)
     assert metrics["policy"] == "sd" and metrics["tokens_per_s"] == 4.0
+
+
+def test_a_measured_runs_executor_named_draft_is_checked_by_its_shape():
+    """``hetspec run --draft self:N`` names no profile: the check that a draft is
+    used sizes the schedule's dry run with the executor's spec (the target's first
+    N layers), so sd takes it and a self-drafting schedule refuses it."""
+    from analyses.commands.run import executor_models
+    from analyses.run.api import check_used
+
+    sd = RunConfig(platform="cpu-local", target="smollm2-135m", draft="self:8",
+                   policy="sd", params={"gamma": 2})
+    models = executor_models(sd)
+    assert models["draft"].n_layers == 8
+    assert models["draft"].hidden == models["target"].hidden
+    check_used(sd, models)
+    eesd = sd.revised(policy="eesd", params={"gamma": 2})
+    with pytest.raises(ValueError, match="--draft self:8 has no effect"):
+        check_used(eesd, executor_models(eesd))

@@ -17,6 +17,7 @@ from analyses.run.budget import (MODEL_FREE_TOKENS_PER_S, RUN_TOKENS_BUDGET,
                                  announce_estimate, check, run_estimate)
 from analyses.run.config import MAX_TOKENS, parse_placement, parse_sets
 from analyses.run.outputs import check_run_dir, profile_inputs, set_inputs
+from executors.backend.models import draft_spec, spec_of
 from executors.prompts import SETS, load
 from hwprofiles import DEFAULT_STACK
 from policies.runs.folders import claim_new_dir, default_run_dir
@@ -154,6 +155,15 @@ def _measured_acceptance(args) -> None:
                          "hetspec simulate to model an acceptance rate")
 
 
+def executor_models(config) -> dict:
+    """The run's model specs as the executor names them (``self:N``, ``random:``,
+    a checkpoint directory, or a profile), at the run's precision."""
+    models = {"target": config.run_model(spec_of(config.target))}
+    if config.draft:
+        models["draft"] = config.run_model(draft_spec(config.draft, config.target))
+    return models
+
+
 def _run(args) -> int:
 
     max_new = args.tokens
@@ -164,7 +174,7 @@ def _run(args) -> int:
     _measured_acceptance(args)
     config = config_from_args(args, tokens=max_new)
     _measurable(config)
-    check_used(config)
+    check_used(config, executor_models(config))
     messages = load(args.prompts)
     model_free = config.policy == "ar" or config.params.proposes_by_lookup
 

@@ -60,14 +60,18 @@ def check_expert_parallel(config: RunConfig) -> None:
         check_expert_group(config)
 
 
-def check_used(config: RunConfig) -> None:
+def check_used(config: RunConfig, models: dict[str, ModelSpec] | None = None) -> None:
     """A policy parameter this run's configuration of the schedule ignores
     (``PolicyParams.unused``: fast_backup_s with backup=jit, omega beside
-    omega_trace, ...) is refused: the run would look like it took it."""
+    omega_trace, ...) is refused: the run would look like it took it.
+    ``models``: the run's model specs where its names are not profiles (a
+    measured run's ``self:N``, ``random:`` or checkpoint models); default
+    ``run_models``."""
     why = config.params.unused()
     if why:
         raise ValueError(f"policy '{config.policy}': {why}")
-    if config.draft and not uses_draft(config.policy, config.params, run_models(config)):
+    if config.draft and not uses_draft(config.policy, config.params,
+                                       models or run_models(config)):
         raise ValueError(f"--draft {config.draft} has no effect with policy "
                          f"'{config.policy}' (it drafts from the target's own layers, or "
                          "not at all); drop --draft")

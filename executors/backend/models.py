@@ -131,6 +131,16 @@ def spec_of(name: str) -> ModelSpec:
     return load_model(name)
 
 
+def draft_spec(name: str, target: str) -> ModelSpec:
+    """The shape spec of a run's draft: ``self:N`` is the target's first N layers
+    (and its head), any other name as ``spec_of`` reads it."""
+    n = self_layers(name)
+    if n is None:
+        return spec_of(name)
+    spec = spec_of(target)
+    return spec.model_copy(update={"name": f"{spec.name}[:{n}]", "n_layers": n})
+
+
 def spec_from_config(cfg: dict, name: str) -> ModelSpec:
     hidden, heads = cfg["hidden_size"], cfg["num_attention_heads"]
     archs = cfg.get("architectures") or ["LlamaForCausalLM"]
