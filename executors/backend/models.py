@@ -105,15 +105,18 @@ def self_layers(name: str | None) -> int | None:
     return int(text)
 
 
+def first_layers(target: ModelSpec, name: str) -> ModelSpec:
+    """The spec of ``self:N`` draft ``name``: ``target``'s first N layers and head."""
+    n = self_layers(name)
+    if n >= target.n_layers:
+        raise ValueError(f"draft '{name}' must use fewer than the target's "
+                         f"{target.n_layers} layers; choose a smaller N")
+    return target.model_copy(update={"name": f"{target.name}[:{n}]", "n_layers": n})
+
+
 def self_draft(target: Loaded, name: str) -> Loaded:
     """A draft made of the target's first N layers and its head (shared weights)."""
-    n = self_layers(name)
-    if n >= target.spec.n_layers:
-        raise ValueError(f"draft '{name}' must use fewer than the target's "
-                         f"{target.spec.n_layers} layers; choose a smaller N")
-    spec = target.spec.model_copy(update={"name": f"{target.spec.name}[:{n}]",
-                                          "n_layers": n})
-    return Loaded(target.model, target.tokenizer, spec, name)
+    return Loaded(target.model, target.tokenizer, first_layers(target.spec, name), name)
 
 
 def default_draft(target: str) -> str:
@@ -134,11 +137,9 @@ def spec_of(name: str) -> ModelSpec:
 def draft_spec(name: str, target: str) -> ModelSpec:
     """The shape spec of a run's draft: ``self:N`` is the target's first N layers
     (and its head), any other name as ``spec_of`` reads it."""
-    n = self_layers(name)
-    if n is None:
+    if self_layers(name) is None:
         return spec_of(name)
-    spec = spec_of(target)
-    return spec.model_copy(update={"name": f"{spec.name}[:{n}]", "n_layers": n})
+    return first_layers(spec_of(target), name)
 
 
 def spec_from_config(cfg: dict, name: str) -> ModelSpec:
