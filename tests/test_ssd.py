@@ -257,9 +257,11 @@ def test_round_time_splits_into_verify_wait_and_fallback():
     assert half["fallback_time_s"] == pytest.approx(0.5 * t_b * t_v, rel=0.02)
 
 
-def test_operations_carry_what_an_executor_needs():
-    ctx = PolicyContext(target=load_model("llama-3.1-70b"), draft=load_model("llama-3.2-1b"),
-                        tokens=4, batch=2)
+def recorded_ops(schedule, hit) -> list:
+    """Every operation ``schedule`` yields, driven with one accepted token a row,
+    ``hit`` for each cache-hit Outcome, and sub-schedules run in place."""
+    from policies.ops import Verdict
+
     ops = []
 
     def answer(op):
@@ -267,15 +269,21 @@ def test_operations_carry_what_an_executor_needs():
         if isinstance(op, Spawn):
             return drive(op.branch, answer)
         if isinstance(op, Verify):
-            from policies.ops import Verdict
             return Verdict((1,) * op.batch)
         if isinstance(op, Outcome):
-            return True
+            return hit
         if hasattr(op, "tasks"):
             return op.tasks
         return getattr(op, "payload", op)
 
-    drive(build("ssd", ctx, {"k": 3, "fanout": 2, "hit_rate": 0.9}), answer)
+    drive(schedule, answer)
+    return ops
+
+
+def test_operations_carry_what_an_executor_needs():
+    ctx = PolicyContext(target=load_model("llama-3.1-70b"), draft=load_model("llama-3.2-1b"),
+                        tokens=4, batch=2)
+    ops = recorded_ops(build("ssd", ctx, {"k": 3, "fanout": 2, "hit_rate": 0.9}), hit=True)
     prespec = [o for o in ops if isinstance(o, Forward) and o.label == PRESPEC]
     # k = 3, uniform fan-out 2: F_0..F_3 = 2 each, 8 rows per sequence
     # the first round verifies the backup's proposal, the later ones the cache's
@@ -444,23 +452,8 @@ def test_a_mixed_round_runs_the_backup_for_the_rows_that_missed(backup):
     CACHE, and the next Verify checks CACHE, each row by its proposer."""
     ctx = PolicyContext(target=load_model("llama-3.1-70b"), draft=load_model("llama-3.2-1b"),
                         tokens=30, batch=3)
-    ops = []
-
-    def answer(op):
-        ops.append(op)
-        if isinstance(op, Spawn):
-            return drive(op.branch, answer)
-        if isinstance(op, Verify):
-            from policies.ops import Verdict
-            return Verdict((1,) * op.batch)
-        if isinstance(op, Outcome):
-            return (True, False, True)
-        if hasattr(op, "tasks"):
-            return op.tasks
-        return getattr(op, "payload", op)
-
     params = {"k": 3, "fanout": 2, "hit_rate": 0.9, "backup": backup}
-    drive(build("ssd", ctx, params), answer)
+    ops = recorded_ops(build("ssd", ctx, params), hit=(True, False, True))
     backups = [o for o in ops if getattr(o, "label", "") == "backup"]
     first, later = backups[:3], backups[3:]  # the first speculation: K jit steps, every row
     assert all(isinstance(o, Forward) and o.sequences is None for o in first)
