@@ -123,6 +123,7 @@ class PolicyEntry:
     baseline: Callable[[PolicyParams], tuple[str, dict]]
     timeline: Callable[[list], dict] | None = None
     outcome_models: Callable[[PolicyContext, PolicyParams], OutcomeModels] | None = None
+    law_terms: Callable[[Any, PolicyContext, PolicyParams], Any] | None = None
 
 
 REGISTRY: dict[str, PolicyEntry] = {}
@@ -137,7 +138,8 @@ def register(name: str, params: type[PolicyParams], *, needs_draft: bool = False
              baseline: Callable[[PolicyParams], tuple[str, dict]] = _plain_ar,
              timeline: Callable[[list], dict] | None = None,
              outcome_models: Callable[[PolicyContext, PolicyParams], OutcomeModels]
-             | None = None):
+             | None = None,
+             law_terms: Callable[[Any, PolicyContext, PolicyParams], Any] | None = None):
     """Register ``fn(ctx, params) -> generator`` under a user-facing name.
 
     ``baseline(params)`` names the autoregressive run a speedup is measured
@@ -148,12 +150,16 @@ def register(name: str, params: type[PolicyParams], *, needs_draft: bool = False
     ``outcome_models(ctx, params)`` gives the simulator what the schedule models
     of its verdicts and events (``policies.modelled``); none: the run's
     acceptance model decides every Verify, and the schedule asks no Outcome.
+    ``law_terms(costs, ctx, params)`` gives the terms the schedule's closed form
+    takes, priced by ``costs`` (``policies.lawcosts.LawCosts``: the caller's cost
+    model and closed forms); none: the schedule has no latency law to draw.
     """
 
     def wrap(fn):
         summary = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
         REGISTRY[name] = PolicyEntry(name, fn, params, needs_draft, streams_weights,
-                                     summary, baseline, timeline, outcome_models)
+                                     summary, baseline, timeline, outcome_models,
+                                     law_terms)
         return fn
 
     return wrap
