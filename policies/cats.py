@@ -60,7 +60,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from policies.base import PolicyContext, PolicyError, PolicyParams, register
+from policies.base import LawCosts, PolicyContext, PolicyError, PolicyParams, register
 from policies.modelled import OutcomeModels, VerifyModel
 from policies.ops import Forward, Join, Spawn, StreamWeights, Verify
 
@@ -276,13 +276,14 @@ class StreamTerms:
         return out
 
 
-def ar_stream_law_terms(costs, ctx: PolicyContext, params: StreamParams) -> StreamTerms:
+def ar_stream_law_terms(costs: LawCosts, ctx: PolicyContext,
+                        params: StreamParams) -> StreamTerms:
     """AR reads every decoder layer once per token."""
     n, layer_gb = ctx.target.n_layers, ctx.target.layer_bytes / 1e9
     return StreamTerms("ar_stream", params, ctx, layer_gb, 1.0, n * layer_gb)
 
 
-def _staged_terms(costs, ctx: PolicyContext, params: KangarooParams, policy: str,
+def _staged_terms(costs: LawCosts, ctx: PolicyContext, params: KangarooParams, policy: str,
                   law_args: tuple) -> StreamTerms:
     """A staged schedule's terms: its law ``policy`` (``analyses.laws.forms``)
     at the run's mean tokens per cycle, with ``law_args`` after it."""
@@ -292,12 +293,14 @@ def _staged_terms(costs, ctx: PolicyContext, params: KangarooParams, policy: str
     return StreamTerms(policy, params, ctx, layer_gb, mean, law["bytes_per_token_gb"])
 
 
-def kangaroo_law_terms(costs, ctx: PolicyContext, params: KangarooParams) -> StreamTerms:
+def kangaroo_law_terms(costs: LawCosts, ctx: PolicyContext,
+                       params: KangarooParams) -> StreamTerms:
     """Kangaroo's two stages: gamma drafts over 1..L_DM, a verify over all layers."""
     return _staged_terms(costs, ctx, params, "kangaroo", ())
 
 
-def cats_law_terms(costs, ctx: PolicyContext, params: CATSParams) -> StreamTerms:
+def cats_law_terms(costs: LawCosts, ctx: PolicyContext,
+                   params: CATSParams) -> StreamTerms:
     """CATS' three stages; the law's total does not depend on L_SV (any valid
     one gives it)."""
     return _staged_terms(costs, ctx, params, "cats", (params.l_sv or params.l_dm + 1,))

@@ -96,8 +96,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyParams,
-                           register)
+from policies.base import (MAX_COLLECTIVES, LawCosts, PolicyContext, PolicyError,
+                           PolicyParams, register)
 from policies.modelled import EventModel, OutcomeModels
 from policies.ops import (Forward, OnTree, Outcome, Parallel, Roots, Transfer, Verify,
                           rows_of)
@@ -420,8 +420,9 @@ class MirrorTerms:
                 "step_rv_fv_s": self.rv_fv_s, "step_latency_s": self.step_s(self.draft_s)}
 
 
-def mirror_law_terms(costs, ctx: PolicyContext, params: MirrorParams) -> MirrorTerms:
-    """Eq. 10's terms of a run, priced by ``costs`` (``policies.lawcosts``) as the
+def mirror_law_terms(costs: LawCosts, ctx: PolicyContext,
+                     params: MirrorParams) -> MirrorTerms:
+    """Eq. 10's terms of a run, priced by ``costs`` (``policies.base.LawCosts``) as the
     schedule spends them: the prefix with its exit head over one position per
     row, the suffix, the window's rollout over B kappa rows, the top-k message
     and the longer rendezvous message; the fresh rollout with its trip."""

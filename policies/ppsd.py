@@ -42,7 +42,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from policies.base import PolicyContext, PolicyError, PolicyParams, register
+from policies.base import LawCosts, PolicyContext, PolicyError, PolicyParams, register
 from policies.ops import Forward, Join, Spawn, Transfer, Verify
 from policies.sd import SDTerms
 
@@ -154,7 +154,8 @@ class PPSDTerms:
         return {"speedup_vs_ar": self.ppsd()["speedup"]}
 
 
-def _pipeline_s(costs, ctx: PolicyContext, e: int, head: str) -> tuple[float, float, float]:
+def _pipeline_s(costs: LawCosts, ctx: PolicyContext, e: int,
+                head: str) -> tuple[float, float, float]:
     """(T_match, T_flush, T_AR) of the pipeline: on a match the next output
     follows after the busiest resource's share of a token (stage 0: exit head +
     its layers, which the schedule runs one token at a time; a later stage; a
@@ -188,9 +189,9 @@ def _pipeline_s(costs, ctx: PolicyContext, e: int, head: str) -> tuple[float, fl
     return match, correction + stages[0] + max(after, entries * entry), t_ar
 
 
-def ppsd_law_terms(costs, ctx: PolicyContext, params: PPSDParams) -> PPSDTerms:
+def ppsd_law_terms(costs: LawCosts, ctx: PolicyContext, params: PPSDParams) -> PPSDTerms:
     """The pipeline's times for a run's settings (exit layer, head), priced by
-    ``costs`` (``policies.lawcosts``) at the run's context."""
+    ``costs`` (``policies.base.LawCosts``) at the run's context."""
     head = EXIT_HEADS[params.exit_head]
     match, flush, t_ar = _pipeline_s(costs, ctx, params.exit_layer, head)
     alpha = costs.mean_accepted(1)  # P(one draft matches)
@@ -198,7 +199,7 @@ def ppsd_law_terms(costs, ctx: PolicyContext, params: PPSDParams) -> PPSDTerms:
                      costs.closed_form("ppsd_cost"))
 
 
-def eesd_law_terms(costs, ctx: PolicyContext, params: EESDParams) -> SDTerms:
+def eesd_law_terms(costs: LawCosts, ctx: PolicyContext, params: EESDParams) -> SDTerms:
     """Eq. 4 with the cost model's times: gamma drafts of E layers with the exit
     head, one verify of gamma + 1 positions over N, one AR token on the target."""
     e, n, b, c = params.exit_layer, ctx.target.n_layers, costs.batch, costs.context

@@ -37,8 +37,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyParams,
-                           register)
+from policies.base import (MAX_COLLECTIVES, LawCosts, PolicyContext, PolicyError,
+                           PolicyParams, register)
 from policies.modelled import EventModel, OutcomeModels
 from policies.ngram import MAX_N
 from policies.ops import Forward, Found, Lookup, Transfer, Verify
@@ -161,8 +161,8 @@ class SDTerms:
         return {"step_latency_s": self.t_draft_s + self.t_verify_s}
 
 
-def sd_law_terms(costs, ctx: PolicyContext, params: SDParams) -> SDTerms:
-    """The step of a run, priced by ``costs`` (``policies.lawcosts``) at the
+def sd_law_terms(costs: LawCosts, ctx: PolicyContext, params: SDParams) -> SDTerms:
+    """The step of a run, priced by ``costs`` (``policies.base.LawCosts``) at the
     run's context: gamma draft steps and both trips, the verify, one AR token."""
     model, layers, head = draft_source(ctx, params.draft_layers, "sd")
     spec = ctx.draft if model == "draft" else ctx.target

@@ -82,8 +82,8 @@ import numpy as np
 from pydantic import Field
 
 from hwprofiles.schema import MAX_TIME_S
-from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyParams,
-                           register)
+from policies.base import (MAX_COLLECTIVES, LawCosts, PolicyContext, PolicyError,
+                           PolicyParams, register)
 from policies.mirror import ENTRY_BYTES, VERDICT_BYTES
 from policies.modelled import EventModel, OutcomeModels, VerifyModel
 from policies.ops import (ALTERNATIVES, Delay, Fanout, Forward, Join, OnTree, Outcome, Spawn,
@@ -462,7 +462,7 @@ class SSDTerms:
                                       * self.t_v_s)}
 
 
-def _rounds_s(costs, p: SSDPlan, c: int) -> np.ndarray:
+def _rounds_s(costs: LawCosts, p: SSDPlan, c: int) -> np.ndarray:
     """Seconds at context c: T_v, a hit round, then for m = 1..B missed rows the
     miss rounds (jit, fast) as scheduled and as if the miss stopped
     pre-speculation at once. Rows that hit need all the pre-speculation, so with
@@ -485,9 +485,9 @@ def _rounds_s(costs, p: SSDPlan, c: int) -> np.ndarray:
     return np.concatenate([[arrival, hit], np.ravel(rows)]) + to_target
 
 
-def ssd_law_terms(costs, ctx: PolicyContext, params: SSDParams) -> SSDTerms:
+def ssd_law_terms(costs: LawCosts, ctx: PolicyContext, params: SSDParams) -> SSDTerms:
     """E_hit, E_miss, T_p, T_b of a run, priced by ``costs``
-    (``policies.lawcosts``) as the schedule spends them: T_v is the verify plus
+    (``policies.base.LawCosts``) as the schedule spends them: T_v is the verify plus
     both rendezvous messages; the verdicts' means as the simulator draws them
     (``ssd_outcomes``)."""
     p = plan(ctx, params)

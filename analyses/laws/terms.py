@@ -1,7 +1,7 @@
 """The terms of a run's latency law, as its schedule exports them.
 
 Each schedule prices the terms its closed form takes next to the schedule
-(``register(..., law_terms=...)``, ``policies.lawcosts``); ``law_terms`` hands
+(``register(..., law_terms=...)``, ``policies.base.LawCosts``); ``law_terms`` hands
 it a ``Scenario``: the roofline cost model's times for the run's configuration
 (passes at the run's contexts, messages along the platform's routes), the
 run's acceptance means and the closed forms of ``analyses.laws.forms``.
@@ -33,7 +33,7 @@ def law_terms(cfg):
 
 class Scenario:
     """The cost model's times (seconds) for one run's configuration
-    (``policies.lawcosts.LawCosts``)."""
+    (``policies.base.LawCosts``)."""
 
     def __init__(self, cfg):
         self.cfg = cfg
