@@ -1,9 +1,9 @@
 """How closely deterministic simulation reproduces each law on the shipped platforms.
 
 Every law is fed the terms its schedule exports, priced by the simulator's own
-cost model (``analyses.laws.terms``: heads, links, collectives included) and compared with a deterministic, fixed-context
-run of its schedule; the table prints the largest relative error per law and
-platform. SD and EESD are exact; what remains of PPSD, SSD and Mirror-SD is the
+cost model (``analyses.laws.terms``: heads, links, collectives included), and
+compared with a deterministic, fixed-context run of its schedule; the table
+prints the largest relative error per law and platform. SD and EESD are exact; what remains of PPSD, SSD and Mirror-SD is the
 start-up (the pipeline's first fill, the first round without pre-speculation,
 the first rollout), which shrinks as 1/tokens (SSD at 1,200 tokens: up to 0.5%;
 at 4,000: 0.11%). The tests hold each within 0.5%.
