@@ -152,7 +152,9 @@ def register(name: str, params: type[PolicyParams], *, needs_draft: bool = False
     acceptance model decides every Verify, and the schedule asks no Outcome.
     ``law_terms(costs, ctx, params)`` gives the terms the schedule's closed form
     takes, priced by ``costs`` (``LawCosts``: the caller's cost model and
-    closed forms); none: the schedule has no latency law to draw.
+    closed forms), whose ``metrics()`` are what a deterministic, fixed-context
+    run at those terms measures (``tests/test_law_terms.py`` checks them);
+    none: the schedule has no latency law to draw.
     """
 
     def wrap(fn):
