@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from analyses.compare import report
-from analyses.laws.terms import mirror_terms, ssd_terms
+from analyses.laws.terms import law_terms
 from analyses.compare.lawviews import law_figures
 from analyses.cli import main
 from hwprofiles import load_model
@@ -274,11 +274,11 @@ def test_law_grids_cover_both_sides_of_each_kink():
         for r in results:
             cfg = point_config(r.point, base)
             if r.point.policy == "ssd":
-                t = ssd_terms(cfg)
+                t = law_terms(cfg)
                 t_p.add(t.t_p > 1)
                 assert (t.t_b[t.backup] > t.t_b_at_once[t.backup]) == (t.t_p > 1)
             elif r.point.policy == "mirror":
-                t = mirror_terms(cfg)
+                t = law_terms(cfg)
                 hidden.add(t.draft_s <= t.delta_s)
                 stalls.add(t.stall_share > 0)
                 shared.add(t.shared)
