@@ -2,7 +2,7 @@
 mixture of experts; per-layer parameters, bytes and FLOPs derive from it.
 
 Like every profile object it is frozen, forbids unknown fields and needs a
-source for each number a file sets (``hwprofiles.sourced``). Sizes lie inside
+source for each number a file sets (``hwprofiles.numbers.Sourced``). Sizes lie inside
 ranges that published models stay far within: a value beyond them is a typo.
 """
 
@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from hwprofiles.sourced import Sourced
+from hwprofiles.numbers import Sourced
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 Dtype = Literal["fp32", "fp16", "bf16", "fp8", "int8", "int4"]

@@ -78,11 +78,10 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from hwprofiles.closedforms import allreduce_s
 # the model spec lives in hwprofiles.models; importing it from here keeps working
 from hwprofiles.models import (BITS, DTYPE_BYTES, MAX_LAYERS, Bits, Dtype,  # noqa: F401
                                ModelSpec)
-from hwprofiles.sourced import Sourced
+from hwprofiles.numbers import Sourced
 
 # Ranges of the physical quantities (see the module docstring).
 MAX_CAPACITY_BYTES = 1e18  # one exabyte: no memory tier holds more
@@ -200,6 +199,27 @@ class Link(Sourced):
     @property
     def bandwidth_bytes_s(self) -> float:
         return self.bandwidth_gb_s * 1e9
+
+
+def allreduce_s(algorithm: str, alpha_s: float, bandwidth_bytes_s: float, group: int,
+                nbytes: float) -> float:
+    """One all-reduce of nbytes over ``group`` members: the closed form that
+    ``CollectiveGroup.allreduce_s`` prices and ``simcore.costmodel`` splits into
+    the terms calibration fits, written once so that the two cannot drift.
+
+    ``alpha_beta``: alpha log2 G + M / bandwidth (the Mirror-SD model);
+    ``ring``: 2(G-1) alpha + 2(G-1)/G M / bandwidth;
+    ``tree``: 2 log2 G (alpha + M / bandwidth).
+    """
+    g = group
+    if g == 1:
+        return 0.0
+    bw = bandwidth_bytes_s
+    if algorithm == "alpha_beta":
+        return alpha_s * math.log2(g) + nbytes / bw
+    if algorithm == "ring":
+        return 2 * (g - 1) * alpha_s + 2 * (g - 1) / g * nbytes / bw
+    return 2 * math.log2(g) * (alpha_s + nbytes / bw)
 
 
 class CollectiveGroup(Sourced):

@@ -44,8 +44,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from hwprofiles.closedforms import allreduce_s
-from hwprofiles.schema import CollectiveGroup, Device, Link, MemoryTier, ModelSpec, Platform
+from hwprofiles.schema import (CollectiveGroup, Device, Link, MemoryTier, ModelSpec, Platform,
+                               allreduce_s)
 from hwprofiles.stacks import COMPILED, Stack
 from simcore import stackcost
 from simcore.moe import alltoall_s, dispatch_bytes
@@ -284,7 +284,7 @@ def hop_terms(link: Link, nbytes: float) -> LinearTerms:
 
 def allreduce_terms(group: CollectiveGroup, nbytes: float, count: float = 1) -> LinearTerms:
     """count all-reduces of nbytes: the group's algorithm split into its alpha part
-    and its per-byte part (``hwprofiles.closedforms.allreduce_s``)."""
+    and its per-byte part (``hwprofiles.schema.allreduce_s``)."""
     g, alg = group.size, group.algorithm
     alpha_coef = count * allreduce_s(alg, 1.0, math.inf, g, nbytes)
     beta_coef = count * allreduce_s(alg, 0.0, 1e9, g, nbytes)  # seconds at 1 GB/s
