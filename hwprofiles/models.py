@@ -230,6 +230,19 @@ class ModelSpec(Sourced):
         params = self.layer_fixed_params + self.expected_experts(rows) * self.expert_params
         return params * self.weight_elem_bytes
 
+    def dispatch_bytes(self, rows: int, group_size: int) -> float:
+        """Bytes one member of a group of ``group_size`` sends in one dispatch (or
+        combine) of a layer under expert parallelism (``expert_parallel``):
+        attention stays tensor-parallel while the routed experts sit whole, E/G
+        per member; each member owns rows/G of the tokens and sends each token's
+        k expert copies to the member holding that expert. Routing is uniform, so
+        (G-1)/G of the copies leave their member. The weight bytes a pass reads
+        are the same in expectation under either sharding: only the collectives
+        differ (``CollectiveGroup.alltoall_s``)."""
+        g = group_size
+        copies = rows / g * self.n_active_experts * (g - 1) / g
+        return copies * self.hidden * self.dtype_bytes
+
     def kv_bytes_per_token_layer(self) -> float:
         return 2 * self.n_kv_heads * self.dim_per_head * self.kv_elem_bytes
 

@@ -254,6 +254,16 @@ class CollectiveGroup(Sourced):
         return allreduce_s(self.algorithm, self.alpha_s, self.bandwidth_gb_s * 1e9,
                            self.size, nbytes)
 
+    def alltoall_s(self, nbytes_sent: float) -> float:
+        """One all-to-all in which each member sends ``nbytes_sent`` to the others
+        (expert parallelism's dispatch or combine, ``ModelSpec.dispatch_bytes``):
+        G-1 pairwise exchanges on the group's links, (G-1) alpha plus the bytes a
+        member sends over the group's bandwidth."""
+        g = self.size
+        if g == 1:
+            return 0.0
+        return (g - 1) * self.alpha_s + nbytes_sent / (self.bandwidth_gb_s * 1e9)
+
 
 class Platform(Sourced):
     name: str
