@@ -8,6 +8,7 @@ import sys
 from dataclasses import replace
 
 from analyses.cli import emit_json
+from analyses.commands import COMMANDS
 from analyses.commands._common import (SIM_TOKENS, SettingsHelp, add_stack_argument, paragraph,
                                       settings_help)
 from analyses.compare.best import baseline_name, best_per_policy
@@ -34,7 +35,7 @@ COMPARE_BUDGET = (f"{readable(SIM_BUDGET_UNITS)} row-steps, sweep points x polic
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "compare", help="compare policies over a sweep and write an HTML report",
+        "compare", help=COMMANDS["compare"],
         description=paragraph(
             "Simulate every chosen policy over the swept settings (in parallel) and write "
             "one self-contained HTML report (plotly, opens offline). With no arguments: "

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from analyses.cli import emit_json
+from analyses.commands import COMMANDS
 from analyses.commands._common import (SettingsHelp, add_run_arguments, config_from_args,
                                        paragraph, settings_help)
 from analyses.measured.evidence import SIMULATED_ONLY  # what a run cannot measure
@@ -58,7 +59,7 @@ def temperature(text: str) -> float:
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "run", help="run one schedule for real with torch on this machine's devices",
+        "run", help=COMMANDS["run"],
         description=paragraph(
             "Execute a decoding schedule with real models (SmolLM2-135M by default on "
             "cpu-local; random:NAME for random weights of a profile's shape; or a local "

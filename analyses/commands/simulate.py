@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from analyses.cli import emit_json
+from analyses.commands import COMMANDS
 from analyses.commands._common import (SettingsHelp, add_run_arguments, announce,
                                       config_from_args, settings_help)
 from analyses.run.api import simulate
@@ -15,7 +16,7 @@ from policies.runs.breakdown import LABELS, sentence
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "simulate", help="simulate one schedule on a hardware profile",
+        "simulate", help=COMMANDS["simulate"],
         description="Simulate a decoding schedule on a platform with a target (and draft)\n"
                     "model. Prints tokens/s, step latency and the speedup over\n"
                     "autoregressive decoding simulated on the same platform.",
