@@ -11,7 +11,7 @@ from analyses.cli import emit_json
 from analyses.commands import COMMANDS
 from analyses.commands._common import (SIM_TOKENS, SettingsHelp, add_stack_argument, paragraph,
                                       settings_help)
-from analyses.compare.best import baseline_name, best_per_policy
+from analyses.compare.best import baseline_name, best_per_policy, fastest, skipped_policies
 from analyses.compare.sweep import (Point, SCENARIO_KEYS, expand_grid, grid_estimate,
                                     grid_settings, parse_sweep, parse_sweeps, run_grid)
 from analyses.compare.tune import estimate, run_searches, searches
@@ -349,9 +349,8 @@ def _baseline_label(result) -> str:
 
 
 def _summary(results, path) -> dict:
-    from analyses.compare import report
-    best = report.fastest(results)
-    skipped = report.skipped_policies(results)
+    best = fastest(results)
+    skipped = skipped_policies(results)
     line = f"wrote {path}: "
     if best is None:
         line += "no policy applies to this scenario (" + "; ".join(

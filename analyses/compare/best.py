@@ -36,3 +36,18 @@ def baseline_name(result: PointResult) -> str:
     except ValueError:
         return "AR"
     return "itself" if found is None else found[0]
+
+
+def fastest(results: list[PointResult]) -> PointResult | None:
+    best = best_per_policy(results)
+    return max(best.values(), key=lambda r: r.metrics["tokens_per_s"]) if best else None
+
+
+def skipped_policies(results: list[PointResult]) -> dict[str, str]:
+    """Policies none of whose points ran, with the first reason given."""
+    ran = {r.point.policy for r in results if r.metrics is not None}
+    out: dict[str, str] = {}
+    for r in results:
+        if r.point.policy not in ran and r.point.policy not in out:
+            out[r.point.policy] = r.error or "no result"
+    return out

@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
-from analyses.compare.best import baseline_name, best_per_policy, by_speed
+from analyses.compare.best import baseline_name, best_per_policy, by_speed, skipped_policies
 from analyses.compare.lawviews import law_figures
 from analyses.compare.sections import Section
 from analyses.compare.sidebyside import section as side_by_side
@@ -41,16 +41,6 @@ def explain(best: dict[str, PointResult], base: dict) -> None:
         if "breakdown" not in r.metrics:
             config = point_config(r.point, base)
             r.metrics["breakdown"] = metrics_of(config, run_schedule(config))["breakdown"]
-
-
-def skipped_policies(results: list[PointResult]) -> dict[str, str]:
-    """Policies none of whose points ran, with the first reason given."""
-    ran = {r.point.policy for r in results if r.metrics is not None}
-    out: dict[str, str] = {}
-    for r in results:
-        if r.point.policy not in ran and r.point.policy not in out:
-            out[r.point.policy] = r.error or "no result"
-    return out
 
 
 def summary_figure(best: dict[str, PointResult]) -> go.Figure:
@@ -427,8 +417,3 @@ def scenario_intro(results: list[PointResult], base: dict, sets: dict | None = N
     return head + _table(rows, ["policy", "fastest setting", "tokens/s", "speedup vs",
                                 "tokens/step", "step latency [ms]", "TTFT [ms]",
                                 "per output token [ms]"])
-
-
-def fastest(results: list[PointResult]) -> PointResult | None:
-    best = best_per_policy(results)
-    return max(best.values(), key=lambda r: r.metrics["tokens_per_s"]) if best else None
