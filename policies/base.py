@@ -2,7 +2,7 @@
 
 A policy is registered with a pydantic parameter model (frozen, extra
 fields forbidden). Users pick policies by name: ``policies.catalog`` looks them
-up (``entry``, ``build``, ...) once ``policies.builtin`` has loaded them; this
+up (``entry``, ``build``, ...), importing a schedule's module on first use; this
 module imports no schedule, so every schedule can import it.
 """
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from analyses.compare import report
+from analyses.compare.best import fastest, skipped_policies
 from analyses.laws.terms import law_terms
 from analyses.compare.lawviews import law_figures
 from analyses.cli import main
@@ -88,11 +89,11 @@ def test_policy_that_does_not_apply_is_skipped_with_a_note():
     base = {**BASE, "draft": None}
     points = expand_grid(["ar", "sd"], [parse_sweep("gamma=2..3")])
     results = run_grid(points, base, jobs=1, quiet=True)
-    assert report.skipped_policies(results) == {
+    assert skipped_policies(results) == {
         "sd": "policy 'sd' needs a draft model; pass --draft NAME"}
     notes = report.build_sections(results, base, ["gamma"])[0].notes
     assert notes == ["sd was not run: policy 'sd' needs a draft model; pass --draft NAME"]
-    assert report.fastest(results).point.policy == "ar"
+    assert fastest(results).point.policy == "ar"
 
 
 def test_compare_cli_writes_report_and_summary(tmp_path, capsys):
