@@ -29,10 +29,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden"
 UPDATE = os.environ.get("HETSPEC_UPDATE_GOLDEN") == "1"
+MEASURED = GOLDEN / "measured-runs"
 
 SIM = ["simulate", "--json", "--tokens", "60", "--record", "run.json", "--trace", "trace.json"]
 H100 = ["--platform", "h100-sxm-5x", "--target", "llama-3.1-70b", "--draft", "llama-3.2-1b"]
 M2 = ["--platform", "m2-ultra-8x", "--target", "qwen3-32b", "--draft", "qwen3-0.6b"]
+# tests/golden/measured-runs: two small runs 'hetspec run' measured with SmolLM2-135M on
+# cpu-local (--max-new-tokens 8 --no-baseline; sd with --set gamma=4 --set
+# draft_layers=15, and ar), copied into each case's folder as runs/; replay and
+# calibrate read only these stored files, so their outputs are deterministic
+REPLAY = ["replay", "--trace", "replay-trace.json"]
 
 # case name -> (arguments, files the command writes besides stdout)
 CASES = {
@@ -70,6 +76,14 @@ CASES = {
     "compare-h100": (["compare"] + H100 + ["--policies", "ar,sd,ssd", "--sweep", "gamma=2,4",
                                            "--tokens", "60", "--jobs", "1", "-o",
                                            "report.html", "--json"], ["report.html"]),
+    "replay-sd": (REPLAY + ["runs/sd-1/record.json", "--json"], ["replay-trace.json"]),
+    "replay-sd-executor": (REPLAY + ["runs/sd-1", "--work", "executor"],
+                           ["replay-trace.json"]),
+    "replay-ar": (REPLAY + ["runs/ar-1", "--profile", "cpu-local", "--json"],
+                  ["replay-trace.json"]),
+    "calibrate-runs": (["calibrate", "--runs", "runs", "--profile", "cpu-local", "-o",
+                        "calibrated.yaml", "--fit-policies", "sd", "--accept-poor-fit",
+                        "--json"], ["calibrated.yaml"]),
 }
 
 _PLOTLY_JS = re.compile(r'<script type="text/javascript">.*?</script>', re.S)
@@ -92,6 +106,7 @@ def _normalised(name: str, data: bytes) -> bytes:
 def _run(case: str, folder: Path) -> dict[str, bytes]:
     args, files = CASES[case]
     shutil.copy(GOLDEN / "acceptance.jsonl", folder / "acceptance.jsonl")
+    shutil.copytree(MEASURED, folder / "runs")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-m", "analyses.cli", *args], cwd=folder, env=env,
                          capture_output=True, timeout=300)
@@ -114,3 +129,47 @@ def test_outputs_are_byte_identical_to_the_recorded_ones(case, tmp_path):
         expected = (stored / name).read_bytes()
         assert data == expected, f"{case}/{name} differs from tests/golden/{case}/{name}"
     assert sorted(p.name for p in stored.iterdir()) == sorted(outputs)
+
+
+# What the executor writes for a measured run, from fixed decoding results: the
+# prompt batches of tests/golden/measured-runs/sd-1 (their spans and acceptance
+# lines, each batch's clock ending at its last span) written again, byte for byte.
+RECORD_FILES = ("record.json", "spans.jsonl", "acceptance.jsonl", "trace.json")
+
+
+def _stored_results(run: Path) -> tuple[dict, list]:
+    from executors.session import BatchResult
+
+    record = json.loads((run / "record.json").read_text())
+    lines = {name: [json.loads(line) for line in (run / name).read_text().splitlines()]
+             for name in ("spans.jsonl", "acceptance.jsonl")}
+    batches = sorted({s["prompt_batch"] for s in lines["spans.jsonl"]})
+    results = []
+    for i in batches:
+        spans = [{k: v for k, v in s.items() if k != "prompt_batch"}
+                 for s in lines["spans.jsonl"] if s["prompt_batch"] == i]
+        acceptance = [{k: v for k, v in a.items() if k != "prompt_batch"}
+                      for a in lines["acceptance.jsonl"] if a["prompt_batch"] == i]
+        results.append(BatchResult(generated=[record["outputs"][i]],
+                                   wall_s=max(s["end_s"] for s in spans), steps=len(acceptance),
+                                   spans=spans, acceptance=acceptance, stats={}))
+    return record, results
+
+
+def test_a_measured_record_is_written_byte_identical_to_the_recorded_one(tmp_path):
+    pytest.importorskip("torch")
+    from executors.measure import write_run
+
+    record, results = _stored_results(MEASURED / "sd-1")
+    write_run(tmp_path, record["inputs"], record["metrics"], results, record["outputs"],
+              record["texts"])
+    stored = GOLDEN / "measured-record"
+    if UPDATE:
+        stored.mkdir(parents=True, exist_ok=True)
+    for name in RECORD_FILES:
+        data = _normalised("run.json" if name == "record.json" else name,
+                           (tmp_path / name).read_bytes())
+        if UPDATE:
+            (stored / name).write_bytes(data)
+        assert data == (stored / name).read_bytes(), f"measured-record/{name} differs"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(RECORD_FILES)
