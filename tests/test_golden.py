@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from policies.runs.measured import MeasuredSpan
+
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden"
 UPDATE = os.environ.get("HETSPEC_UPDATE_GOLDEN") == "1"
@@ -146,12 +148,12 @@ def _stored_results(run: Path) -> tuple[dict, list]:
     batches = sorted({s["prompt_batch"] for s in lines["spans.jsonl"]})
     results = []
     for i in batches:
-        spans = [{k: v for k, v in s.items() if k != "prompt_batch"}
+        spans = [MeasuredSpan.from_line({k: v for k, v in s.items() if k != "prompt_batch"})
                  for s in lines["spans.jsonl"] if s["prompt_batch"] == i]
         acceptance = [{k: v for k, v in a.items() if k != "prompt_batch"}
                       for a in lines["acceptance.jsonl"] if a["prompt_batch"] == i]
         results.append(BatchResult(generated=[record["outputs"][i]],
-                                   wall_s=max(s["end_s"] for s in spans), steps=len(acceptance),
+                                   wall_s=max(s.end_s for s in spans), steps=len(acceptance),
                                    spans=spans, acceptance=acceptance, stats={}))
     return record, results
 

@@ -30,6 +30,7 @@ from executors.coordinate.feeds import (Handle, HandleInfo, hidden_command, hidd
                                         multi_token, token_command)
 from executors.coordinate.loop import Loop, Pending
 from policies.cachebook import PositionBook
+from policies.runs.measured import MeasuredSpan, op_fields
 from policies.ops import Fanout, Forward, Lookup, Outcome, Roots, Verdict, Verify
 
 
@@ -65,7 +66,7 @@ class Coordinator:
         # so each span records what the simulator would cost (``caught_up``)
         self.positions = PositionBook()
         self.handles: dict[int, HandleInfo] = {}
-        self.spans: list[dict] = []
+        self.spans: list[MeasuredSpan] = []
         self.acceptance: list[dict] = []
         self.observers = observers or {}
         self.steps = 0
@@ -99,18 +100,11 @@ class Coordinator:
 
     # spans ---------------------------------------------------------------------
     def span(self, op, role: str, client: str, reply, kind: str, **extra) -> None:
-        fields = {"type": type(op).__name__}
-        for name in op.__slots__:
-            value = getattr(op, name)
-            if isinstance(value, (int, float, str, bool, type(None))):
-                fields[name] = value
-            elif isinstance(value, tuple) and all(isinstance(v, (int, float)) for v in value):
-                fields[name] = list(value)
-        fields.update(extra)
-        self.spans.append({"op": fields, "device": self.place.tracks.get(role, role),
-                           "physical": client, "kind": kind,
-                           "name": getattr(op, "label", "") or fields["type"],
-                           "start_s": reply[1] - self.t0, "end_s": reply[2] - self.t0})
+        """The measured span of ``op`` (``extra``: what the executor counted for it)."""
+        self.spans.append(MeasuredSpan(op_fields(op, **extra),
+                                       self.place.tracks.get(role, role), client, kind,
+                                       getattr(op, "label", "") or type(op).__name__,
+                                       reply[1] - self.t0, reply[2] - self.t0))
 
     def collective_spans(self, role: str, client: str, result, name: str,
                          inside: str | None = None) -> None:
@@ -120,9 +114,8 @@ class Coordinator:
         for start, end, nbytes in (result or {}).get("collectives", ()):
             op = {"type": "AllReduce", "group": group, "nbytes": nbytes, "count": 1,
                   "label": name, **({"inside": inside} if inside else {})}
-            self.spans.append({"op": op, "device": group, "physical": client,
-                               "kind": "collective", "name": name,
-                               "start_s": start - self.t0, "end_s": end - self.t0})
+            self.spans.append(MeasuredSpan(op, group, client, "collective", name,
+                                           start - self.t0, end - self.t0))
 
     # Forward -------------------------------------------------------------------
     def forward(self, op: Forward) -> Pending:

@@ -15,6 +15,9 @@ from hwprofiles.inputfiles import DuplicateKey, json_loads, refuse_long_integers
 from hwprofiles.outputfiles import atomic_write_text, json_safe
 
 
+RUN_SCHEMA = "hetspec.run/1"  # the run record's schema, and its version
+
+
 def versions() -> dict[str, str]:
     out = {"python": _platform.python_version()}
     for pkg in ("hetspec", "simpy", "numpy", "scipy", "pydantic", "torch", "transformers"):
@@ -27,7 +30,7 @@ def versions() -> dict[str, str]:
 
 def write_record(path, *, kind: str, inputs: dict, metrics: dict, **extra) -> Path:
     """Write a run record: kind ('simulated' | 'measured'), inputs, metrics, extras."""
-    record = {"schema": "hetspec.run/1", "kind": kind, "inputs": inputs,
+    record = {"schema": RUN_SCHEMA, "kind": kind, "inputs": inputs,
               "versions": versions(), "metrics": metrics, **extra}
     text = json.dumps(json_safe(record), indent=2, sort_keys=True, allow_nan=False)
     return atomic_write_text(path, text)
@@ -69,7 +72,8 @@ def read_record(path) -> dict:
         raise ValueError(f"run record {path} cannot be read ({exc.__class__.__name__}); "
                          "pass a file written by 'hetspec run --json'") from None
     refuse_long_integers(record, f"run record {path}")
-    if not isinstance(record, dict) or record.get("schema") != "hetspec.run/1":
-        raise ValueError(f"{path} is not a hetspec run record (schema hetspec.run/1); "
+    if not isinstance(record, dict) or not str(record.get("schema", "")).startswith(
+            RUN_SCHEMA.split("/")[0] + "/"):
+        raise ValueError(f"{path} is not a hetspec run record (schema {RUN_SCHEMA}); "
                          "pass a file written by 'hetspec run --json'")
     return record
