@@ -31,6 +31,7 @@ from executors.coordinate.feeds import (Handle, HandleInfo, hidden_command, hidd
 from executors.coordinate.loop import Loop, Pending
 from policies.cachebook import PositionBook
 from policies.runs.measured import MeasuredSpan, op_fields
+from policies.traces import EventLine, VerifyLine
 from policies.ops import Fanout, Forward, Lookup, Outcome, Roots, Verdict, Verify
 
 
@@ -99,10 +100,12 @@ class Coordinator:
         return self._next_handle
 
     # spans ---------------------------------------------------------------------
-    def span(self, op, role: str, client: str, reply, kind: str, **extra) -> None:
-        """The measured span of ``op`` (``extra``: what the executor counted for it)."""
+    def span(self, op, role: str, client: str, reply, kind: str, *, track: str | None = None,
+             **extra) -> None:
+        """The measured span of ``op`` on ``role``'s track (or ``track``); ``extra``:
+        what the executor counted for it."""
         self.spans.append(MeasuredSpan(op_fields(op, **extra),
-                                       self.place.tracks.get(role, role), client, kind,
+                                       track or self.place.tracks.get(role, role), client, kind,
                                        getattr(op, "label", "") or type(op).__name__,
                                        reply[1] - self.t0, reply[2] - self.t0))
 
@@ -328,7 +331,7 @@ class Coordinator:
             self.last_topk = None
         if nodes is not None:  # a token tree: the nodes each row scored
             line["nodes"] = nodes
-        self.acceptance.append(line)
+        self.acceptance.append(VerifyLine(**line).line())
         verdict = Verdict(tuple(taken), None if op.bonus else tuple(committed))
         self.positions.settle(verdict, op.branch)
         return verdict
@@ -346,7 +349,7 @@ class Coordinator:
             if isinstance(rows, Wait):  # the draft still owes the replies that decide
                 return Pending([(rows.client, SleepCmd(0.0))], decide)
             rows = tuple(bool(h) for h in rows)
-            self.acceptance.append({"event": op.event, "held": list(rows)})
+            self.acceptance.append(EventLine(event=op.event, held=list(rows)).line())
             taken = rows if op.per_row else (all(rows),) * len(rows)
             self.positions.observed(op, taken)
             if any(taken):  # the rows that take their hit get its speculation next
