@@ -1,7 +1,7 @@
 """A measured run's files checked against each other: the record is evidence.
 
-``runrecord`` checks each file on its own (types, ranges, names inside the run
-directory); here the files of one run must tell one story, or the run is refused
+The measured-run schema (``policies.runs.measured``, with ``runrecord``) checks
+each file on its own (types, ranges, names inside the run directory); here the files of one run must tell one story, or the run is refused
 before a replay or a fit believes it. Every reader of measured runs (``hetspec
 replay``, ``calibrate --runs``, ``compare --runs``) passes through
 ``check_evidence`` (``analyses.measured.replay.load_run`` calls it):

@@ -21,8 +21,8 @@ A measured run is a folder (``policies.runs.folders.RUN_FILES``):
 Versions: a record names its schema and is read by it (``READERS``). The
 format on disk is the same since ``hetspec.run/1``; span lines of the first
 runs of that version lack ``name``, ``kind`` and ``device``: ``from_line``
-upgrades them (name and kind from their operation, ``track`` its device). A record of any other schema is
-refused in one sentence naming what to do.
+upgrades them (name and kind from their operation, ``track`` its device). A
+record of any other schema is refused in one sentence naming what to do.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from hwprofiles.outputfiles import atomic_write_text, json_safe
 
 
 RUN_SCHEMA = "hetspec.run/1"  # the run record's schema, and its version
+RUN_SCHEMA_FAMILY = RUN_SCHEMA.split("/")[0] + "/"  # a run record of any version
 
 
 def versions() -> dict[str, str]:
@@ -60,7 +61,9 @@ def _record_text(path: Path) -> str:
 
 
 def read_record(path) -> dict:
-    """A run record's JSON object; one-sentence ValueError when the file is not one."""
+    """A run record's JSON object, of any version of the run schema (the reader of
+    a measured run reads it by its version: ``policies.runs.measured``); one-sentence
+    ValueError when the file is not one."""
     path = Path(path)
     text = _record_text(path)
     try:
@@ -68,12 +71,11 @@ def read_record(path) -> dict:
     except DuplicateKey as exc:
         raise ValueError(f"run record {path}: {exc}") from None
     except (ValueError, RecursionError) as exc:
-
         raise ValueError(f"run record {path} cannot be read ({exc.__class__.__name__}); "
                          "pass a file written by 'hetspec run --json'") from None
     refuse_long_integers(record, f"run record {path}")
     if not isinstance(record, dict) or not str(record.get("schema", "")).startswith(
-            RUN_SCHEMA.split("/")[0] + "/"):
+            RUN_SCHEMA_FAMILY):
         raise ValueError(f"{path} is not a hetspec run record (schema {RUN_SCHEMA}); "
                          "pass a file written by 'hetspec run --json'")
     return record
