@@ -10,6 +10,11 @@ record's ``versions`` block (installed package versions) and the plotly.js
 library a report inlines (the same figures, whatever plotly release is installed).
 Everything else, figures and their JSON included, is compared byte for byte.
 
+Measured runs: replay and calibrate read two small runs stored in
+tests/golden/measured-runs/; the executor's writer writes one of them again;
+and (slow: the real model) ``hetspec run`` writes a run whose shape, all but
+what the clock decides, is compared with tests/golden/measured-run-shape/.
+
 Rewriting the fixture is deliberate: ``HETSPEC_UPDATE_GOLDEN=1 python -m pytest
 tests/test_golden.py`` records the current outputs instead of comparing.
 """
@@ -175,3 +180,73 @@ def test_a_measured_record_is_written_byte_identical_to_the_recorded_one(tmp_pat
             (stored / name).write_bytes(data)
         assert data == (stored / name).read_bytes(), f"measured-record/{name} differs"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(RECORD_FILES)
+
+
+# What 'hetspec run' itself writes, recorded with the real model on one prompt in
+# one process (--inline: the coordinator's spans come in one order): every key,
+# every operation's fields, every count and token, byte for byte; what the clock
+# decides is replaced by a marker (each span's start and end, the trace's times,
+# the metrics' floats, a Verify's logit margins, which the installed torch may
+# round otherwise) and the breakdown is kept as its sections' names.
+MEASURED_RUN = ["run", "--platform", "cpu-local", "--target", "smollm2-135m", "--policy",
+                "sd", "--set", "gamma=4", "--set", "draft_layers=15", "--max-new-tokens",
+                "6", "--no-baseline", "--inline", "--prompts", "prompt.jsonl", "--out", "run"]
+PROMPT = '[{"role": "user", "content": "What is the capital of France?"}]\n'
+
+
+def _marked(value):
+    """Every float (not a bool or an int) replaced by a marker."""
+    if isinstance(value, float):
+        return "<measured>"
+    if isinstance(value, dict):
+        return {k: _marked(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_marked(v) for v in value]
+    return value
+
+
+def _repo_relative(inputs: dict) -> dict:
+    heads = inputs.get("draft_heads") or {}
+    if heads.get("path"):
+        heads["path"] = str(Path(heads["path"]).relative_to(ROOT))
+    return inputs
+
+
+def _measured_shape(name: str, data: bytes) -> bytes:
+    if name == "record.json":
+        record = json.loads(data)
+        record["versions"] = "<installed versions>"
+        record["metrics"]["breakdown"] = sorted(record["metrics"]["breakdown"])
+        record["metrics"] = _marked(record["metrics"])
+        _repo_relative(record["inputs"])
+        return (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
+    if name == "trace.json":
+        trace = json.loads(data)
+        for event in trace["traceEvents"]:
+            event.update({k: "<measured>" for k in ("ts", "dur") if k in event})
+        _repo_relative(trace["otherData"])
+        return (json.dumps(trace, indent=1) + "\n").encode()
+    lines = [json.loads(line) for line in data.decode().splitlines()]
+    for line in lines:
+        line.update({k: "<measured>" for k in ("start_s", "end_s") if k in line})
+        if "margin" in line:
+            line["margin"] = _marked(line["margin"])
+    return "".join(json.dumps(line) + "\n" for line in lines).encode()
+
+
+@pytest.mark.slow
+def test_a_measured_run_writes_the_recorded_shape(tmp_path):
+    (tmp_path / "prompt.jsonl").write_text(PROMPT)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "analyses.cli", *MEASURED_RUN], cwd=tmp_path,
+                         env=env, capture_output=True, timeout=600)
+    assert out.returncode == 0, out.stderr.decode()
+    stored = GOLDEN / "measured-run-shape"
+    if UPDATE:
+        stored.mkdir(parents=True, exist_ok=True)
+    for name in RECORD_FILES:
+        data = _measured_shape(name, (tmp_path / "run" / name).read_bytes())
+        if UPDATE:
+            (stored / name).write_bytes(data)
+        assert data == (stored / name).read_bytes(), f"measured-run-shape/{name} differs"
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == sorted(RECORD_FILES)
