@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from policies.runs.measured import SPANS_FILE, read_measured_spans
+
 REPO = Path(__file__).resolve().parents[1]
 COMMAND = ("hetspec run --platform cpu-local --target smollm2-135m --policy sd "
            "--draft ngram --prompts {prompts} --max-new-tokens {tokens} --json")
@@ -51,8 +53,8 @@ def hetspec_run(prompts: str, tokens: int, repeats: int, out: Path) -> dict:
 
 def lookup_s(run_dir: Path) -> float:
     """Median host time of one prompt lookup in a measured run's spans."""
-    times = [s["end_s"] - s["start_s"] for s in map(json.loads, open(run_dir / "spans.jsonl"))
-             if s["op"]["type"] == "Lookup"]
+    times = [s.duration_s for _, s in read_measured_spans(run_dir / SPANS_FILE)
+             if s.type == "Lookup"]
     return statistics.median(times)
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_drafts import BASE, wait_for_quiet  # noqa: E402
+from policies.runs.measured import read_measured_spans  # noqa: E402
 
 TWO_STAGES = "stage0=cpu0,stage1=cpu1"
 
@@ -48,18 +49,17 @@ def run(args: list[str], out: Path, env: dict) -> dict:
 def time_shares(spans_path: Path, tokens: int) -> dict:
     """Per generated token (ms): busy time per core, idle core time, transfers,
     and the stage-0 passes beyond one per token (flushed work)."""
-    spans = [json.loads(line) for line in spans_path.read_text().splitlines()]
+    spans = [s for _, s in read_measured_spans(spans_path)]
     wall_s, busy = 0.0, defaultdict(float)
     kinds = defaultdict(float)
-    for batch in {s.get("prompt_batch") for s in spans}:
-        mine = [s for s in spans if s.get("prompt_batch") == batch]
-        wall_s += max(s["end_s"] for s in mine) - min(s["start_s"] for s in mine)
+    for batch in {s.batch for s in spans}:
+        mine = [s for s in spans if s.batch == batch]
+        wall_s += max(s.end_s for s in mine) - min(s.start_s for s in mine)
         for s in mine:
-            dt = s["end_s"] - s["start_s"]
-            if s["kind"] == "compute":
-                busy[s["physical"]] += dt
-            kinds[s["name"]] += dt
-    stage0 = sum(1 for s in spans if s["name"] == "stage0")
+            if s.kind == "compute":
+                busy[s.physical] += s.duration_s
+            kinds[s.name] += s.duration_s
+    stage0 = sum(1 for s in spans if s.name == "stage0")
     per = 1e3 / tokens
     return {"wall_ms": wall_s * per,
             **{f"busy_{k}_ms": v * per for k, v in sorted(busy.items())},

@@ -9,7 +9,6 @@ baseline on the same prompts), then writes under the run directory:
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 
@@ -25,8 +24,8 @@ from policies.runs.config import RunSettings
 from policies.runs.metrics import add_speedup, baseline_of, run_metrics
 from policies.runs.folders import claim_new_dir, default_run_dir, retire_run
 from hwprofiles.outputfiles import atomic_write_text
-from policies.runs.records import write_record
-from policies.runs.spans import Span, measured_span, write_chrome_trace
+from policies.runs.measured import write_measured_run
+from policies.runs.spans import Span
 from policies.traces import held_rows
 
 
@@ -118,7 +117,7 @@ def as_spans(results: list[BatchResult]) -> list[Span]:
     """Measured spans of all batches on one timeline, as simulator spans."""
     out, offset_s = [], 0.0
     for r in results:
-        out += [measured_span(s, offset_s, physical=True) for s in r.spans]
+        out += [s.as_span(offset_s, physical=True) for s in r.spans]
         offset_s += r.wall_s
     return out
 
@@ -259,20 +258,10 @@ def _progress(enabled: bool, n_prompts: int, batch: int, passes: int):
                 delay=2.0)  # quick failures print their error alone
 
 
-def write_run(run_dir: Path, inputs: dict, metrics: dict, results, outputs, texts) -> Path:
-    spans, acceptance, offset_s = [], [], 0.0
-    for i, r in enumerate(results):
-        for s in r.spans:
-            spans.append({**s, "start_s": s["start_s"] + offset_s,
-                          "end_s": s["end_s"] + offset_s, "prompt_batch": i})
-        acceptance += [{**a, "prompt_batch": i} for a in r.acceptance]
-        offset_s += r.wall_s
-    run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run_dir / "spans.jsonl", "".join(json.dumps(s) + "\n" for s in spans))
-    atomic_write_text(run_dir / "acceptance.jsonl",
-                      "".join(json.dumps(a) + "\n" for a in acceptance))
-    write_chrome_trace(run_dir / "trace.json", as_spans(results),
-                       process=f"measured {inputs['policy']}", metadata=inputs)
-    return write_record(run_dir / "record.json", kind="measured", inputs=inputs,
-                        metrics=metrics, spans="spans.jsonl", trace="trace.json",
-                        acceptance_trace="acceptance.jsonl", outputs=outputs, texts=texts)
+def write_run(run_dir: Path, inputs: dict, metrics: dict, results: list[BatchResult],
+              outputs, texts) -> Path:
+    """The run's files, written through the measured-run schema
+    (``policies.runs.measured``), the prompt batches laid end to end."""
+    return write_measured_run(run_dir, inputs, metrics,
+                              [(r.wall_s, r.spans, r.acceptance) for r in results],
+                              outputs, texts)

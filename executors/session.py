@@ -28,6 +28,7 @@ from executors.coordinate.observers import OBSERVERS
 from hwprofiles import load_platform
 from hwprofiles.placement import check_overrides, resolve
 from policies import PolicyContext, PolicyParams, build, parse_params
+from policies.runs.measured import MeasuredSpan
 
 
 @dataclass
@@ -46,7 +47,7 @@ class BatchResult:
     generated: list[list[int]]
     wall_s: float
     steps: int
-    spans: list[dict]
+    spans: list[MeasuredSpan]
     acceptance: list[dict]
     stats: dict
     prefill_s: float = 0.0  # the prompt's prefill, before the clock of wall_s starts
@@ -54,7 +55,7 @@ class BatchResult:
     @property
     def first_token_s(self) -> float | None:
         """When the first Verify committed tokens, on the decoding's clock."""
-        ends = [s["end_s"] for s in self.spans if s["op"]["type"] == "Verify"]
+        ends = [s.end_s for s in self.spans if s.type == "Verify"]
         return min(ends) if ends else None
 
     @property

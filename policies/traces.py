@@ -14,7 +14,9 @@ a Verify line, ``{"accepted": [k per row], "gamma", "proposed", "committed",
 "bonus_rank", "margin", "branch"[, "correction", "topk_hit", "nodes"]}``
 (``nodes``: a token tree's scored nodes per row), and an Outcome
 line, ``{"event": name, "held": [bool per row]}`` (older traces: one bool);
-the run adds ``prompt_batch``. Nothing else is accepted.
+the run adds ``prompt_batch``. Nothing else is accepted. The executor builds
+each line as a ``VerifyLine`` or ``EventLine`` (``line()``), so what it writes is
+what is read back; ``policies.runs.measured`` writes them into a measured run.
 """
 
 from __future__ import annotations
@@ -55,6 +57,11 @@ class _Line(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
 
     prompt_batch: Count = 0
+
+    def line(self) -> dict:
+        """The JSON object a runtime records: the fields it gave, in the order
+        declared (a measured run adds ``prompt_batch`` as it writes the file)."""
+        return self.model_dump(exclude_unset=True)
 
 
 class VerifyLine(_Line):

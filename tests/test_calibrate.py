@@ -30,6 +30,7 @@ from policies import PolicyContext, build
 from policies.cachebook import PositionBook
 from policies.ops import Forward, Join, Spawn, StreamWeights, Transfer, Verdict, Verify, drive
 from simcore import RooflineCost, acceptance
+from policies.runs.measured import MeasuredSpan
 from policies.runs.records import write_record
 from policies.runs.spans import Span, chrome_trace
 
@@ -282,12 +283,13 @@ def test_a_streams_wait_is_its_own_term():
     Forward that freed its slot (with two slots, the first Forward over the chunk
     streamed two streams earlier). The first stream of a batch has no wait."""
     def stream(layer, start_s, end_s):
-        return {"op": {"type": "StreamWeights", "device": "target", "layers": [layer, layer + 1]},
-                "device": "disk", "start_s": start_s, "end_s": end_s}
+        return MeasuredSpan.from_line({"op": {"type": "StreamWeights", "device": "target",
+                                              "layers": [layer, layer + 1]},
+                                       "device": "disk", "start_s": start_s, "end_s": end_s})
 
     def forward(layer, start_s, end_s, device="cpu0"):
-        return {"op": {"type": "Forward", "layers": [layer, layer + 1]}, "device": device,
-                "start_s": start_s, "end_s": end_s}
+        return MeasuredSpan.from_line({"op": {"type": "Forward", "layers": [layer, layer + 1]},
+                                       "device": device, "start_s": start_s, "end_s": end_s})
 
     spans = [stream(1, 0.0, 0.5), stream(2, 0.5003, 1.0), forward(1, 0.6, 0.7),
              forward(2, 1.0, 1.2), stream(3, 1.2002, 1.6), forward(9, 1.6, 3.0, "cpu1"),
@@ -341,7 +343,7 @@ def test_executor_passes_and_critical_times():
               "device": "cpu0", "start_s": 0.013, "end_s": 0.020},
              {"op": dict(fwd, device="draft"), "device": "cpu1", "start_s": 0.005,
               "end_s": 0.018}]
-    run = type("Run", (), {"spans": spans})()
+    run = type("Run", (), {"spans": [MeasuredSpan.from_line(s) for s in spans]})()
     times = critical_times(run, plat.placement, plat)
     assert times[0] == pytest.approx(0.009 + 0.001 + 0.001)  # + gap + Verify
     assert times[2] == pytest.approx(0.007 + 0.001 - 0.005)  # + gap - ends busy
@@ -351,8 +353,8 @@ def test_executor_work_rewrites_forwards_and_marks_steps():
     """The replay's rewrite: a sampled 2-token Forward measured with n_fed=3 runs as
     a 3-position pass then a 1-position pass; each Verify is followed by a
     zero-length step-end marker; unmeasured Forwards run as asked."""
-    measured = [{"op": {"type": "Forward", "label": "draft", "n_fed": 3}, "start_s": 0.0,
-                 "end_s": 1.0}]
+    measured = [MeasuredSpan.from_line({"op": {"type": "Forward", "label": "draft", "n_fed": 3},
+                                        "start_s": 0.0, "end_s": 1.0})]
 
     def schedule():
         handle = yield Forward("draft", "draft", (0, 8), 2, 1, 10, head="lm",
@@ -390,8 +392,9 @@ def test_a_multi_token_pass_is_one_pass_in_calibration_and_replay():
     stepped = list(pass_terms(Terms(plat).cost, spec, "cpu1",
                                    {k: v for k, v in op.items() if k != "multi_token"}))
     assert len(stepped) == 9  # the same Forward, one token a pass
-    measured = [{"op": {"type": "Forward", "label": "draft", "n_fed": 8, "multi_token": 2},
-                 "start_s": 0.0, "end_s": 1.0}]
+    measured = [MeasuredSpan.from_line({"op": {"type": "Forward", "label": "draft", "n_fed": 8,
+                                               "multi_token": 2},
+                                        "start_s": 0.0, "end_s": 1.0})]
 
     def schedule():
         yield Forward("draft", "draft", (0, 15), 9, 1, 10, head="lm", emit="sample",

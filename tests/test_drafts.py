@@ -249,8 +249,8 @@ def trained_mtp(tmp_path_factory):
 
 
 def _draft_passes(out) -> list[dict]:
-    return [x["op"] for x in out.spans if x["op"]["type"] == "Forward"
-            and x["op"]["model"] == "draft" and x["op"].get("emit") == "sample"]
+    return [x.op for x in out.spans if x.op["type"] == "Forward"
+            and x.op["model"] == "draft" and x.op.get("emit") == "sample"]
 
 
 @pytest.mark.parametrize("params", [
@@ -324,7 +324,7 @@ def test_a_multi_token_run_records_one_pass_and_replays(trained_mtp, monkeypatch
     record = json.loads((tmp_path / "run" / "record.json").read_text())
     assert record["inputs"]["params"] == {"gamma": 3, "kappa": 2}  # no eta=1 pinned
     run = load_run(tmp_path / "run")
-    emitted = [x["op"]["multi_token"] for x in run.spans if "multi_token" in x["op"]]
+    emitted = [x.op["multi_token"] for x in run.spans if "multi_token" in x.op]
     assert emitted and max(emitted) == 2
     capsys.readouterr()
     assert main(["replay", str(tmp_path / "run"), "--json"]) == 0
@@ -385,8 +385,8 @@ def test_at_temperature_one_trained_drafts_keep_the_target_distribution(
     samples = [g[:2] for g in out.generated]
     assert sum(sum(a["accepted"]) for a in out.acceptance if "accepted" in a) > rows // 4
     if draft:  # the proposal's two tokens came from one pass
-        assert {x["op"].get("multi_token") for x in out.spans
-                if x["op"].get("model") == "draft" and x["op"].get("emit") == "sample"} == {2}
+        assert {x.op.get("multi_token") for x in out.spans
+                if x.op.get("model") == "draft" and x.op.get("emit") == "sample"} == {2}
     assert _chi2_p(samples, target) > 1e-3
     assert 0.5 * np.abs(draft_first - target.sum(1) / target.sum()).sum() > 0.1
 
@@ -428,7 +428,7 @@ def test_smollm2_with_the_shipped_heads_is_lossless(policy, params, shipped):
     accepted = sum(sum(a["accepted"]) for o in outs for a in o.acceptance if "accepted" in a)
     assert accepted > 0
     if policy == "mirror":  # eta 2 by default: the shipped multi-token head on exit 15
-        assert any(x["op"].get("multi_token") == 2 for o in outs for x in o.spans)
+        assert any(x.op.get("multi_token") == 2 for o in outs for x in o.spans)
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -19,6 +19,7 @@ from executors.coordinate.coordinator import Coordinator
 from executors.coordinate.loop import call
 from executors.backend.tensor import WeightsCmd
 from policies.ops import AllReduce
+from policies.runs.measured import MeasuredSpan
 from executors.backend.layers import Positions, Stack
 from executors.measure import measure
 from executors.session import Options, Session
@@ -143,7 +144,7 @@ def test_ssd_at_batch_2_keeps_hit_rows_and_stays_lossless(inline_session, params
     verifies = [a for a in run.acceptance if "accepted" in a]
     assert all(len(v["proposed"]) == 2 for v in verifies)
     if params.get("backup", "jit") == "jit":
-        backups = [sp["op"] for sp in run.spans if sp["name"] == "backup"]
+        backups = [sp.op for sp in run.spans if sp.name == "backup"]
         assert any(op["sequences"] is not None and len(op["sequences"]) == 1
                    and op["batch"] == 1 for op in backups)
         # a round after a mixed one verifies both rows' speculations, neither empty
@@ -167,10 +168,10 @@ def test_worker_processes_run_the_draft_on_its_own_core(workers):
     sd = s.decode("sd", {"gamma": 3}, PROMPTS[:1])
     pp = s.decode("ppsd", {"exit_layer": 2}, PROMPTS[:1])
     assert sd.generated[0][:12] == ref and pp.generated[0][:12] == ref
-    where = {(x["op"].get("label"), x["physical"]) for x in sd.spans}
+    where = {(x.op.get("label"), x.physical) for x in sd.spans}
     assert ("draft", "cpu:1") in where and ("verify", "cpu:0") in where
-    moved = [x for x in pp.spans if x["kind"] == "transfer"]
-    assert moved and {x["physical"] for x in moved} >= {"cpu:0->cpu:1", "cpu:1->cpu:0"}
+    moved = [x for x in pp.spans if x.kind == "transfer"]
+    assert moved and {x.physical for x in moved} >= {"cpu:0->cpu:1", "cpu:1->cpu:0"}
 
 
 STREAMED = [("ar_stream", {"dram_budget_gb": 0.0006}),
@@ -194,9 +195,9 @@ def test_streamed_layers_come_from_disk_within_the_budget(tiny, tmp_path, monkey
         in_memory = [i for i, layer in enumerate(s.loaded["target"].model.model.layers)
                      if next(layer.parameters()).numel()]
     assert [g[:12] for g in out.generated] == [g[:12] for g in ref.generated]
-    streams = [x for x in out.spans if x["kind"] == "stream"]
-    assert {tuple(x["op"]["layers"]) for x in streams} == {(2, 3), (3, 4), (4, 5), (5, 6)}
-    assert all(x["op"]["bytes_read"] >= x["op"]["nbytes"] for x in streams)
+    streams = [x for x in out.spans if x.kind == "stream"]
+    assert {tuple(x.op["layers"]) for x in streams} == {(2, 3), (3, 4), (4, 5), (5, 6)}
+    assert all(x.op["bytes_read"] >= x.op["nbytes"] for x in streams)
     assert store.streamed == {2, 3, 4, 5} and len(store.loaded) <= 2
     assert store.capacity == 2  # the StreamWeights' buffer: 2 chunks of 1 layer
     assert set(in_memory) - {0, 1} <= set(store.loaded)  # resident: layers 0, 1 only
@@ -343,9 +344,9 @@ def test_parallel_branches_overlap_in_worker_processes(workers):
     coord.t0 = start = time.perf_counter()
     coord.run(schedule())
     elapsed_s = time.perf_counter() - start
-    a, b = sorted(coord.spans, key=lambda x: x["name"])
-    assert elapsed_s < 0.7 and a["physical"] != b["physical"]
-    assert min(a["end_s"], b["end_s"]) - max(a["start_s"], b["start_s"]) > 0.2
+    a, b = sorted(coord.spans, key=lambda x: x.name)
+    assert elapsed_s < 0.7 and a.physical != b.physical
+    assert min(a.end_s, b.end_s) - max(a.start_s, b.start_s) > 0.2
 
 
 def test_the_executor_refuses_layouts_and_events_its_operations_do_not_give(tiny):
@@ -514,19 +515,19 @@ def test_cuda_target_with_cpu_draft_is_lossless(tiny):
         mirror = s.decode("mirror", {"gamma": 3, "kappa": 2, "exit_layer": 3, "eta": 1},
                           PROMPTS[:1])
     assert sd.generated[0][:12] == ref and mirror.generated[0][:12] == ref
-    assert {x["physical"] for x in sd.spans} >= {"cuda:0", "cpu:1"}
+    assert {x.physical for x in sd.spans} >= {"cuda:0", "cpu:1"}
 
 
 # tensor parallelism ------------------------------------------------------------------
-def _group_forwards(spans) -> list[tuple[dict, list[dict]]]:
+def _group_forwards(spans) -> list[tuple[MeasuredSpan, list[MeasuredSpan]]]:
     """Each Forward span on the group with the collective spans recorded after it."""
     out = []
     for x in spans:
-        if x["kind"] == "compute" and x["op"]["type"] == "Forward":
+        if x.kind == "compute" and x.op["type"] == "Forward":
             out.append((x, []))
-        elif x["kind"] == "collective" and out:
+        elif x.kind == "collective" and out:
             out[-1][1].append(x)
-    return [(f, c) for f, c in out if f["device"] == "cpu_tp"]
+    return [(f, c) for f, c in out if f.device == "cpu_tp"]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -551,7 +552,7 @@ def test_a_target_sharded_over_two_workers_is_lossless(tmp_path, seed):
     for run in (ar, sd):
         forwards = _group_forwards(run.spans)
         assert forwards and all(len(c) == 2 * 6 for _, c in forwards)
-        assert all(f["start_s"] <= x["start_s"] <= x["end_s"] <= f["end_s"]
+        assert all(f.start_s <= x.start_s <= x.end_s <= f.end_s
                    for f, c in forwards for x in c)
     shards = [w[0]["target"] for w in weights]
     assert sum(layers for layers, _ in shards) == full_layers + norms
@@ -568,8 +569,8 @@ def test_a_standalone_all_reduce_runs_in_the_group(workers):
         yield AllReduce("cpu_tp", 65536, count=3, label="sync")
 
     coord.run(schedule())
-    spans = [x for x in coord.spans if x["kind"] == "collective"]
-    assert [(x["name"], x["op"]["nbytes"], x["device"]) for x in spans] == [
+    spans = [x for x in coord.spans if x.kind == "collective"]
+    assert [(x.name, x.op["nbytes"], x.device) for x in spans] == [
         ("sync", 65536, "cpu_tp")] * 3
 
 
@@ -593,7 +594,7 @@ def test_a_target_sharded_over_two_cuda_devices_is_lossless(tmp_path):
     with Session("cpu-local", f"random:{spec}", "self:4", options=opts) as s:
         out = s.decode("sd", {"gamma": 3}, PROMPTS)
     assert [g[:12] for g in out.generated] == ref
-    assert any(x["kind"] == "collective" for x in out.spans)
+    assert any(x.kind == "collective" for x in out.spans)
 
 
 def test_closing_a_stopped_worker_kills_it(monkeypatch):

@@ -15,6 +15,7 @@ from executors.backend.device import FwdCmd
 from executors.coordinate.loop import call
 from executors.session import Options, Session
 from executors.backend.workers import LoadCmd, WorkerClient
+from policies.runs.measured import MeasuredSpan
 from policies.ssd import PRESPEC, TO_DRAFT, TO_TARGET
 
 PROMPT = [5, 9, 14, 3, 7, 22, 1]
@@ -106,19 +107,19 @@ def test_messages_between_two_workers_end_in_the_order_sent(three_workers):
     assert order == list(range(6))
 
 
-def _rounds(spans: list[dict]):
+def _rounds(spans: list[MeasuredSpan]):
     """Per round: (verdict to draft span, pre-speculation passes of the round). A
     round's passes start between the trips of its own speculation to the target
     and of the next one."""
-    sent = sorted(x["end_s"] for x in spans if x["name"] == TO_TARGET)
-    verdicts = sorted((x for x in spans if x["name"] == TO_DRAFT), key=lambda x: x["end_s"])
-    passes = [x for x in spans if x["name"] == PRESPEC]
+    sent = sorted(x.end_s for x in spans if x.name == TO_TARGET)
+    verdicts = sorted((x for x in spans if x.name == TO_DRAFT), key=lambda x: x.end_s)
+    passes = [x for x in spans if x.name == PRESPEC]
     rounds = []
     for verdict in verdicts:
-        lo = max(t for t in sent if t < verdict["start_s"])
-        hi = min((t for t in sent if t > verdict["end_s"]), default=float("inf"))
-        rounds.append((verdict, sorted((p for p in passes if lo <= p["start_s"] < hi),
-                                       key=lambda p: p["start_s"])))
+        lo = max(t for t in sent if t < verdict.start_s)
+        hi = min((t for t in sent if t > verdict.end_s), default=float("inf"))
+        rounds.append((verdict, sorted((p for p in passes if lo <= p.start_s < hi),
+                                       key=lambda p: p.start_s)))
     return rounds
 
 
@@ -154,5 +155,5 @@ def test_a_miss_stops_the_pre_speculation_after_the_step_in_flight(ssd_runs):
     assert missed, "random models should miss the cache"
     for verdict, passes in missed:
         assert 0 < len(passes) < 3
-        assert all(p["end_s"] < verdict["end_s"] for p in passes[:-1])
-        assert passes[-1]["end_s"] > verdict["end_s"]
+        assert all(p.end_s < verdict.end_s for p in passes[:-1])
+        assert passes[-1].end_s > verdict.end_s

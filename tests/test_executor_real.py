@@ -66,7 +66,7 @@ def test_every_schedule_is_lossless_on_the_builtin_prompts(real, policy, params)
             assert _near_tie(real, row, tokens[:MAX_NEW]) < 1e-4, (policy, row)
     assert out.steps > 0 and out.wall_s > 0
     if policy == "cats":  # 26 resident layers, 4 streamed; corrections rode along
-        assert {x["kind"] for x in out.spans} >= {"stream"}
+        assert {x.kind for x in out.spans} >= {"stream"}
         assert any(any(a.get("correction", ())) for a in out.acceptance)
 
 
@@ -106,6 +106,6 @@ def test_a_target_sharded_over_two_workers_is_lossless_on_the_builtin_prompts(re
         for row, tokens in enumerate(out.generated):
             if tokens[:MAX_NEW] != real.reference[row]:
                 assert _near_tie(real, row, tokens[:MAX_NEW]) < 1e-4, row
-        group = [x for x in out.spans if x["device"] == "cpu_tp"]
-        forwards = sum(x["kind"] == "compute" and x["op"]["type"] == "Forward" for x in group)
-        assert forwards and sum(x["kind"] == "collective" for x in group) == 2 * 30 * forwards
+        group = [x for x in out.spans if x.device == "cpu_tp"]
+        forwards = sum(x.kind == "compute" and x.op["type"] == "Forward" for x in group)
+        assert forwards and sum(x.kind == "collective" for x in group) == 2 * 30 * forwards

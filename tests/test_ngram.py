@@ -197,7 +197,7 @@ def test_greedy_lookup_equals_ar_token_for_token(tmp_path):
             ng = s.decode("sd", {"proposer": "ngram", "n": 2, "n_min": 1, "gamma": 5}, [p])
             assert [g[:24] for g in ng.generated] == ar  # a last step may commit more
             assert any(sum(a["proposed"]) for a in ng.acceptance)  # it did propose
-            assert [x["op"]["type"] for x in ng.spans].count("Lookup") == ng.steps
+            assert [x.op["type"] for x in ng.spans].count("Lookup") == ng.steps
 
 
 def test_lookup_at_temperature_one_samples_the_target_distribution(tmp_path):

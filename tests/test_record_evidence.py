@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from analyses.measured.evidence import longest_sequence
 from analyses.measured.replay import load_run
-from analyses.measured.runrecord import OP_TYPES
+from policies.runs.measured import OP_TYPES
 from hwprofiles.loader import list_names
 from tests.clicases import run_cli
 from tests.test_calibrate import make_measured_run

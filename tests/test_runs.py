@@ -4,7 +4,8 @@ speedup over AR, baselines, measured spans."""
 from types import SimpleNamespace
 
 from policies.runs.metrics import add_speedup, baseline_of, elapsed_s, run_metrics
-from policies.runs.spans import Span, measured_span
+from policies.runs.measured import MeasuredSpan
+from policies.runs.spans import Span
 
 CONFIG = SimpleNamespace(policy="sd", platform="p", target="t", draft="d", batch=2, seed=1,
                          deterministic=True)
@@ -44,10 +45,11 @@ def test_baselines_come_from_the_schedule():
 def test_measured_spans_name_devices_like_simulated_ones():
     line = {"name": "draft", "kind": "compute", "device": "gpu0", "physical": "cuda:0",
             "start_s": 1.0, "end_s": 1.5, "op": {"type": "Forward"}}
-    assert measured_span(line, 2.0) == Span("draft", "compute", "gpu0", 3.0, 3.5)
-    assert measured_span(line, physical=True).device == "gpu0 (cuda:0)"
+    span = MeasuredSpan.from_line(line)
+    assert span.as_span(2.0) == Span("draft", "compute", "gpu0", 3.0, 3.5)
+    assert span.as_span(physical=True).device == "gpu0 (cuda:0)"
     old = {"start_s": 0, "end_s": 1, "op": {"type": "Verify", "device": "cpu0"}}
-    assert measured_span(old) == Span("Verify", "compute", "cpu0", 0.0, 1.0)
+    assert MeasuredSpan.from_line(old).as_span() == Span("Verify", "compute", "cpu0", 0.0, 1.0)
 
 
 def test_old_module_names_still_import():

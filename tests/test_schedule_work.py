@@ -57,8 +57,8 @@ def _session(spec, draft, placement, temperature, seed):
 
 def _forwards(session, policy, params):
     """Per prompt, the measured Forward spans' operations."""
-    return [[s["op"] for s in session.decode(policy, params, [p]).spans
-             if s["op"]["type"] == "Forward"] for p in PROMPTS]
+    return [[s.op for s in session.decode(policy, params, [p]).spans
+             if s.op["type"] == "Forward"] for p in PROMPTS]
 
 
 def declared(op: dict) -> int:
@@ -119,8 +119,8 @@ def test_ppsd_runs_one_last_stage_pass_per_verdict(spec, mode):
     with Session("cpu-local", f"random:{spec}", None, placement=STAGES, seed=0,
                  options=Options(max_new_tokens=24, mode=mode, temperature=0.0)) as s:
         runs = [s.decode("ppsd", {"exit_layer": 2}, [p]) for p in PROMPTS]
-    passes = Counter(x["op"]["label"] for r in runs for x in r.spans
-                     if x["op"]["type"] in ("Forward", "Verify"))
+    passes = Counter(x.op["label"] for r in runs for x in r.spans
+                     if x.op["type"] in ("Forward", "Verify"))
     assert passes["stage0"] - passes["verify"] > 30  # tokens flushed on the way
     assert passes["stage2"] == passes["verify"] == 3 * 24
 
@@ -140,7 +140,7 @@ def test_ssd_feeds_what_it_declares_with_worker_processes(spec):
         runs = [s.decode("ssd", params, [p]) for params in SSD for p in PROMPTS]
     hits = sum(all(d["held"]) for r in runs for d in r.acceptance
                if d.get("event") == "cache_hit")
-    ops = [[x["op"] for x in r.spans if x["op"]["type"] == "Forward"] for r in runs]
+    ops = [[x.op for x in r.spans if x.op["type"] == "Forward"] for r in runs]
     assert hits >= 3 and _mismatches(ops) == Counter()
 
 

@@ -225,7 +225,7 @@ def test_greedy_tree_equals_ar_token_for_token(close_draft, params):
     assert [g[:12] for g in both.generated] == s.reference
     verifies = [a for r in one for a in r.acceptance if "accepted" in a]
     assert sum(sum(a["accepted"]) for a in verifies) > 0  # the tree's tokens are taken
-    forwards = [x["op"] for r in one for x in r.spans if x["op"]["type"] == "Forward"]
+    forwards = [x.op for r in one for x in r.spans if x.op["type"] == "Forward"]
     assert forwards and all(declared(op) == op["n_fed"] for op in forwards)
 
 
@@ -256,7 +256,7 @@ def test_sampled_trees_feed_the_positions_they_declare(tiny, temperature, seed):
     with session(tiny, "self:5", placement=STAGES, temperature=temperature,
                  seed=seed) as s:
         runs = [s.decode("tree", p, [q]) for p in TREES for q in PROMPTS]
-    ops = [x["op"] for r in runs for x in r.spans if x["op"]["type"] == "Forward"]
+    ops = [x.op for r in runs for x in r.spans if x.op["type"] == "Forward"]
     assert len(ops) > 30 and [(o["label"], declared(o), o["n_fed"]) for o in ops
                               if declared(o) != o["n_fed"]] == []
     assert max(o["n_fed"] for o in ops if o["label"] == "tree draft") >= 2  # catch-up
@@ -322,7 +322,7 @@ def test_a_cuda_target_scores_trees_losslessly(tiny):
         ref = s.decode("ar", {}, PROMPTS[:2]).generated
         runs = [s.decode("tree", p, PROMPTS[:2]) for p in TREES[:3]]
     assert all([g[:12] for g in r.generated] == [g[:12] for g in ref] for r in runs)
-    assert {x["physical"] for x in runs[0].spans} >= {"cuda:0", "cpu:1"}
+    assert {x.physical for x in runs[0].spans} >= {"cuda:0", "cpu:1"}
 
 
 def test_a_measured_run_refuses_a_tree_priced_at_another_temperature(close_draft):

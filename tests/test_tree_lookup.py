@@ -160,7 +160,7 @@ def test_greedy_lookup_tree_equals_ar_token_for_token(tmp_path):
             ar = s.decode("ar", {}, [p]).generated
             tree = s.decode("tree", LOOKUP, [p])
             assert [g[:24] for g in tree.generated] == ar  # a last step may commit more
-            assert [x["op"]["type"] for x in tree.spans].count("Lookup") == tree.steps
+            assert [x.op["type"] for x in tree.spans].count("Lookup") == tree.steps
             assert all(x["nodes"][0] >= x["proposed"][0] >= x["accepted"][0]
                        for x in tree.acceptance)
         batch = s.decode("tree", LOOKUP, prompts)  # rows of different trees at once

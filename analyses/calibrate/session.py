@@ -94,7 +94,7 @@ def pass_counts(run: MeasuredRun, rep) -> dict[str, list[int]]:
     k passes). Equal counts mean both did the same work."""
     measured: dict[str, int] = {}
     for s in run.spans:
-        op = s["op"]
+        op = s.op
         if op["type"] == "Forward":
             k = op.get("n_tokens", 1) if stepped(op) else 1
             measured[op.get("label", "")] = measured.get(op.get("label", ""), 0) + k
@@ -113,16 +113,16 @@ def unmodelled_shares(run: MeasuredRun) -> dict[str, float]:
     wall_s = elapsed_s(run.metrics) or 0.0
     if wall_s <= 0 or not run.spans:
         return {}
-    verify_s = sum(s["end_s"] - s["start_s"] for s in run.spans if s["op"]["type"] == "Verify")
+    verify_s = sum(s.end_s - s.start_s for s in run.spans if s.type == "Verify")
     busy_s, reach = 0.0, 0.0
-    for s in sorted(run.spans, key=lambda s: s["start_s"]):  # union of busy intervals
-        start, end = max(s["start_s"], reach), s["end_s"]
+    for s in sorted(run.spans, key=lambda s: s.start_s):  # union of busy intervals
+        start, end = max(s.start_s, reach), s.end_s
         if end > start:
             busy_s += end - start
             reach = end
-    refed_s = sum(s["end_s"] - s["start_s"] for s in run.spans if s["op"]["type"] == "Forward"
-                  and (s["op"].get("n_fed") or 0) > s["op"].get("n_tokens", 1)
-                  + s["op"].get("caught_up", 0))  # a draft's catch-up is not a re-feed
+    refed_s = sum(s.end_s - s.start_s for s in run.spans if s.type == "Forward"
+                  and (s.op.get("n_fed") or 0) > s.op.get("n_tokens", 1)
+                  + s.op.get("caught_up", 0))  # a draft's catch-up is not a re-feed
     return {"verify_share": verify_s / wall_s, "idle_share": max(0.0, 1 - busy_s / wall_s),
             "refed_share": refed_s / wall_s}
 

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 from analyses.calibrate.costfit import Term
 from hwprofiles.placement import Placement
+from policies.runs.measured import MeasuredSpan
 
 DISPATCH_KIND = "StreamWeights: waits before the reads"  # op kind of the waits, summed
 STREAMS_KIND = "StreamWeights: every stream"  # op kind of the streams, summed
 
 
-def dispatch_gaps(spans: list[dict], placement: dict,
+def dispatch_gaps(spans: list[MeasuredSpan], placement: dict,
                   slots: int) -> dict[int, tuple[float, float]]:
     """Span index of each StreamWeights span -> (seconds from when it was free to
     start to its start, seconds of that time its device was computing). Free to
@@ -40,46 +41,46 @@ def dispatch_gaps(spans: list[dict], placement: dict,
     ``buffer_chunks``) after that chunk arrived. A batch's first stream has no
     wait measured."""
     placement = Placement(placement)
-    forwards: dict[tuple, list[dict]] = {}
+    forwards: dict[tuple, list[MeasuredSpan]] = {}
     streams: dict[tuple, list[int]] = {}
     for i, s in enumerate(spans):
-        batch, kind = s.get("prompt_batch", 0), s["op"]["type"]
+        batch, kind = s.batch, s.type
         if kind == "Forward":
-            forwards.setdefault((batch, s.get("device")), []).append(s)
+            forwards.setdefault((batch, s.device), []).append(s)
         elif kind == "StreamWeights":
-            role = s["op"].get("device")
+            role = s.op.get("device")
             streams.setdefault((batch, placement[role]), []).append(i)
     out = {}
     for key, order in streams.items():
-        order.sort(key=lambda i: spans[i]["start_s"])
-        mine = sorted(forwards.get(key, []), key=lambda f: f["start_s"])
+        order.sort(key=lambda i: spans[i].start_s)
+        mine = sorted(forwards.get(key, []), key=lambda f: f.start_s)
         for m in range(1, len(order)):
             stream = spans[order[m]]
-            ready = spans[order[m - 1]]["end_s"]
+            ready = spans[order[m - 1]].end_s
             if m >= slots:
-                ready = max(ready, _freed_s(spans[order[m - slots]], mine, stream["start_s"]))
-            start = stream["start_s"]
+                ready = max(ready, _freed_s(spans[order[m - slots]], mine, stream.start_s))
+            start = stream.start_s
             out[order[m]] = (max(0.0, start - ready), _busy_s(mine, ready, start))
     return out
 
 
-def _busy_s(forwards: list[dict], a: float, b: float) -> float:
+def _busy_s(forwards: list[MeasuredSpan], a: float, b: float) -> float:
     """Seconds of [a, b] during which one of the Forwards (sorted by start) ran."""
     total, reach = 0.0, a
     for f in forwards:
-        lo, hi = max(f["start_s"], reach), min(f["end_s"], b)
+        lo, hi = max(f.start_s, reach), min(f.end_s, b)
         if hi > lo:
             total, reach = total + hi - lo, hi
     return total
 
 
-def _freed_s(chunk: dict, forwards: list[dict], before_s: float) -> float:
+def _freed_s(chunk: MeasuredSpan, forwards: list[MeasuredSpan], before_s: float) -> float:
     """When the first Forward over a streamed chunk's layers, after it arrived,
     ended (-inf: none ended before ``before_s``)."""
-    layers = list(chunk["op"]["layers"])
+    layers = list(chunk.op["layers"])
     for f in forwards:
-        if f["start_s"] >= chunk["end_s"] and list(f["op"]["layers"]) == layers:
-            return f["end_s"] if f["end_s"] <= before_s else float("-inf")
+        if f.start_s >= chunk.end_s and list(f.op["layers"]) == layers:
+            return f.end_s if f.end_s <= before_s else float("-inf")
     return float("-inf")
 
 

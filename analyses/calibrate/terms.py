@@ -53,6 +53,7 @@ from executors.passes import span_passes
 from hwprofiles import Platform, load_model
 from hwprofiles.placement import Placement, resolve
 from policies import parse_params
+from policies.runs.measured import MeasuredSpan
 from simcore import RooflineCost
 from simcore.costmodel import (LinearTerms, allreduce_terms, dispatch_terms, hop_terms,
                                stream_terms)
@@ -114,22 +115,22 @@ def critical_times(run: MeasuredRun, placement: dict, platform: Platform) -> lis
     """Per span: the time it held the executor's critical path (module doc)."""
     placement = Placement(placement)
     spans = run.spans
-    observed = [float(s["end_s"]) - float(s["start_s"]) for s in spans]
-    order = sorted(range(len(spans)), key=lambda i: (spans[i].get("prompt_batch", 0),
-                                                     spans[i]["start_s"]))
+    observed = [s.end_s - s.start_s for s in spans]
+    order = sorted(range(len(spans)), key=lambda i: (spans[i].batch,
+                                                     spans[i].start_s))
     busy = _busy_by_device(spans)
     ends: dict = {}  # per prompt batch, sorted ends of the spans seen so far
     last_forward: dict = {}
     for i in order:
         s = spans[i]
-        batch, kind = s.get("prompt_batch", 0), s["op"]["type"]
+        batch, kind = s.batch, s.type
         seen = ends.setdefault(batch, [])
-        before = bisect.bisect_right(seen, s["start_s"])  # the latest end before it
-        gap = s["start_s"] - seen[before - 1] if before else 0.0
+        before = bisect.bisect_right(seen, s.start_s)  # the latest end before it
+        gap = s.start_s - seen[before - 1] if before else 0.0
         if kind == "StreamWeights":
             gap = 0.0  # its wait is a term of its own (streamterms.dispatch_gaps)
         if kind == "Verify":
-            target = last_forward.get((batch, s.get("device") or None))
+            target = last_forward.get((batch, s.device or None))
             target = last_forward.get((batch, None)) if target is None else target
             if target is not None:
                 observed[target] += gap + observed[i]
@@ -138,29 +139,29 @@ def critical_times(run: MeasuredRun, placement: dict, platform: Platform) -> lis
         if kind == "Transfer":
             observed[i] -= _endpoints_busy(s, busy, placement, platform)
         if kind == "Forward":
-            last_forward[(batch, s.get("device"))] = last_forward[(batch, None)] = i
-        bisect.insort(seen, s["end_s"])
+            last_forward[(batch, s.device)] = last_forward[(batch, None)] = i
+        bisect.insort(seen, s.end_s)
     return observed
 
 
-def _busy_by_device(spans: list[dict]) -> dict[str, list[tuple[float, float]]]:
+def _busy_by_device(spans: list[MeasuredSpan]) -> dict[str, list[tuple[float, float]]]:
     out: dict[str, list] = {}
     for s in spans:
-        if s["op"]["type"] == "Forward":
-            out.setdefault(s.get("device"), []).append((s["start_s"], s["end_s"]))
+        if s.type == "Forward":
+            out.setdefault(s.device, []).append((s.start_s, s.end_s))
     return {k: sorted(v) for k, v in out.items()}
 
 
-def _endpoints_busy(span: dict, busy: dict, placement: dict, platform: Platform) -> float:
+def _endpoints_busy(span: MeasuredSpan, busy: dict, placement: dict, platform: Platform) -> float:
     """How long either end of a Transfer span was computing during it (the
     executor sends and receives a message only when the device is free)."""
     ends = set()
-    for role in (span["op"].get("src"), span["op"].get("dst")):
+    for role in (span.op.get("src"), span.op.get("dst")):
         try:
             ends.add(platform.members(placement[role])[0])
         except (KeyError, TypeError):
             continue
-    a, b = float(span["start_s"]), float(span["end_s"])
+    a, b = span.start_s, span.end_s
     intervals = sorted(iv for d in ends for iv in busy.get(d, ()) if iv[1] > a and iv[0] < b)
     total, reach = 0.0, a
     for lo, hi in intervals:
@@ -190,7 +191,7 @@ class Terms:
         times = critical_times(run, placement, self.platform)
         out = []
         for span, observed in zip(run.spans, times):
-            term = self._term(span["op"], placement, run, observed)
+            term = self._term(span.op, placement, run, observed)
             if term is not None and observed > 0:
                 out.append(term)
         out += self._dispatches(run, placement)
@@ -205,7 +206,7 @@ class Terms:
         except ValueError:  # parameters of an unknown or changed schedule: one slot
             slots = 1
         for i, (gap, busy) in dispatch_gaps(run.spans, placement, slots).items():
-            role = run.spans[i]["op"]["device"]
+            role = run.spans[i].op["device"]
             device = self.platform.device(self.platform.members(placement[role])[0])
             term = Term(gap, DISPATCH_KIND, run.name, fixed_s=busy)  # compute before it
             _add(term, dispatch_terms(device), self.classes)

@@ -75,7 +75,7 @@ def check_replay_simulation(run, profile: str | None, allow_large: bool) -> None
     """Refuse a replay whose simulations (one per prompt batch, at the record's
     tokens and batch) are over the budget; a record that cannot be configured
     is left to the replay's own refusal."""
-    batches = run.batches() if any("prompt_batch" in s for s in run.spans) else [None]
+    batches = run.batches() if run.batched() else [None]
     try:
         config = replay_config(run, profile, batches[0])
     except ValueError:

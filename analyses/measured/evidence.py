@@ -1,7 +1,7 @@
 """A measured run's files checked against each other: the record is evidence.
 
-``runrecord`` checks each file on its own (types, ranges, names inside the run
-directory); here the files of one run must tell one story, or the run is refused
+The measured-run schema (``policies.runs.measured``, with ``runrecord``) checks
+each file on its own (types, ranges, names inside the run directory); here the files of one run must tell one story, or the run is refused
 before a replay or a fit believes it. Every reader of measured runs (``hetspec
 replay``, ``calibrate --runs``, ``compare --runs``) passes through
 ``check_evidence`` (``analyses.measured.replay.load_run`` calls it):
@@ -30,11 +30,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from analyses.measured.runrecord import CORRUPT
 from analyses.run.config import RunConfig
 from hwprofiles import Platform, load_platform
 from hwprofiles.loader import list_names
 from hwprofiles.placement import check_overrides, resolve
+from policies.runs.measured import CORRUPT, MeasuredSpan
 from policies.runs.metrics import elapsed_s
 from policies.traces import MAX_ACCEPTED, field_error
 
@@ -129,15 +129,15 @@ def longest_sequence(inputs: dict) -> int:
     return prompt + tokens + MAX_ACCEPTED + MAX_TREE_POSITIONS
 
 
-def _span_device(span: dict, n: int, where: str, platform: Platform, known: set[str],
+def _span_device(span: MeasuredSpan, n: int, where: str, platform: Platform, known: set[str],
                  placement: dict) -> None:
-    device = span.get("device")
+    device = span.device
     if device and device not in known:
         raise refuse(f"{where} line {n}", f"the span ran on '{device}', which is no "
                      f"device, group, memory tier or link of platform '{platform.name}' "
                      "(the record's inputs.platform), so the spans were measured elsewhere "
                      "(a record retargeted to other hardware is no measurement of it)")
-    op = span["op"]
+    op = span.op
     if device and op["type"] == "Forward" and op.get("device"):
         expected = placement[op["device"]]
         if device != expected:
@@ -146,8 +146,8 @@ def _span_device(span: dict, n: int, where: str, platform: Platform, known: set[
                          f"placement puts that role on '{expected}'")
 
 
-def _span_times(span: dict, n: int, where: str, wall_s: float | None) -> None:
-    start, end = span["start_s"], span["end_s"]
+def _span_times(span: MeasuredSpan, n: int, where: str, wall_s: float | None) -> None:
+    start, end = span.start_s, span.end_s
     if start < 0:
         raise refuse(f"{where} line {n}", f"the span starts at {start:.6g} s, before the "
                      "run's clock started")
@@ -156,8 +156,8 @@ def _span_times(span: dict, n: int, where: str, wall_s: float | None) -> None:
                      f"measured wall time of {wall_s:.6g} s")
 
 
-def _span_positions(span: dict, n: int, where: str, limit: int) -> None:
-    op = span["op"]
+def _span_positions(span: MeasuredSpan, n: int, where: str, limit: int) -> None:
+    op = span.op
     if op["type"] != "Forward":
         return
     for key in ("n_tokens", "n_fed", "context", "context_measured"):
@@ -200,7 +200,7 @@ def check_acceptance(run) -> None:
     verifies = [(n, d) for n, d in zip(run.line_numbers, run.lines) if "accepted" in d]
     if not verifies:
         return
-    timed = sum(s["op"]["type"] == "Verify" for s in run.spans)
+    timed = sum(s.type == "Verify" for s in run.spans)
     if timed and timed != len(verifies):
         raise refuse(acc, f"it holds {len(verifies)} Verify lines but {run.spans_path} "
                      f"times {timed} Verify operations (one step writes one of each), so "

@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from executors.passes import executor_passes
 from policies.ops import Delay, Forward, Parallel, Spawn, Verify
+from policies.runs.measured import MeasuredSpan
 
 STEP_END = "step end"  # the zero-length marker a replay puts after each Verify
 
@@ -31,14 +32,14 @@ class ExecutorWork:
     spans ended before it started) and order within the round; a Forward with
     no measured counterpart runs as the schedule asked."""
 
-    def __init__(self, spans: list[dict], rewrite: bool = True):
-        ends = sorted(s["end_s"] for s in spans if s["op"]["type"] == "Verify")
+    def __init__(self, spans: list[MeasuredSpan], rewrite: bool = True):
+        ends = sorted(s.end_s for s in spans if s.type == "Verify")
         self.table: dict[tuple, dict] = {}
         seen: dict[tuple, int] = {}
-        for s in sorted(spans, key=lambda s: s["start_s"]):
-            if rewrite and s["op"]["type"] == "Forward":
-                key = (s["op"].get("label", ""), bisect.bisect_right(ends, s["start_s"]))
-                self.table[key + (seen.get(key, 0),)] = s["op"]
+        for s in sorted(spans, key=lambda s: s.start_s):
+            if rewrite and s.type == "Forward":
+                key = (s.op.get("label", ""), bisect.bisect_right(ends, s.start_s))
+                self.table[key + (seen.get(key, 0),)] = s.op
                 seen[key] = seen.get(key, 0) + 1
         self.round, self.counts = 0, {}
 

@@ -30,14 +30,15 @@ import numpy as np
 
 from analyses.measured.evidence import check_evidence, run_platform
 from analyses.measured.executorwork import ExecutorWork, STEP_END
-from analyses.measured.runrecord import check_record, read_numbered_spans, run_file
+from analyses.measured.runrecord import check_record, run_file
 from analyses.run.api import metrics_of, run_schedule
 from analyses.run.config import RunConfig
 from hwprofiles import load_model, load_platform
 from hwprofiles.outputfiles import scratch_dir
 from policies.runs.metrics import elapsed_s
 from policies.runs.records import read_record
-from policies.runs.spans import chrome_trace, measured_span
+from policies.runs.measured import MeasuredSpan, read_measured_spans
+from policies.runs.spans import Span, chrome_trace
 from policies.traces import held_rows, numbered_acceptance
 from simcore import Outcomes
 
@@ -54,7 +55,7 @@ class MeasuredRun:
 
     path: Path
     record: dict
-    spans: list[dict]
+    spans: list[MeasuredSpan]
     acceptance_path: Path | None
     lines: list[dict] = field(default_factory=list)
     spans_path: Path | None = None
@@ -84,8 +85,12 @@ class MeasuredRun:
 
     def batches(self) -> list[int]:
         """The prompt batches the executor decoded one after another."""
-        return sorted({s.get("prompt_batch", 0) for s in self.spans} |
+        return sorted({s.batch for s in self.spans} |
                       {d.get("prompt_batch", 0) for d in self.lines})
+
+    def batched(self) -> bool:
+        """Whether the run recorded the prompt batch of its spans (older runs did not)."""
+        return any(s.prompt_batch is not None for s in self.spans)
 
 
 def load_run(path) -> MeasuredRun:
@@ -107,7 +112,7 @@ def load_run(path) -> MeasuredRun:
     check_record(record, path)
     platform = run_platform(record, path)
     spans_path = run_file(path.parent, record["spans"], "spans", path)
-    spans = read_numbered_spans(spans_path)
+    spans = read_measured_spans(spans_path)
     acc_path, lines = None, []
     if record.get("acceptance_trace"):
         acc_path = run_file(path.parent, record["acceptance_trace"], "acceptance_trace",
@@ -170,8 +175,8 @@ class ReplayOutcomes(Outcomes):
         return (held,) * op.batch if op.per_row else held
 
 
-def _batch_spans(run: MeasuredRun, batch: int) -> list[dict]:
-    return [s for s in run.spans if s.get("prompt_batch", 0) == batch]
+def _batch_spans(run: MeasuredRun, batch: int) -> list[MeasuredSpan]:
+    return [s for s in run.spans if s.batch == batch]
 
 
 def replay_config(run: MeasuredRun, profile: str | None = None, batch: int | None = None,
@@ -207,13 +212,13 @@ def replay_config(run: MeasuredRun, profile: str | None = None, batch: int | Non
     return RunConfig(**fields)
 
 
-def _prompt_contexts(spans: list[dict]) -> list[int]:
+def _prompt_contexts(spans: list[MeasuredSpan]) -> list[int]:
     """The context of the first target Forward of each prompt batch."""
     first: dict = {}
     for span in spans:
-        op = span["op"]
+        op = span.op
         if op["type"] == "Forward" and op.get("model") == "target":
-            first.setdefault(span.get("prompt_batch", 0), op.get("context"))
+            first.setdefault(span.batch, op.get("context"))
     return [c for c in first.values() if isinstance(c, int)]
 
 
@@ -229,7 +234,7 @@ def check_run_fits(run: MeasuredRun, platform_name: str) -> None:
     if run.inputs.get("draft"):
         models["draft"] = load_model(model_name(run, "draft"))
     for span in run.spans:
-        op = span["op"]
+        op = span.op
         if op["type"] not in ("Forward", "StreamWeights"):
             continue
         spec = models.get(op.get("model"))
@@ -250,8 +255,8 @@ class Replay:
     policy: str
     measured: dict
     predicted: dict
-    measured_spans: list[tuple]
-    predicted_spans: list[tuple]
+    measured_spans: list[Span]
+    predicted_spans: list[Span]
     config: RunConfig
     sim_spans: list = field(default_factory=list, repr=False)  # all batches, in order
     median_step_error: float | None = None
@@ -271,17 +276,13 @@ class Replay:
         return out
 
 
-def measured_span_tuples(run: MeasuredRun) -> list[tuple]:
-    return [tuple(measured_span(s)[:5]) for s in run.spans]
-
-
-def measured_steps(spans: list[dict]) -> list[float]:
+def measured_steps(spans: list[MeasuredSpan]) -> list[float]:
     """Per-step latencies of one prompt batch: from its first span to the end of
     its first Verify, then from Verify end to Verify end."""
     if not spans:
         return []
-    start = min(float(s["start_s"]) for s in spans)
-    ends = sorted(float(s["end_s"]) for s in spans if s["op"]["type"] == "Verify")
+    start = min(s.start_s for s in spans)
+    ends = sorted(s.end_s for s in spans if s.type == "Verify")
     return [b - a for a, b in zip([start] + ends[:-1], ends)]
 
 
@@ -291,8 +292,8 @@ def simulated_steps(spans) -> list[float]:
     return [b - a for a, b in zip([0.0] + ends[:-1], ends)]
 
 
-def _first_steps(spans: list[tuple], step_s: float, steps: int) -> list[tuple]:
-    return [s for s in spans if s[3] < steps * step_s]
+def _first_steps(spans: list[Span], step_s: float, steps: int) -> list[Span]:
+    return [s for s in spans if s.start_s < steps * step_s]
 
 
 def _simulate_batch(run: MeasuredRun, profile, batch: int | None, work: str):
@@ -324,9 +325,8 @@ def replay(run: MeasuredRun, profile: str | None = None, *, steps: int = 4,
         raise ValueError(f"work must be one of {', '.join(WORK)}, not '{work}'")
     check_run_fits(run, load_platform(profile or run.platform
                                       or run.inputs.get("platform")).name)
-    batched = any("prompt_batch" in s for s in run.spans)
     parts = [_simulate_batch(run, profile, b, work)
-             for b in (run.batches() if batched else [None])]
+             for b in (run.batches() if run.batched() else [None])]
     sim_spans, offset_s, measured, simulated = [], 0.0, [], []
     for _, result, steps_m, steps_s in parts:
         sim_spans += [x._replace(start_s=x.start_s + offset_s, end_s=x.end_s + offset_s)
@@ -337,10 +337,9 @@ def replay(run: MeasuredRun, profile: str | None = None, *, steps: int = 4,
     step_error = _median_error(measured, simulated)
     config = parts[0][0]
     return Replay(f"{run.name} ({run.policy})", run.policy, dict(run.metrics), predicted,
-                  _first_steps(measured_span_tuples(run), run.metrics.get(
+                  _first_steps([s.as_span() for s in run.spans], run.metrics.get(
                       "step_latency_s", predicted["step_latency_s"]), steps),
-                  _first_steps([tuple(s[:5]) for s in sim_spans],
-                               predicted["step_latency_s"], steps),
+                  _first_steps(sim_spans, predicted["step_latency_s"], steps),
                   config, sim_spans, step_error, work)
 
 
@@ -374,7 +373,7 @@ def replay_dir(directory, profile: str | None = None) -> list[Replay]:
 
 def side_by_side_trace(rep: Replay, run: MeasuredRun) -> dict:
     """One Chrome trace: the measured run as process 1, the simulation as 2."""
-    measured = chrome_trace([measured_span(s) for s in run.spans],
+    measured = chrome_trace([s.as_span() for s in run.spans],
                             process=f"measured {rep.label}")
     simulated = chrome_trace(rep.sim_spans, process=f"simulated on {rep.config.platform}")
     for event in simulated["traceEvents"]:

@@ -30,6 +30,8 @@ from executors.coordinate.feeds import (Handle, HandleInfo, hidden_command, hidd
                                         multi_token, token_command)
 from executors.coordinate.loop import Loop, Pending
 from policies.cachebook import PositionBook
+from policies.runs.measured import MeasuredSpan, op_fields
+from policies.traces import EventLine, VerifyLine
 from policies.ops import Fanout, Forward, Lookup, Outcome, Roots, Verdict, Verify
 
 
@@ -65,7 +67,7 @@ class Coordinator:
         # so each span records what the simulator would cost (``caught_up``)
         self.positions = PositionBook()
         self.handles: dict[int, HandleInfo] = {}
-        self.spans: list[dict] = []
+        self.spans: list[MeasuredSpan] = []
         self.acceptance: list[dict] = []
         self.observers = observers or {}
         self.steps = 0
@@ -98,19 +100,14 @@ class Coordinator:
         return self._next_handle
 
     # spans ---------------------------------------------------------------------
-    def span(self, op, role: str, client: str, reply, kind: str, **extra) -> None:
-        fields = {"type": type(op).__name__}
-        for name in op.__slots__:
-            value = getattr(op, name)
-            if isinstance(value, (int, float, str, bool, type(None))):
-                fields[name] = value
-            elif isinstance(value, tuple) and all(isinstance(v, (int, float)) for v in value):
-                fields[name] = list(value)
-        fields.update(extra)
-        self.spans.append({"op": fields, "device": self.place.tracks.get(role, role),
-                           "physical": client, "kind": kind,
-                           "name": getattr(op, "label", "") or fields["type"],
-                           "start_s": reply[1] - self.t0, "end_s": reply[2] - self.t0})
+    def span(self, op, role: str, client: str, reply, kind: str, *, track: str | None = None,
+             **extra) -> None:
+        """The measured span of ``op`` on ``role``'s track (or ``track``); ``extra``:
+        what the executor counted for it."""
+        self.spans.append(MeasuredSpan(op_fields(op, **extra),
+                                       track or self.place.tracks.get(role, role), client, kind,
+                                       getattr(op, "label", "") or type(op).__name__,
+                                       reply[1] - self.t0, reply[2] - self.t0))
 
     def collective_spans(self, role: str, client: str, result, name: str,
                          inside: str | None = None) -> None:
@@ -120,9 +117,8 @@ class Coordinator:
         for start, end, nbytes in (result or {}).get("collectives", ()):
             op = {"type": "AllReduce", "group": group, "nbytes": nbytes, "count": 1,
                   "label": name, **({"inside": inside} if inside else {})}
-            self.spans.append({"op": op, "device": group, "physical": client,
-                               "kind": "collective", "name": name,
-                               "start_s": start - self.t0, "end_s": end - self.t0})
+            self.spans.append(MeasuredSpan(op, group, client, "collective", name,
+                                           start - self.t0, end - self.t0))
 
     # Forward -------------------------------------------------------------------
     def forward(self, op: Forward) -> Pending:
@@ -335,7 +331,7 @@ class Coordinator:
             self.last_topk = None
         if nodes is not None:  # a token tree: the nodes each row scored
             line["nodes"] = nodes
-        self.acceptance.append(line)
+        self.acceptance.append(VerifyLine(**line).line())
         verdict = Verdict(tuple(taken), None if op.bonus else tuple(committed))
         self.positions.settle(verdict, op.branch)
         return verdict
@@ -353,7 +349,7 @@ class Coordinator:
             if isinstance(rows, Wait):  # the draft still owes the replies that decide
                 return Pending([(rows.client, SleepCmd(0.0))], decide)
             rows = tuple(bool(h) for h in rows)
-            self.acceptance.append({"event": op.event, "held": list(rows)})
+            self.acceptance.append(EventLine(event=op.event, held=list(rows)).line())
             taken = rows if op.per_row else (all(rows),) * len(rows)
             self.positions.observed(op, taken)
             if any(taken):  # the rows that take their hit get its speculation next

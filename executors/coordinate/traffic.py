@@ -95,10 +95,10 @@ def stream(coord, op: StreamWeights) -> Pending:
     client = coord.place.client(op.device)
 
     def finish(replies):
-        track = coord.place.storage.get(op.device, "storage")
+        # streamed bytes show on the storage tier
         coord.span(op, op.device, client, replies[0], "stream",
+                   track=coord.place.storage.get(op.device, "storage"),
                    bytes_read=replies[0][0]["bytes"])
-        coord.spans[-1]["device"] = track  # streamed bytes show on the storage tier
         return None
 
     return Pending([(client, StreamCmd(op.model, op.layers))], finish)

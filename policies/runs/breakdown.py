@@ -1,7 +1,7 @@
 """Where a run's time goes: the critical path through its spans, by cost.
 
 One function for both runtimes: the simulator's spans and a measured run's
-(``measured_span``) have the same shape. Spans carry no dependencies, so the
+(``MeasuredSpan.as_span``) have the same shape. Spans carry no dependencies, so the
 critical path is rebuilt backwards from the end of decoding: at each instant the
 span that finished last before it is the one the work after it waited for; a
 stretch no span covers is a wait. The chain covers the decoding window exactly,

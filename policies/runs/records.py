@@ -15,6 +15,10 @@ from hwprofiles.inputfiles import DuplicateKey, json_loads, refuse_long_integers
 from hwprofiles.outputfiles import atomic_write_text, json_safe
 
 
+RUN_SCHEMA = "hetspec.run/1"  # the run record's schema, and its version
+RUN_SCHEMA_FAMILY = RUN_SCHEMA.split("/")[0] + "/"  # a run record of any version
+
+
 def versions() -> dict[str, str]:
     out = {"python": _platform.python_version()}
     for pkg in ("hetspec", "simpy", "numpy", "scipy", "pydantic", "torch", "transformers"):
@@ -27,7 +31,7 @@ def versions() -> dict[str, str]:
 
 def write_record(path, *, kind: str, inputs: dict, metrics: dict, **extra) -> Path:
     """Write a run record: kind ('simulated' | 'measured'), inputs, metrics, extras."""
-    record = {"schema": "hetspec.run/1", "kind": kind, "inputs": inputs,
+    record = {"schema": RUN_SCHEMA, "kind": kind, "inputs": inputs,
               "versions": versions(), "metrics": metrics, **extra}
     text = json.dumps(json_safe(record), indent=2, sort_keys=True, allow_nan=False)
     return atomic_write_text(path, text)
@@ -57,7 +61,9 @@ def _record_text(path: Path) -> str:
 
 
 def read_record(path) -> dict:
-    """A run record's JSON object; one-sentence ValueError when the file is not one."""
+    """A run record's JSON object, of any version of the run schema (the reader of
+    a measured run reads it by its version: ``policies.runs.measured``); one-sentence
+    ValueError when the file is not one."""
     path = Path(path)
     text = _record_text(path)
     try:
@@ -65,11 +71,11 @@ def read_record(path) -> dict:
     except DuplicateKey as exc:
         raise ValueError(f"run record {path}: {exc}") from None
     except (ValueError, RecursionError) as exc:
-
         raise ValueError(f"run record {path} cannot be read ({exc.__class__.__name__}); "
                          "pass a file written by 'hetspec run --json'") from None
     refuse_long_integers(record, f"run record {path}")
-    if not isinstance(record, dict) or record.get("schema") != "hetspec.run/1":
-        raise ValueError(f"{path} is not a hetspec run record (schema hetspec.run/1); "
+    if not isinstance(record, dict) or not str(record.get("schema", "")).startswith(
+            RUN_SCHEMA_FAMILY):
+        raise ValueError(f"{path} is not a hetspec run record (schema {RUN_SCHEMA}); "
                          "pass a file written by 'hetspec run --json'")
     return record

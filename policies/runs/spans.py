@@ -49,17 +49,3 @@ def write_chrome_trace(path, spans, **kwargs) -> None:
     except ValueError:  # rare: walk the document only when it holds NaN or infinity
         text = json.dumps(json_safe(doc), allow_nan=False)
     atomic_write_text(path, text)
-
-
-def measured_span(span: dict, offset_s: float = 0.0, *, physical: bool = False) -> Span:
-    """A span of a measured run (the executor's dict, as ``spans.jsonl`` holds it)
-    as a ``Span``, shifted by ``offset_s`` (its prompt batch's start). The device is
-    the placement's name, as the simulator's spans name it; ``physical`` appends
-    the torch device it ran on (``gpu0 (cuda:0)``), as measured traces show it.
-    Older span lines without ``name``, ``kind`` or ``device`` take them from the op."""
-    op = span.get("op", {})
-    device = span.get("device", op.get("device", "?"))
-    if physical and "physical" in span:
-        device = f"{device} ({span['physical']})"
-    return Span(span.get("name") or op.get("label") or op["type"], span.get("kind", "compute"),
-                device, float(span["start_s"]) + offset_s, float(span["end_s"]) + offset_s)
