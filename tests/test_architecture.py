@@ -232,8 +232,7 @@ def test_the_policy_checks_see_comparisons_keys_and_schedule_imports():
 # with the module it replaced (the laws module is now the laws folder's forms).
 ANALYSES_TOP = ("analyses/commands", "analyses/cli")
 EXECUTORS_TOP = ("executors/session", "executors/measure", "executors/prompts",
-                 "executors/train", "executors/trainconfig", "executors/traincorpus",
-                 "executors/trainahead")
+                 "executors/train")
 SUBLAYERS = {
     "analyses/laws": ("analyses/run", "analyses/measured", "analyses/compare",
                       "analyses/calibrate") + ANALYSES_TOP,
@@ -245,6 +244,7 @@ SUBLAYERS = {
     "analyses/commands": (),
     "executors/backend": ("executors/coordinate",) + EXECUTORS_TOP,
     "executors/coordinate": EXECUTORS_TOP,
+    "executors/train": ("executors/session", "executors/measure", "executors/prompts"),
 }
 # Known breaks, each (module path, imported module path): the device's greedy
 # verify takes the agreeing-prefix helper from the coordinator's cache book.
