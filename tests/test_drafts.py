@@ -228,7 +228,7 @@ def test_schedules_drafting_through_trained_heads_equal_ar(tiny_drafts, monkeypa
     with Session("cpu-local", f"random:{spec}", "self:5", placement=stages,
                  options=Options(max_new_tokens=12, mode="inline")) as s:
         ref = [s.decode("ar", {}, [p]).generated[0][:12] for p in PROMPTS]
-        assert s._stacks["target"].drafts is not None
+        assert s.stacks["target"].drafts is not None
         out = s.decode(policy, params, PROMPTS)
         assert [g[:12] for g in out.generated] == ref
         drafted = [a for a in out.acceptance if "accepted" in a]
@@ -379,7 +379,7 @@ def test_at_temperature_one_trained_drafts_keep_the_target_distribution(
                  options=Options(max_new_tokens=2, mode="inline", temperature=1.0)) as s:
         _peaky(s, "target", 8.0)
         out = s.decode(policy, params, [prompt] * rows)
-        stack = s._stacks["target"]
+        stack = s.stacks["target"]
         target = _joint(Stack(s.loaded["target"].model), prompt, 12)
         draft_first = _draft_first_token(stack, prompt, kind, end)
     samples = [g[:2] for g in out.generated]
@@ -415,7 +415,7 @@ def shipped():
 def test_smollm2_with_the_shipped_heads_is_lossless(policy, params, shipped):
     s, prompts, ref = shipped
     outs = [s.decode(policy, params, [p]) for p in prompts]
-    assert s._stacks["target"].drafts is not None
+    assert s.stacks["target"].drafts is not None
     for row, out in enumerate(outs):  # equal, or a near-tie flipped by fp32 widths
         theirs = out.generated[0][:SMOLLM2_TOKENS]
         if theirs != ref[row]:
