@@ -354,7 +354,7 @@ def test_the_probe_check_sees_hasattr_and_getattr_with_a_default():
 # reworked (analyses/run/budget.py, executors/measure.py,
 # analyses/calibrate/{session,published,publishedcal,sources}.py); two keep
 # ``hetspec simulate`` from loading the laws and the measured-run checks
-# (analyses/run/api.py, analyses/commands/_common.py). executors/ held 31 of the
+# (analyses/run/api.py, analyses/commands/_common.py). executors/ held 30 of the
 # 61 statements before its session, workers and training were split by job; 10
 # after: backend/models.py's seven (transformers, safetensors and torch, since it
 # loads without torch for the CLI's help) and measure.py's three.
