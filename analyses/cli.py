@@ -3,7 +3,8 @@ is a call into ``analyses.run.api`` (or the module a subcommand names).
 
 Subcommands live in ``analyses/commands/``: each module defines
 ``register(subparsers)``, which adds its parser and sets ``func`` to a
-function taking the parsed arguments and returning an exit code.
+function taking the parsed arguments and returning an exit code; the package
+lists them with their one-line help (``analyses.commands.COMMANDS``).
 """
 
 from __future__ import annotations
@@ -14,14 +15,13 @@ import errno
 import importlib
 import json
 import os
-import pkgutil
 import signal
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
 from pydantic import ValidationError
 
-import analyses.commands
+from analyses.commands import COMMANDS
 from hwprofiles import ProfileError
 from hwprofiles.outputfiles import WriteError, json_safe
 from policies import PolicyError
@@ -38,9 +38,10 @@ def user_errors() -> tuple[type[BaseException], ...]:
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    """The parser of every subcommand, or, when ``argv`` names one, of that one
-    alone: a command imports only what it runs (``hetspec simulate`` loads no
-    calibration, sweep or executor module)."""
+    """The parser of the subcommand ``argv`` names, whose module alone is imported
+    (``hetspec simulate`` loads no calibration, sweep or executor module); when it
+    names none, every command listed with its one-line help, for ``hetspec
+    --help`` and for the error that lists the commands, importing none."""
     parser = argparse.ArgumentParser(
         prog="hetspec",
         description="Which speculative-decoding schedule is fastest on this hardware, "
@@ -49,19 +50,14 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         epilog="Run 'hetspec COMMAND --help' for a command's options.")
     parser.add_argument("--version", action="version", version=f"hetspec {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for mod in _command_modules(argv):
-        importlib.import_module(f"analyses.commands.{mod}").register(sub)
+    named = argv[0] if argv else ""
+    if named in COMMANDS:
+        module = named.replace("-", "_")  # train-draft: analyses/commands/train_draft.py
+        importlib.import_module(f"analyses.commands.{module}").register(sub)
+    else:
+        for name, text in COMMANDS.items():
+            sub.add_parser(name, help=text)
     return parser
-
-
-def _command_modules(argv: list[str] | None) -> list[str]:
-    """The modules of ``analyses/commands/`` to register: the one ``argv`` names
-    first (``train-draft``: ``train_draft``), else all of them (for the help and
-    for the error that lists the commands)."""
-    found = sorted(m.name for m in pkgutil.iter_modules(analyses.commands.__path__)
-                   if not m.name.startswith("_"))
-    named = (argv[0] if argv else "").replace("-", "_")
-    return [named] if named in found else found
 
 
 def _version() -> str:

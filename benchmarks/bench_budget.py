@@ -27,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from analyses.run import budget
+from analyses.run import budget, measuredbudget
 from analyses.run.api import RunConfig, baseline_config, run_schedule
 from policies.runs.metrics import baseline_of
 
@@ -120,8 +120,8 @@ def spans_rate(lines: int) -> float:
         f"refused: {(done.stderr.strip().splitlines() or ['?'])[-1]}"
     rate = n / seconds
     print(f"replay of {n:,} spans: {seconds:.2f} s ({ok}), {rate:,.0f} spans per second "
-          f"(budget.SPANS_PER_S = {budget.SPANS_PER_S:,}: "
-          f"{'ok' if budget.SPANS_PER_S <= rate else 'TOO HIGH'})")
+          f"(measuredbudget.SPANS_PER_S = {measuredbudget.SPANS_PER_S:,}: "
+          f"{'ok' if measuredbudget.SPANS_PER_S <= rate else 'TOO HIGH'})")
     return rate
 
 

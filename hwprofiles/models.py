@@ -2,7 +2,7 @@
 mixture of experts; per-layer parameters, bytes and FLOPs derive from it.
 
 Like every profile object it is frozen, forbids unknown fields and needs a
-source for each number a file sets (``hwprofiles.sourced``). Sizes lie inside
+source for each number a file sets (``hwprofiles.numbers.Sourced``). Sizes lie inside
 ranges that published models stay far within: a value beyond them is a typo.
 """
 
@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from hwprofiles.sourced import Sourced
+from hwprofiles.numbers import Sourced
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 Dtype = Literal["fp32", "fp16", "bf16", "fp8", "int8", "int4"]
@@ -70,7 +70,7 @@ class ModelSpec(Sourced):
     kv_bits: Bits | None = None
     compute_bits: ComputeBits | None = None  # set per run (--set compute_bits=8)
     # set per run (``--set expert_parallel=on``): the routed experts are sharded
-    # whole over a group's members instead of tensor-parallel (simcore.moe)
+    # whole over a group's members instead of tensor-parallel (CollectiveGroup.alltoall_s)
     expert_parallel: bool = False
 
     @model_validator(mode="after")
@@ -229,6 +229,19 @@ class ModelSpec(Sourced):
             return self.layer_bytes
         params = self.layer_fixed_params + self.expected_experts(rows) * self.expert_params
         return params * self.weight_elem_bytes
+
+    def dispatch_bytes(self, rows: int, group_size: int) -> float:
+        """Bytes one member of a group of ``group_size`` sends in one dispatch (or
+        combine) of a layer under expert parallelism (``expert_parallel``):
+        attention stays tensor-parallel while the routed experts sit whole, E/G
+        per member; each member owns rows/G of the tokens and sends each token's
+        k expert copies to the member holding that expert. Routing is uniform, so
+        (G-1)/G of the copies leave their member. The weight bytes a pass reads
+        are the same in expectation under either sharding: only the collectives
+        differ (``CollectiveGroup.alltoall_s``)."""
+        g = group_size
+        copies = rows / g * self.n_active_experts * (g - 1) / g
+        return copies * self.hidden * self.dtype_bytes
 
     def kv_bytes_per_token_layer(self) -> float:
         return 2 * self.n_kv_heads * self.dim_per_head * self.kv_elem_bytes

@@ -12,6 +12,11 @@ profiles write their large numbers that way. So a numeric field takes a string
 that Python's ``int()`` or ``float()`` reads (an integer field: an integral
 value, ``'1e3'`` is 1000) and refuses any other string, ``'inf'`` and ``'nan'``
 included.
+
+``Sourced`` builds on it for every profile object: each number a file sets is
+named in the object's ``sources`` mapping (spec sheet, paper or measurement).
+Platforms (``hwprofiles.schema``) and model specs (``hwprofiles.models``) are
+Sourced.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ import math
 import types
 from typing import Annotated, Any, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationInfo, field_validator,
+                      model_validator)
 
 _UNIONS = (Union, types.UnionType)
 _SEQUENCES = (tuple, list)
@@ -106,3 +112,32 @@ class StrictModel(BaseModel):
     def _numbers_are_numbers(cls, value: Any, info: ValidationInfo) -> Any:
         field = cls.model_fields.get(info.field_name or "")
         return value if field is None else strict_numbers(value, field.annotation)
+
+
+class Frozen(StrictModel):
+    """Frozen, no unknown fields, finite numbers (``StrictModel``)."""
+
+
+class Sourced(Frozen):
+    """An object whose numbers each name where they come from."""
+
+    sources: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _every_number_has_a_source(self):
+        for name in self.model_fields_set:
+            value = getattr(self, name)
+            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+            numeric = numeric or (isinstance(value, dict) and value and all(
+                isinstance(v, (int, float)) for v in value.values()))
+            if numeric and name not in self.sources:
+                raise ValueError(
+                    f"field '{name}' has no source; add sources.{name}: "
+                    "'<spec sheet, paper or measurement>'")
+        for name, text in self.sources.items():
+            if name not in type(self).model_fields:
+                raise ValueError(f"sources.{name} names no field of "
+                                 f"{type(self).__name__}; fix the spelling or drop it")
+            if not text.strip():
+                raise ValueError(f"sources.{name} is empty; say where the number comes from")
+        return self

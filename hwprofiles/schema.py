@@ -78,11 +78,10 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from hwprofiles.closedforms import allreduce_s
 # the model spec lives in hwprofiles.models; importing it from here keeps working
 from hwprofiles.models import (BITS, DTYPE_BYTES, MAX_LAYERS, Bits, Dtype,  # noqa: F401
                                ModelSpec)
-from hwprofiles.sourced import Sourced
+from hwprofiles.numbers import Sourced
 
 # Ranges of the physical quantities (see the module docstring).
 MAX_CAPACITY_BYTES = 1e18  # one exabyte: no memory tier holds more
@@ -202,6 +201,27 @@ class Link(Sourced):
         return self.bandwidth_gb_s * 1e9
 
 
+def allreduce_s(algorithm: str, alpha_s: float, bandwidth_bytes_s: float, group: int,
+                nbytes: float) -> float:
+    """One all-reduce of nbytes over ``group`` members: the closed form that
+    ``CollectiveGroup.allreduce_s`` prices and ``simcore.costmodel`` splits into
+    the terms calibration fits, written once so that the two cannot drift.
+
+    ``alpha_beta``: alpha log2 G + M / bandwidth (the Mirror-SD model);
+    ``ring``: 2(G-1) alpha + 2(G-1)/G M / bandwidth;
+    ``tree``: 2 log2 G (alpha + M / bandwidth).
+    """
+    g = group
+    if g == 1:
+        return 0.0
+    bw = bandwidth_bytes_s
+    if algorithm == "alpha_beta":
+        return alpha_s * math.log2(g) + nbytes / bw
+    if algorithm == "ring":
+        return 2 * (g - 1) * alpha_s + 2 * (g - 1) / g * nbytes / bw
+    return 2 * math.log2(g) * (alpha_s + nbytes / bw)
+
+
 class CollectiveGroup(Sourced):
     """Devices that act as one (tensor parallel), and how they all-reduce.
 
@@ -233,6 +253,16 @@ class CollectiveGroup(Sourced):
     def allreduce_s(self, nbytes: float) -> float:
         return allreduce_s(self.algorithm, self.alpha_s, self.bandwidth_gb_s * 1e9,
                            self.size, nbytes)
+
+    def alltoall_s(self, nbytes_sent: float) -> float:
+        """One all-to-all in which each member sends ``nbytes_sent`` to the others
+        (expert parallelism's dispatch or combine, ``ModelSpec.dispatch_bytes``):
+        G-1 pairwise exchanges on the group's links, (G-1) alpha plus the bytes a
+        member sends over the group's bandwidth."""
+        g = self.size
+        if g == 1:
+            return 0.0
+        return (g - 1) * self.alpha_s + nbytes_sent / (self.bandwidth_gb_s * 1e9)
 
 
 class Platform(Sourced):

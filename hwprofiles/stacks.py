@@ -66,7 +66,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from hwprofiles.sourced import Sourced
+from hwprofiles.numbers import Sourced
 
 MAX_HOST_S = 1.0  # no framework spends a second of host time per layer or call
 DEFAULT_STACK = "compiled"

@@ -2,7 +2,8 @@
 
 Nothing here imports simpy or torch: the same schedule runs in the simulator
 and in the real executor. ``base`` is the registry every schedule registers
-with; ``catalog`` looks the shipped schedules up by name.
+with; ``catalog`` looks the shipped schedules up by name, importing a
+schedule's module when its name is first looked up.
 """
 
 from policies.base import PolicyContext, PolicyError, PolicyParams, register

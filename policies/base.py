@@ -2,7 +2,7 @@
 
 A policy is registered with a pydantic parameter model (frozen, extra
 fields forbidden). Users pick policies by name: ``policies.catalog`` looks them
-up (``entry``, ``build``, ...) once ``policies.builtin`` has loaded them; this
+up (``entry``, ``build``, ...), importing a schedule's module on first use; this
 module imports no schedule, so every schedule can import it.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
@@ -123,6 +123,7 @@ class PolicyEntry:
     baseline: Callable[[PolicyParams], tuple[str, dict]]
     timeline: Callable[[list], dict] | None = None
     outcome_models: Callable[[PolicyContext, PolicyParams], OutcomeModels] | None = None
+    law_terms: Callable[[LawCosts, PolicyContext, PolicyParams], Any] | None = None
 
 
 REGISTRY: dict[str, PolicyEntry] = {}
@@ -137,7 +138,8 @@ def register(name: str, params: type[PolicyParams], *, needs_draft: bool = False
              baseline: Callable[[PolicyParams], tuple[str, dict]] = _plain_ar,
              timeline: Callable[[list], dict] | None = None,
              outcome_models: Callable[[PolicyContext, PolicyParams], OutcomeModels]
-             | None = None):
+             | None = None,
+             law_terms: Callable[[LawCosts, PolicyContext, PolicyParams], Any] | None = None):
     """Register ``fn(ctx, params) -> generator`` under a user-facing name.
 
     ``baseline(params)`` names the autoregressive run a speedup is measured
@@ -148,12 +150,18 @@ def register(name: str, params: type[PolicyParams], *, needs_draft: bool = False
     ``outcome_models(ctx, params)`` gives the simulator what the schedule models
     of its verdicts and events (``policies.modelled``); none: the run's
     acceptance model decides every Verify, and the schedule asks no Outcome.
+    ``law_terms(costs, ctx, params)`` gives the terms the schedule's closed form
+    takes, priced by ``costs`` (``LawCosts``: the caller's cost model and
+    closed forms), whose ``metrics()`` are what a deterministic, fixed-context
+    run at those terms measures (``tests/test_law_terms.py`` checks them);
+    none: the schedule has no latency law to draw.
     """
 
     def wrap(fn):
         summary = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
         REGISTRY[name] = PolicyEntry(name, fn, params, needs_draft, streams_weights,
-                                     summary, baseline, timeline, outcome_models)
+                                     summary, baseline, timeline, outcome_models,
+                                     law_terms)
         return fn
 
     return wrap
@@ -176,3 +184,48 @@ def validate_params(name: str, cls: type[PolicyParams], values: dict[str, Any]) 
                 f"{', '.join(cls.model_fields) or '(none)'}") from None
         raise PolicyError(f"policy '{name}' parameter '{field}': "
                           f"{first['msg'].removeprefix('Value error, ')}") from None
+
+
+# law terms -------------------------------------------------------------------
+# A schedule exports the terms its closed form takes next to the schedule
+# (``register(..., law_terms=fn)``, ``fn(costs, ctx, params)``): which passes,
+# messages and acceptance means make up its step, priced by ``costs``. The
+# schedules sit below the simulator's cost model and the closed-form laws, so
+# they receive both through this interface instead of importing them;
+# ``analyses.laws.terms.Scenario`` answers it over the roofline cost model for
+# one run's configuration. Times are seconds, sizes bytes.
+class LawCosts(Protocol):
+    """The cost model's answers for one run's configuration."""
+
+    batch: int  # rows per step
+    context: int  # KV positions at the middle of the run (its prompt if fixed)
+
+    def contexts(self, n: int) -> list[int]:
+        """KV positions at the middle of n equal parts of the run (one if fixed)."""
+
+    def forward_s(self, model: ModelSpec, role: str, layers: tuple[int, int],
+                  n_tokens: int, rows: int, context: int, head: str | None,
+                  collectives: int | None = None, head_tokens: int | None = None) -> float:
+        """One forward of ``layers`` of ``model`` on the devices of placement
+        ``role`` (as ``policies.ops.Forward`` has them)."""
+
+    def target_s(self, layers: tuple[int, int], n_tokens: int, head: str | None,
+                 context: int | None = None, head_tokens: int | None = None) -> float:
+        """A target forward on role target over every row (context: the run's)."""
+
+    def draft_s(self, n_tokens: int, rows: int, context: int,
+                collectives: int | None) -> float:
+        """A forward of the whole draft model with its LM head on role draft."""
+
+    def trip_s(self, src: str, dst: str, nbytes: float) -> float:
+        """A message from the first device of role src to the first of role dst."""
+
+    def shared(self) -> bool:
+        """Whether the target and the draft share a device (its stream is FIFO)."""
+
+    def mean_accepted(self, gamma: int, scale: float | None = None) -> float:
+        """The run's acceptance model's mean accepted drafts of gamma proposals,
+        each acceptance multiplied by ``scale`` when given."""
+
+    def closed_form(self, name: str) -> Callable[..., dict]:
+        """The closed-form law of that name (``analyses.laws.forms``)."""

@@ -60,7 +60,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from policies.base import PolicyContext, PolicyError, PolicyParams, register
+from policies.base import LawCosts, PolicyContext, PolicyError, PolicyParams, register
 from policies.modelled import OutcomeModels, VerifyModel
 from policies.ops import Forward, Join, Spawn, StreamWeights, Verify
 
@@ -246,8 +246,69 @@ class _Ledger:
                 "streamed_layers": self.plan.n_layers - self.plan.resident}
 
 
+# law terms ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class StreamTerms:
+    """Bytes per committed token of one streaming run's settings over budgets."""
+
+    policy: str
+    params: StreamParams
+    ctx: PolicyContext
+    layer_gb: float
+    mean: float  # tokens committed per cycle (1 for AR)
+    law_gb: float  # the law's decoder-weight bytes read per token
+
+    def streamed_gb(self, budget_gb: float) -> float | None:
+        """Flash bytes per token: the layers the policy's memory plan streams."""
+        try:
+            p = plan_memory(self.ctx, self.params.model_copy(
+                update={"dram_budget_gb": budget_gb}), self.policy).resident
+        except PolicyError:  # the budget cannot hold the stream buffer
+            return None
+        return (self.ctx.target.n_layers - p) * self.layer_gb / self.mean
+
+    def metrics(self) -> dict:
+        """What a deterministic run at these terms measures: decoder-weight bytes
+        read per committed token and, under a budget, those streamed from flash."""
+        out = {"bytes_per_token_gb": self.law_gb}
+        if self.params.dram_budget_gb is not None:
+            out["flash_bytes_per_token_gb"] = self.streamed_gb(self.params.dram_budget_gb)
+        return out
+
+
+def ar_stream_law_terms(costs: LawCosts, ctx: PolicyContext,
+                        params: StreamParams) -> StreamTerms:
+    """AR reads every decoder layer once per token."""
+    n, layer_gb = ctx.target.n_layers, ctx.target.layer_bytes / 1e9
+    return StreamTerms("ar_stream", params, ctx, layer_gb, 1.0, n * layer_gb)
+
+
+def _staged_terms(costs: LawCosts, ctx: PolicyContext, params: KangarooParams, policy: str,
+                  law_args: tuple) -> StreamTerms:
+    """A staged schedule's terms: its law ``policy`` (``analyses.laws.forms``)
+    at the run's mean tokens per cycle, with ``law_args`` after it."""
+    n, layer_gb = ctx.target.n_layers, ctx.target.layer_bytes / 1e9
+    mean = params.mean_accepted or 1 + costs.mean_accepted(params.gamma)
+    law = costs.closed_form(policy)(layer_gb, n, params.gamma, params.l_dm, mean, *law_args)
+    return StreamTerms(policy, params, ctx, layer_gb, mean, law["bytes_per_token_gb"])
+
+
+def kangaroo_law_terms(costs: LawCosts, ctx: PolicyContext,
+                       params: KangarooParams) -> StreamTerms:
+    """Kangaroo's two stages: gamma drafts over 1..L_DM, a verify over all layers."""
+    return _staged_terms(costs, ctx, params, "kangaroo", ())
+
+
+def cats_law_terms(costs: LawCosts, ctx: PolicyContext,
+                   params: CATSParams) -> StreamTerms:
+    """CATS' three stages; the law's total does not depend on L_SV (any valid
+    one gives it)."""
+    return _staged_terms(costs, ctx, params, "cats", (params.l_sv or params.l_dm + 1,))
+
+
 # schedules ---------------------------------------------------------------------------
-@register("ar_stream", StreamParams, streams_weights=True, baseline=_self_baseline)
+@register("ar_stream", StreamParams, streams_weights=True, baseline=_self_baseline,
+          law_terms=ar_stream_law_terms)
 def ar_stream(ctx: PolicyContext, params: StreamParams):
     """Autoregressive decoding under a DRAM budget, streaming what does not fit."""
     plan = plan_memory(ctx, params, "ar_stream")
@@ -294,7 +355,7 @@ def _drafts(params: KangarooParams, batch: int, context: int):
 
 
 @register("kangaroo", KangarooParams, streams_weights=True, baseline=_stream_baseline,
-          outcome_models=stream_outcomes)
+          outcome_models=stream_outcomes, law_terms=kangaroo_law_terms)
 def kangaroo(ctx: PolicyContext, params: KangarooParams):
     """Kangaroo: draft with layers 1..L_DM + adapter, verify with the whole model."""
     if params.l_dm >= ctx.target.n_layers:
@@ -324,7 +385,7 @@ def _kangaroo(ctx, params: KangarooParams, plan: Plan):
 
 
 @register("cats", CATSParams, streams_weights=True, baseline=_stream_baseline,
-          outcome_models=stream_outcomes)
+          outcome_models=stream_outcomes, law_terms=cats_law_terms)
 def cats(ctx: PolicyContext, params: CATSParams):
     """CATS: draft, shallow verifier and flash-streamed tree-masked target pass."""
     n = ctx.target.n_layers

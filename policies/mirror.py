@@ -90,13 +90,14 @@ members hold their stream through both).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field, field_validator
 
-from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyParams,
-                           register)
+from policies.base import (MAX_COLLECTIVES, LawCosts, PolicyContext, PolicyError,
+                           PolicyParams, register)
 from policies.modelled import EventModel, OutcomeModels
 from policies.ops import (Forward, OnTree, Outcome, Parallel, Roots, Transfer, Verify,
                           rows_of)
@@ -382,8 +383,72 @@ def mirror_outcomes(ctx: PolicyContext, params: MirrorParams) -> OutcomeModels:
     return {"reuse": EventModel(plan(ctx, params).omega)}
 
 
+# law terms ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class MirrorTerms:
+    """Eq. 10's terms for one run (seconds) and its expected stall per step."""
+
+    prefix_s: float
+    suffix_s: float
+    draft_s: float
+    rv_ee_s: float
+    rv_fv_s: float
+    fresh_s: float
+    stall_share: float  # steps that wait for a fresh rollout (1 - Omega^B when stalling)
+    plan: MirrorPlan
+    shared: bool  # one device runs suffix and draft in turn: no overlap budget
+    closed_form: Callable[..., dict]  # eq. 10 (analyses.laws.forms.mirror)
+    startup_share: float = 0.0  # the start-up rollout spread over a run's steps
+
+    @property
+    def delta_s(self) -> float:
+        return 0.0 if self.shared else self.suffix_s
+
+    def eq10(self, draft_s: float) -> dict:
+        return self.closed_form(self.prefix_s + self.suffix_s - self.delta_s, self.delta_s,
+                                draft_s, t_rv_ee_s=self.rv_ee_s, t_rv_fv_s=self.rv_fv_s)
+
+    def step_s(self, draft_s: float) -> float:
+        stalls = self.stall_share + self.startup_share
+        return self.eq10(draft_s)["step_latency_s"] + stalls * self.fresh_s
+
+    def metrics(self) -> dict:
+        """What a deterministic run at these terms measures (``mirror_timeline``):
+        each phase's time per step, and the mean step."""
+        return {"step_prefix_s": self.prefix_s, "step_rv_ee_s": self.rv_ee_s,
+                "step_suffix_s": self.suffix_s, "step_draft_gen_s": self.draft_s,
+                "step_rv_fv_s": self.rv_fv_s, "step_latency_s": self.step_s(self.draft_s)}
+
+
+def mirror_law_terms(costs: LawCosts, ctx: PolicyContext,
+                     params: MirrorParams) -> MirrorTerms:
+    """Eq. 10's terms of a run, priced by ``costs`` (``policies.base.LawCosts``) as the
+    schedule spends them: the prefix with its exit head over one position per
+    row, the suffix, the window's rollout over B kappa rows, the top-k message
+    and the longer rendezvous message; the fresh rollout with its trip."""
+    p = plan(ctx, params)
+    b, g = costs.batch, p.gamma
+
+    def rollout(rows: int) -> float:
+        return sum(costs.draft_s(n, rows, costs.context + j * p.eta, p.collectives)
+                   for j, n in enumerate(p.chunks))
+
+    rv_fv = max(costs.trip_s("draft", "target", b * p.kappa * g * ENTRY_BYTES),
+                costs.trip_s("target", "draft", b * VERDICT_BYTES))
+    stall = not skips(p, b, costs.mean_accepted(g))
+    return MirrorTerms(costs.target_s((0, p.exit_layer), g + 1, "exit",
+                                      head_tokens=TOPK_POSITIONS),
+                       costs.target_s((p.exit_layer, p.n_layers), g + 1, "lm"),
+                       rollout(b * p.kappa), costs.trip_s("target", "draft",
+                                                          b * p.kappa * ENTRY_BYTES),
+                       rv_fv, rollout(b) + costs.trip_s("draft", "target",
+                                                        b * g * ENTRY_BYTES),
+                       (1 - p.omega ** b) if stall else 0.0, p, costs.shared(),
+                       costs.closed_form("mirror"))
+
+
 @register("mirror", MirrorParams, needs_draft=True, timeline=mirror_timeline,
-          outcome_models=mirror_outcomes)
+          outcome_models=mirror_outcomes, law_terms=mirror_law_terms)
 def mirror(ctx: PolicyContext, params: MirrorParams):
     """Mirror-SD: a branch-complete draft window on a second accelerator, hidden
     under the target's suffix layers."""

@@ -36,12 +36,15 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field
 
-from policies.base import PolicyContext, PolicyError, PolicyParams, register
+from policies.base import LawCosts, PolicyContext, PolicyError, PolicyParams, register
 from policies.ops import Forward, Join, Spawn, Transfer, Verify
+from policies.sd import SDTerms
 
 TOKEN_ID_BYTES = 4
 EXIT_HEADS = {"norm": "exit", "transformer": "exit_layer"}
@@ -128,7 +131,88 @@ def _pipelined_baseline(p: PPSDParams) -> tuple[str, dict]:
     return "ar", {"pipeline_layers": p.exit_layer}
 
 
-@register("ppsd", PPSDParams, baseline=_pipelined_baseline)
+# law terms ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class PPSDTerms:
+    """PPSD's step times (seconds) for one run, from the cost model: the heads and
+    the links included, which eq. 6 leaves out."""
+
+    t_ar_s: float  # one token of AR through the same stages (ppsd's baseline)
+    t_match_s: float  # between two outputs on a match (the bottleneck)
+    t_flush_s: float  # from a mismatch to its correction's output
+    match_rate: float  # every row's draft matches: alpha^batch
+    closed_form: Callable[..., dict]  # eq. 6 with step times (analyses.laws.forms.ppsd_cost)
+
+    def ppsd(self, match_rate: float | None = None) -> dict:
+        """Eq. 6 with these times, at the run's match rate or the one given."""
+        rate = self.match_rate if match_rate is None else match_rate
+        return self.closed_form(rate, self.t_ar_s, self.t_match_s, self.t_flush_s)
+
+    def metrics(self) -> dict:
+        """What a deterministic run at these terms measures: its speedup over its
+        baseline, AR through the same stages."""
+        return {"speedup_vs_ar": self.ppsd()["speedup"]}
+
+
+def _pipeline_s(costs: LawCosts, ctx: PolicyContext, e: int,
+                head: str) -> tuple[float, float, float]:
+    """(T_match, T_flush, T_AR) of the pipeline: on a match the next output
+    follows after the busiest resource's share of a token (stage 0: exit head +
+    its layers, which the schedule runs one token at a time; a later stage; a
+    link; or the whole journey over the tokens in flight); on a mismatch the
+    correction travels to stage 0 and through every stage and hop, while the
+    schedule refills the pipeline behind it. T_AR is ppsd's baseline, AR through
+    the same stages (``policies.ar`` with ``pipeline_layers``): a token passes
+    every stage and hop, and its id travels back to stage 0."""
+    target, b, c = ctx.target, costs.batch, costs.context
+    n = target.n_layers
+    bounds = [(a, min(a + e, n)) for a in range(0, n, e)]
+    last = len(bounds) - 1
+    roles = [f"stage{k}" for k in range(len(bounds))]
+
+    def stage_s(k: int, head_name=None, layers=None) -> float:
+        return costs.forward_s(target, roles[k], layers or bounds[k], 1, b, c, head_name,
+                               None)
+
+    stages = [stage_s(k, "lm" if k == last else None) for k in range(len(bounds))]
+    exit_s = stage_s(0, head, (e, e))
+    act = target.hidden * target.dtype_bytes * b
+    hops = [costs.trip_s(roles[k - 1], roles[k], act) for k in range(1, len(bounds))]
+    after = sum(hops) + sum(stages[1:])  # from the end of stage 0 to the verdict
+    entry = exit_s + stages[0]  # the schedule drafts and enters one token at a time
+    correction = costs.trip_s(roles[last], roles[0], TOKEN_ID_BYTES * b)
+    match = max([entry, *stages[1:], *hops, (entry + after) / len(bounds)])
+    # after a flush the schedule refills the pipeline one entry at a time until the
+    # correction's verdict arrives (or the pipeline is full), then takes it
+    entries = min(len(bounds) - 1, math.ceil(after / entry))
+    t_ar = stages[0] + after + (correction if last else 0.0)
+    return match, correction + stages[0] + max(after, entries * entry), t_ar
+
+
+def ppsd_law_terms(costs: LawCosts, ctx: PolicyContext, params: PPSDParams) -> PPSDTerms:
+    """The pipeline's times for a run's settings (exit layer, head), priced by
+    ``costs`` (``policies.base.LawCosts``) at the run's context."""
+    head = EXIT_HEADS[params.exit_head]
+    match, flush, t_ar = _pipeline_s(costs, ctx, params.exit_layer, head)
+    alpha = costs.mean_accepted(1)  # P(one draft matches)
+    return PPSDTerms(t_ar, match, flush, alpha ** costs.batch,
+                     costs.closed_form("ppsd_cost"))
+
+
+def eesd_law_terms(costs: LawCosts, ctx: PolicyContext, params: EESDParams) -> SDTerms:
+    """Eq. 4 with the cost model's times: gamma drafts of E layers with the exit
+    head, one verify of gamma + 1 positions over N, one AR token on the target."""
+    e, n, b, c = params.exit_layer, ctx.target.n_layers, costs.batch, costs.context
+    head = EXIT_HEADS[params.exit_head]
+    draft = sum(costs.forward_s(ctx.target, "target", (0, e), 1, b, c + i, head, None)
+                for i in range(params.gamma))
+    return SDTerms(costs.target_s((0, n), 1, "lm"), draft,
+                   costs.target_s((0, n), params.gamma + 1, "lm"), params.gamma,
+                   costs.closed_form("eesd_cost"))
+
+
+@register("ppsd", PPSDParams, baseline=_pipelined_baseline,
+          law_terms=ppsd_law_terms)
 def ppsd(ctx: PolicyContext, params: PPSDParams):
     """Pipeline-parallel early-exit SD: verify-while-draft over ceil(N/E) stages."""
     _check_exit(ctx, params.exit_layer, "ppsd")
@@ -168,7 +252,7 @@ def ppsd(ctx: PolicyContext, params: PPSDParams):
             "flushed_tokens": flushed}
 
 
-@register("eesd", EESDParams)
+@register("eesd", EESDParams, law_terms=eesd_law_terms)
 def eesd(ctx: PolicyContext, params: EESDParams):
     """Sequential early-exit SD: gamma drafts from the first E layers, one verify."""
     n = _check_exit(ctx, params.exit_layer, "eesd")

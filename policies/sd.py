@@ -31,12 +31,14 @@ one position. A step with no match is a one-token pass, an AR step.
 here beside ``lookup_sd``, whose loop it widens (see its section below).
 """
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field, model_validator
 
-from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyParams,
-                           register)
+from policies.base import (MAX_COLLECTIVES, LawCosts, PolicyContext, PolicyError,
+                           PolicyParams, register)
 from policies.modelled import EventModel, OutcomeModels
 from policies.ngram import MAX_N
 from policies.ops import Forward, Found, Lookup, Transfer, Verify
@@ -131,7 +133,50 @@ def outcome_models(ctx: PolicyContext, params: SDParams) -> OutcomeModels:
     return lookup_outcomes(params) if params.proposer == "ngram" else {}
 
 
-@register("sd", SDParams, outcome_models=outcome_models)
+@dataclass(frozen=True)
+class SDTerms:
+    """Leviathan's law with the cost model's step times (seconds): gamma draft steps
+    with the proposal's and the verdict's trips (``t_draft_s``), one verify of
+    gamma + 1 positions, one AR token."""
+
+    t_ar_s: float
+    t_draft_s: float
+    t_verify_s: float
+    gamma: int
+    closed_form: Callable[..., dict]  # eq. 4 with step times (analyses.laws.forms.eesd_cost)
+
+    @property
+    def c(self) -> float:
+        """Leviathan's c: one draft step (its share of the trips included) over T_AR."""
+        return self.t_draft_s / self.gamma / self.t_ar_s
+
+    def law(self, alpha: float) -> dict:
+        """Eq. with T_target(gamma+1) as the cost model has it (the paper takes it
+        equal to T_AR; a compute-bound target pays for its gamma + 1 positions)."""
+        return self.closed_form(alpha, self.gamma, self.t_ar_s, self.t_draft_s,
+                                self.t_verify_s)
+
+    def metrics(self) -> dict:
+        """What a deterministic run at these terms measures: its mean step."""
+        return {"step_latency_s": self.t_draft_s + self.t_verify_s}
+
+
+def sd_law_terms(costs: LawCosts, ctx: PolicyContext, params: SDParams) -> SDTerms:
+    """The step of a run, priced by ``costs`` (``policies.base.LawCosts``) at the
+    run's context: gamma draft steps and both trips, the verify, one AR token."""
+    model, layers, head = draft_source(ctx, params.draft_layers, "sd")
+    spec = ctx.draft if model == "draft" else ctx.target
+    n, b, c, g = ctx.target.n_layers, costs.batch, costs.context, params.gamma
+    drafts = sum(costs.forward_s(spec, "draft", layers, 1, b, c + i, head,
+                                 params.draft_collectives) for i in range(g))
+    trips = (costs.trip_s("draft", "target", b * g * TOKEN_BYTES)
+             + costs.trip_s("target", "draft", b * VERDICT_BYTES))
+    return SDTerms(costs.target_s((0, n), 1, "lm"), drafts + trips,
+                   costs.target_s((0, n), g + 1, "lm"), g, costs.closed_form("eesd_cost"))
+
+
+@register("sd", SDParams, outcome_models=outcome_models,
+          law_terms=sd_law_terms)
 def sd(ctx: PolicyContext, params: SDParams):
     """Vanilla speculative decoding: gamma serial draft steps, one target verify."""
     if params.proposer == "ngram":

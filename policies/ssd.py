@@ -32,7 +32,7 @@ S = [p E_hit + (1-p) E_miss] / [p^B max(1, T_p) + (1-p^B)(1 + T_b)].
 The closed form takes a miss to cut the pre-speculation short at once; here it
 ends after the draft step in flight when every row missed, and runs to its end
 when some row hit, so with T_p > 1 a round with a miss costs up to one draft step
-more, or T_p - 1 more (``analyses.laws.terms`` counts both).
+more, or T_p - 1 more (``ssd_law_terms`` counts both).
 
 Hit model (per row, before SAGUARO sampling): ``hit_rate``, the rate of
 "cache_hit" events in ``hit_trace``, or the power law miss(F) = F^-r averaged
@@ -73,14 +73,17 @@ the simulator and the executor's task loop do).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 from pydantic import Field
 
 from hwprofiles.schema import MAX_TIME_S
-from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyParams,
-                           register)
+from policies.base import (MAX_COLLECTIVES, LawCosts, PolicyContext, PolicyError,
+                           PolicyParams, register)
 from policies.mirror import ENTRY_BYTES, VERDICT_BYTES
 from policies.modelled import EventModel, OutcomeModels, VerifyModel
 from policies.ops import (ALTERNATIVES, Delay, Fanout, Forward, Join, OnTree, Outcome, Spawn,
@@ -398,8 +401,110 @@ def ssd_timeline(spans) -> dict:
             "fallback_time_s": fallback}
 
 
+# law terms ---------------------------------------------------------------------
+SSD_CONTEXTS = 32  # parts of a run whose round times are averaged (context grows)
+
+
+@dataclass(frozen=True)
+class SSDTerms:
+    """The closed form's terms for one run; times in verify times T_v. Each round
+    time is averaged over the run's contexts: a term that crosses another as the
+    context grows (the pre-speculation outlasting the verify) bends the mean.
+    The backup runs for the rows that missed alone, so its latency T_b depends
+    on how many did: ``t_b[backup][m - 1]`` is a round's with m of B rows missed,
+    and the law takes its mean over the rounds with a miss (``mean_t_b``)."""
+
+    t_v_s: float
+    t_p: float
+    t_b: dict  # backup -> T_b per missed rows, as scheduled
+    t_b_at_once: dict  # backup -> T_b per missed rows, if a miss stopped prespec at once
+    e_miss: dict  # backup -> E_miss
+    e_hit: float
+    backup: str
+    partial_hits: str  # keep: rows that hit keep their speculation; backup: all rows take it
+    k: int
+    fanout: tuple
+    batch: int
+    shared: bool  # one device: no pre-speculation during the verify, no law to match
+    hit_rate: float  # the run's per-row hit rate
+    closed_form: Callable[..., dict]  # the SSD law (analyses.laws.forms.ssd)
+
+    def mean_t_b(self, hit_rate: float, backup: str | None = None,
+                 at_once: bool = False) -> float:
+        """T_b averaged over the rounds in which some row missed, rows missing
+        independently with chance 1 - hit_rate (binomial, less the all-hit round)."""
+        per_missed = (self.t_b_at_once if at_once else self.t_b)[backup or self.backup]
+        weights = [math.comb(self.batch, m) * (1 - hit_rate) ** m
+                   * hit_rate ** (self.batch - m) for m in range(1, self.batch + 1)]
+        if sum(weights) <= 0:
+            return per_missed[-1]  # every row hits: no backup runs
+        return sum(w * t for w, t in zip(weights, per_missed)) / sum(weights)
+
+    def law(self, hit_rate: float, backup: str | None = None, at_once: bool = False):
+        """The closed form's results at a per-row hit rate with this run's terms."""
+        b = backup or self.backup
+        if self.partial_hits == "backup":  # a round is a hit or a miss for the whole batch
+            t_b = (self.t_b_at_once if at_once else self.t_b)[b][-1]
+            return self.closed_form(hit_rate ** self.batch, self.e_hit, self.e_miss[b],
+                                    self.t_p, t_b)
+        t_b = self.mean_t_b(hit_rate, b, at_once)
+        return self.closed_form(hit_rate, self.e_hit, self.e_miss[b], self.t_p, t_b,
+                                self.batch)
+
+    def speedup(self, hit_rate: float, backup: str | None = None, at_once: bool = False):
+        """The closed form's speedup at a per-row hit rate with this run's terms."""
+        return self.law(hit_rate, backup, at_once)["speedup"]
+
+    def metrics(self) -> dict:
+        """What a deterministic run at these terms measures (``ssd_timeline``): the
+        mean round, from its verify's start to the next one's."""
+        return {"round_time_s": float(self.law(self.hit_rate)["round_time_over_verify"]
+                                      * self.t_v_s)}
+
+
+def _rounds_s(costs: LawCosts, p: SSDPlan, c: int) -> np.ndarray:
+    """Seconds at context c: T_v, a hit round, then for m = 1..B missed rows the
+    miss rounds (jit, fast) as scheduled and as if the miss stopped
+    pre-speculation at once. Rows that hit need all the pre-speculation, so with
+    some hits it runs to its end; a miss on every row stops it after the step in
+    flight."""
+    b = costs.batch
+    to_draft = costs.trip_s("target", "draft", b * VERDICT_BYTES)
+    to_target = costs.trip_s("draft", "target", b * p.k * ENTRY_BYTES)
+    arrival = costs.target_s((0, p.n_layers), p.k + 1, "lm", c) + to_draft
+    ends = np.cumsum([costs.draft_s(1, b * p.branches, c + p.k + j, p.collectives)
+                      for j in range(p.k)])
+    stop = next((float(e) for e in ends if e >= arrival), arrival)  # step in flight ends
+    hit = max(arrival, ends[-1])
+    rows = []
+    for m in range(1, b + 1):
+        jit = sum(costs.draft_s(1, m, c + j, p.collectives) for j in range(p.k))
+        after = stop if m == b else hit
+        rows.append([after + jit, after + p.fast_backup_s, arrival + jit,
+                     arrival + p.fast_backup_s])
+    return np.concatenate([[arrival, hit], np.ravel(rows)]) + to_target
+
+
+def ssd_law_terms(costs: LawCosts, ctx: PolicyContext, params: SSDParams) -> SSDTerms:
+    """E_hit, E_miss, T_p, T_b of a run, priced by ``costs``
+    (``policies.base.LawCosts``) as the schedule spends them: T_v is the verify plus
+    both rendezvous messages; the verdicts' means as the simulator draws them
+    (``ssd_outcomes``)."""
+    p = plan(ctx, params)
+    mean = np.mean([_rounds_s(costs, p, c) for c in costs.contexts(SSD_CONTEXTS)], axis=0)
+    t_v, hit = mean[0], mean[1]
+    jit, fast, jit_now, fast_now = (tuple(v / t_v - 1) for v in mean[2:].reshape(-1, 4).T)
+    e_hit = 1 + costs.mean_accepted(p.k, p.scale)
+    e_fast = 1 + p.fast_expected
+    return SSDTerms(t_v, hit / t_v, {"jit": jit, "fast": fast},
+                    {"jit": jit_now, "fast": fast_now},
+                    {"jit": e_hit, "fast": e_fast}, e_hit, p.backup, p.partial_hits,
+                    p.k, p.fanout, costs.batch, costs.shared(), p.hit_row,
+                    costs.closed_form("ssd"))
+
+
 @register("ssd", SSDParams, needs_draft=True, timeline=ssd_timeline,
-          outcome_models=ssd_outcomes)
+          outcome_models=ssd_outcomes, law_terms=ssd_law_terms)
 def ssd(ctx: PolicyContext, params: SSDParams):
     """SSD/SAGUARO: the draft pre-speculates next-round outcomes during the verify."""
     return _schedule(ctx, plan(ctx, params))

@@ -44,11 +44,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from hwprofiles.closedforms import allreduce_s
-from hwprofiles.schema import CollectiveGroup, Device, Link, MemoryTier, ModelSpec, Platform
+from hwprofiles.schema import (CollectiveGroup, Device, Link, MemoryTier, ModelSpec, Platform,
+                               allreduce_s)
 from hwprofiles.stacks import COMPILED, Stack
 from simcore import stackcost
-from simcore.moe import alltoall_s, dispatch_bytes
 
 COLLECTIVES_PER_LAYER = 2  # Mirror-SD: two all-reduces per transformer block
 
@@ -176,8 +175,8 @@ class ForwardTerms:
     group: str | None
     collectives: int  # all-reduces on top (0 on one device)
     message_bytes: float  # bytes of each all-reduce
-    alltoalls: int = 0  # expert parallelism's dispatches and combines (simcore.moe)
-    alltoall_bytes: float = 0.0  # bytes one member sends in each
+    alltoalls: int = 0  # expert parallelism's dispatches and combines
+    alltoall_bytes: float = 0.0  # bytes one member sends in each (ModelSpec.dispatch_bytes)
     # the software stack's host time for the pass (simcore.stackcost): its
     # dispatch and its sync after the pass
     host_s: float = 0.0
@@ -284,7 +283,7 @@ def hop_terms(link: Link, nbytes: float) -> LinearTerms:
 
 def allreduce_terms(group: CollectiveGroup, nbytes: float, count: float = 1) -> LinearTerms:
     """count all-reduces of nbytes: the group's algorithm split into its alpha part
-    and its per-byte part (``hwprofiles.closedforms.allreduce_s``)."""
+    and its per-byte part (``hwprofiles.schema.allreduce_s``)."""
     g, alg = group.size, group.algorithm
     alpha_coef = count * allreduce_s(alg, 1.0, math.inf, g, nbytes)
     beta_coef = count * allreduce_s(alg, 0.0, 1e9, g, nbytes)  # seconds at 1 GB/s
@@ -358,13 +357,13 @@ class RooflineCost:
             count = COLLECTIVES_PER_LAYER * n_layers if collectives is None else collectives
             if spec.expert_parallel and collectives is None:
                 # attention keeps one all-reduce per layer; the experts dispatch and
-                # combine their tokens by all-to-all (simcore.moe)
+                # combine their tokens by all-to-all (CollectiveGroup.alltoall_s)
                 count, alltoalls = n_layers, 2 * n_layers
         return ForwardTerms(flops0, flops_ctx, bytes0, bytes_ctx, len(members), kernels,
                             rows, compute_peak(device, spec), tier.bandwidth_bytes_s,
                             device.name, tier.name, where if len(members) > 1 else None,
                             count, rows * spec.hidden * spec.dtype_bytes, alltoalls,
-                            dispatch_bytes(spec, rows, len(members)) if alltoalls else 0.0,
+                            spec.dispatch_bytes(rows, len(members)) if alltoalls else 0.0,
                             host, sync)
 
     def forward(self, spec: ModelSpec, where: str, layers: tuple[int, int],
@@ -402,8 +401,8 @@ class RooflineCost:
             collective_s = t.collectives * self.platform.group(t.group).allreduce_s(
                 t.message_bytes)
         if t.alltoalls:
-            collective_s += t.alltoalls * alltoall_s(self.platform.group(t.group),
-                                                     t.alltoall_bytes)
+            collective_s += t.alltoalls * self.platform.group(t.group).alltoall_s(
+                t.alltoall_bytes)
         rate = byte_rate(t.tier_bytes_s, t.rows > 1, v)
         return (t, flop_rate(t.peak_flops, v), rate,
                 t.kernels * v.compute_half_flops, t.kernels * v.memory_half_bytes,

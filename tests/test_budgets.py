@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 from analyses.compare.sweep import (expand_grid, grid_estimate, grid_settings, parse_sweep,
                                     point_config, points_settings, run_grid)
-from analyses.run import budget
+from analyses.run import budget, measuredbudget
 from analyses.run.config import RunConfig
 from tests.clicases import assert_refused, run_cli
 
@@ -139,7 +139,7 @@ def test_replay_counts_spans_lines_before_parsing(tmp_path):
     assert_refused(result, "1 measured run holding 50,001 spans lines",
                    "over the budget of 50,000 spans lines")
     (run / "spans.jsonl").write_text("x\n" * 3 + "no newline at the end")
-    assert budget.count_lines(run / "spans.jsonl") == 4
+    assert measuredbudget.count_lines(run / "spans.jsonl") == 4
 
 
 def test_help_states_each_budget():

@@ -1,5 +1,6 @@
 """The command lines of the foundation issue, exactly as users type them."""
 
+import argparse
 import json
 import subprocess
 import sys
@@ -111,12 +112,31 @@ def test_help_teaches():
     assert "--deterministic" in out.stdout and "example:" in out.stdout
 
 
+def test_the_command_table_lists_every_command_module_with_its_parsers_help():
+    """``hetspec --help`` lists analyses.commands.COMMANDS without importing the
+    commands: the table names each module's command, and each parser's help."""
+    from analyses.cli import build_parser
+    from analyses.commands import COMMANDS
+
+    folder = Path(__file__).parents[1] / "analyses" / "commands"
+    modules = {p.stem.replace("_", "-") for p in folder.glob("*.py")
+               if not p.stem.startswith("_")}
+    assert set(COMMANDS) == modules
+    for name, text in COMMANDS.items():
+        sub = next(a for a in build_parser([name])._actions
+                   if isinstance(a, argparse._SubParsersAction))
+        assert [(c.dest, c.help) for c in sub._choices_actions] == [(name, text)]
+    listed = hetspec("--help").stdout
+    assert all(name in listed for name in COMMANDS)
+
+
 def test_every_command_registers_without_torch():
     """The main job (`pip install -e .` then `hetspec compare`) has no torch: building
     the parser, every subcommand's help included, must not import it."""
     code = ("import sys; sys.modules['torch'] = None\n"
             "from analyses.cli import build_parser\n"
-            "p = build_parser()\n"
+            "from analyses.commands import COMMANDS\n"
+            "for name in COMMANDS: build_parser([name])\n"
             "assert 'torch' in sys.modules and sys.modules['torch'] is None\n"
             "print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

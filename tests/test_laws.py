@@ -5,7 +5,7 @@ import math
 import pytest
 
 from analyses.laws import forms as laws
-from hwprofiles import closedforms
+from hwprofiles import schema
 from policies import sd, ssd
 
 # Leviathan et al. 2023, table (c = c_hat = 0): (alpha, gamma) -> (speed, operations)
@@ -87,12 +87,12 @@ def test_cats_and_kangaroo_bytes_per_token():
 
 
 def test_alpha_beta_allreduce():
-    assert closedforms.allreduce_s("alpha_beta", 14e-6, 236e9, 4, 1e6) == pytest.approx(
+    assert schema.allreduce_s("alpha_beta", 14e-6, 236e9, 4, 1e6) == pytest.approx(
         28e-6 + 1e6 / 236e9)
-    assert math.isclose(closedforms.allreduce_s("alpha_beta", 1e-5, 1e9, 1, 1e6), 0.0)
-    assert closedforms.allreduce_s("ring", 1e-6, 1e9, 4, 4e6) == pytest.approx(
+    assert math.isclose(schema.allreduce_s("alpha_beta", 1e-5, 1e9, 1, 1e6), 0.0)
+    assert schema.allreduce_s("ring", 1e-6, 1e9, 4, 4e6) == pytest.approx(
         6e-6 + 1.5 * 4e6 / 1e9)
-    assert closedforms.allreduce_s("tree", 1e-6, 1e9, 4, 4e6) == pytest.approx(
+    assert schema.allreduce_s("tree", 1e-6, 1e9, 4, 4e6) == pytest.approx(
         4 * (1e-6 + 4e6 / 1e9))
 
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from analyses.run.api import SimConfig, simulate
-from analyses.laws.terms import mirror_terms
+from analyses.laws.terms import law_terms
 from analyses.laws.forms import mirror as mirror_law
 from hwprofiles import load_model, load_platform
 from policies import PolicyContext, PolicyError, build
@@ -669,8 +669,8 @@ SHIPPED = {"a100-sxm-8x": ("vicuna-7b", "llama-3.2-1b"),
 @pytest.mark.parametrize("platform", sorted(SHIPPED))
 @pytest.mark.parametrize("gamma", [4, 12])
 def test_mirror_equals_eq10_on_every_shipped_platform(platform, gamma):
-    """Eq. 10 with analyses.laws.terms' terms (the cost model's prefix, suffix, rollout
-    and rendezvous times; no overlap budget where draft and target share a device)
+    """Eq. 10 with the terms Mirror exports (mirror_law_terms: the cost model's prefix,
+    suffix, rollout and rendezvous times; no overlap budget where draft and target share a device)
     is the deterministic run's mean step within 0.5% (the start-up rollout)."""
     target, draft = SHIPPED[platform]
     cfg = SimConfig(platform=platform, target=target, draft=draft, policy="mirror",
@@ -678,5 +678,5 @@ def test_mirror_equals_eq10_on_every_shipped_platform(platform, gamma):
                     acceptance={"kind": "iid", "alpha": 0.8}, tokens=2000,
                     deterministic=True, fixed_context=True)
     m = simulate(cfg, baseline=False).metrics
-    terms = mirror_terms(cfg)
+    terms = law_terms(cfg)
     assert m["step_latency_s"] == pytest.approx(terms.step_s(terms.draft_s), rel=5e-3)

@@ -10,7 +10,6 @@ from analyses.run.api import SimConfig, run_models, simulate
 from analyses.run.memory import Piece, weight_bytes
 from hwprofiles import load_model, load_platform
 from simcore.costmodel import RooflineCost
-from simcore.moe import alltoall_s, dispatch_bytes
 
 from test_cli import hetspec
 
@@ -71,9 +70,9 @@ def test_expert_parallel_pays_attention_allreduce_and_two_all_to_alls():
     act = rows * MOE.hidden * MOE.dtype_bytes
     assert tp.collective_s == pytest.approx(96 * group.allreduce_s(act))
     sent = rows / 4 * 8 * 3 / 4 * MOE.hidden * 2  # 3/4 of each token's 8 copies leave
-    assert dispatch_bytes(MOE, rows, 4) == sent
+    assert MOE.dispatch_bytes(rows, 4) == sent
     a2a = 3 * group.alpha_s + sent / (group.bandwidth_gb_s * 1e9)
-    assert alltoall_s(group, sent) == pytest.approx(a2a)
+    assert group.alltoall_s(sent) == pytest.approx(a2a)
     assert ex.collective_s == pytest.approx(48 * (group.allreduce_s(act) + 2 * a2a))
     assert ex.nbytes == tp.nbytes and ex.flops == tp.flops  # same work, other wires
 

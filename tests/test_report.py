@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from analyses.compare import report
-from analyses.laws.terms import mirror_terms, ssd_terms
+from analyses.compare.best import fastest, skipped_policies
+from analyses.laws.terms import law_terms
 from analyses.compare.lawviews import law_figures
 from analyses.cli import main
 from hwprofiles import load_model
@@ -88,11 +89,11 @@ def test_policy_that_does_not_apply_is_skipped_with_a_note():
     base = {**BASE, "draft": None}
     points = expand_grid(["ar", "sd"], [parse_sweep("gamma=2..3")])
     results = run_grid(points, base, jobs=1, quiet=True)
-    assert report.skipped_policies(results) == {
+    assert skipped_policies(results) == {
         "sd": "policy 'sd' needs a draft model; pass --draft NAME"}
     notes = report.build_sections(results, base, ["gamma"])[0].notes
     assert notes == ["sd was not run: policy 'sd' needs a draft model; pass --draft NAME"]
-    assert report.fastest(results).point.policy == "ar"
+    assert fastest(results).point.policy == "ar"
 
 
 def test_compare_cli_writes_report_and_summary(tmp_path, capsys):
@@ -274,11 +275,11 @@ def test_law_grids_cover_both_sides_of_each_kink():
         for r in results:
             cfg = point_config(r.point, base)
             if r.point.policy == "ssd":
-                t = ssd_terms(cfg)
+                t = law_terms(cfg)
                 t_p.add(t.t_p > 1)
                 assert (t.t_b[t.backup] > t.t_b_at_once[t.backup]) == (t.t_p > 1)
             elif r.point.policy == "mirror":
-                t = mirror_terms(cfg)
+                t = law_terms(cfg)
                 hidden.add(t.draft_s <= t.delta_s)
                 stalls.add(t.stall_share > 0)
                 shared.add(t.shared)

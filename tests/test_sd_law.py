@@ -4,7 +4,7 @@ import pytest
 
 from analyses.run.api import SimConfig, simulate
 from analyses.laws.forms import leviathan
-from analyses.laws.terms import sd_terms
+from analyses.laws.terms import law_terms
 from hwprofiles import load_model, load_platform
 from simcore import RooflineCost
 
@@ -112,7 +112,7 @@ SHIPPED = {"a100-sxm-8x": ("vicuna-7b", "llama-3.2-1b"),
 @pytest.mark.parametrize("alpha,gamma", [(0.6, 3), (0.9, 5)])
 def test_sd_equals_its_law_with_cost_model_times_on_every_shipped_platform(platform, alpha,
                                                                            gamma):
-    """Leviathan's law with the cost model's step times (lawterms.sd_terms: gamma
+    """Leviathan's law with the cost model's step times (sd_law_terms: gamma
     draft steps and both trips, one verify of gamma + 1 positions, one AR token)
     is what the deterministic simulation gives, on every shipped platform; the
     plain law (T_target(gamma+1) = T_AR) stays within 0.5% where the verify's extra
@@ -122,7 +122,7 @@ def test_sd_equals_its_law_with_cost_model_times_on_every_shipped_platform(platf
     cfg = SimConfig(platform=platform, target=target, draft=draft, policy="sd",
                     params=params, acceptance={"kind": "iid", "alpha": alpha}, tokens=400,
                     deterministic=True, fixed_context=True, prompt_tokens=CONTEXT)
-    terms = sd_terms(cfg)
+    terms = law_terms(cfg)
     simulated = simulate(cfg).metrics["speedup_vs_ar"]
     assert simulated == pytest.approx(terms.law(alpha)["speedup"], rel=1e-9)
     if terms.t_verify_s <= 1.005 * terms.t_ar_s:

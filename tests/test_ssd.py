@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from analyses.run.api import SimConfig, simulate
-from analyses.laws.terms import ssd_terms
+from analyses.laws.terms import law_terms
 from analyses.laws.forms import ssd as ssd_law
 from hwprofiles import load_model, load_platform
 from policies import PolicyContext, PolicyError, build
@@ -27,7 +27,7 @@ from simcore.outcomes import scaled_expected
 
 CONTEXT, ALPHA = 128, 0.8
 # The closed form assumes a miss stops the pre-speculation at once; the schedule
-# lets the draft's step in flight finish (test below, and analyses.laws.terms,
+# lets the draft's step in flight finish (test below, and policies.ssd.ssd_law_terms,
 # whose law counts it). The shipped h100-sxm-5x's draft GPU carries fitted
 # draft-process terms (slow per row: a step in flight is a large share of a
 # verify), so the closed form is checked where its assumption holds: the same
@@ -357,15 +357,15 @@ SHIPPED = {"a100-sxm-8x": ("vicuna-7b", "llama-3.2-1b"),
                                           ({"k": 7, "fanout": 3, "hit_rate": 0.9,
                                             "backup": "fast"}, 4)])
 def test_ssd_equals_its_law_on_every_shipped_platform(platform, params, batch):
-    """The closed form with analyses.laws.terms' terms (the cost model's verify,
-    pre-speculation and backup times, trips included) is the deterministic run's
+    """The closed form with the terms SSD exports (ssd_law_terms: the cost model's
+    verify, pre-speculation and backup times, trips included) is the deterministic run's
     speedup within 0.5% (the start-up round is the rest)."""
     target, draft = SHIPPED[platform]
     cfg = SimConfig(platform=platform, target=target, draft=draft, policy="ssd",
                     params=params, acceptance={"kind": "iid", "alpha": ALPHA}, tokens=1200,
                     batch=batch, deterministic=True, fixed_context=True)
     m = simulate(cfg, baseline=False).metrics
-    terms = ssd_terms(cfg)
+    terms = law_terms(cfg)
     assert not terms.shared
     simulated = m["mean_tokens_per_step"] * terms.t_v_s / m["step_latency_s"]
     assert simulated == pytest.approx(terms.speedup(params["hit_rate"]), rel=5e-3)
@@ -487,7 +487,7 @@ def test_partial_hits_backup_is_the_whole_batch_form():
     cfg = SimConfig(platform=name, target=target, draft=draft, policy="ssd", params=whole,
                     acceptance={"kind": "iid", "alpha": ALPHA}, tokens=3000, batch=batch,
                     deterministic=True, fixed_context=True, prompt_tokens=CONTEXT)
-    assert ssd_terms(cfg).speedup(p) == pytest.approx(closed, rel=1e-9)
+    assert law_terms(cfg).speedup(p) == pytest.approx(closed, rel=1e-9)
     fast = {"backup": "fast", "fast_alpha": 0.3, "fast_backup_s": 1e-4}
     kept = speedup(run(dict(base, **fast), batch, tokens=3000), t_v)
     dropped = speedup(run(dict(whole, **fast), batch, tokens=3000), t_v)

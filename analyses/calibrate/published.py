@@ -28,6 +28,7 @@ A row may also give the draft's measured time per round (``draft_step_s``,
 from __future__ import annotations
 
 import math
+from importlib import resources
 from dataclasses import dataclass, field as dc_field
 from pathlib import Path
 from typing import Any, Literal
@@ -174,8 +175,6 @@ def shipped_file() -> Path:
 
 def shipped_folder() -> Path:
     """The shipped published set: every file of ``hwprofiles/data/published``."""
-    from importlib import resources
-
     return Path(str(resources.files("hwprofiles") / "data" / "published"))
 
 

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from analyses.calibrate.fitgate import (check_published_fit, check_published_units,
+                                        poor_fit_lines)
 from analyses.calibrate.published import (DEFAULT_FIELDS, Knob, PublishedFit, median_abs_error, objects_of,
                                 evaluate, fit_rows, fit_unknowns, load_published,
-                                ranking_flips, rows_for)
+                                ranking_flips, rows_for, shipped_folder)
+from analyses.calibrate.session import profile_text
 from hwprofiles import Platform, load_platform
+from hwprofiles.outputfiles import atomic_write_text
 
 
 def _sourced(fitted: Platform, original: Platform, knobs: list[Knob], source: str):
@@ -50,8 +54,6 @@ def _change(before: Platform, after: Platform, knob: Knob) -> dict:
 def _named(path) -> str:
     """How a calibration names its published rows: ``shipped`` for the shipped
     folder, else the file's or folder's name."""
-    from analyses.calibrate.published import shipped_folder
-
     return "shipped" if Path(path).resolve() == shipped_folder().resolve() else Path(path).name
 
 
@@ -110,11 +112,6 @@ def calibrate_published(path, profile: str, output, *, fields=DEFAULT_FIELDS,
     ValueError before anything is written, unless ``accept_poor_fit`` (then the
     summary's ``problems`` lists what the gate let pass). ``stack``: only the rows
     measured under that software stack (None: every row, under its own)."""
-    from analyses.calibrate.fitgate import (check_published_fit, check_published_units,
-                                            poor_fit_lines)
-    from analyses.calibrate.session import profile_text
-    from hwprofiles.outputfiles import atomic_write_text
-
     platform = load_platform(profile)
     rows = of_stack(rows_for(load_published(path), platform.name), stack)
     # the unit check reads tokens/s (a speedup has no unit; ms/token its own)

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from analyses.calibrate.fitgate import check_runs_fit, poor_fit_lines
 from analyses.calibrate.terms import Terms, apply, fit, initial_values, op_kind_errors, stepped
 from analyses.measured.replay import MeasuredRun, check_run_fits, find_runs, load_run, replay
 from hwprofiles import Platform, load_platform
@@ -180,8 +181,6 @@ def calibrate(runs_dir, profile: str, output, *,
     ``hold`` are held out whatever their policy. A fit the
     sanity gate refuses (``analyses.calibrate.fitgate``) raises ValueError and
     writes nothing, unless ``accept_poor_fit`` (the summary's ``problems``)."""
-    from analyses.calibrate.fitgate import check_runs_fit, poor_fit_lines
-
     runs = [load_run(p) for p in find_runs(runs_dir)]
     platform = load_platform(profile)
     for run in runs:

@@ -25,7 +25,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError
 
+from hwprofiles import DEFAULT_STACK
 from hwprofiles.inputfiles import YamlLoader, refuse_long_integers
+from hwprofiles.loader import list_names
 from hwprofiles.numbers import StrictModel
 
 MAX_PUBLISHED_BYTES = 1_000_000  # a few hundred rows are ~100 KB
@@ -197,8 +199,6 @@ def load_sources(path) -> dict:
 
 
 def shipped_stacks() -> set[str]:
-    from hwprofiles.loader import list_names
-
     try:
         return set(list_names("stacks"))
     except (OSError, KeyError, ValueError):
@@ -209,8 +209,6 @@ def runnable(row):
     """``row`` as it can be simulated here: a row whose stack is neither shipped
     nor a path is priced under the default stack (and returned with
     ``priced_as`` naming it, so a table can say so); otherwise ``(row, None)``."""
-    from hwprofiles import DEFAULT_STACK
-
     if row.stack in shipped_stacks() or Path(row.stack).suffix in (".yaml", ".yml"):
         return row, None
     return row.model_copy(update={"stack": DEFAULT_STACK}), DEFAULT_STACK

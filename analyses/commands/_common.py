@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
+from collections.abc import Collection
 
 from analyses.run.config import (MAX_BATCH, MAX_TOKENS, RUN_KEYS, RunConfig, parse_placement,
                                  parse_sets, split_sets)
@@ -101,10 +102,20 @@ def config_from_args(args, **overrides) -> RunConfig:
     return RunConfig(**fields)
 
 
-def settings_help(width: int = 88, *, measured: bool = False) -> str:
+class SettingsHelp(argparse.RawDescriptionHelpFormatter):
+    """A raw-formatted help whose epilog may be a function, called only when the
+    help is printed: ``settings_help`` lists every schedule's --set keys, which
+    imports every schedule's module, and a run needs only its own."""
+
+    def add_text(self, text):
+        super().add_text(text() if callable(text) else text)
+
+
+def settings_help(width: int = 88, *, simulated_only: Collection[str] | None = None) -> str:
     """Every --set key, generated from the parameter models: per policy each key
-    with its default, range and one line; then the acceptance and run keys (a
-    measured run takes neither an acceptance model nor a simulated-only option)."""
+    with its default, range and one line; then the acceptance and run keys. A
+    measured run's help passes the run keys it cannot take (``simulated_only``,
+    ``analyses.measured.evidence.SIMULATED_ONLY``) and lists no acceptance model."""
     def wrap(text: str, indent: str) -> str:
         return textwrap.fill(" ".join(text.split()), width=width, initial_indent=indent,
                              subsequent_indent=indent + "    ")
@@ -115,12 +126,10 @@ def settings_help(width: int = 88, *, measured: bool = False) -> str:
         for key, field in entry(name).params.model_fields.items():
             out.append(wrap(f"{key}={_default(field.default)}{_bounds(field.metadata)}: "
                             f"{field.description or ''}", "    "))
-    if measured:
-        from analyses.measured.evidence import SIMULATED_ONLY
-
+    if simulated_only is not None:
         out.append("run options (a measured run's acceptance is the models' own):")
         out += [wrap(f"{RUN_EXAMPLES[k]}: {t}", "    ") for k, t in RUN_KEYS.items()
-                if k not in SIMULATED_ONLY and k != "stack"]
+                if k not in simulated_only and k != "stack"]
         return "\n".join(out)
     out.append("acceptance model (one kind per run; default alpha=0.8, i.i.d.):")
     for key, example in (("alpha", "alpha=0.8: each draft token accepted with this "

@@ -9,8 +9,10 @@ from analyses.calibrate.publishedcal import calibrate_published, of_stack
 from analyses.calibrate.session import calibrate
 from analyses.calibrate.terms import check_fit_terms
 from analyses.cli import emit_json
-from analyses.run.budget import (SIM_BUDGET_UNITS, SPANS_BUDGET, allow_large_argument, check,
-                                 published_estimate, readable, runs_estimate)
+from analyses.commands import COMMANDS
+from analyses.run.budget import (SIM_BUDGET_UNITS, allow_large_argument, check,
+                                 published_estimate, readable)
+from analyses.run.measuredbudget import SPANS_BUDGET, runs_estimate
 from analyses.run.outputs import check_outputs, profile_inputs, runs_inputs
 from hwprofiles import ProfileError, load_platform
 
@@ -19,7 +21,7 @@ FIT_POLICIES = "ar,ar_stream,sd"
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "calibrate", help="fit a profile's cost-model parameters to measured runs",
+        "calibrate", help=COMMANDS["calibrate"],
         description="Fit the profile's compute and memory efficiencies, launch overheads, "
                     "link and collective latency/bandwidth and flash bandwidth to the spans "
                     "of measured runs (robust least squares), judge the fit on held-out "

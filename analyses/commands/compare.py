@@ -8,13 +8,16 @@ import sys
 from dataclasses import replace
 
 from analyses.cli import emit_json
-from analyses.commands._common import SIM_TOKENS, add_stack_argument, paragraph, settings_help
+from analyses.commands import COMMANDS
+from analyses.commands._common import (SIM_TOKENS, SettingsHelp, add_stack_argument, paragraph,
+                                      settings_help)
+from analyses.compare.best import baseline_name, best_per_policy, fastest, skipped_policies
 from analyses.compare.sweep import (Point, SCENARIO_KEYS, expand_grid, grid_estimate,
                                     grid_settings, parse_sweep, parse_sweeps, run_grid)
 from analyses.compare.tune import estimate, run_searches, searches
 from analyses.measured.replay import replay_dir
-from analyses.run.budget import (SIM_BUDGET_UNITS, allow_large_argument, check, readable,
-                                 runs_estimate)
+from analyses.run.budget import SIM_BUDGET_UNITS, allow_large_argument, check, readable
+from analyses.run.measuredbudget import runs_estimate
 from analyses.run.config import parse_placement, parse_sets, split_items
 from analyses.run.outputs import check_outputs, profile_inputs, runs_inputs, set_inputs
 from hwprofiles import load_model, load_platform
@@ -32,14 +35,14 @@ COMPARE_BUDGET = (f"{readable(SIM_BUDGET_UNITS)} row-steps, sweep points x polic
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "compare", help="compare policies over a sweep and write an HTML report",
+        "compare", help=COMMANDS["compare"],
         description=paragraph(
             "Simulate every chosen policy over the swept settings (in parallel) and write "
             "one self-contained HTML report (plotly, opens offline). With no arguments: "
             "Qwen3-32B with a Qwen3-0.6B draft on m2-ultra-8x, every policy that applies, "
             "each at its best gamma (SSD: its best k)."),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=settings_help() + "\n\nexample: hetspec compare --platform m2-ultra-8x "
+        formatter_class=SettingsHelp,
+        epilog=lambda: settings_help() + "\n\nexample: hetspec compare --platform m2-ultra-8x "
                "--target qwen3-32b --draft qwen3-0.6b \\\n    --policies ar,sd,mirror "
                "--sweep gamma=2..6 -o report.html")
     p.add_argument("--platform", default=DEFAULTS["platform"],
@@ -297,8 +300,6 @@ def tuning_notes(found: list) -> list[str]:
 
 def edge_notes(results: list, sweeps: list) -> list[str]:
     """One line per schedule whose best point sits on the edge of a numeric --sweep."""
-    from analyses.compare.report import best_per_policy
-
     notes = []
     for policy, best in best_per_policy(results).items():
         sets = dict(best.point.sets)
@@ -341,8 +342,6 @@ def _replays(args):
 def _baseline_label(result) -> str:
     """What a speedup is over: AR, or the streaming or pipelined AR a schedule is
     measured against (ar_stream, AR through PPSD's stages)."""
-    from analyses.compare.report import baseline_name
-
     name = baseline_name(result)
     if name == "ar" and result.point.policy == "ppsd":
         return "AR through the same stages"
@@ -350,9 +349,8 @@ def _baseline_label(result) -> str:
 
 
 def _summary(results, path) -> dict:
-    from analyses.compare import report
-    best = report.fastest(results)
-    skipped = report.skipped_policies(results)
+    best = fastest(results)
+    skipped = skipped_policies(results)
     line = f"wrote {path}: "
     if best is None:
         line += "no policy applies to this scenario (" + "; ".join(
@@ -363,7 +361,7 @@ def _summary(results, path) -> dict:
                  f"tokens/s, {best.metrics['speedup_vs_ar']:.2f}x {_baseline_label(best)} "
                  f"({len(results)} runs"
                  + (f"; skipped {', '.join(skipped)}" if skipped else "") + ")")
-    explained = {p: r for p, r in report.best_per_policy(results).items()
+    explained = {p: r for p, r in best_per_policy(results).items()
                  if r.metrics.get("breakdown")}
     return {"report": str(path), "line": line,
             "why": {p: sentence(r.point.label, r.metrics["breakdown"])

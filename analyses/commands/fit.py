@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from analyses.cli import emit_json
+from analyses.commands import COMMANDS
 from analyses.commands._common import SIM_TOKENS, config_from_args, paragraph
 from analyses.compare.sweep import progress_bar
 from analyses.run.budget import Estimate, allow_large_argument, check, readable
@@ -24,7 +25,7 @@ CHECKS_BUDGET = CHECKS_PER_S * 600
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "fit", help="what fits: largest batch, longest context, fewest devices, layouts",
+        "fit", help=COMMANDS["fit"],
         description=paragraph(
             "Capacity planning by the memory check every run passes (weights, KV cache "
             "and activations per device): for each layout of the platform's groups "

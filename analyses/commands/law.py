@@ -7,6 +7,7 @@ import inspect
 import textwrap
 
 from analyses.cli import emit_json
+from analyses.commands import COMMANDS
 from analyses.laws.forms import LAWS
 from analyses.run.api import law
 from analyses.run.config import parse_sets
@@ -29,7 +30,7 @@ def law_description(name: str, fn) -> str:
 
 def register(sub) -> None:
     lines = "\n\n".join(law_description(name, fn) for name, fn in LAWS.items())
-    p = sub.add_parser("law", help="evaluate a closed-form latency law",
+    p = sub.add_parser("law", help=COMMANDS["law"],
                        description="Evaluate one schedule's closed-form law, as its paper\n"
                                    "states it. Pass each parameter with --set KEY=VALUE; a\n"
                                    "parameter with a default may be left out.\n\n" + lines,

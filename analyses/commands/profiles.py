@@ -6,6 +6,7 @@ from pathlib import Path
 
 import yaml
 
+from analyses.commands import COMMANDS
 from analyses.commands._profileview import (compact, model_line, platform_line, platform_totals,
                                             stack_line)
 from analyses.run.outputs import check_outputs
@@ -17,8 +18,7 @@ from hwprofiles.outputfiles import atomic_write_text
 
 def register(sub) -> None:
     p = sub.add_parser("profiles",
-                       help="list, show, validate or import hardware, model and "
-                            "software-stack profiles",
+                       help=COMMANDS["profiles"],
                        description="Shipped platforms, models and software stacks, "
                                    "validation of your own YAML files (a platform has "
                                    "'devices', a stack a stack's fields), and model "

@@ -6,17 +6,18 @@ import json
 from pathlib import Path
 
 from analyses.cli import emit_json
+from analyses.commands import COMMANDS
 from analyses.measured.replay import load_run, replay, replay_config, side_by_side_trace
-from analyses.run.budget import (SIM_BUDGET_UNITS, SPANS_BUDGET, allow_large_argument,
-                                 announce_estimate, check, config_shape, plural, readable,
-                                 sim_estimate, spans_estimate)
+from analyses.run.budget import (SIM_BUDGET_UNITS, allow_large_argument, announce_estimate,
+                                 check, config_shape, plural, readable, sim_estimate)
+from analyses.run.measuredbudget import SPANS_BUDGET, spans_estimate
 from analyses.run.outputs import check_outputs, profile_inputs, run_inputs
 from hwprofiles.outputfiles import atomic_write_text
 
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "replay", help="re-simulate a measured run and compare the two",
+        "replay", help=COMMANDS["replay"],
         description="Simulate the configuration of a measured run on a profile (default: "
                     "the run's own platform) with the accepted lengths and events it "
                     "recorded, print predicted beside measured metrics, and write both "

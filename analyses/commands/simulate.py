@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
-
 from analyses.cli import emit_json
-from analyses.commands._common import add_run_arguments, announce, config_from_args, settings_help
+from analyses.commands import COMMANDS
+from analyses.commands._common import (SettingsHelp, add_run_arguments, announce,
+                                      config_from_args, settings_help)
 from analyses.run.api import simulate
 from analyses.run.budget import SIM_BUDGET_UNITS, allow_large_argument, check_simulation, readable
 from analyses.run.config import parse_sets
@@ -16,12 +16,12 @@ from policies.runs.breakdown import LABELS, sentence
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "simulate", help="simulate one schedule on a hardware profile",
+        "simulate", help=COMMANDS["simulate"],
         description="Simulate a decoding schedule on a platform with a target (and draft)\n"
                     "model. Prints tokens/s, step latency and the speedup over\n"
                     "autoregressive decoding simulated on the same platform.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=settings_help() + "\n\nexample: hetspec simulate --platform h100-sxm-5x "
+        formatter_class=SettingsHelp,
+        epilog=lambda: settings_help() + "\n\nexample: hetspec simulate --platform h100-sxm-5x "
                "--target llama-3.1-70b --draft llama-3.2-1b \\\n    --policy sd --set gamma=5 "
                "--set alpha=0.8 --tokens 2000 --seed 1 --json")
     add_run_arguments(p)

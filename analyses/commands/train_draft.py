@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from analyses.cli import emit_json
+from analyses.commands import COMMANDS
 from analyses.commands.run import count
 from analyses.run.config import split_items
 from analyses.run.outputs import check_outputs
@@ -55,8 +56,7 @@ def name_list(text: str) -> tuple[str, ...]:
 def register(sub) -> None:
     d = TrainConfig()
     p = sub.add_parser(
-        "train-draft", help="train the target's own draft heads (early exits, adapters, "
-                            "multi-token heads)",
+        "train-draft", help=COMMANDS["train-draft"],
         description="Self-distillation on CPU: the target answers chat prompts built from "
                     "the installed packages' summaries and reads windows of their "
                     "descriptions; every exit head and adapter learns the target's "

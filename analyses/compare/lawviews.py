@@ -5,7 +5,7 @@ model predicts for a simulated run of the grid (its platform, models, batch,
 parameters and contexts: the prompt plus half the tokens, or SSD's round times
 averaged over the run) and plots that run's metrics in the law's units, so in
 deterministic mode each simulated point lies on its curve (the terms come from
-``analyses.laws.terms``). A curve's trace has
+its schedule, ``analyses.laws.terms``). A curve's trace has
 ``meta={"curve": key}``, a simulated point's ``{"on_curve": key}``. The curves
 of each policy's fastest run are shown, the grid's other settings are in the
 legend (hidden until clicked); where the grid ran no such policy the curve uses
@@ -22,12 +22,19 @@ from dataclasses import dataclass, replace
 import numpy as np
 import plotly.graph_objects as go
 
+from typing import TYPE_CHECKING
+
 from analyses.laws import forms as laws
-from analyses.laws.terms import (STREAMING, MirrorTerms, SSDTerms, StreamTerms,
-                               early_exit_terms, mirror_terms, ssd_terms, stream_terms)
+from analyses.laws.terms import law_terms
 from analyses.compare.sweep import Point, point_config
 from hwprofiles import load_model
 
+if TYPE_CHECKING:
+    from policies.cats import StreamTerms
+    from policies.mirror import MirrorTerms
+    from policies.ssd import SSDTerms
+
+STREAMING = ("cats", "kangaroo", "ar_stream")  # drawn on one figure: bytes per token
 LAYOUT = dict(template="plotly_white", height=480, margin=dict(l=60, r=20, t=120, b=50))
 
 
@@ -70,11 +77,11 @@ class Setup:
         return f"{self.name} ({len(labels)} runs: {labels[0]} … {labels[-1]})"
 
 
-def setups(runs, drop: set[str], fallbacks: list[Point], base: dict, terms_of) -> list:
+def setups(runs, drop: set[str], fallbacks: list[Point], base: dict) -> list:
     """Runs grouped by their settings apart from ``drop``, the group of each
     policy's fastest run shown; with no runs, one setup per fallback point."""
     if not runs:
-        return [Setup(f"{f.policy} defaults", [], terms_of(point_config(f, base)), True)
+        return [Setup(f"{f.policy} defaults", [], law_terms(point_config(f, base)), True)
                 for f in fallbacks]
     groups: dict[tuple, list] = {}
     for r in runs:
@@ -86,7 +93,7 @@ def setups(runs, drop: set[str], fallbacks: list[Point], base: dict, terms_of) -
         if key[0] not in best or speed > best[key[0]][0]:
             best[key[0]] = (speed, key)
     shown = {key for _, key in best.values()}
-    return [Setup(Point(k[0], k[1:]).label, g, terms_of(point_config(g[0].point, base)),
+    return [Setup(Point(k[0], k[1:]).label, g, law_terms(point_config(g[0].point, base)),
                   k in shown) for k, g in groups.items()]
 
 
@@ -96,7 +103,7 @@ def setups(runs, drop: set[str], fallbacks: list[Point], base: dict, terms_of) -
 def ssd_figure(runs, fallback: Point, base: dict) -> go.Figure:
     """SSD speedup against the cache hit rate, each curve at one run's terms."""
     fig, title = go.Figure(), ""
-    for s in setups(runs, {"hit_rate", "hit_trace"}, [fallback], base, ssd_terms):
+    for s in setups(runs, {"hit_rate", "hit_trace"}, [fallback], base):
         t = s.terms  # a run: (rounds that hit, tokens per T_v, start-up speculation aside)
         pts = [(r.metrics["cache_hit_rate"], r.metrics["mean_tokens_per_step"] * t.t_v_s /
                 r.metrics["round_time_s"]) for r in s.runs if not t.shared]
@@ -143,7 +150,7 @@ def mirror_figure(runs, fallback: Point, base: dict) -> go.Figure:
     """Mean step latency against draft time: SD, eq. 10 and each run on its line
     (eq. 10 plus its expected stalls); the knee at Delta."""
     fig, title = go.Figure(), ""
-    found = setups(runs, set(), [fallback], base, mirror_terms)
+    found = setups(runs, set(), [fallback], base)
     pts = [[(r.metrics["step_draft_gen_s"], r.metrics["step_latency_s"]) for r in s.runs]
            for s in found]
     hi = max(max(3 * s.terms.suffix_s, 1.15 * max([s.terms.draft_s] + [x for x, _ in p]))
@@ -194,7 +201,7 @@ def cats_figure(runs, fallbacks: list[Point], base: dict) -> go.Figure:
     """Bytes per committed token against the DRAM budget for decoder layers:
     streamed from flash (steps as layers become resident) and, flat, the law's
     decoder-weight bytes read per token."""
-    found = setups(runs, {"dram_budget_gb"}, fallbacks, base, stream_terms)
+    found = setups(runs, {"dram_budget_gb"}, fallbacks, base)
     layer_gb = found[0].terms.layer_gb
     budgets = [dict(r.point.sets)["dram_budget_gb"] for r in runs]
     hi = max([(found[0].terms.ctx.target.n_layers + 3) * layer_gb] + [1.05 * b for b in
@@ -253,7 +260,7 @@ def ppsd_cost_figure(runs, base: dict) -> go.Figure:
     (stage 0 + exit head, later stages + LM head, hops, the refill after a
     mismatch); the runs sit on their curves in deterministic mode."""
     fig = go.Figure()
-    for s in setups(runs, {"alpha"}, [], base, early_exit_terms):
+    for s in setups(runs, {"alpha"}, [], base):
         t = s.terms
         key = f"ppsd-cost {s.name}"
         pts = [(r.metrics["match_rate"], r.metrics["speedup_vs_ar"]) for r in s.runs

@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
+from analyses.compare.best import baseline_name, best_per_policy, by_speed, skipped_policies
 from analyses.compare.lawviews import law_figures
 from analyses.compare.sections import Section
 from analyses.compare.sidebyside import section as side_by_side
@@ -26,24 +27,11 @@ from hwprofiles.outputfiles import atomic_write_text
 from hwprofiles.placement import resolve
 from policies import entry
 from policies.runs.breakdown import LABELS, sentence
-from policies.runs.metrics import baseline_of
 from simcore import acceptance
 
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50))
 KIND_COLORS = {"compute": "#1f77b4", "collective": "#ff7f0e", "transfer": "#2ca02c",
                "stream": "#9467bd", "delay": "#7f7f7f"}
-
-
-def best_per_policy(results: list[PointResult]) -> dict[str, PointResult]:
-    """The fastest successful point of each policy, in first-seen policy order."""
-    best: dict[str, PointResult] = {}
-    for r in results:
-        if r.metrics is None:
-            continue
-        cur = best.get(r.point.policy)
-        if cur is None or r.metrics["tokens_per_s"] > cur.metrics["tokens_per_s"]:
-            best[r.point.policy] = r
-    return best
 
 
 def explain(best: dict[str, PointResult], base: dict) -> None:
@@ -53,21 +41,6 @@ def explain(best: dict[str, PointResult], base: dict) -> None:
         if "breakdown" not in r.metrics:
             config = point_config(r.point, base)
             r.metrics["breakdown"] = metrics_of(config, run_schedule(config))["breakdown"]
-
-
-def skipped_policies(results: list[PointResult]) -> dict[str, str]:
-    """Policies none of whose points ran, with the first reason given."""
-    ran = {r.point.policy for r in results if r.metrics is not None}
-    out: dict[str, str] = {}
-    for r in results:
-        if r.point.policy not in ran and r.point.policy not in out:
-            out[r.point.policy] = r.error or "no result"
-    return out
-
-
-def by_speed(best: dict[str, PointResult]) -> list[str]:
-    """Policies fastest first: the order of the summary table and every bar chart."""
-    return sorted(best, key=lambda p: -best[p].metrics["tokens_per_s"])
 
 
 def summary_figure(best: dict[str, PointResult]) -> go.Figure:
@@ -112,18 +85,6 @@ def _ms(seconds) -> float | None:
 METRICS = {"tokens_per_s": ("tokens/s", 1.0), "speedup_vs_ar": ("speedup vs AR", 1.0),
            "ttft_s": ("time to first token [ms]", 1e3),
            "tpot_s": ("time per output token [ms]", 1e3)}
-
-
-def baseline_name(result: PointResult) -> str:
-    """The run a point's speedup is measured against (ar, ar_stream, AR through
-    PPSD's stages, ...)."""
-    fields = entry(result.point.policy).params.model_fields
-    params = {k: v for k, v in result.point.sets if k in fields}
-    try:
-        found = baseline_of(result.point.policy, params)
-    except ValueError:
-        return "AR"
-    return "itself" if found is None else found[0]
 
 
 def sweep_figure(results: list[PointResult], keys: list[str], metric: str) -> go.Figure:
@@ -456,8 +417,3 @@ def scenario_intro(results: list[PointResult], base: dict, sets: dict | None = N
     return head + _table(rows, ["policy", "fastest setting", "tokens/s", "speedup vs",
                                 "tokens/step", "step latency [ms]", "TTFT [ms]",
                                 "per output token [ms]"])
-
-
-def fastest(results: list[PointResult]) -> PointResult | None:
-    best = best_per_policy(results)
-    return max(best.values(), key=lambda r: r.metrics["tokens_per_s"]) if best else None

@@ -100,8 +100,8 @@ NGRAM = "ngram"  # --draft ngram: prompt lookup on the host (policies.ngram)
 def _lookup_params(policy: str, params: Any) -> Any:
     """``params`` with the policy's proposer set to prompt lookup, for a policy that
     has one; any other is refused naming those that do."""
-    takes = sorted(n for n in names() if "proposer" in entry(n).params.model_fields)
-    if policy not in takes:
+    if "proposer" not in entry(policy).params.model_fields:
+        takes = [n for n in names() if "proposer" in entry(n).params.model_fields]
         raise ValueError(f"--draft {NGRAM} (prompt lookup) works with policy "
                          f"{' or '.join(takes)}, not '{policy}'; pick one of them or "
                          "name a draft model")

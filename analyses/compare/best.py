@@ -1,0 +1,53 @@
+"""The fastest point of each schedule in a comparison, and what its speedup is
+measured against: the data the report's tables and figures and the command's
+notes read (no drawing package)."""
+
+from __future__ import annotations
+
+from analyses.compare.sweep import PointResult
+from policies import entry
+from policies.runs.metrics import baseline_of
+
+
+def best_per_policy(results: list[PointResult]) -> dict[str, PointResult]:
+    """The fastest successful point of each policy, in first-seen policy order."""
+    best: dict[str, PointResult] = {}
+    for r in results:
+        if r.metrics is None:
+            continue
+        cur = best.get(r.point.policy)
+        if cur is None or r.metrics["tokens_per_s"] > cur.metrics["tokens_per_s"]:
+            best[r.point.policy] = r
+    return best
+
+
+def by_speed(best: dict[str, PointResult]) -> list[str]:
+    """Policies fastest first: the order of the summary table and every bar chart."""
+    return sorted(best, key=lambda p: -best[p].metrics["tokens_per_s"])
+
+
+def baseline_name(result: PointResult) -> str:
+    """The run a point's speedup is measured against (ar, ar_stream, AR through
+    PPSD's stages, ...)."""
+    fields = entry(result.point.policy).params.model_fields
+    params = {k: v for k, v in result.point.sets if k in fields}
+    try:
+        found = baseline_of(result.point.policy, params)
+    except ValueError:
+        return "AR"
+    return "itself" if found is None else found[0]
+
+
+def fastest(results: list[PointResult]) -> PointResult | None:
+    best = best_per_policy(results)
+    return max(best.values(), key=lambda r: r.metrics["tokens_per_s"]) if best else None
+
+
+def skipped_policies(results: list[PointResult]) -> dict[str, str]:
+    """Policies none of whose points ran, with the first reason given."""
+    ran = {r.point.policy for r in results if r.metrics is not None}
+    out: dict[str, str] = {}
+    for r in results:
+        if r.point.policy not in ran and r.point.policy not in out:
+            out[r.point.policy] = r.error or "no result"
+    return out

@@ -1,0 +1,103 @@
+"""Work budgets of measured runs (``analyses.run.budget``'s rule): reading them
+(replay, compare --runs and calibrate count the spans lines of the runs they
+read, before parsing any) and making them (``hetspec run`` counts the tokens it
+will generate with real models)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+from analyses.run.budget import Estimate, plural
+from policies.runs.folders import file_in_run
+from policies.runs.records import MAX_RECORD_BYTES
+
+
+# Spans a replay reads, checks and replays per second: ``python
+# benchmarks/bench_budget.py --spans 100000`` replayed 100,156 spans in 14.7 s
+# (6,800 a second, the CLI's start included); rounded down. A measured run of
+# 4 prompts x 64 tokens holds about 1,000 spans; the budget, 50,000 spans, is
+# about 10 s (the 64 MB spans file limit allows ~200,000, 40 s).
+SPANS_PER_S = 5_000
+SPANS_BUDGET = 50_000
+# Tokens ``hetspec run`` generates with real models: prompts x new tokens x the
+# runs (the schedule, its AR baseline). The slowest schedule measured on the
+# development machine (README, "Measured with these heads": ``python
+# benchmarks/bench_drafts.py --max-new-tokens 48``, 2026-11-25) decoded 1.72
+# tokens/s (mirror on SmolLM2-135M, cpu-local), AR 7.8-14; rounded down. The
+# budget, 1,000 tokens, is at most about 11 minutes there (the default run, 4
+# prompts x 64 tokens with its baseline, is 512); a larger model is slower.
+RUN_TOKENS_PER_S = 1.5
+RUN_TOKENS_BUDGET = 1_000
+# A run with no draft model (AR, prompt lookup: --draft ngram) decodes at AR's
+# pace or faster: the slowest AR measured there, 7.8 tokens/s (same source), is
+# its rate, and its budget the same ~11 minutes in tokens at that rate.
+MODEL_FREE_TOKENS_PER_S = 7.8
+
+
+def count_lines(path) -> int:
+    """Lines of a regular file, counted in 1 MiB blocks without parsing (0 for
+    anything else: its loader refuses it in its own words)."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return 0
+        lines, last = 0, b"\n"
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                lines += block.count(b"\n")
+                last = block[-1:]
+        return lines + (last != b"\n")
+    except OSError:
+        return 0
+
+
+def spans_file(record_path) -> Path | None:
+    """The spans file a run record names, read cheaply (no check of the record:
+    ``load_run`` does that); None when the record does not say one."""
+    path = Path(record_path)
+    path = path / "record.json" if path.is_dir() else path
+    try:
+        if not path.is_file() or path.stat().st_size > MAX_RECORD_BYTES:
+            return None
+        record = json.loads(path.read_text(encoding="utf-8"))
+        name = record.get("spans") if isinstance(record, dict) else None
+        return file_in_run(path.parent, name, "spans", path) if isinstance(name, str) else None
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
+def spans_estimate(command: str, records: list, shrink: str) -> Estimate:
+    """Work of reading (and replaying) measured runs: their spans lines."""
+    lines = sum(count_lines(p) for p in map(spans_file, records) if p is not None)
+    runs = f"{len(records)} measured run{'s' if len(records) != 1 else ''}"
+    return Estimate(command, f"{runs} holding {plural(lines, 'spans line')}", lines,
+                    "spans lines", SPANS_PER_S, SPANS_BUDGET, shrink, counted=True)
+
+
+def runs_estimate(directory, command: str) -> Estimate:
+    """The spans of every run record under ``directory`` (none when it is not a
+    directory: the command refuses that in its own words)."""
+    directory = Path(directory)
+    records = sorted(directory.rglob("record.json")) if directory.is_dir() else []
+    return spans_estimate(command, records, f"pass a folder with fewer runs than {directory}")
+
+
+# ------------------------------------------------------------------ real runs
+def run_estimate(prompts: int, max_new_tokens: int, baseline: bool, *,
+                 model_free: bool = False, rounds: int = 1) -> Estimate:
+    """``hetspec run``'s work: every prompt decoded to max_new_tokens by the
+    schedule and, with a baseline, by AR again, in each of ``rounds``;
+    ``model_free``: the schedule runs no draft model (AR's pace)."""
+    runs = 2 if baseline else 1
+    tokens = prompts * rounds * max_new_tokens * runs
+    product = (f"{plural(prompts, 'prompt')} x "
+               + (f"{rounds} rounds x " if rounds > 1 else "")
+               + f"{plural(max_new_tokens, 'new token')}"
+               + (" x 2 runs (the schedule and its AR baseline)" if baseline else "")
+               + f" = {plural(tokens, 'generated token')}")
+    rate = MODEL_FREE_TOKENS_PER_S if model_free else RUN_TOKENS_PER_S
+    return Estimate("run", product, tokens, "generated tokens", rate,
+                    RUN_TOKENS_BUDGET * rate / RUN_TOKENS_PER_S, "lower --max-new-tokens, pass fewer --prompts"
+                    + (" or --no-baseline" if baseline else ""), counted=True)
