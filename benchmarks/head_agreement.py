@@ -34,7 +34,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from executors import train
+    from executors.train import distil
     from executors.backend import drafts, models
     from executors.backend.layers import Stack
     from executors.prompts import BUILTIN, encode, load_jsonl
@@ -63,7 +63,7 @@ def main(argv=None) -> int:
             first, last = len(ids) - 1, seq.shape[1] - 1  # positions predicting the answer
             for kind, table in (("exit", heads.exits), ("adapter", heads.adapters)):
                 for layer, head in sorted(table.items()):
-                    z = train.student_states(head, out.hidden_states[layer].float(), rope)
+                    z = distil.student_states(head, out.hidden_states[layer].float(), rope)
                     mine = heads.vocab_ids[(z @ rows.T).argmax(-1)][0]
                     same = (mine[first:last] == argmax[first:last])
                     tally = hits.setdefault(f"{kind}.{layer}", [0, 0])

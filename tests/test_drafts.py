@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from executors import train
+from executors.train import distil
 from executors.backend import drafts, models
 from executors.backend.layers import Positions, Stack
 from executors.session import Options, Session
@@ -66,10 +66,10 @@ def _tiny_teacher(tmp_path):
     spec = models.spec_of(f"random:{tiny_spec(tmp_path, layers=4)}")
     hf = models.build_random(spec, seed=3)
     ids = torch.randint(0, spec.vocab, (1, 16), generator=torch.Generator().manual_seed(1))
-    corpus = train.Corpus(ids, torch.ones_like(ids, dtype=torch.bool))
-    teacher = train.teach(hf, corpus, (2,), k=8)
-    vocab_ids = train.draft_vocabulary(teacher.argmax, corpus.valid, 40, spec.vocab)
-    pos, probs = train.targets_in_vocab(teacher, vocab_ids, spec.vocab)
+    corpus = distil.Corpus(ids, torch.ones_like(ids, dtype=torch.bool))
+    teacher = distil.teach(hf, corpus, (2,), k=8)
+    vocab_ids = distil.draft_vocabulary(teacher.argmax, corpus.valid, 40, spec.vocab)
+    pos, probs = distil.targets_in_vocab(teacher, vocab_ids, spec.vocab)
     rows = hf.lm_head.weight.detach()[vocab_ids]
     return spec, hf, corpus, teacher, vocab_ids, pos, probs, rows
 
@@ -79,7 +79,7 @@ def test_one_training_step_lowers_the_loss_on_a_tiny_random_model(tmp_path):
     assert len(vocab_ids) == 40 and len(set(vocab_ids.tolist())) == 40
     cos, sin = hf.model.rotary_emb(rows[:1], torch.arange(16)[None])
     rope = (cos[:, None], sin[:, None])
-    cfg = train.TrainConfig(steps=1, batch_windows=1, lr=1e-2, warmup=1)
+    cfg = distil.TrainConfig(steps=1, batch_windows=1, lr=1e-2, warmup=1)
     shape = drafts.shape_of(Stack(hf))
     for head in (drafts.ExitHead(spec.hidden, hf.model.norm.weight),
                  drafts.Adapter(spec.hidden, shape["n_heads"], shape["n_kv_heads"],
@@ -88,19 +88,19 @@ def test_one_training_step_lowers_the_loss_on_a_tiny_random_model(tmp_path):
             head.init_from(hf.model.layers[2])
         args = (teacher.states[2], rows, pos, probs, corpus.valid, rope)
         with torch.no_grad():
-            before = float(train.distill_loss(head, *args))
+            before = float(distil.distill_loss(head, *args))
         gen = torch.Generator().manual_seed(0)
-        losses = train.train_head(head, *args[:1], rows, pos, probs, corpus.valid, rope, cfg,
+        losses = distil.train_head(head, *args[:1], rows, pos, probs, corpus.valid, rope, cfg,
                                   gen)
         with torch.no_grad():
-            after = float(train.distill_loss(head, *args))
+            after = float(distil.distill_loss(head, *args))
         assert len(losses) == 1 and abs(losses[0] - before) < 1e-4  # the same windows
         assert after < before
 
 
 def test_train_draft_refuses_an_exit_outside_the_target(tmp_path):
     with pytest.raises(ValueError, match="--exits 30 is not an exit layer"):
-        train.check_layers(train.TrainConfig(exits=(30,)), 30)
+        distil.check_layers(distil.TrainConfig(exits=(30,)), 30)
 
 
 # multi-token heads ---------------------------------------------------------------
@@ -113,14 +113,14 @@ def _tiny_fit(spec_path: str, seed: int, windows: int = 8, **config):
     hf = models.build_random(spec, seed=seed)
     ids = torch.randint(0, spec.vocab, (windows, 16),
                         generator=torch.Generator().manual_seed(1))
-    corpus = train.Corpus(ids, torch.ones_like(ids, dtype=torch.bool))
-    cfg = train.TrainConfig(**{"steps": 3, "batch_windows": 2, "lr": 1e-2, "warmup": 1,
+    corpus = distil.Corpus(ids, torch.ones_like(ids, dtype=torch.bool))
+    cfg = distil.TrainConfig(**{"steps": 3, "batch_windows": 2, "lr": 1e-2, "warmup": 1,
                                "draft_vocab": 40, "seq_len": 16, "held_out_every": 4,
                                **config})
-    train.check_layers(cfg, spec.n_layers)
-    teacher = train.teach(hf, corpus, tuple(sorted({*cfg.exits, *cfg.adapters})), k=8)
+    distil.check_layers(cfg, spec.n_layers)
+    teacher = distil.teach(hf, corpus, tuple(sorted({*cfg.exits, *cfg.adapters})), k=8)
     with tqdm(disable=True) as bar:
-        heads, prov = train.fit_all(hf, drafts.shape_of(Stack(hf)), cfg, corpus, teacher,
+        heads, prov = distil.fit_all(hf, drafts.shape_of(Stack(hf)), cfg, corpus, teacher,
                                     bar)
     return heads, prov, drafts.shape_of(Stack(hf))
 
@@ -150,24 +150,24 @@ def test_multi_token_heads_leave_the_other_heads_bit_for_bit(tmp_path):
 
 def test_one_training_step_lowers_a_multi_token_heads_loss(tmp_path):
     """Head j = 1 of exit 2 against the target's distribution one position on."""
-    from executors import trainahead
+    from executors.train.ahead import shifted
 
     spec, hf, corpus, teacher, _, pos, probs, rows = _tiny_teacher(tmp_path)
-    sh = trainahead.shifted(teacher.states[2], pos, probs, teacher.argmax, corpus.scored, 1)
+    sh = shifted(teacher.states[2], pos, probs, teacher.argmax, corpus.scored, 1)
     assert sh.states.shape[1] == sh.pos.shape[1] == 15 and torch.equal(sh.pos, pos[:, 1:])
     head = drafts.ExitHead(spec.hidden, hf.model.norm.weight)
     args = (sh.states, rows, sh.pos, sh.probs, sh.scored, None)
     with torch.no_grad():
-        before = float(train.distill_loss(head, *args))
-    cfg = train.TrainConfig(steps=1, batch_windows=1, lr=1e-2, warmup=1)
-    train.train_head(head, *args, cfg, torch.Generator().manual_seed(0))
+        before = float(distil.distill_loss(head, *args))
+    cfg = distil.TrainConfig(steps=1, batch_windows=1, lr=1e-2, warmup=1)
+    distil.train_head(head, *args, cfg, torch.Generator().manual_seed(0))
     with torch.no_grad():
-        assert float(train.distill_loss(head, *args)) < before
+        assert float(distil.distill_loss(head, *args)) < before
 
 
 def test_multi_token_heads_need_their_exit_head():
     with pytest.raises(ValueError, match="--ahead 15 has no exit head to extend"):
-        train.check_layers(train.TrainConfig(exits=(8,)), 30)
+        distil.check_layers(distil.TrainConfig(exits=(8,)), 30)
 
 
 # executor with trained heads --------------------------------------------------------
@@ -228,7 +228,7 @@ def test_schedules_drafting_through_trained_heads_equal_ar(tiny_drafts, monkeypa
     with Session("cpu-local", f"random:{spec}", "self:5", placement=stages,
                  options=Options(max_new_tokens=12, mode="inline")) as s:
         ref = [s.decode("ar", {}, [p]).generated[0][:12] for p in PROMPTS]
-        assert s._stacks["target"].drafts is not None
+        assert s.stacks["target"].drafts is not None
         out = s.decode(policy, params, PROMPTS)
         assert [g[:12] for g in out.generated] == ref
         drafted = [a for a in out.acceptance if "accepted" in a]
@@ -379,7 +379,7 @@ def test_at_temperature_one_trained_drafts_keep_the_target_distribution(
                  options=Options(max_new_tokens=2, mode="inline", temperature=1.0)) as s:
         _peaky(s, "target", 8.0)
         out = s.decode(policy, params, [prompt] * rows)
-        stack = s._stacks["target"]
+        stack = s.stacks["target"]
         target = _joint(Stack(s.loaded["target"].model), prompt, 12)
         draft_first = _draft_first_token(stack, prompt, kind, end)
     samples = [g[:2] for g in out.generated]
@@ -415,7 +415,7 @@ def shipped():
 def test_smollm2_with_the_shipped_heads_is_lossless(policy, params, shipped):
     s, prompts, ref = shipped
     outs = [s.decode(policy, params, [p]) for p in prompts]
-    assert s._stacks["target"].drafts is not None
+    assert s.stacks["target"].drafts is not None
     for row, out in enumerate(outs):  # equal, or a near-tie flipped by fp32 widths
         theirs = out.generated[0][:SMOLLM2_TOKENS]
         if theirs != ref[row]:
@@ -440,7 +440,7 @@ def test_train_draft_mistakes_are_one_sentence(args, needle, capsys, tmp_path, m
     from analyses.cli import main
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(train, "train", lambda cfg, out, **_: train.check_layers(cfg, 30))
+    monkeypatch.setattr(distil, "train", lambda cfg, out, **_: distil.check_layers(cfg, 30))
     try:
         code = main(["train-draft", *args])
     except SystemExit as exc:  # argparse's own refusals

@@ -339,7 +339,7 @@ def test_parallel_branches_overlap_in_worker_processes(workers):
         yield Parallel((one(Delay(0.4, "target", "a")), one(Delay(0.4, "draft", "b"))))
 
     s = workers
-    clients = s._devices({("target", "target", 1): 1, ("draft", "target", 1): 1}, 1)
+    clients = s.devices.start({("target", "target", 1): 1, ("draft", "target", 1): 1}, 1)
     coord = Coordinator(clients, s.placement, Sequences.start([[1, 2]]), s.n_layers)
     coord.t0 = start = time.perf_counter()
     coord.run(schedule())

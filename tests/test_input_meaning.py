@@ -156,11 +156,11 @@ def test_a_measured_run_refuses_acceptance_settings_before_loading(extra, fragme
     (["--exits", "8,,15"], "item 2 of 3 is empty"),
     (["--exclude-packages", "a,a"], "'a' twice")])
 def test_train_draft_refuses_before_training(args, fragment, tmp_path, monkeypatch):
-    import executors.train as train
+    import executors.train.distil as distil
 
     monkeypatch.chdir(tmp_path)
     started = []
-    monkeypatch.setattr(train, "train", lambda *a, **k: started.append(1))
+    monkeypatch.setattr(distil, "train", lambda *a, **k: started.append(1))
     assert_refused(run_cli("train-draft", *args), fragment)
     assert not started and not list(tmp_path.iterdir())
 

@@ -67,7 +67,7 @@ def shipped(tmp_path, monkeypatch):
     import shutil
 
     import executors.measure
-    import executors.train
+    import executors.train.distil
 
     hw, ex = (tmp_path / "pkg" / pkg / "data" for pkg in ("hwprofiles", "executors"))
     shutil.copytree(DATA, hw)
@@ -78,7 +78,7 @@ def shipped(tmp_path, monkeypatch):
     def started(*_a, **_k):
         raise AssertionError("the command started its work before refusing the output")
 
-    monkeypatch.setattr(executors.train, "train", started)
+    monkeypatch.setattr(executors.train.distil, "train", started)
     monkeypatch.setattr(executors.measure, "measure", started)
     return hw, ex
 

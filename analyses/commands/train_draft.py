@@ -14,7 +14,7 @@ from analyses.commands import COMMANDS
 from analyses.commands.run import count
 from analyses.run.config import split_items
 from analyses.run.outputs import check_outputs
-from executors.trainconfig import TrainConfig  # no torch: every command's help
+from executors.train.config import TrainConfig  # no torch: every command's help
 
 
 def layer_list(option: str):
@@ -113,7 +113,7 @@ def _train(args) -> int:
              "provenance": "smollm2-135m-drafts.json"}
     check_outputs({"--output": args.output}, [], names)  # at once, before torch loads
     from executors.backend.drafts import provenance_path
-    from executors.train import TrainConfig, train
+    from executors.train.distil import train
 
     check_outputs({"--output": args.output,
                    "provenance": provenance_path(Path(args.output))}, [], names)

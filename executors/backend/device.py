@@ -4,7 +4,7 @@ A ``LocalDevice`` holds the layer stacks of the models placed on it, KV caches
 per (model, row width), and the results of its Forwards by handle id. It
 executes small picklable commands; the coordinator decides *which* positions
 to feed (see ``executors.coordinate.book``), the device only computes. The same object
-serves in-process and inside a worker process (``executors.backend.workers``).
+serves in-process and inside a worker process (``executors.backend.workerproc``).
 """
 
 from __future__ import annotations

@@ -40,6 +40,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from safetensors import safe_open
+from safetensors.torch import save as to_bytes
 
 from executors.backend import models
 from hwprofiles.outputfiles import atomic_write_bytes
@@ -70,8 +72,6 @@ def available(target_source: str) -> dict[str, tuple[int, ...]]:
     path = artifact_path(target_source)
     if path is None or not path.is_file():
         return {}
-    from safetensors import safe_open
-
     with safe_open(str(path), "pt") as f:
         return _layers_of(f.keys())
 
@@ -82,8 +82,6 @@ def ahead_counts(target_source: str) -> dict[int, int]:
     path = artifact_path(target_source)
     if path is None or not path.is_file():
         return {}
-    from safetensors import safe_open
-
     found: dict[int, set[int]] = {}
     with safe_open(str(path), "pt") as f:
         for key in f.keys():
@@ -253,8 +251,6 @@ def shape_of(stack) -> dict[str, int]:
 
 def load_artifact(path: Path, shape: dict[str, int], name: str = "the target") -> DraftHeads:
     """Read an artifact (fp16 -> fp32) and check it fits the target's ``shape``."""
-    from safetensors import safe_open
-
     with safe_open(str(path), "pt") as f:
         meta = f.metadata() or {}
         tensors = {k: f.get_tensor(k) for k in f.keys()}
@@ -305,8 +301,6 @@ def save_artifact(heads: DraftHeads, path: Path, shape: dict[str, int], target: 
                   provenance: dict) -> None:
     """Write the artifact and its provenance JSON, each atomically (temp, fsync,
     rename); the JSON goes last, so a present JSON means a whole artifact."""
-    from safetensors.torch import save as to_bytes
-
     meta = {"format": FORMAT, "target": target, **{k: str(v) for k, v in shape.items()}}
     data = to_bytes(heads.state(), metadata=meta)
     _write_atomic(path, data)

@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 SEP = "+"  # a group client's name: its members' physical names joined by SEP
 
@@ -136,8 +137,6 @@ class Collectives:
 
     def reducer(self, key: str):
         def reduce(t: torch.Tensor) -> torch.Tensor:
-            import torch.distributed as dist
-
             start = time.perf_counter()
             dist.all_reduce(t, group=self.groups[key])
             if t.is_cuda:  # NCCL returns once queued: time the reduction itself

@@ -1,6 +1,6 @@
-"""Settings of ``hetspec train-draft`` (executors.train), importable without torch:
-the CLI builds its parser and help from these defaults on machines without the
-executor installed."""
+"""Settings of ``hetspec train-draft`` (``executors.train.distil``), importable
+without torch: the CLI builds its parser and help from these defaults on machines
+without the executor installed."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The text ``hetspec train-draft`` distils on (``executors.train``, step 1).
+"""The text ``hetspec train-draft`` distils on (``executors.train.distil``, step 1).
 
 All offline and in a fixed order: the target's own greedy answers to chat
 prompts on everyday topics (words of its tokenizer's vocabulary, put in a few
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from executors.trainconfig import TrainConfig
+from executors.train.config import TrainConfig
 
 PROMPT_TEMPLATES = (
     "Tell me about {topic}.",

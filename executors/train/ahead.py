@@ -1,4 +1,4 @@
-"""Multi-token heads for ``hetspec train-draft`` (``executors.train`` calls these
+"""Multi-token heads for ``hetspec train-draft`` (``executors.train.distil`` calls these
 after every other head is trained, so those come out as they would alone).
 
 Head j of exit E reads exit E's states at position t, as ``exit.E`` does, and
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from executors.trainconfig import TrainConfig
+from executors.train.config import TrainConfig
 
 
 @dataclass
@@ -54,7 +54,7 @@ def fit_ahead(exits: dict, data: dict, cfg: TrainConfig, gen, bar, train_head, a
     ({E: [head_1, ...]}, {"ahead.E.j": report}). ``data``: the split teacher
     tensors (``train``/``held``: states by layer, pos, probs, argmax, scored), the
     draft vocabulary's LM-head rows and ids, and the rope tables;
-    ``train_head``/``agreement`` are ``executors.train``'s."""
+    ``train_head``/``agreement`` are ``executors.train.distil``'s."""
     heads, report = {}, {}
     for e in cfg.ahead if cfg.eta > 1 else ():
         heads[e] = []

@@ -7,7 +7,7 @@ last-layer distribution, read from the hidden states after its exit layer.
    chat prompts on everyday topics (words of its tokenizer's vocabulary, put in
    a few templates: the distribution a decoding run sees), and a few windows of
    the installed Python packages' long descriptions (METADATA, mostly READMEs)
-   (``executors.traincorpus``).
+   (``executors.train.corpus``).
 2. One pass of the frozen target over every window keeps the hidden states at
    each exit layer and the last layer's top-K tokens with their log-probs.
 3. The draft vocabulary: the tokens the target most often ranks first, filled
@@ -17,7 +17,7 @@ last-layer distribution, read from the hidden states after its exit layer.
    the head's log-softmax over the draft vocabulary. The LM head stays frozen.
 5. Held-out windows (every ``held_out_every``-th) give each head's top-1
    agreement with the target's argmax over the full vocabulary.
-6. Last, the multi-token heads (``executors.trainahead``): for Mirror's draft,
+6. Last, the multi-token heads (``executors.train.ahead``): for Mirror's draft,
    heads that guess the tokens after the next from the same states.
 
 Same config, same machine, same thread count, same installed packages: the same
@@ -34,10 +34,11 @@ from dataclasses import asdict, dataclass
 import torch
 from tqdm import tqdm
 
-from executors import trainahead
 from executors.backend import drafts, models
-from executors.traincorpus import Corpus, build_corpus
-from executors.trainconfig import TrainConfig
+from executors.backend.layers import Stack
+from executors.train.ahead import ahead_layers_ok, fit_ahead, machine_facts, n_ahead_heads
+from executors.train.corpus import Corpus, build_corpus
+from executors.train.config import TrainConfig
 
 # teacher --------------------------------------------------------------------------
 @dataclass
@@ -172,18 +173,16 @@ def check_layers(cfg: TrainConfig, n_layers: int) -> None:
                              f"{n_layers}-layer target; give layers from 1 to {n_layers - 1}")
     if not cfg.exits and not cfg.adapters:
         raise ValueError("train-draft has no heads to train; give --exits or --adapters")
-    trainahead.ahead_layers_ok(cfg)
+    ahead_layers_ok(cfg)
 
 
 def train(cfg: TrainConfig, out_path, progress: bool = True,
           command: str | None = None) -> dict:
     """Train every head of ``cfg`` and write the artifact; returns its provenance
     (``command``: the command line that ran it, recorded there)."""
-    from executors.backend.layers import Stack
-
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.threads)
-    t0, started = time.perf_counter(), trainahead.machine_facts()
+    t0, started = time.perf_counter(), machine_facts()
     loaded = models.load(cfg.target, seed=cfg.seed)
     model, tok = loaded.model, loaded.tokenizer
     if tok is None:
@@ -192,7 +191,7 @@ def train(cfg: TrainConfig, out_path, progress: bool = True,
     check_layers(cfg, loaded.spec.n_layers)
     shape = drafts.shape_of(Stack(model))
     steps_total = cfg.prompts + cfg.steps * (len(cfg.exits) + len(cfg.adapters)
-                                             + trainahead.n_ahead_heads(cfg))
+                                             + n_ahead_heads(cfg))
     with tqdm(total=steps_total, desc="train-draft", unit="step", disable=not progress,
               file=sys.stderr) as bar:
         phase_s = {"load": time.perf_counter() - t0}
@@ -208,7 +207,7 @@ def train(cfg: TrainConfig, out_path, progress: bool = True,
     prov.update({"target": cfg.target, "config": asdict(cfg), "corpus": corpus.sources,
                  "threads": cfg.threads, "wall_s": round(time.perf_counter() - t0, 1),
                  "torch": torch.__version__, "started": started,
-                 "finished": trainahead.machine_facts(),
+                 "finished": machine_facts(),
                  **({"command": command} if command else {})})
     drafts.save_artifact(heads, out_path, shape, cfg.target, prov)
     return prov
@@ -252,7 +251,7 @@ def fit_all(model, shape, cfg: TrainConfig, corpus: Corpus, teacher: Teacher, ba
                     "pos": pos[rows], "probs": probs[rows], "argmax": teacher.argmax[rows],
                     "scored": corpus.scored[rows]}
              for name, rows in (("train", train_rows), ("held", held_rows))}
-    ahead, more = trainahead.fit_ahead(
+    ahead, more = fit_ahead(
         exits, {**split, "rows": lm_rows, "vocab_ids": vocab_ids, "rope": rope}, cfg, gen,
         bar, train_head, agreement)
     report.update(more)
