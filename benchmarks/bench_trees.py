@@ -34,7 +34,8 @@ from pathlib import Path
 import yaml
 from scipy.optimize import brentq, minimize_scalar
 
-from analyses.run.api import SimConfig, law, simulate
+from analyses.laws.forms import law
+from analyses.run.api import SimConfig, simulate
 from policies.tree import TOP_MASS_T1
 
 DATA = Path(__file__).parent / "data" / "tree_published.yaml"

@@ -13,6 +13,7 @@ import statistics
 from pathlib import Path
 
 import yaml
+from tqdm import tqdm
 
 from executors.backend import drafts
 from executors.backend.models import default_draft
@@ -23,6 +24,8 @@ from policies.runs.breakdown import breakdown
 from policies.runs.config import RunSettings
 from policies.runs.metrics import add_speedup, baseline_of, run_metrics
 from policies.runs.folders import claim_new_dir, default_run_dir, retire_run
+from hwprofiles import ProfileError, load_model
+from hwprofiles.loader import list_names
 from hwprofiles.outputfiles import atomic_write_text
 from policies.runs.measured import write_measured_run
 from policies.runs.spans import Span
@@ -210,8 +213,6 @@ def simulable_models(config: RunSettings, specs: dict, run_dir: Path) -> dict:
     """Model names the simulator resolves: a shipped spec name where there is one
     (random:NAME runs NAME's shape), else a spec YAML written beside the record;
     ``weights`` keeps the executor's own names."""
-    from hwprofiles import ProfileError, load_model
-
     out = {"weights": {"target": config.target, "draft": config.draft}}
     for role, name in (("target", config.target), ("draft", config.draft)):
         if name is None:
@@ -240,8 +241,6 @@ def recorded_platform(platform: str, run_dir: Path) -> dict:
     """The platform as a record names it: a shipped name, or a copy of the profile
     file written beside the record (``platform.yaml``), since a measured record may
     name no other file (analyses/measured/evidence.py)."""
-    from hwprofiles.loader import list_names
-
     if platform in list_names("platforms"):
         return {"platform": platform}
     path = (run_dir / "platform.yaml").resolve()
@@ -252,8 +251,6 @@ def recorded_platform(platform: str, run_dir: Path) -> dict:
 def _progress(enabled: bool, n_prompts: int, batch: int, passes: int):
     if not enabled:
         return None
-    from tqdm import tqdm
-
     return tqdm(total=passes * -(-n_prompts // batch), desc="decoding", unit="batch",
                 delay=2.0)  # quick failures print their error alone
 

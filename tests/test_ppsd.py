@@ -9,7 +9,8 @@ import math
 
 import pytest
 
-from analyses.run.api import law, simulate
+from analyses.laws.forms import law
+from analyses.run.api import simulate
 from analyses.cli import main
 from analyses.run.config import SimConfig
 from analyses.laws.forms import ppsd as ppsd_law

@@ -9,7 +9,8 @@ import math
 import pytest
 import torch
 
-from analyses.run.api import SimConfig, law, simulate
+from analyses.laws.forms import law
+from analyses.run.api import SimConfig, simulate
 from analyses.laws.forms import leviathan
 from executors.backend import models
 from executors.backend.layers import Positions, Stack

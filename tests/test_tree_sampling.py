@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from analyses.run.api import law
+from analyses.laws.forms import law
 from policies import PolicyError, parse_params
 from policies.tree import TOP_MASS_T1, rank_probs, sibling_acceptance
 

@@ -9,7 +9,7 @@ import textwrap
 from analyses.cli import emit_json
 from analyses.commands import COMMANDS
 from analyses.laws.forms import LAWS
-from analyses.run.api import law
+from analyses.laws.forms import law
 from analyses.run.config import parse_sets
 
 

@@ -10,6 +10,7 @@ Python, the functions check only the relations between their arguments.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 from typing import Annotated
 
@@ -198,3 +199,21 @@ LAWS = {name: _checked(name, law) for name, law in
         {"leviathan": leviathan, "mirror": mirror, "ssd": ssd, "ppsd": ppsd,
          "ppsd_cost": ppsd_cost, "eesd_cost": eesd_cost, "cats": cats,
          "kangaroo": kangaroo, "tree": tree_law}.items()}
+
+
+def law(name: str, **params) -> dict:
+    """Evaluate a closed-form law by name (one of ``LAWS``), its parameters checked
+    against the law's signature first."""
+    if name not in LAWS:
+        raise ValueError(f"unknown law '{name}'; choose one of {', '.join(LAWS)}")
+    accepted = inspect.signature(LAWS[name]).parameters
+    for key in params:
+        if key not in accepted:
+            raise ValueError(f"law '{name}' has no parameter '{key}'; its parameters are "
+                             f"{', '.join(accepted)}")
+    missing = [k for k, p in accepted.items()
+               if p.default is inspect.Parameter.empty and k not in params]
+    if missing:
+        raise ValueError(f"law '{name}' needs {', '.join(missing)}; pass each with "
+                         f"--set {missing[0]}=VALUE")
+    return LAWS[name](**params)

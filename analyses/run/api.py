@@ -12,7 +12,6 @@ from a notebook::
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -289,22 +288,3 @@ def operators_of(config: RunConfig, spans) -> list[dict]:
     taken at the target's dtype."""
     dtype = "fp8" if config.compute_bits == 8 else load_model(config.target).dtype
     return operator_table(spans, load_platform(config.platform), dtype)
-
-
-def law(name: str, **params) -> dict:
-    """Evaluate a closed-form law by name (see analyses.laws.forms.LAWS)."""
-    from analyses.laws.forms import LAWS
-
-    if name not in LAWS:
-        raise ValueError(f"unknown law '{name}'; choose one of {', '.join(LAWS)}")
-    accepted = inspect.signature(LAWS[name]).parameters
-    for key in params:
-        if key not in accepted:
-            raise ValueError(f"law '{name}' has no parameter '{key}'; its parameters are "
-                             f"{', '.join(accepted)}")
-    missing = [k for k, p in accepted.items()
-               if p.default is inspect.Parameter.empty and k not in params]
-    if missing:
-        raise ValueError(f"law '{name}' needs {', '.join(missing)}; pass each with "
-                         f"--set {missing[0]}=VALUE")
-    return LAWS[name](**params)
