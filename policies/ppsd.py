@@ -41,9 +41,8 @@ from typing import Literal
 from pydantic import Field
 
 from policies.base import PolicyContext, PolicyError, PolicyParams, register
-from policies.ops import Forward, Join, Spawn, Transfer, Verify
+from policies.ops import LM, SAMPLE, TOKEN_BYTES, Feed, Forward, Head, Join, Spawn, Transfer, Verify
 
-TOKEN_ID_BYTES = 4
 EXIT_HEADS = {"norm": "exit", "transformer": "exit_layer"}
 
 
@@ -107,7 +106,7 @@ class _Pipeline:
             if self.epoch != epoch:
                 return None
             hidden = yield Forward("target", roles[k], bounds[k], 1, b, context,
-                                   "lm" if k == last else None, inputs=hidden,
+                                   LM if k == last else None, feed=Feed(hidden),
                                    label=roles[k])
         return (yield from self.verify(hidden))
 
@@ -133,7 +132,7 @@ def ppsd(ctx: PolicyContext, params: PPSDParams):
     """Pipeline-parallel early-exit SD: verify-while-draft over ceil(N/E) stages."""
     _check_exit(ctx, params.exit_layer, "ppsd")
     pipe = _Pipeline(ctx, params.exit_layer)
-    head, b, depth = EXIT_HEADS[params.exit_head], ctx.batch, pipe.stages
+    head, b, depth = Head(EXIT_HEADS[params.exit_head]), ctx.batch, pipe.stages
     e = params.exit_layer
     inflight: deque = deque()
     pending = None  # (hidden, context) of the newest token, its exit head not yet run
@@ -145,7 +144,7 @@ def ppsd(ctx: PolicyContext, params: PPSDParams):
         if room and chain == pipe.epoch:
             if pending is not None:  # draft the token about to enter
                 yield Forward("target", "stage0", (e, e), 1, b, pending[1], head=head,
-                              emit="sample", inputs=pending[0], label="exit head")
+                              emit=SAMPLE, feed=Feed(pending[0]), label="exit head")
             context = ctx.context(done / b + len(inflight))
             hidden = yield Forward("target", "stage0", pipe.bounds[0], 1, b, context,
                                    label="stage0")
@@ -162,7 +161,7 @@ def ppsd(ctx: PolicyContext, params: PPSDParams):
         flushed += len(inflight)  # the tokens behind the mismatch; skip their drafting
         inflight.clear()
         pending, runs, chain = None, runs + 1, pipe.epoch
-        yield Transfer(f"stage{depth - 1}", "stage0", TOKEN_ID_BYTES * b,
+        yield Transfer(f"stage{depth - 1}", "stage0", TOKEN_BYTES * b,
                        label="correction")
     return {"steps": runs, "tokens": done, "stages": depth, "match_rate": matches / outputs,
             "flushed_tokens": flushed}
@@ -173,15 +172,15 @@ def eesd(ctx: PolicyContext, params: EESDParams):
     """Sequential early-exit SD: gamma drafts from the first E layers, one verify."""
     n = _check_exit(ctx, params.exit_layer, "eesd")
     e, gamma, b = params.exit_layer, params.gamma, ctx.batch
-    head = EXIT_HEADS[params.exit_head]
+    head = Head(EXIT_HEADS[params.exit_head])
     done, steps = 0.0, 0
     while done < ctx.budget:
         context = ctx.context(done / b)
         for i in range(gamma):
             yield Forward("target", "target", (0, e), 1, b, context + i, head=head,
-                          emit="sample", label="draft")
+                          emit=SAMPLE, label="draft")
         logits = yield Forward("target", "target", (0, n), gamma + 1, b, context,
-                               head="lm", label="verify")
+                               head=LM, label="verify")
         verdict = yield Verify(gamma, b, target=logits, label="verify")
         done += verdict.tokens
         steps += 1

@@ -23,7 +23,7 @@ from policies import mirror as mirror_policy
 from policies import ppsd as ppsd_policy
 from policies import sd as sd_policy
 from policies import ssd as ssd_policy
-from policies.mirror import ENTRY_BYTES, VERDICT_BYTES
+from policies.ops import ENTRY_BYTES, TOKEN_BYTES, VERDICT_BYTES
 from simcore import RooflineCost, acceptance
 from simcore.outcomes import scaled_expected
 
@@ -310,7 +310,7 @@ def _ppsd_pipeline_s(s: Scenario, e: int, head: str) -> tuple[float, float, floa
     hops = [s.trip_s(roles[k - 1], roles[k], act) for k in range(1, len(bounds))]
     after = sum(hops) + sum(stages[1:])  # from the end of stage 0 to the verdict
     entry = exit_s + stages[0]  # the schedule drafts and enters one token at a time
-    correction = s.trip_s(roles[last], roles[0], ppsd_policy.TOKEN_ID_BYTES * b)
+    correction = s.trip_s(roles[last], roles[0], TOKEN_BYTES * b)
     match = max([entry, *stages[1:], *hops, (entry + after) / len(bounds)])
     # after a flush the schedule refills the pipeline one entry at a time until the
     # correction's verdict arrives (or the pipeline is full), then takes it
@@ -373,6 +373,6 @@ def sd_terms(cfg) -> SDTerms:
     drafts = sum(s.cost.forward(spec, where, layers, 1, b, c + i, head,
                                 prm.draft_collectives).total_s for i in range(g))
     trips = (s.trip_s("draft", "target", b * g * sd_policy.TOKEN_BYTES)
-             + s.trip_s("target", "draft", b * sd_policy.VERDICT_BYTES))
+             + s.trip_s("target", "draft", b * VERDICT_BYTES))
     return SDTerms(s.target_s((0, n), 1, "lm"), drafts + trips,
                    s.target_s((0, n), g + 1, "lm"), g)
