@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 ALTERNATIVES = 8  # draft candidates kept beside a sampled token unless a schedule asks more
 
@@ -31,17 +31,16 @@ class Narrow(Branch):
 MAIN = Narrow.MAIN
 
 
-
-
 @dataclass(frozen=True, slots=True)
 class Roots:
     """Layout of a speculation tree grown from candidates (Mirror-SD's
     branch-complete window): each sequence gets ``count`` rows, row
     ``r * count + i`` continuing ``committed + proposal + [candidate i]``, the
-    candidates being the top-``count`` tokens the tree's ``inputs`` Forward
-    emitted (``emit="topk"``) after the proposal under verification, the narrow
-    proposal of speculation ``branch`` (the branch that Forward scores). Each row
-    guesses the whole proposal is accepted and its candidate is the bonus token."""
+    candidates being the top-``count`` tokens (``TopK``) that the Forward in the
+    tree's first ``feed.inputs`` emitted after the proposal under verification,
+    the narrow proposal of speculation ``branch`` (the branch that Forward
+    scores). Each row guesses the whole proposal is accepted and its candidate
+    is the bonus token."""
 
     count: int
     branch: Branch = MAIN
@@ -60,7 +59,7 @@ class Fanout:
     and f. The proposal is the one under verification, the narrow proposal of
     speculation ``branch``. For k below the proposal's length the guesses are the
     draft's own top candidates at position k other than the token it proposed
-    there (``Forward.alternatives`` must keep enough); for k = K the tree's first
+    there (``Sample.alternatives`` must keep enough); for k = K the tree's first
     pass emits the draft's rank-f token as the guess."""
 
     per_accepted: tuple[int, ...]
@@ -74,12 +73,12 @@ class Fanout:
 
 @dataclass(frozen=True, slots=True)
 class Children:
-    """Layout of a token tree drafted depth by depth (Medusa, EAGLE; ``emit=
-    "topk"`` Forwards): the first such Forward on its branch feeds the committed
-    sequence and its last token is the root, whose ``top_k`` candidates are
+    """Layout of a token tree drafted depth by depth (Medusa, EAGLE; ``TopK``
+    Forwards): the first such Forward on its branch feeds the committed
+    sequence and its last token is the root, whose ``TopK.k`` candidates are
     depth 1; each later one expands the ``n_tokens`` most confident nodes of the
     deepest level (confidence: the product of the draft's probabilities along
-    the path) into their ``top_k`` candidates. A Forward on the branch that does
+    the path) into their ``TopK.k`` candidates. A Forward on the branch that does
     not sample (the target's, with a head) then scores the root and its
     ``n_tokens - 1`` most confident nodes, parents first, under a tree mask, and
     a Verify on the branch walks it."""
@@ -98,7 +97,7 @@ class Head:
     positions per row it projects (1: a top-k taken at each row's last
     position); None: all the Forward's ``n_tokens``."""
 
-    kind: str = "lm"
+    kind: Literal["lm", "exit", "exit_layer"] = "lm"
     tokens: int | None = None
 
 
@@ -199,16 +198,22 @@ class Forward:
     label: str = ""
 
     def record(self) -> dict:
-        """The Forward as a measured span names it: flat fields, in the order
-        the run records keep."""
+        """The Forward as a measured span names it: the flat fields, in the order,
+        the run records have always kept (``inputs`` and ``tree`` only where
+        None: a handle or a layout is no record value)."""
         head, emit, feed = self.head, self.emit, self.feed
-        return {"model": self.model, "device": self.device, "layers": list(self.layers),
-                "n_tokens": self.n_tokens, "batch": self.batch, "context": self.context,
-                "head": head and head.kind, "emit": emit and emit.name,
-                "top_k": emit.k if isinstance(emit, TopK) else 1, "branch": int(self.branch),
-                **({"inputs": None} if feed.inputs is None else {}),
-                "collectives": self.collectives, "label": self.label,
-                "head_tokens": head and head.tokens, **({"tree": None} if self.tree is None else {}),
-                "alternatives": emit.alternatives if isinstance(emit, Sample) else ALTERNATIVES,
-                "corrections": feed.corrections, "catch_up": feed.catch_up,
-                "sequences": None if feed.sequences is None else list(feed.sequences)}
+        fields = {"model": self.model, "device": self.device, "layers": list(self.layers),
+                  "n_tokens": self.n_tokens, "batch": self.batch, "context": self.context,
+                  "head": head and head.kind, "emit": emit and emit.name,
+                  "top_k": emit.k if isinstance(emit, TopK) else 1, "branch": int(self.branch),
+                  "inputs": None, "collectives": self.collectives,
+                  "label": self.label, "head_tokens": head and head.tokens,
+                  "tree": None,
+                  "alternatives": emit.alternatives if isinstance(emit, Sample) else ALTERNATIVES,
+                  "corrections": feed.corrections, "catch_up": feed.catch_up,
+                  "sequences": None if feed.sequences is None else list(feed.sequences)}
+        if feed.inputs is not None:
+            del fields["inputs"]
+        if self.tree is not None:
+            del fields["tree"]
+        return fields

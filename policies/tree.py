@@ -72,9 +72,8 @@ from policies.modelled import OutcomeModels, VerifyModel
 from policies.ops import (LM, TOKEN_BYTES, VERDICT_BYTES, Branch, Children, Feed, Forward, Head,
                           TopK, Transfer, Verify)
 from policies.ngram import MAX_N
-from policies.sd import (LOOKUP_GAMMA, LOOKUP_NODES, LOOKUP_WIDTH, draft_source, lookup_outcomes, lookup_shape, lookup_tree,
-                         lookup_unused)
-
+from policies.sd import (LOOKUP_GAMMA, LOOKUP_NODES, LOOKUP_WIDTH, draft_source, lookup_outcomes,
+                         lookup_shape, lookup_tree, lookup_unused)
 
 
 class TreeBranch(Branch):

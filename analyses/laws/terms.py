@@ -372,7 +372,7 @@ def sd_terms(cfg) -> SDTerms:
     where = s.placement["draft"]
     drafts = sum(s.cost.forward(spec, where, layers, 1, b, c + i, head,
                                 prm.draft_collectives).total_s for i in range(g))
-    trips = (s.trip_s("draft", "target", b * g * sd_policy.TOKEN_BYTES)
+    trips = (s.trip_s("draft", "target", b * g * TOKEN_BYTES)
              + s.trip_s("target", "draft", b * VERDICT_BYTES))
     return SDTerms(s.target_s((0, n), 1, "lm"), drafts + trips,
                    s.target_s((0, n), g + 1, "lm"), g)
