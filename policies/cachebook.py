@@ -1,4 +1,4 @@
-"""What a model's KV cache lacks, counted by the runtime for ``Forward.catch_up``.
+"""What a model's KV cache lacks, counted by the runtime for ``Feed.catch_up``.
 
 A draft samples the last token of its rollout without feeding it, and the
 verdict commits tokens (the target's bonus, or a correction) that the draft never
@@ -46,7 +46,7 @@ class _Taken:
 @dataclass
 class _Rows:
     """Per row, the tokens of a proposal whose rows were extended apart
-    (``Forward.sequences``, ``Delay.sequences``: SSD's backup beside the rows that hit)."""
+    (``Feed.sequences``, ``Delay.sequences``: SSD's backup beside the rows that hit)."""
 
     lengths: list[int]
 

@@ -34,7 +34,7 @@ Forwards' hidden states in order (the shallow verifier reads the gamma draft
 passes' layer-L_DM states; the target pass reads the verifier's and the
 re-forward's layer-L_SV states). The shallow verifier names ``top_k =
 corrections + 1`` candidates at each position and the re-forward carries
-``Forward.corrections``, which tells a real runtime which correction tokens it
+``Feed.corrections``, which tells a real runtime which correction tokens it
 feeds; every StreamWeights carries the buffer's size (``buffer_layers``).
 
 ``mean_accepted`` (tokens committed per cycle, bonus included, the papers'

@@ -33,7 +33,7 @@ class Segment:
     """Layers ``[start, stop)`` of ``model`` on ``device`` that the schedule runs
     (and whose KV cache needs the prompt); ``streamed``: the weight chunks that
     stream from storage, in load order; ``slots``: chunks loaded before the first
-    streamed pass; ``heads``: the heads its Forwards apply (``Forward.head``);
+    streamed pass; ``heads``: the heads its Forwards apply (``Head.kind``);
     ``positions``: positions per row of its widest pass; ``rows``: rows per
     sequence of its widest pass (above 1 for speculation trees)."""
 

@@ -71,10 +71,10 @@ message's payload, the early-exit Forward). The first step of each is a
 ``catch_up`` Forward: the runtime counts what its rows lack (``policies.cachebook``;
 a window's rows, the correction, the proposal under verification and the root;
 with kappa = 1 they are the draft's own rows, which fed that proposal but its
-last token). The early exit is ``head="exit", emit="topk",
-top_k=kappa, head_tokens=1``: it projects one position per row, its last (the
-simulator charges the head's FLOPs over B rows, not B (gamma+1)); the suffix
-takes it as ``inputs`` and ends in ``head="lm"``; both score the branch the
+last token). The early exit is ``head=Head("exit", 1), emit=TopK(kappa)``: it
+projects one position per row, its last (the simulator charges the head's FLOPs
+over B rows, not B (gamma+1)); the suffix takes it as ``Feed.inputs`` and ends
+in the ``lm`` head; both score the branch the
 step verifies. The reuse Outcome ``observes=OnTree(into=WINDOW)``: a row that
 takes its hit verifies its branch's continuation next, on ``WINDOW``; when
 skipping, the next Verify's ``row_gamma`` is gamma for those rows and 0 for the
@@ -112,7 +112,6 @@ FALLBACK, FALLBACK_SEND = "fallback draft", "fallback window to target"
 PHASES = (("prefix", (PREFIX,)), ("rv_ee", (TOPK,)), ("suffix", (SUFFIX,)),
           ("draft_gen", (DRAFT,)), ("rv_fv", (RV_WINDOW, RV_VERDICT)),
           ("fallback", (FALLBACK, FALLBACK_SEND)))
-
 
 
 class MirrorBranch(Branch):

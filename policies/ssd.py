@@ -16,7 +16,7 @@ miss of its own (event "cache_hit", asked per row):
     ``fast_alpha``);
   * some rows hit: they keep their cached speculation (the pre-speculation runs
     to its end, they need all of it) and the backup runs for the missed rows
-    alone (``Forward.sequences``, ``Delay.sequences``), beside them on CACHE;
+    alone (``Feed.sequences``, ``Delay.sequences``), beside them on CACHE;
     with ``partial_hits=backup`` the round is a miss for every row instead (the
     SSD repository's jit path, ``ssd/engine/draft_runner.py``
     ``hit_cache_and_respond``, re-speculates the whole batch on any miss; its
@@ -89,11 +89,8 @@ from policies.sd import expected_accepted
 from policies.traces import covered_s, intervals, recorded_rate
 
 
-
 class SSDBranch(Branch):
-    """SSD's speculation branches: the backup's narrow rollout, and the cached
-    pre-speculation tree a hit continues."""
-
+    """SSD's speculation branches: the backup's rollout, the tree a hit continues."""
     BACKUP = 0
     CACHE = 1
 
@@ -266,10 +263,10 @@ def _draft_steps(p: SSDPlan, context: int, rows: int, branch: Branch, tree: Fano
     for j in range(p.k):
         if flag is not None and flag["abort"]:
             break
+        feed = Feed(handle, catch_up=j == 0, sequences=seqs)
         handle = yield Forward("draft", "draft", (0, p.draft_layers), 1, rows, context + j,
-                               head=LM, emit=emit, feed=Feed(handle, j == 0, seqs),
-                               branch=branch, tree=tree, collectives=p.collectives,
-                               label=label)
+                               head=LM, emit=emit, feed=feed, branch=branch, tree=tree,
+                               collectives=p.collectives, label=label)
     return handle
 
 

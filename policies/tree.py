@@ -78,7 +78,6 @@ from policies.sd import (LOOKUP_GAMMA, LOOKUP_NODES, LOOKUP_WIDTH, draft_source,
 
 class TreeBranch(Branch):
     """Token-tree speculation's branch: the tree grows beside the main one."""
-
     TREE = 1
 
 

@@ -189,7 +189,7 @@ def test_a_fanout_feeds_what_ssd_counted_for_its_outcome_rows():
 
 
 def test_a_rollout_for_some_sequences_counts_their_rows_alone():
-    """SSD's backup for the rows that missed (``Forward.sequences``): it feeds
+    """SSD's backup for the rows that missed (``Feed.sequences``): it feeds
     what its own rows lack, extends their proposals alone, and leaves the other
     rows' lag to the next rollout that runs them."""
     book = PositionBook()

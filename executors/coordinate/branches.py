@@ -1,8 +1,8 @@
 """Correction branches (CATS): sibling positions verified in the same target pass.
 
-A shallow verifier, an ``emit="topk"`` Forward over several positions of the
-narrow proposal (branch 0, ``head_tokens=None``), names its top candidates at
-each proposed position. A token-mode Forward of branch 0 with ``corrections=n``
+A shallow verifier, a ``TopK`` Forward over several positions of the
+narrow proposal (branch 0, ``Head.tokens=None``), names its top candidates at
+each proposed position. A token-mode Forward of branch 0 with ``Feed(corrections=n)``
 re-forwards n correction tokens after the proposal: at the
 first position i where the verifier's top token differs from the draft's (the
 last position where it agrees everywhere), its best candidates other than the

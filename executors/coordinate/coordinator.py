@@ -31,7 +31,7 @@ from executors.coordinate.feeds import (Handle, HandleInfo, hidden_command, hidd
 from executors.coordinate.loop import Loop, Pending
 from policies.cachebook import PositionBook
 from policies.ops import (ALTERNATIVES, Fanout, Forward, Lookup, Outcome, Roots, Sample,
-                          Verdict, Verify)
+                          TopK, Verdict, Verify)
 
 
 @dataclass
@@ -101,14 +101,16 @@ class Coordinator:
     # spans ---------------------------------------------------------------------
     def span(self, op, role: str, client: str, reply, kind: str, **extra) -> None:
         fields = {"type": type(op).__name__}
-        if isinstance(op, Forward):
+        if isinstance(op, Forward):  # its parts as the flat fields run records keep
             fields.update(op.record())
-        for name in () if isinstance(op, Forward) else op.__slots__:
-            value = getattr(op, name)
-            if isinstance(value, (int, float, str, bool, type(None))):
-                fields[name] = value
-            elif isinstance(value, tuple) and all(isinstance(v, (int, float)) for v in value):
-                fields[name] = list(value)
+        else:
+            for name in op.__slots__:
+                value = getattr(op, name)
+                if isinstance(value, (int, float, str, bool, type(None))):
+                    fields[name] = value
+                elif isinstance(value, tuple) and all(isinstance(v, (int, float))
+                                                      for v in value):
+                    fields[name] = list(value)
         fields.update(extra)
         self.spans.append({"op": fields, "device": self.place.tracks.get(role, role),
                            "physical": client, "kind": kind,
@@ -200,7 +202,7 @@ class Coordinator:
         return op.batch // self.seqs.batch
 
     def _rows_width(self, op: Forward) -> int:
-        """A Forward for some sequences alone (``Forward.sequences``) is narrow."""
+        """A Forward for some sequences alone (``Feed.sequences``) is narrow."""
         rows, n = op.feed.sequences, self.seqs.batch
         distinct = len(set(rows)) == len(rows) == op.batch
         if op.tree is not None or not distinct or not all(0 <= r < n for r in rows):
@@ -236,14 +238,14 @@ class Coordinator:
         return [tuple(tree.seq(j)) for j in range(seqs.batch * width)], pick
 
     def _emitted(self, op: Forward, info: HandleInfo, book: CacheBook, result: dict) -> None:
-        if info.emit == "topk":
+        if type(op.emit) is TopK:
             info.topk = result["topk"]
             if tokentree.emitted(self, op, result):
                 return
             branches.note_verifier(self, op, info, result)
             if not info.wide and info.width == 1:
                 self.last_topk = info
-        if info.emit != "sample":
+        if type(op.emit) is not Sample:
             return
         if info.wide:
             tree = self.seqs.wide[op.branch]

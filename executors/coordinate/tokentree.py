@@ -2,11 +2,11 @@
 tree-masked pass, walked by the Verify (see ``policies.tree``).
 
 The Forwards of a speculation branch other than 0 that do not sample:
-  * an ``emit="topk"`` Forward with ``tree=Children()`` when the branch has no
+  * a ``TopK`` Forward with ``tree=Children()`` when the branch has no
     tree feeds the committed sequence as usual (catch-up positions, then the
     root: the last committed token) and starts the tree: the root's top-k
     candidates are depth 1;
-  * a later ``emit="topk"`` Forward expands the ``n_tokens`` most confident
+  * a later ``TopK`` Forward expands the ``n_tokens`` most confident
     nodes of the deepest level (confidence: the product of the draft's
     probabilities along the path; a static tree expands all of them) into
     their top-k candidates;
