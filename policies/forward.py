@@ -161,6 +161,7 @@ class Feed:
 
 
 OWN = Feed()  # its own new positions alone
+CATCH_UP = Feed(catch_up=True)  # what its rows lack first, then its own positions
 
 
 @dataclass(frozen=True, slots=True)

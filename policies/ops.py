@@ -26,10 +26,10 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
-from policies.forward import (ALTERNATIVES, LM, MAIN, OWN, SAMPLE, Branch, Children, Fanout,
-                              Feed, Forward, Head, Narrow, Roots, Sample, TopK)
+from policies.forward import (ALTERNATIVES, CATCH_UP, LM, MAIN, OWN, SAMPLE, Branch, Children,
+                              Fanout, Feed, Forward, Head, Narrow, Roots, Sample, TopK)
 
-__all__ = ["ALTERNATIVES", "ENTRY_BYTES", "LM", "MAIN", "OWN", "SAMPLE", "TOKEN_BYTES",
+__all__ = ["ALTERNATIVES", "CATCH_UP", "ENTRY_BYTES", "LM", "MAIN", "OWN", "SAMPLE", "TOKEN_BYTES",
            "VERDICT_BYTES", "AllReduce", "Branch", "Children", "Delay", "Fanout", "Feed",
            "Forward", "Found", "Head", "Join", "Lookup", "Narrow", "OnTree", "Outcome",
            "Parallel", "Roots", "Sample", "Spawn", "StreamWeights", "TopK", "Transfer",

@@ -39,7 +39,7 @@ from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyPa
                            register)
 from policies.modelled import EventModel, OutcomeModels
 from policies.ngram import MAX_N
-from policies.ops import (LM, SAMPLE, TOKEN_BYTES, VERDICT_BYTES, Branch, Feed, Forward,
+from policies.ops import (CATCH_UP, LM, OWN, SAMPLE, TOKEN_BYTES, VERDICT_BYTES, Branch, Forward,
                           Found, Head, Lookup, Transfer, Verify)
 
 # prompt lookup's default gamma: on the grounded prompts a lookup's greedy
@@ -142,7 +142,7 @@ def sd(ctx: PolicyContext, params: SDParams):
         context = ctx.context(done / ctx.batch)
         for i in range(gamma):  # the first also feeds what the draft's cache lacks
             yield Forward(model, "draft", layers, 1, ctx.batch, context + i, head=head,
-                          emit=SAMPLE, feed=Feed(catch_up=i == 0),
+                          emit=SAMPLE, feed=CATCH_UP if i == 0 else OWN,
                           collectives=params.draft_collectives, label="draft")
         yield Transfer("draft", "target", ctx.batch * gamma * TOKEN_BYTES, label="proposal")
         logits = yield Forward("target", "target", (0, n), gamma + 1, ctx.batch, context,

@@ -69,8 +69,8 @@ from pydantic import Field, field_validator, model_validator
 from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyParams, register,
                            validate_params)
 from policies.modelled import OutcomeModels, VerifyModel
-from policies.ops import (LM, TOKEN_BYTES, VERDICT_BYTES, Branch, Children, Feed, Forward, Head,
-                          TopK, Transfer, Verify)
+from policies.ops import (CATCH_UP, LM, OWN, TOKEN_BYTES, VERDICT_BYTES, Branch, Children,
+                          Forward, Head, TopK, Transfer, Verify)
 from policies.ngram import MAX_N
 from policies.sd import (LOOKUP_GAMMA, LOOKUP_NODES, LOOKUP_WIDTH, draft_source, lookup_outcomes,
                          lookup_shape, lookup_tree, lookup_unused)
@@ -350,7 +350,7 @@ def _steps(ctx: PolicyContext, params: TreeParams, source: tuple, shape: tuple):
         for d, (count, k) in enumerate(passes):  # the first also feeds what the
             # draft's cache lacks: the committed path and bonus token it never fed
             yield Forward(model, "draft", layers, count, b, context + fed, head=head,
-                          emit=TopK(k), feed=Feed(catch_up=d == 0), branch=TREE,
+                          emit=TopK(k), feed=CATCH_UP if d == 0 else OWN, branch=TREE,
                           tree=Children(), collectives=params.draft_collectives,
                           label="tree draft")
             fed += count
