@@ -11,9 +11,7 @@ devices, as the PPSD paper measures it (one token costs all N layer times).
 from pydantic import Field
 
 from policies.base import PolicyContext, PolicyParams, register
-from policies.ops import Forward, Transfer, Verify
-
-TOKEN_ID_BYTES = 4
+from policies.ops import LM, TOKEN_BYTES, Feed, Forward, Transfer, Verify
 
 
 class ARParams(PolicyParams):
@@ -39,7 +37,7 @@ def ar(ctx: PolicyContext, params: ARParams):
     done, steps = 0.0, 0
     while done < ctx.budget:
         logits = yield Forward("target", "target", (0, n), 1, ctx.batch,
-                               ctx.context(done / ctx.batch), head="lm", label="target")
+                               ctx.context(done / ctx.batch), head=LM, label="target")
         verdict = yield Verify(0, ctx.batch, target=logits, label="sample")
         done += verdict.tokens
         steps += 1
@@ -60,11 +58,11 @@ def _pipelined(ctx: PolicyContext, e: int):
                 yield Transfer(f"stage{k - 1}", f"stage{k}", act_bytes, hidden,
                                "activations")
             hidden = yield Forward("target", f"stage{k}", layers, 1, b, context,
-                                   "lm" if k == last else None, inputs=hidden,
+                                   LM if k == last else None, feed=Feed(hidden),
                                    label=f"stage{k}")
         verdict = yield Verify(0, b, target=hidden, label="sample")
         if last:
-            yield Transfer(f"stage{last}", "stage0", TOKEN_ID_BYTES * b, label="token")
+            yield Transfer(f"stage{last}", "stage0", TOKEN_BYTES * b, label="token")
         done += verdict.tokens
         steps += 1
     return {"steps": steps, "tokens": done, "stages": len(bounds)}

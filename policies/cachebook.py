@@ -1,4 +1,4 @@
-"""What a model's KV cache lacks, counted by the runtime for ``Forward.catch_up``.
+"""What a model's KV cache lacks, counted by the runtime for ``Feed.catch_up``.
 
 A draft samples the last token of its rollout without feeding it, and the
 verdict commits tokens (the target's bonus, or a correction) that the draft never
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from policies.ops import Delay, Fanout, Forward, Outcome, Roots, Verdict
+from policies.ops import Delay, Fanout, Feed, Forward, Head, Outcome, Roots, Sample, Verdict
 
 
 @dataclass
@@ -46,7 +46,7 @@ class _Taken:
 @dataclass
 class _Rows:
     """Per row, the tokens of a proposal whose rows were extended apart
-    (``Forward.sequences``, ``Delay.sequences``: SSD's backup beside the rows that hit)."""
+    (``Feed.sequences``, ``Delay.sequences``: SSD's backup beside the rows that hit)."""
 
     lengths: list[int]
 
@@ -125,12 +125,13 @@ class PositionBook:
         """Positions per row a ``catch_up`` Forward feeds before its own (the
         most any row lacks, less the one it feeds anyway: rows are padded to
         one width)."""
-        if not op.catch_up or self.expected:
+        if not op.feed.catch_up or self.expected:
             return 0
         cache, layout = self._cache(op, create=True), self._tree(op)
         branch = layout.branch if layout is not None else op.branch
         most = 1
-        for r in range(len(cache.behind[0])) if op.sequences is None else op.sequences:
+        seqs = op.feed.sequences
+        for r in range(len(cache.behind[0])) if seqs is None else seqs:
             n = self._proposal(branch, r)
             for g, (m, given) in enumerate(_wants(layout, n)):
                 held = min(self._held(cache, g, r, branch), m)
@@ -140,28 +141,31 @@ class PositionBook:
     def feed(self, op: Forward) -> Forward:
         """``op`` as a runtime without tokens runs it: the positions its cache
         lacks fed first (counted as run). A one-token pass catching up still
-        samples one token, from its last position (``head_tokens=1``)."""
-        if not op.catch_up and op.emit != "sample":
+        samples one token, from its last position (``Head.tokens=1``)."""
+        feed, head = op.feed, op.head
+        if not feed.catch_up and type(op.emit) is not Sample:
             return op  # neither feeds nor samples for a cache the book counts
         extra = self.extra_positions(op)
         self.ran(op)
         if not extra:
             return op
-        return replace(op, n_tokens=op.n_tokens + extra, context=op.context - extra,
-                       head_tokens=1 if op.n_tokens == 1 else op.head_tokens,
-                       catch_up=False)
+        if op.n_tokens == 1 and head is not None:
+            head = Head(head.kind, 1)
+        return replace(op, n_tokens=op.n_tokens + extra, context=op.context - extra, head=head,
+                       feed=Feed(feed.inputs, False, feed.sequences, feed.corrections))
 
     def ran(self, op: Forward) -> None:
         """Count a Forward the runtime ran: a catch-up feeds all its rows lacked
         (a tree's rows: the proposal they continue and their root or guess); a
         narrow sampling Forward extends its branch's proposal."""
         layout = self._tree(op)
-        if op.catch_up and not self.expected:
-            self._caught_up(self._cache(op, create=True), layout, op.branch, op.sequences)
-        if op.emit != "sample":
+        seqs = op.feed.sequences
+        if op.feed.catch_up and not self.expected:
+            self._caught_up(self._cache(op, create=True), layout, op.branch, seqs)
+        if type(op.emit) is not Sample:
             return
         if layout is None:
-            self._extend(op.branch, op.n_tokens, op.sequences)
+            self._extend(op.branch, op.n_tokens, seqs)
         cache = self._cache(op)
         if cache is not None:
             cache.sampled += op.n_tokens

@@ -34,7 +34,7 @@ Forwards' hidden states in order (the shallow verifier reads the gamma draft
 passes' layer-L_DM states; the target pass reads the verifier's and the
 re-forward's layer-L_SV states). The shallow verifier names ``top_k =
 corrections + 1`` candidates at each position and the re-forward carries
-``Forward.corrections``, which tells a real runtime which correction tokens it
+``Feed.corrections``, which tells a real runtime which correction tokens it
 feeds; every StreamWeights carries the buffer's size (``buffer_layers``).
 
 ``mean_accepted`` (tokens committed per cycle, bonus included, the papers'
@@ -62,9 +62,10 @@ from pydantic import Field
 
 from policies.base import LawCosts, PolicyContext, PolicyError, PolicyParams, register
 from policies.modelled import OutcomeModels, VerifyModel
-from policies.ops import Forward, Join, Spawn, StreamWeights, Verify
+from policies.ops import (LM, SAMPLE, Feed, Forward, Head, Join, Spawn, StreamWeights, TopK,
+                          Verify)
 
-ADAPTER_HEADS = {"norm": "exit", "transformer": "exit_layer"}
+ADAPTER_HEADS = {"norm": Head("exit"), "transformer": Head("exit_layer")}
 
 
 class StreamParams(PolicyParams):
@@ -217,12 +218,12 @@ def target_pass(streamer: FlashStreamer, first: int, n_tokens: int, batch: int,
     n, handle = plan.n_layers, inputs
     if first < plan.resident:
         handle = yield Forward("target", "target", (first, plan.resident), n_tokens, batch,
-                               context, head="lm" if plan.resident == n else None,
-                               inputs=inputs, label=label)
+                               context, head=LM if plan.resident == n else None,
+                               feed=Feed(inputs), label=label)
     for _ in plan.chunks:
         chunk = yield from streamer.take()
         handle = yield Forward("target", "target", chunk, n_tokens, batch, context,
-                               head="lm" if chunk[1] == n else None, inputs=handle,
+                               head=LM if chunk[1] == n else None, feed=Feed(handle),
                                label=f"{label} (streamed)")
         yield from streamer.release()
     return handle
@@ -349,7 +350,7 @@ def _drafts(params: KangarooParams, batch: int, context: int):
     head, handles = ADAPTER_HEADS[params.adapter], []
     for i in range(params.gamma):
         handles.append((yield Forward("target", "target", (0, params.l_dm), 1, batch,
-                                      context + i, head=head, emit="sample",
+                                      context + i, head=head, emit=SAMPLE,
                                       label="draft")))
     return tuple(handles)
 
@@ -414,10 +415,9 @@ def _cats(ctx, params: CATSParams, plan: Plan, l_sv: int):
         context = ctx.context(done / b)
         drafts = yield from _drafts(params, b, context)
         sv = yield Forward("target", "target", (l_dm, l_sv), gamma, b, context, head=head,
-                           emit="topk", top_k=extra + 1, inputs=drafts,
-                           label="shallow verify")
+                           emit=TopK(extra + 1), feed=Feed(drafts), label="shallow verify")
         tail = yield Forward("target", "target", (0, l_sv), 1 + extra, b, context + gamma,
-                             corrections=extra, label="correction re-forward")
+                             feed=Feed(corrections=extra), label="correction re-forward")
         logits = yield from target_pass(streamer, l_sv, gamma + 1 + extra, b, context,
                                         inputs=(sv, tail))
         verdict = yield Verify(gamma, b, target=logits, label="verify")

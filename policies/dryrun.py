@@ -25,7 +25,7 @@ from policies.ops import (Forward, Join, Lookup, Outcome, Parallel, Spawn, Strea
 
 DRY_STEPS = 3  # decoding steps the dry run follows: every cache is in use by then
 DRY_OPS = 5000
-EXIT_HEADS = ("exit", "exit_layer")  # early-exit heads (Forward.head)
+EXIT_HEADS = ("exit", "exit_layer")  # early-exit heads (Head.kind)
 
 
 @dataclass
@@ -33,7 +33,7 @@ class Segment:
     """Layers ``[start, stop)`` of ``model`` on ``device`` that the schedule runs
     (and whose KV cache needs the prompt); ``streamed``: the weight chunks that
     stream from storage, in load order; ``slots``: chunks loaded before the first
-    streamed pass; ``heads``: the heads its Forwards apply (``Forward.head``);
+    streamed pass; ``heads``: the heads its Forwards apply (``Head.kind``);
     ``positions``: positions per row of its widest pass; ``rows``: rows per
     sequence of its widest pass (above 1 for speculation trees)."""
 
@@ -127,7 +127,7 @@ class _DryRun:
         key = (op.device, op.model)
         if start >= stop:  # a head alone (PPSD's exit head): no cache of its own
             if op.head is not None:
-                self.heads_only.setdefault(key, set()).add(op.head)
+                self.heads_only.setdefault(key, set()).add(op.head.kind)
             return
         seg = self.segments.setdefault(key, Segment(op.device, op.model, start, stop))
         if key not in self.computed:  # the sharding of the segment's first pass
@@ -136,7 +136,7 @@ class _DryRun:
         seg.start, seg.stop = min(seg.start, start), max(seg.stop, stop)
         seg.positions, seg.rows = max(seg.positions, op.n_tokens), max(seg.rows, rows)
         if op.head is not None:
-            seg.heads.add(op.head)
+            seg.heads.add(op.head.kind)
         if seg.streamed and not seg.slots and any(a < stop and start < b
                                                    for a, b in seg.streamed):
             seg.slots = self.loads[key]

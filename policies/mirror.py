@@ -71,10 +71,10 @@ message's payload, the early-exit Forward). The first step of each is a
 ``catch_up`` Forward: the runtime counts what its rows lack (``policies.cachebook``;
 a window's rows, the correction, the proposal under verification and the root;
 with kappa = 1 they are the draft's own rows, which fed that proposal but its
-last token). The early exit is ``head="exit", emit="topk",
-top_k=kappa, head_tokens=1``: it projects one position per row, its last (the
-simulator charges the head's FLOPs over B rows, not B (gamma+1)); the suffix
-takes it as ``inputs`` and ends in ``head="lm"``; both score the branch the
+last token). The early exit is ``head=Head("exit", 1), emit=TopK(kappa)``: it
+projects one position per row, its last (the simulator charges the head's FLOPs
+over B rows, not B (gamma+1)); the suffix takes it as ``Feed.inputs`` and ends
+in the ``lm`` head; both score the branch the
 step verifies. The reuse Outcome ``observes=OnTree(into=WINDOW)``: a row that
 takes its hit verifies its branch's continuation next, on ``WINDOW``; when
 skipping, the next Verify's ``row_gamma`` is gamma for those rows and 0 for the
@@ -99,14 +99,12 @@ from pydantic import Field, field_validator
 from policies.base import (MAX_COLLECTIVES, LawCosts, PolicyContext, PolicyError,
                            PolicyParams, register)
 from policies.modelled import EventModel, OutcomeModels
-from policies.ops import (Forward, OnTree, Outcome, Parallel, Roots, Transfer, Verify,
-                          rows_of)
+from policies.ops import (ENTRY_BYTES, LM, SAMPLE, VERDICT_BYTES, Branch, Feed, Forward, Head,
+                          OnTree, Outcome, Parallel, Roots, TopK, Transfer, Verify, rows_of)
 from policies.traces import covered_s, intervals, overlap_s, recorded_rate
 
-ENTRY_BYTES = 8           # a token id with its fp32 log-prob
-VERDICT_BYTES = 8         # accepted count + correction token, per row
-FRESH, WINDOW = 0, 1
 TOPK_POSITIONS = 1        # the exit head projects one position per row: the window's root
+EXIT_HEAD = Head("exit", TOPK_POSITIONS)
 KAPPA_SCHEDULE = ((8, 8), (16, 4), (32, 2))  # (largest batch, kappa); 1 beyond
 
 PREFIX, TOPK, SUFFIX = "target prefix", "top-k to draft", "target suffix"
@@ -115,6 +113,17 @@ FALLBACK, FALLBACK_SEND = "fallback draft", "fallback window to target"
 PHASES = (("prefix", (PREFIX,)), ("rv_ee", (TOPK,)), ("suffix", (SUFFIX,)),
           ("draft_gen", (DRAFT,)), ("rv_fv", (RV_WINDOW, RV_VERDICT)),
           ("fallback", (FALLBACK, FALLBACK_SEND)))
+
+
+class MirrorBranch(Branch):
+    """Mirror-SD's speculation branches: the narrow rollout after a miss, and
+    the branch-complete window grown from the target's early-exit candidates."""
+
+    FRESH = 0
+    WINDOW = 1
+
+
+FRESH, WINDOW = MirrorBranch.FRESH, MirrorBranch.WINDOW
 
 
 def default_kappa(batch: int) -> int:
@@ -228,7 +237,7 @@ def _one(op):
     return (yield op)
 
 
-def _rollout(ctx: PolicyContext, p: MirrorPlan, context: int, rows: int, branch: int,
+def _rollout(ctx: PolicyContext, p: MirrorPlan, context: int, rows: int, branch: Branch,
              tree: Roots | None, inputs, label: str):
     """J speculative-streaming draft steps over ``rows`` rows (a window: ``tree``
     names its roots); returns the last handle. The first also feeds what its rows
@@ -236,9 +245,9 @@ def _rollout(ctx: PolicyContext, p: MirrorPlan, context: int, rows: int, branch:
     handle = inputs
     for j, n_tokens in enumerate(p.chunks):
         handle = yield Forward("draft", "draft", (0, p.draft_layers), n_tokens, rows,
-                               context + j * p.eta, head="lm", emit="sample", tree=tree,
-                               branch=branch, inputs=handle, collectives=p.collectives,
-                               label=label, catch_up=j == 0)
+                               context + j * p.eta, head=LM, emit=SAMPLE,
+                               feed=Feed(handle, catch_up=j == 0), branch=branch, tree=tree,
+                               collectives=p.collectives, label=label)
     return handle
 
 
@@ -249,7 +258,7 @@ def _fresh(ctx: PolicyContext, p: MirrorPlan, context: int):
                    label=FALLBACK_SEND)
 
 
-def _step(ctx: PolicyContext, p: MirrorPlan, context: int, branch: int,
+def _step(ctx: PolicyContext, p: MirrorPlan, context: int, branch: Branch,
           row_gamma: tuple[int, ...] | None):
     """One Mirror-SD step up to its Verify; returns (verdict, window handle)."""
     b, n = ctx.batch, p.n_layers
@@ -257,12 +266,11 @@ def _step(ctx: PolicyContext, p: MirrorPlan, context: int, branch: int,
     if row_gamma is not None and not ctx.expected_outcomes:
         width = max(row_gamma) + 1
     prefix = yield Forward("target", "target", (0, p.exit_layer), width, b, context,
-                           head="exit", emit="topk", top_k=p.kappa, head_tokens=TOPK_POSITIONS,
-                           branch=branch, label=PREFIX)
+                           head=EXIT_HEAD, emit=TopK(p.kappa), branch=branch, label=PREFIX)
     roots = yield Transfer("target", "draft", b * p.kappa * ENTRY_BYTES, payload=prefix,
                            label=TOPK)
     suffix_op = Forward("target", "target", (p.exit_layer, n), width, b, context,
-                        head="lm", inputs=prefix, branch=branch, label=SUFFIX)
+                        head=LM, feed=Feed(prefix), branch=branch, label=SUFFIX)
     suffix, window = yield Parallel((
         _one(suffix_op),
         _rollout(ctx, p, context, b * p.kappa, WINDOW, Roots(p.kappa, branch), roots,

@@ -26,139 +26,20 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
-ALTERNATIVES = 8  # draft candidates kept beside a sampled token unless a schedule asks more
+from policies.forward import (ALTERNATIVES, CATCH_UP, LM, MAIN, OWN, SAMPLE, Branch, Children,
+                              Fanout, Feed, Forward, Head, Narrow, Roots, Sample, TopK)
 
+__all__ = ["ALTERNATIVES", "CATCH_UP", "ENTRY_BYTES", "LM", "MAIN", "OWN", "SAMPLE", "TOKEN_BYTES",
+           "VERDICT_BYTES", "AllReduce", "Branch", "Children", "Delay", "Fanout", "Feed",
+           "Forward", "Found", "Head", "Join", "Lookup", "Narrow", "OnTree", "Outcome",
+           "Parallel", "Roots", "Sample", "Spawn", "StreamWeights", "TopK", "Transfer",
+           "Verdict", "Verify", "drive", "rows_of", "widest_lookup"]
 
-@dataclass(frozen=True, slots=True)
-class Roots:
-    """Layout of a speculation tree grown from candidates (Mirror-SD's
-    branch-complete window): each sequence gets ``count`` rows, row
-    ``r * count + i`` continuing ``committed + proposal + [candidate i]``, the
-    candidates being the top-``count`` tokens the tree's ``inputs`` Forward
-    emitted (``emit="topk"``) after the proposal under verification, the narrow
-    proposal of speculation ``branch`` (the branch that Forward scores). Each row
-    guesses the whole proposal is accepted and its candidate is the bonus token."""
+# What the messages between roles weigh, per row and token (``Transfer.nbytes``)
+TOKEN_BYTES = 4    # a token id (int32)
+ENTRY_BYTES = 8    # a token id with its fp32 log-prob
+VERDICT_BYTES = 8  # accepted count + the target's token
 
-    count: int
-    branch: int = 0
-
-    @property
-    def rows(self) -> int:
-        """Rows per sequence."""
-        return self.count
-
-
-@dataclass(frozen=True, slots=True)
-class Fanout:
-    """Layout of a speculation tree over guessed verdicts (SSD's pre-speculation):
-    for each accepted count k = 0..K, ``per_accepted[k]`` (F_k) rows continue
-    ``committed + proposal[:k] + [guess f]``, sequence-major, then in order of k
-    and f. The proposal is the one under verification, the narrow proposal of
-    speculation ``branch``. For k below the proposal's length the guesses are the
-    draft's own top candidates at position k other than the token it proposed
-    there (``Forward.alternatives`` must keep enough); for k = K the tree's first
-    pass emits the draft's rank-f token as the guess."""
-
-    per_accepted: tuple[int, ...]
-    branch: int = 0
-
-    @property
-    def rows(self) -> int:
-        """Rows per sequence: sum(F_k)."""
-        return sum(self.per_accepted)
-
-
-@dataclass(frozen=True, slots=True)
-class Children:
-    """Layout of a token tree drafted depth by depth (Medusa, EAGLE; ``emit=
-    "topk"`` Forwards): the first such Forward on its branch feeds the committed
-    sequence and its last token is the root, whose ``top_k`` candidates are
-    depth 1; each later one expands the ``n_tokens`` most confident nodes of the
-    deepest level (confidence: the product of the draft's probabilities along
-    the path) into their ``top_k`` candidates. A Forward on the branch that does
-    not sample (the target's, with a head) then scores the root and its
-    ``n_tokens - 1`` most confident nodes, parents first, under a tree mask, and
-    a Verify on the branch walks it."""
-
-    @property
-    def rows(self) -> int:
-        """Rows per sequence: a token tree's nodes share their sequence's row."""
-        return 1
-
-
-@dataclass(frozen=True, slots=True)
-class Forward:
-    """Run decoder layers ``[start, stop)`` of a model over new positions.
-
-    ``n_tokens`` new positions per row attend to ``context`` cached positions.
-    On a group the runtime shards the work tensor-parallel; ``collectives`` is
-    the number of all-reduces that sharding costs (None: Megatron's two per
-    layer). ``head`` applies the final norm and LM head ("lm") or an early-exit
-    head after the layers: "exit" (a norm and a vocabulary projection) or
-    "exit_layer" (one decoder layer of its own before them). ``emit`` says what
-    the executor produces from the head: "sample" appends ``n_tokens`` tokens per
-    row (one pass each) to speculation ``branch``; "topk" returns the top-``top_k``
-    candidates at each projected position; None returns logits.
-    ``inputs`` is the handle of the Forward whose hidden states feed this one.
-    ``head_tokens``: positions per row the head projects (e.g. 1 for a top-k
-    taken at each row's last position); None: all ``n_tokens``.
-
-    Speculation branches: each branch holds a narrow proposal, one row per
-    sequence, which a sampling Forward on it extends and a Forward on it that
-    does not sample scores after the committed tokens (the target's Forwards name
-    the branch their Verify checks). ``tree`` lays out a speculation tree on a
-    branch other than 0: with ``Roots`` or ``Fanout`` a sampling Forward grows
-    one over ``batch`` rows (sequences x ``tree.rows``), the first starting it
-    in that layout and each later one (whose ``inputs`` is the previous)
-    extending every row by one token; with ``Children`` an ``emit="topk"``
-    Forward drafts a token tree, which the branch's next Forward that does not
-    sample scores and its Verify walks.
-
-    ``alternatives``: with ``emit="sample"``, how many of the draft's ranked
-    candidates to keep beside each sampled token (the acceptance trace ranks the
-    target's bonus token among them; a ``Fanout`` tree takes its guesses there).
-    ``corrections``: this Forward (token mode, branch 0) also re-forwards that
-    many correction tokens after the proposal (CATS): at the first position i
-    where the last multi-position ``emit="topk"`` verifier's best token differs
-    from the draft's (the last position where it agrees everywhere), its best
-    candidates other than the draft's, each a sibling of ``proposal[i]`` that
-    sees the committed tokens and ``proposal[:i]`` only. Later Forwards over
-    these positions carry them through their layers, and the Verify may take one
-    where the target's own token equals it.
-    ``catch_up``: this Forward also feeds, before its own positions, what its
-    rows lack in this model's cache for these layers, rows padded to the widest:
-    a narrow rollout's, the committed tokens its rollouts never fed (the last
-    sampled token, the bonus token); a tree's first Forward's (``Roots``,
-    ``Fanout``), besides those, the part of the proposal under verification its
-    rows continue and did not feed, and their root or guess. The runtime counts
-    them (``policies.cachebook``), the schedule does not. A sampling one still
-    samples ``n_tokens`` tokens from its last positions. Caches are the model's
-    layers at one width (``tree.rows`` rows per sequence, 1 without a tree),
-    whatever the branch: a one-row tree continues the narrow rollouts' cache.
-    ``sequences``: the sequences a narrow Forward runs for, in order (SSD's
-    backup for the rows whose cache missed), ``batch`` of them; its samples
-    extend those rows' proposals alone. None: every sequence.
-    """
-
-    model: str
-    device: str
-    layers: tuple[int, int]
-    n_tokens: int = 1
-    batch: int = 1
-    context: int = 0
-    head: str | None = None
-    emit: str | None = None
-    top_k: int = 1
-    branch: int = 0
-    inputs: Any = None
-    collectives: int | None = None
-    label: str = ""
-    head_tokens: int | None = None
-    tree: Roots | Fanout | Children | None = None
-    alternatives: int = ALTERNATIVES
-    corrections: int = 0
-    catch_up: bool = False
-    sequences: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +107,7 @@ class Verify:
     gamma: int
     batch: int = 1
     target: Any = None
-    branch: int = 0
+    branch: Branch = MAIN
     label: str = ""
     bonus: bool = True
     row_gamma: tuple[int, ...] | None = None
@@ -256,7 +137,7 @@ class OnTree:
     by default, its own with ``per_row``) has those tokens as its next proposal,
     the narrow proposal of speculation ``into``; a row that does not has none."""
 
-    into: int
+    into: Branch
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,7 +184,7 @@ class Delay:
     seconds: float
     device: str | None = None
     label: str = ""
-    branch: int = 0
+    branch: Branch = MAIN
     proposes: int = 0
     sequences: tuple[int, ...] | None = None
 
@@ -332,7 +213,7 @@ class Lookup:
     n: int = 3
     n_min: int = 1
     search: str = "both"
-    branch: int = 0
+    branch: Branch = MAIN
     label: str = "lookup"
     device: str | None = None
     siblings: int | None = None

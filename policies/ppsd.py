@@ -43,10 +43,9 @@ from typing import Literal
 from pydantic import Field
 
 from policies.base import LawCosts, PolicyContext, PolicyError, PolicyParams, register
-from policies.ops import Forward, Join, Spawn, Transfer, Verify
+from policies.ops import LM, SAMPLE, TOKEN_BYTES, Feed, Forward, Head, Join, Spawn, Transfer, Verify
 from policies.sd import SDTerms
 
-TOKEN_ID_BYTES = 4
 EXIT_HEADS = {"norm": "exit", "transformer": "exit_layer"}
 
 
@@ -110,7 +109,7 @@ class _Pipeline:
             if self.epoch != epoch:
                 return None
             hidden = yield Forward("target", roles[k], bounds[k], 1, b, context,
-                                   "lm" if k == last else None, inputs=hidden,
+                                   LM if k == last else None, feed=Feed(hidden),
                                    label=roles[k])
         return (yield from self.verify(hidden))
 
@@ -180,7 +179,7 @@ def _pipeline_s(costs: LawCosts, ctx: PolicyContext, e: int,
     hops = [costs.trip_s(roles[k - 1], roles[k], act) for k in range(1, len(bounds))]
     after = sum(hops) + sum(stages[1:])  # from the end of stage 0 to the verdict
     entry = exit_s + stages[0]  # the schedule drafts and enters one token at a time
-    correction = costs.trip_s(roles[last], roles[0], TOKEN_ID_BYTES * b)
+    correction = costs.trip_s(roles[last], roles[0], TOKEN_BYTES * b)
     match = max([entry, *stages[1:], *hops, (entry + after) / len(bounds)])
     # after a flush the schedule refills the pipeline one entry at a time until the
     # correction's verdict arrives (or the pipeline is full), then takes it
@@ -217,7 +216,7 @@ def ppsd(ctx: PolicyContext, params: PPSDParams):
     """Pipeline-parallel early-exit SD: verify-while-draft over ceil(N/E) stages."""
     _check_exit(ctx, params.exit_layer, "ppsd")
     pipe = _Pipeline(ctx, params.exit_layer)
-    head, b, depth = EXIT_HEADS[params.exit_head], ctx.batch, pipe.stages
+    head, b, depth = Head(EXIT_HEADS[params.exit_head]), ctx.batch, pipe.stages
     e = params.exit_layer
     inflight: deque = deque()
     pending = None  # (hidden, context) of the newest token, its exit head not yet run
@@ -229,7 +228,7 @@ def ppsd(ctx: PolicyContext, params: PPSDParams):
         if room and chain == pipe.epoch:
             if pending is not None:  # draft the token about to enter
                 yield Forward("target", "stage0", (e, e), 1, b, pending[1], head=head,
-                              emit="sample", inputs=pending[0], label="exit head")
+                              emit=SAMPLE, feed=Feed(pending[0]), label="exit head")
             context = ctx.context(done / b + len(inflight))
             hidden = yield Forward("target", "stage0", pipe.bounds[0], 1, b, context,
                                    label="stage0")
@@ -246,7 +245,7 @@ def ppsd(ctx: PolicyContext, params: PPSDParams):
         flushed += len(inflight)  # the tokens behind the mismatch; skip their drafting
         inflight.clear()
         pending, runs, chain = None, runs + 1, pipe.epoch
-        yield Transfer(f"stage{depth - 1}", "stage0", TOKEN_ID_BYTES * b,
+        yield Transfer(f"stage{depth - 1}", "stage0", TOKEN_BYTES * b,
                        label="correction")
     return {"steps": runs, "tokens": done, "stages": depth, "match_rate": matches / outputs,
             "flushed_tokens": flushed}
@@ -257,15 +256,15 @@ def eesd(ctx: PolicyContext, params: EESDParams):
     """Sequential early-exit SD: gamma drafts from the first E layers, one verify."""
     n = _check_exit(ctx, params.exit_layer, "eesd")
     e, gamma, b = params.exit_layer, params.gamma, ctx.batch
-    head = EXIT_HEADS[params.exit_head]
+    head = Head(EXIT_HEADS[params.exit_head])
     done, steps = 0.0, 0
     while done < ctx.budget:
         context = ctx.context(done / b)
         for i in range(gamma):
             yield Forward("target", "target", (0, e), 1, b, context + i, head=head,
-                          emit="sample", label="draft")
+                          emit=SAMPLE, label="draft")
         logits = yield Forward("target", "target", (0, n), gamma + 1, b, context,
-                               head="lm", label="verify")
+                               head=LM, label="verify")
         verdict = yield Verify(gamma, b, target=logits, label="verify")
         done += verdict.tokens
         steps += 1

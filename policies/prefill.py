@@ -47,7 +47,7 @@ from collections import deque
 
 from policies.base import PolicyContext, PolicyError
 from policies.dryrun import Segment, dry_run
-from policies.ops import Forward, Join, Parallel, Spawn, StreamWeights, Transfer
+from policies.ops import OWN, Feed, Forward, Join, Parallel, Spawn, StreamWeights, Transfer
 
 LABEL = "prefill"
 MAX_PREFILL_PASSES = 65_536  # prompt chunks; beyond it the simulation would crawl
@@ -97,8 +97,9 @@ def _spec(ctx: PolicyContext, model: str):
 
 def _pass(seg: Segment, layers: tuple[int, int], n: int, context: int, batch: int,
           inputs=None) -> Forward:
-    return Forward(seg.model, seg.device, layers, n, batch, context, inputs=inputs,
-                   collectives=seg.collectives, label=LABEL)
+    return Forward(seg.model, seg.device, layers, n, batch, context,
+                   feed=OWN if inputs is None else Feed(inputs), collectives=seg.collectives,
+                   label=LABEL)
 
 
 def _journey(ctx: PolicyContext, lane: list[Segment], n: int, context: int):

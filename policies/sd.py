@@ -41,14 +41,13 @@ from policies.base import (MAX_COLLECTIVES, LawCosts, PolicyContext, PolicyError
                            PolicyParams, register)
 from policies.modelled import EventModel, OutcomeModels
 from policies.ngram import MAX_N
-from policies.ops import Forward, Found, Lookup, Transfer, Verify
+from policies.ops import (CATCH_UP, LM, OWN, SAMPLE, TOKEN_BYTES, VERDICT_BYTES, Branch, Forward,
+                          Found, Head, Lookup, Transfer, Verify)
 
-TOKEN_BYTES = 4    # an int32 token id
 # prompt lookup's default gamma: on the grounded prompts a lookup's greedy
 # proposals, priced at one pass plus a fifth per position (cpu-local's measured
 # verify widths), gain most at 10-12 (docs/ngram.md); transformers' docs use 10
 LOOKUP_GAMMA = 10
-VERDICT_BYTES = 8  # accepted count + the target's token, per row
 
 
 class SDParams(PolicyParams):
@@ -181,18 +180,18 @@ def sd(ctx: PolicyContext, params: SDParams):
     """Vanilla speculative decoding: gamma serial draft steps, one target verify."""
     if params.proposer == "ngram":
         return (yield from lookup_sd(ctx, params))
-    model, layers, head = draft_source(ctx, params.draft_layers, "sd")
-    gamma, n = params.gamma, ctx.target.n_layers
+    model, layers, kind = draft_source(ctx, params.draft_layers, "sd")
+    gamma, n, head = params.gamma, ctx.target.n_layers, Head(kind)
     done, steps = 0.0, 0
     while done < ctx.budget:
         context = ctx.context(done / ctx.batch)
         for i in range(gamma):  # the first also feeds what the draft's cache lacks
             yield Forward(model, "draft", layers, 1, ctx.batch, context + i, head=head,
-                          emit="sample", collectives=params.draft_collectives,
-                          label="draft", catch_up=i == 0)
+                          emit=SAMPLE, feed=CATCH_UP if i == 0 else OWN,
+                          collectives=params.draft_collectives, label="draft")
         yield Transfer("draft", "target", ctx.batch * gamma * TOKEN_BYTES, label="proposal")
         logits = yield Forward("target", "target", (0, n), gamma + 1, ctx.batch, context,
-                               head="lm", label="verify")
+                               head=LM, label="verify")
         verdict = yield Verify(gamma, ctx.batch, target=logits, label="verify")
         yield Transfer("target", "draft", ctx.batch * VERDICT_BYTES, label="verdict")
         done += verdict.tokens
@@ -209,7 +208,7 @@ def lookup_sd(ctx: PolicyContext, params: SDParams):
         found = yield Lookup(params.gamma, ctx.batch, params.n, params.n_min, params.search)
         gamma = max(found)
         logits = yield Forward("target", "target", (0, n), gamma + 1, ctx.batch, context,
-                               head="lm", label="verify")
+                               head=LM, label="verify")
         rows = None if len(set(found)) == 1 else tuple(found)
         verdict = yield Verify(gamma, ctx.batch, target=logits, label="verify",
                                row_gamma=rows)
@@ -263,7 +262,7 @@ def lookup_outcomes(params) -> OutcomeModels:
     return {} if params.match is None else {"lookup": EventModel(params.match)}
 
 
-def lookup_tree(ctx: PolicyContext, params, branch: int):
+def lookup_tree(ctx: PolicyContext, params, branch: Branch):
     """Prompt-lookup token tree: a host lookup's continuations as siblings, one
     tree-masked target pass, the Verify's walk."""
     n = ctx.target.n_layers
@@ -275,7 +274,7 @@ def lookup_tree(ctx: PolicyContext, params, branch: int):
                                     nodes=params.nodes)
         depth = max(found.longest)
         logits = yield Forward("target", "target", (0, n), 1 + max(found.nodes), ctx.batch,
-                               context, head="lm", branch=branch, label="verify")
+                               context, head=LM, branch=branch, label="verify")
         rows = None if len(set(found.longest)) == 1 else tuple(found.longest)
         verdict = yield Verify(depth, ctx.batch, target=logits, branch=branch,
                                label="verify", row_gamma=rows)

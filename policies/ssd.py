@@ -16,7 +16,7 @@ miss of its own (event "cache_hit", asked per row):
     ``fast_alpha``);
   * some rows hit: they keep their cached speculation (the pre-speculation runs
     to its end, they need all of it) and the backup runs for the missed rows
-    alone (``Forward.sequences``, ``Delay.sequences``), beside them on CACHE;
+    alone (``Feed.sequences``, ``Delay.sequences``), beside them on CACHE;
     with ``partial_hits=backup`` the round is a miss for every row instead (the
     SSD repository's jit path, ``ssd/engine/draft_runner.py``
     ``hit_cache_and_respond``, re-speculates the whole batch on any miss; its
@@ -84,14 +84,21 @@ from pydantic import Field
 from hwprofiles.schema import MAX_TIME_S
 from policies.base import (MAX_COLLECTIVES, LawCosts, PolicyContext, PolicyError,
                            PolicyParams, register)
-from policies.mirror import ENTRY_BYTES, VERDICT_BYTES
 from policies.modelled import EventModel, OutcomeModels, VerifyModel
-from policies.ops import (ALTERNATIVES, Delay, Fanout, Forward, Join, OnTree, Outcome, Spawn,
-                          Transfer, Verify, rows_of)
+from policies.ops import (ALTERNATIVES, ENTRY_BYTES, LM, VERDICT_BYTES, Branch, Delay, Fanout,
+                          Feed, Forward, Join, OnTree, Outcome, Sample, Spawn, Transfer, Verify,
+                          rows_of)
 from policies.sd import expected_accepted
 from policies.traces import covered_s, intervals, recorded_rate
 
-BACKUP, CACHE = 0, 1
+
+class SSDBranch(Branch):
+    """SSD's speculation branches: the backup's rollout, the tree a hit continues."""
+    BACKUP = 0
+    CACHE = 1
+
+
+BACKUP, CACHE = SSDBranch.BACKUP, SSDBranch.CACHE
 VERIFY, PRESPEC, BACKUP_LABEL = "verify", "pre-speculation", "backup"
 FAST_VERIFY = "verify fast backup"  # the verify of a fast backup's speculation
 TO_DRAFT, TO_TARGET = "verdict to draft", "speculation to target"
@@ -249,21 +256,20 @@ def plan(ctx: PolicyContext, params: SSDParams) -> SSDPlan:
                    draft.n_layers, params.draft_collectives)
 
 
-def _draft_steps(p: SSDPlan, context: int, rows: int, branch: int, tree: Fanout | None,
+def _draft_steps(p: SSDPlan, context: int, rows: int, branch: Branch, tree: Fanout | None,
                  label: str, flag: dict | None = None, seqs: tuple[int, ...] | None = None):
     """K draft steps over ``rows`` rows (the pre-speculation: ``tree`` lays them
     out; ``seqs``: the sequences a narrow rollout runs for, None: all); stops
     early once ``flag['abort']`` is set. The first also feeds what its rows lack
     (``catch_up``)."""
-    handle = None
+    handle, emit = None, Sample(p.alternatives)
     for j in range(p.k):
         if flag is not None and flag["abort"]:
             break
+        feed = Feed(handle, catch_up=j == 0, sequences=seqs)
         handle = yield Forward("draft", "draft", (0, p.draft_layers), 1, rows, context + j,
-                               head="lm", emit="sample", tree=tree, branch=branch,
-                               inputs=handle, collectives=p.collectives,
-                               alternatives=p.alternatives, label=label, catch_up=j == 0,
-                               sequences=seqs)
+                               head=LM, emit=emit, feed=feed, branch=branch, tree=tree,
+                               collectives=p.collectives, label=label)
     return handle
 
 
@@ -302,13 +308,13 @@ class Speculation:
     """The next round's proposal: its branch, the label of its Verify, and per
     row the label of its proposer where rows' proposers differ (None: alike)."""
 
-    branch: int
+    branch: Branch
     verify: str
     row_labels: tuple[str, ...] | None = None
 
 
 def _backup(ctx: PolicyContext, p: SSDPlan, context: int, jit: bool,
-            rows: tuple[int, ...] | None = None, branch: int = BACKUP):
+            rows: tuple[int, ...] | None = None, branch: Branch = BACKUP):
     """The backup's speculation on ``branch`` for the sequences ``rows`` (None:
     every one); returns (handle, the label of its Verify). A jit backup's first
     step catches up on what the draft's own cache lacks."""
@@ -350,7 +356,7 @@ def _round(ctx: PolicyContext, p: SSDPlan, context: int, spec: Speculation, shap
     task = yield Spawn(_draft_steps(p, context + p.k, b * p.branches, CACHE,
                                     Fanout(p.fanout, spec.branch), PRESPEC, flag))
     logits = yield Forward("target", "target", (0, p.n_layers), shapes.verify_positions(),
-                           b, context, head="lm", branch=spec.branch, label=VERIFY)
+                           b, context, head=LM, branch=spec.branch, label=VERIFY)
     verdict = yield Verify(p.k, b, target=logits, branch=spec.branch, label=spec.verify,
                            row_labels=spec.row_labels)
     keep = p.partial_hits == "keep"  # else one answer: whether every row hit

@@ -69,13 +69,19 @@ from pydantic import Field, field_validator, model_validator
 from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyParams, register,
                            validate_params)
 from policies.modelled import OutcomeModels, VerifyModel
-from policies.ops import Children, Forward, Transfer, Verify
+from policies.ops import (CATCH_UP, LM, OWN, TOKEN_BYTES, VERDICT_BYTES, Branch, Children,
+                          Forward, Head, TopK, Transfer, Verify)
 from policies.ngram import MAX_N
-from policies.sd import (LOOKUP_GAMMA, LOOKUP_NODES, LOOKUP_WIDTH, TOKEN_BYTES, VERDICT_BYTES,
-                         draft_source, lookup_outcomes, lookup_shape, lookup_tree,
-                         lookup_unused)
+from policies.sd import (LOOKUP_GAMMA, LOOKUP_NODES, LOOKUP_WIDTH, draft_source, lookup_outcomes,
+                         lookup_shape, lookup_tree, lookup_unused)
 
-TREE = 1  # the speculation branch the token tree grows on
+
+class TreeBranch(Branch):
+    """Token-tree speculation's branch: the tree grows beside the main one."""
+    TREE = 1
+
+
+TREE = TreeBranch.TREE
 MAX_NODES = 1024  # a larger tree is a typing slip, not a design
 MAX_TEMPERATURE = 100.0  # far past any sampling temperature in use; larger is a slip
 # The target's mean probability of its own most likely token at temperature 1, the
@@ -321,7 +327,7 @@ def tree(ctx: PolicyContext, params: TreeParams):
     """Token-tree speculation: a static or dynamic draft tree, one tree-masked verify."""
     if params.proposer == "ngram":
         return lookup_tree(ctx, params, TREE)
-    model, layers, head = draft_source(ctx, params.draft_layers, "tree")
+    model, layers, kind = draft_source(ctx, params.draft_layers, "tree")
     passes, depth = draft_passes(params), tree_depth(params)
     n_nodes, longest = len(tree_nodes(params, None)), depth
     form = modelled_form(ctx, params)
@@ -332,7 +338,7 @@ def tree(ctx: PolicyContext, params: TreeParams):
     if max(k for _, k in passes) > ctx.target.vocab:
         raise PolicyError(f"tree: a node cannot have more children than the "
                           f"{ctx.target.vocab} tokens of the vocabulary; lower tree or width")
-    return _steps(ctx, params, (model, layers, head), (n_nodes, longest))
+    return _steps(ctx, params, (model, layers, Head(kind)), (n_nodes, longest))
 
 
 def _steps(ctx: PolicyContext, params: TreeParams, source: tuple, shape: tuple):
@@ -344,14 +350,14 @@ def _steps(ctx: PolicyContext, params: TreeParams, source: tuple, shape: tuple):
         for d, (count, k) in enumerate(passes):  # the first also feeds what the
             # draft's cache lacks: the committed path and bonus token it never fed
             yield Forward(model, "draft", layers, count, b, context + fed, head=head,
-                          emit="topk", top_k=k, branch=TREE, tree=Children(),
-                          collectives=params.draft_collectives, label="tree draft",
-                          catch_up=d == 0)
+                          emit=TopK(k), feed=CATCH_UP if d == 0 else OWN, branch=TREE,
+                          tree=Children(), collectives=params.draft_collectives,
+                          label="tree draft")
             fed += count
         # each node: its token id and its parent's index
         yield Transfer("draft", "target", b * n_nodes * 2 * TOKEN_BYTES, label="tree")
         logits = yield Forward("target", "target", (0, n), 1 + n_nodes, b, context,
-                               head="lm", branch=TREE, label="verify")
+                               head=LM, branch=TREE, label="verify")
         verdict = yield Verify(depth, b, target=logits, branch=TREE, label="verify")
         yield Transfer("target", "draft", b * VERDICT_BYTES, label="verdict")
         done += verdict.tokens

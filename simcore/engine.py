@@ -197,8 +197,9 @@ class Simulator:
         members = self.members(op.device)
         where = self.track(op.device)
         fed = self.book.feed(op)  # with the positions its cache lacks (catch_up)
+        head = fed.head
         c = self.cost.forward(spec, where, fed.layers, fed.n_tokens, fed.batch, fed.context,
-                              fed.head, fed.collectives, fed.head_tokens)
+                              head and head.kind, fed.collectives, head and head.tokens)
         queues = self._host + members  # the host queue first: no two wait on each other
         yield from self._acquire(queues)
         env = self.env

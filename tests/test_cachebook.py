@@ -10,12 +10,13 @@ from __future__ import annotations
 import numpy as np
 
 from policies.cachebook import PositionBook
-from policies.ops import Delay, Fanout, Forward, OnTree, Outcome, Roots, Verdict
+from policies.ops import (LM, SAMPLE, Delay, Fanout, Feed, Forward, OnTree, Outcome, Roots, TopK,
+                          Verdict)
 
 
-def _draft(i: int, batch: int = 2, **kw) -> Forward:
-    return Forward("draft", "draft", (0, 4), 1, batch, 100 + i, head="lm", emit="sample",
-                   catch_up=i == 0, **kw)
+def _draft(i: int, batch: int = 2, sequences: tuple[int, ...] | None = None) -> Forward:
+    return Forward("draft", "draft", (0, 4), 1, batch, 100 + i, head=LM, emit=SAMPLE,
+                   feed=Feed(catch_up=i == 0, sequences=sequences))
 
 
 def _rollout(book: PositionBook, gamma: int, batch: int = 2) -> list[Forward]:
@@ -32,13 +33,14 @@ def test_a_full_accept_leaves_the_last_token_and_the_bonus_to_feed():
     _rollout(book, 3)
     book.settle(Verdict((3, 1)), branch=0)  # row 0 lacks its last token and the bonus
     first = _rollout(book, 3)[0]
-    assert (first.n_tokens, first.context, first.head_tokens) == (2, 99, 1)
-    assert not first.catch_up  # widened once: what the runtime costs
+    assert (first.n_tokens, first.context, first.head.tokens) == (2, 99, 1)
+    assert not first.feed.catch_up  # widened once: what the runtime costs
 
 
 def test_a_cache_that_did_not_roll_out_the_proposal_lacks_every_committed_token():
     book = PositionBook()
-    op = Forward("draft", "draft", (0, 4), 1, 1, 50, emit="topk", branch=1, catch_up=True)
+    op = Forward("draft", "draft", (0, 4), 1, 1, 50, emit=TopK(), branch=1,
+                 feed=Feed(catch_up=True))
     book.feed(op)
     book.settle(Verdict((2,)), branch=1)  # a top-k pass feeds none of the tokens
     assert book.extra_positions(op) == 2
@@ -84,18 +86,18 @@ def test_a_full_accept_is_the_only_catch_up_of_a_narrow_draft():
 def _mirror_step(book, kappa, gamma, batch, branch, row_gamma, held):
     """One Mirror window on ``branch`` (Roots over the proposal it verifies);
     returns the positions its first step feeds per row."""
-    op = Forward("draft", "draft", (0, 4), 1, batch * kappa, 200, emit="sample",
-                 tree=Roots(kappa, branch), branch=1, catch_up=True)
+    op = Forward("draft", "draft", (0, 4), 1, batch * kappa, 200, emit=SAMPLE,
+                 tree=Roots(kappa, branch), branch=1, feed=Feed(catch_up=True))
     first = book.feed(op)
     for _ in range(gamma - 1):
-        book.feed(Forward("draft", "draft", (0, 4), 1, batch * kappa, 201, emit="sample",
+        book.feed(Forward("draft", "draft", (0, 4), 1, batch * kappa, 201, emit=SAMPLE,
                           tree=Roots(kappa, branch), branch=1))
     return first.n_tokens
 
 
 def _fresh(book, gamma, batch):
-    ops = [book.feed(Forward("draft", "draft", (0, 4), 1, batch, 100 + i, emit="sample",
-                             catch_up=i == 0)) for i in range(gamma)]
+    ops = [book.feed(Forward("draft", "draft", (0, 4), 1, batch, 100 + i, emit=SAMPLE,
+                             feed=Feed(catch_up=i == 0))) for i in range(gamma)]
     return ops[0].n_tokens
 
 
@@ -154,13 +156,13 @@ def test_a_fanout_feeds_what_ssd_counted_for_its_outcome_rows():
         book, fast = PositionBook(), False
         accepted, prev, length = [0] * batch, [0] * batch, [k_max] * batch
         for i in range(k_max):  # the first (jit) backup
-            book.feed(Forward("draft", "draft", (0, 4), 1, batch, 100 + i, emit="sample",
-                              catch_up=i == 0))
+            book.feed(Forward("draft", "draft", (0, 4), 1, batch, 100 + i, emit=SAMPLE,
+                              feed=Feed(catch_up=i == 0)))
         branch = 0
         for _ in range(80):
             rows = batch * sum(fanout)
-            op = Forward("draft", "draft", (0, 4), 1, rows, 300, emit="sample",
-                         tree=Fanout(fanout, branch), branch=1, catch_up=True)
+            op = Forward("draft", "draft", (0, 4), 1, rows, 300, emit=SAMPLE,
+                         tree=Fanout(fanout, branch), branch=1, feed=Feed(catch_up=True))
             fed = book.feed(op).n_tokens
             assert fed == _prespec_oracle(fanout, accepted, prev, length)
             widths.add(fed)
@@ -170,7 +172,7 @@ def test_a_fanout_feeds_what_ssd_counted_for_its_outcome_rows():
             hit = bool(rng.random() < 0.5)
             book.observed(Outcome("cache_hit", batch, observes=OnTree(into=1)), hit)
             for j in range(steps if hit else 0):
-                book.feed(Forward("draft", "draft", (0, 4), 1, rows, 301 + j, emit="sample",
+                book.feed(Forward("draft", "draft", (0, 4), 1, rows, 301 + j, emit=SAMPLE,
                                   tree=Fanout(fanout, branch), branch=1))
             accepted, prev = list(verdict.accepted), length
             length = [k_max - 1 if hit and a >= n else k_max for a, n in zip(accepted, prev)]
@@ -182,12 +184,12 @@ def test_a_fanout_feeds_what_ssd_counted_for_its_outcome_rows():
                 book.proposed(Delay(0.0, branch=0, proposes=k_max))
             for i in range(0 if fast else k_max):
                 book.feed(Forward("draft", "draft", (0, 4), 1, batch, 100 + i,
-                                  emit="sample", catch_up=i == 0))
+                                  emit=SAMPLE, feed=Feed(catch_up=i == 0)))
     assert len(widths) >= 2  # the check above is not vacuous
 
 
 def test_a_rollout_for_some_sequences_counts_their_rows_alone():
-    """SSD's backup for the rows that missed (``Forward.sequences``): it feeds
+    """SSD's backup for the rows that missed (``Feed.sequences``): it feeds
     what its own rows lack, extends their proposals alone, and leaves the other
     rows' lag to the next rollout that runs them."""
     book = PositionBook()

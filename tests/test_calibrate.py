@@ -28,7 +28,8 @@ from analyses.calibrate.streamterms import dispatch_gaps
 from hwprofiles import load_model, load_platform
 from policies import PolicyContext, build
 from policies.cachebook import PositionBook
-from policies.ops import Forward, Join, Spawn, StreamWeights, Transfer, Verdict, Verify, drive
+from policies.ops import (LM, SAMPLE, Forward, Join, Spawn, StreamWeights, Transfer, Verdict,
+                          Verify, drive)
 from simcore import RooflineCost, acceptance
 from policies.runs.measured import MeasuredSpan
 from policies.runs.records import write_record
@@ -67,6 +68,8 @@ def _true_platform():
 
 def _op_fields(op) -> dict:
     out = {"type": type(op).__name__}
+    if isinstance(op, Forward):  # the fields the executor records of a Forward
+        return {**out, **op.record()}
     for f in dataclasses.fields(op):
         v = getattr(op, f.name)
         if isinstance(v, (int, float, str, type(None))) or isinstance(v, tuple):
@@ -121,7 +124,7 @@ def make_measured_run(out: Path, policy: str, params: dict, *, seed: int, tokens
 
 def _caught_up(op, fed) -> dict:
     """What the executor records of a catch-up Forward beside its fields."""
-    if not isinstance(op, Forward) or not op.catch_up:
+    if not isinstance(op, Forward) or not op.feed.catch_up:
         return {}
     return {"n_fed": fed.n_tokens, "caught_up": fed.n_tokens - op.n_tokens,
             "context_measured": fed.context}
@@ -150,7 +153,8 @@ def _fake_steps(plat, cost, models, op):
         return [(op, tier.name, alone_s + RooflineCost.stream_host_s(device, op.nbytes),
                  "stream")]
     c = cost.forward(models[op.model], where, op.layers, op.n_tokens, op.batch,
-                     op.context, op.head, op.collectives, op.head_tokens)
+                     op.context, op.head and op.head.kind, op.collectives,
+                     op.head and op.head.tokens)
     return [(op, where, c.total_s, "compute")]
 
 
@@ -357,10 +361,10 @@ def test_executor_work_rewrites_forwards_and_marks_steps():
                                         "start_s": 0.0, "end_s": 1.0})]
 
     def schedule():
-        handle = yield Forward("draft", "draft", (0, 8), 2, 1, 10, head="lm",
-                               emit="sample", label="draft")
+        handle = yield Forward("draft", "draft", (0, 8), 2, 1, 10, head=LM, emit=SAMPLE,
+                               label="draft")
         yield Verify(2, 1, target=handle, label="verify")
-        yield Forward("draft", "draft", (0, 8), 2, 1, 13, head="lm", emit="sample",
+        yield Forward("draft", "draft", (0, 8), 2, 1, 13, head=LM, emit=SAMPLE,
                       label="draft")
 
     ops, gen, value = [], ExecutorWork(measured).wrap(schedule()), None
@@ -375,7 +379,7 @@ def test_executor_work_rewrites_forwards_and_marks_steps():
               for o in ops]
     assert shapes == [("Forward", 3, 10), ("Forward", 1, 11), ("Verify", None, None),
                       ("Delay", None, None), ("Forward", 2, 13)]
-    assert ops[0].head_tokens == 1 and ops[3].label == STEP_END and ops[3].seconds == 0.0
+    assert ops[0].head.tokens == 1 and ops[3].label == STEP_END and ops[3].seconds == 0.0
 
 
 def test_a_multi_token_pass_is_one_pass_in_calibration_and_replay():
@@ -397,11 +401,11 @@ def test_a_multi_token_pass_is_one_pass_in_calibration_and_replay():
                                         "start_s": 0.0, "end_s": 1.0})]
 
     def schedule():
-        yield Forward("draft", "draft", (0, 15), 9, 1, 10, head="lm", emit="sample",
+        yield Forward("draft", "draft", (0, 15), 9, 1, 10, head=LM, emit=SAMPLE,
                       label="draft")
 
     ops = list(ExecutorWork(measured).wrap(schedule()))
-    assert [(o.n_tokens, o.head_tokens, o.context) for o in ops] == [(8, 2, 10)]
+    assert [(o.n_tokens, o.head.tokens, o.context) for o in ops] == [(8, 2, 10)]
 
 
 def test_calibrate_cli_writes_valid_profile_and_meets_held_out_target(runs_dir, tmp_path,

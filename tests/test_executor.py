@@ -354,7 +354,7 @@ def test_the_executor_refuses_layouts_and_events_its_operations_do_not_give(tiny
     nothing to observe, or a tree whose rows disagree with the batch, is refused
     in one sentence, before any device command."""
     from executors.coordinate.observers import OBSERVERS
-    from policies.ops import Fanout, Forward, Outcome, Roots
+    from policies.ops import LM, SAMPLE, Fanout, Forward, Outcome, Roots
 
     def one(op):
         yield op
@@ -363,10 +363,10 @@ def test_the_executor_refuses_layouts_and_events_its_operations_do_not_give(tiny
         s.decode("ar", {}, PROMPTS[:1])  # starts the device
         cases = [(Outcome("cache_hit", 0.5), r"cannot observe event 'cache_hit' \(Outcome."
                   r"observes=NoneType\); it observes OnTree"),
-                 (Forward("target", "target", (0, 6), batch=3, head="lm", emit="sample",
+                 (Forward("target", "target", (0, 6), batch=3, head=LM, emit=SAMPLE,
                           branch=1, tree=Fanout((1, 1))),
                   "widens the batch 3x but its tree layout has 2 rows per sequence"),
-                 (Forward("target", "target", (0, 6), batch=2, head="lm", emit="sample",
+                 (Forward("target", "target", (0, 6), batch=2, head=LM, emit=SAMPLE,
                           branch=1, tree=Roots(2)), "grows a window from roots, but its "
                   "inputs emitted no top-k candidates")]
         for op, message in cases:
@@ -383,12 +383,12 @@ def test_the_executor_refuses_layouts_and_events_its_operations_do_not_give(tiny
 
 def _roots_after(tree):
     """An early exit scoring branch 0, then a window grown from its top-2 as ``tree``."""
-    from policies.ops import Forward
+    from policies.ops import LM, SAMPLE, Feed, Forward, Head, TopK
 
-    exit_handle = yield Forward("target", "target", (0, 3), head="exit", emit="topk",
-                                top_k=2, head_tokens=1, branch=0)
-    yield Forward("target", "target", (0, 6), batch=2, head="lm", emit="sample", branch=1,
-                  tree=tree, inputs=exit_handle)
+    exit_handle = yield Forward("target", "target", (0, 3), head=Head("exit", 1), emit=TopK(2),
+                                branch=0)
+    yield Forward("target", "target", (0, 6), batch=2, head=LM, emit=SAMPLE, branch=1,
+                  tree=tree, feed=Feed(exit_handle))
 
 
 # distribution at temperature 1 ---------------------------------------------------

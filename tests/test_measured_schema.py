@@ -11,7 +11,7 @@ from analyses.calibrate.terms import Terms, critical_times
 from analyses.measured.replay import load_run, replay
 from hwprofiles import load_platform
 from hwprofiles.placement import resolve
-from policies.ops import Forward, Transfer
+from policies.ops import LM, SAMPLE, Forward, Transfer
 from policies.runs.measured import (READERS, RUN_SCHEMA, MeasuredSpan, op_fields,
                                     read_measured_spans, write_measured_run)
 from policies.runs.spans import Span
@@ -34,8 +34,7 @@ def test_a_span_line_reads_and_writes_back_unchanged():
 
 
 def test_the_executor_span_is_the_operation_its_track_and_its_clock():
-    op = Forward("draft", "draft", (0, 8), 2, 1, 10, head="lm", emit="sample",
-                 label="draft")
+    op = Forward("draft", "draft", (0, 8), 2, 1, 10, head=LM, emit=SAMPLE, label="draft")
     span = MeasuredSpan(op_fields(op, n_fed=3), "cpu1", "cpu:1", "compute", "draft",
                         0.25, 0.75)
     assert span.op["type"] == span.type == "Forward" and span.op["layers"] == [0, 8]

@@ -15,12 +15,12 @@ from hwprofiles import load_model, load_platform
 from policies import PolicyContext, PolicyError, build
 from simcore.acceptance import IID
 from policies import sd as sd_policy
-from policies.mirror import (DRAFT, ENTRY_BYTES, FALLBACK, FRESH, PREFIX, VERDICT_BYTES,
-                             WINDOW, MirrorParams, default_kappa, failing_rows, skip_bound)
+from policies.mirror import (DRAFT, FALLBACK, FRESH, PREFIX, WINDOW, MirrorParams, default_kappa,
+                             failing_rows, skip_bound)
 from policies.mirror import plan as mirror_plan
 from policies.modelled import EventModel, VerifyModel
-from policies.ops import (Forward, OnTree, Outcome, Parallel, Roots, Transfer, Verdict, Verify,
-                          drive)
+from policies.ops import (ENTRY_BYTES, LM, TOKEN_BYTES, VERDICT_BYTES, Forward, Head, OnTree,
+                          Outcome, Parallel, Roots, TopK, Transfer, Verdict, Verify, drive)
 from simcore import Outcomes, RooflineCost
 
 CONTEXT = 128
@@ -74,8 +74,8 @@ def terms(setup, gamma, kappa, exit_layer, eta, batch=1, placement=None):
         "full": full.total_s,
         "sd_draft": sum(cost.forward(draft, dg, (0, draft.n_layers), 1, batch, CONTEXT + i,
                                      "lm", 2).total_s for i in range(gamma))
-        + _route_s(cost, platform, d0, t0, batch * gamma * sd_policy.TOKEN_BYTES)
-        + _route_s(cost, platform, t0, d0, batch * sd_policy.VERDICT_BYTES),
+        + _route_s(cost, platform, d0, t0, batch * gamma * TOKEN_BYTES)
+        + _route_s(cost, platform, t0, d0, batch * VERDICT_BYTES),
     }
 
 
@@ -573,12 +573,12 @@ def test_operations_carry_what_an_executor_needs():
     driver.drive(build("mirror", ctx, {"gamma": 4, "eta": 2, "exit_layer": 20}))
     ops = driver.ops
     prefix = next(o for o in ops if isinstance(o, Forward) and o.label == PREFIX)
-    assert (prefix.layers, prefix.head, prefix.emit, prefix.top_k, prefix.head_tokens) == \
-        ((0, 20), "exit", "topk", 8, 1)  # the exit head projects each row's last position
+    assert (prefix.layers, prefix.head, prefix.emit) == \
+        ((0, 20), Head("exit", 1), TopK(8))  # the exit head projects each row's last position
     topk = next(o for o in ops if isinstance(o, Transfer) and o.payload is prefix)
     assert topk.nbytes == 2 * 8 * ENTRY_BYTES
     window = [o for o in ops if isinstance(o, Forward) and o.label == DRAFT]
-    assert window[0].inputs is prefix and window[1].inputs is window[0]
+    assert window[0].feed.inputs is prefix and window[1].feed.inputs is window[0]
     # the window's roots follow the proposal the step verifies: FRESH, then WINDOW
     assert {(o.batch, o.tree, o.branch) for o in window} == \
         {(16, Roots(8, FRESH), WINDOW), (16, Roots(8, WINDOW), WINDOW)}
@@ -587,12 +587,12 @@ def test_operations_carry_what_an_executor_needs():
     assert {o.observes for o in ops if isinstance(o, Outcome)} == {OnTree(into=WINDOW)}
     # eta = 2 tokens a step; a window's first step also feeds what its rows lack (the
     # runtime counts it: policies.cachebook)
-    assert [(o.n_tokens, o.catch_up) for o in window[:3]] == [(2, True), (2, False),
-                                                               (2, True)]
-    assert [o.catch_up for o in fresh][:2] == [True, False]
-    suffix = next(o for o in ops if isinstance(o, Forward) and o.inputs is prefix
+    assert [(o.n_tokens, o.feed.catch_up) for o in window[:3]] == [(2, True), (2, False),
+                                                                    (2, True)]
+    assert [o.feed.catch_up for o in fresh][:2] == [True, False]
+    suffix = next(o for o in ops if isinstance(o, Forward) and o.feed.inputs is prefix
                   and o.model == "target")
-    assert (suffix.layers, suffix.head) == ((20, 64), "lm")
+    assert (suffix.layers, suffix.head) == ((20, 64), LM)
     verifies = [o for o in ops if isinstance(o, Verify)]
     assert all(v.target.layers == (20, 64) for v in verifies)
     assert all(v.target.branch == v.branch for v in verifies)  # scores what it verifies

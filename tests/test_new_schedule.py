@@ -17,7 +17,7 @@ from executors.coordinate.footprint import footprint
 from hwprofiles import load_model, load_platform
 from policies import PolicyContext, build
 from policies.base import REGISTRY, PolicyParams, register
-from policies.ops import Forward, Verify
+from policies.ops import LM, SAMPLE, Feed, Forward, Head, Verify
 from policies.prefill import segments_of
 
 NAME = "shallow_pair"
@@ -33,8 +33,9 @@ def _pair(ctx: PolicyContext, p: PairParams):
         context = ctx.context(done / b)
         for i in range(2):
             yield Forward("target", "draft", (0, p.exit_at), 1, b, context + i,
-                          head="exit", emit="sample", label="draft", catch_up=i == 0)
-        logits = yield Forward("target", "target", (0, n), 3, b, context, head="lm",
+                          head=Head("exit"), emit=SAMPLE, feed=Feed(catch_up=i == 0),
+                          label="draft")
+        logits = yield Forward("target", "target", (0, n), 3, b, context, head=LM,
                                label="verify")
         verdict = yield Verify(2, b, target=logits, label="verify")
         done += verdict.tokens

@@ -7,8 +7,10 @@ import pytest
 
 from executors.coordinate.book import Sequences
 from executors.coordinate.coordinator import Coordinator
-from policies.ops import Forward, Join, Spawn, Verify
+from policies.ops import LM, SAMPLE, Forward, Head, Join, Spawn, Verify
 from tests.test_executor import PROMPTS, session, tiny_spec
+
+EXIT = Head("exit")
 
 STAGES = {"stage0": "cpu0", "stage1": "cpu1", "stage2": "cpu0", "stage3": "cpu1"}
 
@@ -36,11 +38,11 @@ def test_a_draft_landing_after_a_rejecting_verify_is_dropped(tiny8):
         ctx = len(prompt)
 
         def schedule():
-            yield Forward("target", "stage1", (0, 1), 1, 1, ctx, head="exit", emit="sample")
-            logits = yield Forward("target", "stage0", (0, 8), 1, 1, ctx, head="lm")
+            yield Forward("target", "stage1", (0, 1), 1, 1, ctx, head=EXIT, emit=SAMPLE)
+            logits = yield Forward("target", "stage0", (0, 8), 1, 1, ctx, head=LM)
             verdict = yield Spawn(_verify_one(logits))
-            late = yield Forward("target", "stage1", (0, 1), 1, 1, ctx + 1, head="exit",
-                                 emit="sample", label="late draft")
+            late = yield Forward("target", "stage1", (0, 1), 1, 1, ctx + 1, head=EXIT,
+                                 emit=SAMPLE, label="late draft")
             return (yield Join((verdict,)))[0], late
 
         verdict, _ = coord.run(schedule())
@@ -61,9 +63,9 @@ def test_a_draft_landing_after_a_verify_committed_past_its_sequence_is_dropped(t
         ctx = len(prompt)
 
         def schedule():
-            logits = yield Forward("target", "stage0", (0, 8), 1, 1, ctx, head="lm")
+            logits = yield Forward("target", "stage0", (0, 8), 1, 1, ctx, head=LM)
             verdict = yield Spawn(_verify_one(logits))
-            yield Forward("target", "stage1", (0, 1), 1, 1, ctx, head="exit", emit="sample")
+            yield Forward("target", "stage1", (0, 1), 1, 1, ctx, head=EXIT, emit=SAMPLE)
             return (yield Join((verdict,)))[0]
 
         coord.run(schedule())

@@ -18,8 +18,8 @@ from analyses.laws.forms import ssd as ssd_law
 from hwprofiles import load_model, load_platform
 from policies import PolicyContext, PolicyError, build
 from simcore.acceptance import IID
-from policies.mirror import ENTRY_BYTES, VERDICT_BYTES
-from policies.ops import Fanout, Forward, OnTree, Outcome, Spawn, Verify, drive
+from policies.ops import (ENTRY_BYTES, LM, VERDICT_BYTES, Fanout, Forward, OnTree, Outcome, Sample,
+                          Spawn, Verify, drive)
 from policies.ssd import (BACKUP, CACHE, PRESPEC, VERIFY, SSDParams, base_hit_rate, fanout_of,
                           geometric_fanout_shape, plan, planning_weights, saguaro)
 from simcore import RooflineCost
@@ -294,14 +294,14 @@ def test_operations_carry_what_an_executor_needs():
     assert all(v.target.branch == v.branch for v in verifies)  # scores what it verifies
     assert [v.branch for v in verifies][:2] == [BACKUP, CACHE]
     drafts = [o for o in ops if isinstance(o, Forward) and o.model == "draft"]
-    assert {o.alternatives for o in drafts} == {8}  # max(8, F + 2): the guesses fit
+    assert {o.emit for o in drafts} == {Sample(8)}  # max(8, F + 2): the guesses fit
     wide = plan(ctx, SSDParams(k=3, fanout=9, hit_rate=0.9))
     assert wide.alternatives == 11  # 9 guesses besides the proposed token, one spare
     assert {o.tree for o in drafts if o.label != PRESPEC} == {None}  # the backup: narrow
     assert {(o.event, o.observes) for o in ops if isinstance(o, Outcome)} == \
         {("cache_hit", OnTree(into=CACHE))}
     verify = next(o for o in ops if isinstance(o, Forward) and o.label == VERIFY)
-    assert (verify.n_tokens, verify.head, verify.layers) == (4, "lm", (0, 80))
+    assert (verify.n_tokens, verify.head, verify.layers) == (4, LM, (0, 80))
 
 
 def test_bad_parameters_get_one_clear_sentence():
@@ -456,8 +456,9 @@ def test_a_mixed_round_runs_the_backup_for_the_rows_that_missed(backup):
     ops = recorded_ops(build("ssd", ctx, params), hit=(True, False, True))
     backups = [o for o in ops if getattr(o, "label", "") == "backup"]
     first, later = backups[:3], backups[3:]  # the first speculation: K jit steps, every row
-    assert all(isinstance(o, Forward) and o.sequences is None for o in first)
-    assert later and all(o.sequences == (1,) and o.branch == CACHE for o in later)
+    assert all(isinstance(o, Forward) and o.feed.sequences is None for o in first)
+    rows = [o.feed.sequences if isinstance(o, Forward) else o.sequences for o in later]
+    assert later and rows == [(1,)] * len(later) and all(o.branch == CACHE for o in later)
     if backup == "jit":
         assert all(o.batch == 1 for o in later) and len(later) % 3 == 0  # K steps, 1 row
     prespec = [o for o in ops if isinstance(o, Forward) and o.label == PRESPEC]

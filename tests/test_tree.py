@@ -402,7 +402,7 @@ def test_tree_operations_name_their_layout():
     """The draft passes carry ``tree=Children()`` and each node's ``top_k``; the
     scoring pass and the Verify share the tree's branch (what the executor reads)."""
     from policies import PolicyContext, build
-    from policies.ops import Children, Forward, Verdict, Verify, drive
+    from policies.ops import Children, Forward, TopK, Verdict, Verify, drive
     from policies.tree import TREE
 
     spec = load_model("llama-3.1-70b")
@@ -415,7 +415,7 @@ def test_tree_operations_name_their_layout():
     drive(build("tree", PolicyContext(target=spec, draft=load_model("llama-3.2-1b"),
                                       tokens=2), {"tree": (4, 2)}), answer)
     drafts = [o for o in ops if isinstance(o, Forward) and o.label == "tree draft"]
-    assert [(o.tree, o.top_k, o.branch, o.emit) for o in drafts[:2]] == [
-        (Children(), 4, TREE, "topk"), (Children(), 2, TREE, "topk")]
+    assert [(o.tree, o.emit, o.branch) for o in drafts[:2]] == [
+        (Children(), TopK(4), TREE), (Children(), TopK(2), TREE)]
     verify = next(o for o in ops if isinstance(o, Verify))
     assert (verify.branch, verify.target.branch, verify.target.tree) == (TREE, TREE, None)

@@ -17,7 +17,7 @@ import bisect
 from dataclasses import replace
 
 from executors.passes import executor_passes
-from policies.ops import Delay, Forward, Parallel, Spawn, Verify
+from policies.ops import Delay, Forward, Head, Parallel, Spawn, Verify
 from policies.runs.measured import MeasuredSpan
 
 STEP_END = "step end"  # the zero-length marker a replay puts after each Verify
@@ -68,13 +68,16 @@ class ExecutorWork:
         done = self.table.get(key + (i,))
         if done is None:
             return (yield op)
+        head, emit = op.head, op.emit
         widths, one = executor_passes(op.n_tokens, done.get("n_fed") or op.n_tokens,
-                                      op.emit, op.head, op.head_tokens,
-                                      done.get("multi_token") or 0)
+                                      emit and emit.name, head and head.kind,
+                                      head and head.tokens, done.get("multi_token") or 0)
+        head = head and Head(head.kind, one)
         # the measured positions include any catch-up, which the runtime's book
         # counted (``caught_up``) before the op's own: the replay adds none
-        result = yield replace(op, n_tokens=widths[0], head_tokens=one, catch_up=False,
+        result = yield replace(op, n_tokens=widths[0], head=head,
+                               feed=replace(op.feed, catch_up=False),
                                context=op.context - done.get("caught_up", 0))
         for j in range(1, len(widths)):
-            result = yield replace(op, n_tokens=1, context=op.context + j, head_tokens=one)
+            result = yield replace(op, n_tokens=1, context=op.context + j, head=head)
         return result

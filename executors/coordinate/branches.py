@@ -1,8 +1,8 @@
 """Correction branches (CATS): sibling positions verified in the same target pass.
 
-A shallow verifier, an ``emit="topk"`` Forward over several positions of the
-narrow proposal (branch 0, ``head_tokens=None``), names its top candidates at
-each proposed position. A token-mode Forward of branch 0 with ``corrections=n``
+A shallow verifier, a ``TopK`` Forward over several positions of the
+narrow proposal (branch 0, ``Head.tokens=None``), names its top candidates at
+each proposed position. A token-mode Forward of branch 0 with ``Feed(corrections=n)``
 re-forwards n correction tokens after the proposal: at the
 first position i where the verifier's top token differs from the draft's (the
 last position where it agrees everywhere), its best candidates other than the
@@ -42,14 +42,14 @@ class Cycle:
 def note_verifier(coord, op, info, result: dict) -> None:
     """Remember a verifier's candidates at every position it projected."""
     if ("topk_all" in result and not info.wide and info.width == 1 and op.branch == 0
-            and op.head_tokens is None):
+            and op.head.tokens is None):
         coord.verifier = (info, result["topk_all"])
 
 
 def take(coord, op, width: int, wide: bool):
     """Per row, the correction tokens ``(token, rope)`` this token-mode Forward
     re-forwards after the proposal, or None when it carries none."""
-    n = op.corrections
+    n = op.feed.corrections
     if not n or coord.verifier is None or wide or width != 1 or op.branch != 0:
         return None
     info, topk_all = coord.verifier

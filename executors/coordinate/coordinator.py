@@ -32,7 +32,8 @@ from executors.coordinate.loop import Loop, Pending
 from policies.cachebook import PositionBook
 from policies.runs.measured import MeasuredSpan, op_fields
 from policies.traces import EventLine, VerifyLine
-from policies.ops import Fanout, Forward, Lookup, Outcome, Roots, Verdict, Verify
+from policies.ops import (ALTERNATIVES, Fanout, Forward, Lookup, Outcome, Roots, Sample,
+                          TopK, Verdict, Verify)
 
 
 @dataclass
@@ -122,14 +123,16 @@ class Coordinator:
 
     # Forward -------------------------------------------------------------------
     def forward(self, op: Forward) -> Pending:
-        if op.head == "exit_layer" and op.layers[1] not in self.adapters:
+        if op.head is not None and op.head.kind == "exit_layer" \
+                and op.layers[1] not in self.adapters:
             trained = ", ".join(map(str, self.adapters)) or "none"
             raise ValueError(f"'{op.label}' needs a trained adapter after layer "
                              f"{op.layers[1]}, but the draft artifact has adapters at: "
                              f"{trained}; choose that exit layer, use the norm head "
                              "(exit_head=norm / adapter=norm), or train it with 'hetspec "
                              "train-draft --adapters'")
-        wide = op.emit == "sample" and isinstance(op.tree, (Roots, Fanout))
+        sampled = type(op.emit) is Sample
+        wide = sampled and isinstance(op.tree, (Roots, Fanout))
         if not self._grows_tree(op, wide):  # a growing tree's rows may be what a hit took
             self._materialise()
         client = self.place.client(op.device)
@@ -139,8 +142,8 @@ class Coordinator:
         caught = self.positions.extra_positions(op)
         self.positions.ran(op)
         extra = {"temperature": self.temperature, "width": width,
-                 "steps": op.n_tokens if op.emit == "sample" else 1,
-                 "top": op.alternatives,
+                 "steps": op.n_tokens if sampled else 1,
+                 "top": op.emit.alternatives if sampled else ALTERNATIVES,
                  "ahead": multi_token(op, self.ahead.get(op.model, {}), self.adapters,
                                       self.handles)}
         book = self.book(client, op.model, width)
@@ -159,7 +162,7 @@ class Coordinator:
         branches.note_pass(self, client, op.model, width, op.layers, fed)
         tokentree.note_pass(self, op, client, width, fed)
         info = HandleInfo(handle, client, op.device, op.model, width, op.layers,
-                          at={client}, head=op.head, emit=op.emit, branch=op.branch,
+                          at={client}, head=cmd.head, emit=cmd.emit, branch=op.branch,
                           wide=wide, **fed)
         self.handles[handle] = info
 
@@ -167,7 +170,7 @@ class Coordinator:
             reply = replies[-1]
             self.span(op, op.device, client, reply, "compute", n_fed=max(cmd.n_fed),
                       context_measured=max(cmd.start), rows=len(cmd.start),
-                      **({"caught_up": caught} if op.catch_up else {}),
+                      **({"caught_up": caught} if op.feed.catch_up else {}),
                       **({"multi_token": cmd.ahead} if cmd.ahead else {}))
             self.collective_spans(op.device, client, reply[0], f"{op.label or 'forward'} "
                                   "all-reduce", inside="Forward")
@@ -178,11 +181,12 @@ class Coordinator:
 
     def _grows_tree(self, op: Forward, wide: bool) -> bool:
         """Whether ``op`` extends the speculation tree its inputs Forward grew."""
-        prior = self.handles.get(op.inputs.id) if isinstance(op.inputs, Handle) else None
+        inputs = op.feed.inputs
+        prior = self.handles.get(inputs.id) if isinstance(inputs, Handle) else None
         return wide and prior is not None and prior.wide and prior.branch == op.branch
 
     def _width(self, op: Forward) -> int:
-        if op.sequences is not None:
+        if op.feed.sequences is not None:
             return self._rows_width(op)
         if op.batch % self.seqs.batch:
             raise ValueError(f"Forward '{op.label}' has batch {op.batch}, not a multiple of "
@@ -190,8 +194,8 @@ class Coordinator:
         return op.batch // self.seqs.batch
 
     def _rows_width(self, op: Forward) -> int:
-        """A Forward for some sequences alone (``Forward.sequences``) is narrow."""
-        rows, n = op.sequences, self.seqs.batch
+        """A Forward for some sequences alone (``Feed.sequences``) is narrow."""
+        rows, n = op.feed.sequences, self.seqs.batch
         distinct = len(set(rows)) == len(rows) == op.batch
         if op.tree is not None or not distinct or not all(0 <= r < n for r in rows):
             raise ValueError(f"Forward '{op.label}' runs for sequences {list(rows)} with "
@@ -211,13 +215,14 @@ class Coordinator:
             if width != 1:
                 raise ValueError(f"Forward '{op.label}' runs {op.batch} rows but only a "
                                  "sampling Forward with a tree layout may widen the batch")
-            rows = range(seqs.batch) if op.sequences is None else set(op.sequences)
+            chosen = op.feed.sequences
+            rows = range(seqs.batch) if chosen is None else set(chosen)
             # a sequence outside ``rows`` rides along on its committed tokens (the
             # device's batched cache has a row per sequence); its sample is dropped
             return [tuple(seqs.seq(r, op.branch) if r in rows else seqs.committed[r])
                     for r in range(seqs.batch)], None
         pick = None
-        prior = self.handles.get(op.inputs.id) if op.inputs is not None else None
+        prior = self.handles.get(op.feed.inputs.id) if op.feed.inputs is not None else None
         if not self._grows_tree(op, wide):
             tree, pick = start_tree(self, op, width, prior, client)
             seqs.wide[op.branch] = tree
@@ -225,14 +230,14 @@ class Coordinator:
         return [tuple(tree.seq(j)) for j in range(seqs.batch * width)], pick
 
     def _emitted(self, op: Forward, info: HandleInfo, book: CacheBook, result: dict) -> None:
-        if op.emit == "topk":
+        if type(op.emit) is TopK:
             info.topk = result["topk"]
             if tokentree.emitted(self, op, result):
                 return
             branches.note_verifier(self, op, info, result)
             if not info.wide and info.width == 1:
                 self.last_topk = info
-        if op.emit != "sample":
+        if type(op.emit) is not Sample:
             return
         if info.wide:
             tree = self.seqs.wide[op.branch]
@@ -240,7 +245,7 @@ class Coordinator:
         else:
             prop = self.seqs.proposal(op.branch)
         for r, toks in enumerate(result["tokens"]):
-            if op.sequences is not None and r not in op.sequences:
+            if op.feed.sequences is not None and r not in op.feed.sequences:
                 continue  # a sequence this Forward does not speculate for
             if not info.wide and self._moved_on(info.seqs[r], r, op.branch):
                 continue  # a Verify changed the row while this draft was in flight

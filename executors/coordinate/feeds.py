@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from executors.backend.device import FwdCmd
-from policies.ops import Forward
+from policies.ops import Forward, Sample, TopK
 
 
 @dataclass(frozen=True)
@@ -56,9 +56,10 @@ class HandleInfo:
 def hidden_inputs(op: Forward, handles: dict) -> list[HandleInfo] | None:
     """The input Forwards whose hidden states continue into ``op``, or None when
     ``op`` reads tokens (its inputs, if any, only order it after them)."""
-    if op.inputs is None:
+    inputs = op.feed.inputs
+    if inputs is None:
         return None
-    refs = op.inputs if isinstance(op.inputs, tuple) else (op.inputs,)
+    refs = inputs if isinstance(inputs, tuple) else (inputs,)
     infos = [handles[h.id] for h in refs]
     if all(i.model == op.model and i.layers[1] == op.layers[0] for i in infos) and (
             op.layers[0] > 0 or op.layers[0] == op.layers[1]):
@@ -69,9 +70,9 @@ def hidden_inputs(op: Forward, handles: dict) -> list[HandleInfo] | None:
 def _n_logits(op: Forward, seq, committed_len: int | None, n_fed: int) -> int:
     if op.head is None:
         return 0
-    if op.emit == "topk" and op.head_tokens is None and op.n_tokens > 1:
+    if type(op.emit) is TopK and op.head.tokens is None and op.n_tokens > 1:
         return min(n_fed, op.n_tokens)  # a verifier's candidates at each position
-    if op.emit in ("sample", "topk") or committed_len is None:
+    if op.emit is not None or committed_len is None:
         return 1
     return max(1, min(n_fed, len(seq) - (committed_len - 1)))
 
@@ -85,13 +86,14 @@ def multi_token(op: Forward, heads: dict[int, int], adapters: tuple[int, ...],
     emits up to 1 + heads[E]. ``token_command`` settles the count
     (``ahead_tokens``). A Forward that extends a rollout asks exactly its tokens,
     so one asking more than the heads give is refused."""
-    if op.emit != "sample" or op.n_tokens < 2 or op.head_tokens == 1:
+    head = op.head
+    if type(op.emit) is not Sample or op.n_tokens < 2 or head is None or head.tokens == 1:
         return 0
     exit_layer = op.layers[1]
-    if op.head not in ("exit", "lm") or (op.head == "lm" and exit_layer in adapters):
+    if head.kind not in ("exit", "lm") or (head.kind == "lm" and exit_layer in adapters):
         return 0
     have = heads.get(exit_layer, 0)
-    prior = handles.get(getattr(op.inputs, "id", None))  # the Forward it continues
+    prior = handles.get(getattr(op.feed.inputs, "id", None))  # the Forward it continues
     if have and prior is not None and prior.model == op.model and prior.emit == "sample" \
             and op.n_tokens > 1 + have:
         raise ValueError(f"Forward '{op.label}' asks one pass to emit {op.n_tokens} tokens "
@@ -117,11 +119,13 @@ def token_command(op: Forward, handle: int, book, seqs: list[tuple],
     tokens ``(token, rope)`` fed after it, each seeing the slots below ``rope``, or
     ``(token, rope, limit, ancestors)``: seeing the slots below ``limit`` and those
     of the extras it names (indices into ``extras[r]``, a token tree).
-    A sampled Forward with ``head_tokens=1`` samples one token from one pass
-    over its positions (a draft catching up on positions it never fed)."""
-    if op.emit == "sample" and op.head_tokens == 1:
+    A sampled Forward whose head projects one position (``Head.tokens=1``)
+    samples one token from one pass over its positions (a draft catching up on
+    positions it never fed)."""
+    sampled = type(op.emit) is Sample
+    if sampled and op.head.tokens == 1:
         extra["steps"] = 1
-    elif op.emit == "sample" and op.n_tokens > 1 and not extra.get("ahead"):
+    elif sampled and op.n_tokens > 1 and not extra.get("ahead"):
         raise ValueError(f"Forward '{op.label}' asks one pass to emit {op.n_tokens} tokens "
                          "per row (multi-token prediction, mirror's eta), but this model has "
                          "no multi-token heads after that layer; run it with eta=1, or train "
@@ -142,10 +146,16 @@ def token_command(op: Forward, handle: int, book, seqs: list[tuple],
         extra["ahead"] = ahead_tokens(op, extra["ahead"], width)
     padded = [t + [t[-1]] * (width - len(t)) for t in tokens]
     branches = branches if any(branches) else None
-    cmd = FwdCmd(handle, op.model, op.layers, starts, n_fed, padded, None, op.head,
-                 op.emit, op.top_k, tuple(n_logits), branches=branches, **extra)
+    cmd = FwdCmd(handle, op.model, op.layers, starts, n_fed, padded, None, *head_fields(op),
+                 tuple(n_logits), branches=branches, **extra)
     return cmd, {"start": starts, "n_fed": n_fed, "seqs": seqs, "n_logits": tuple(n_logits),
                  "branches": branches}
+
+
+def head_fields(op: Forward) -> tuple[str | None, str | None, int]:
+    """(head kind, what it emits, top-k) of ``op`` as a device command names them."""
+    head, emit = op.head, op.emit
+    return (head and head.kind, emit and emit.name, emit.k if type(emit) is TopK else 1)
 
 
 def _branch(end: int, start: int, j: int, _token, rope: int, limit: int | None = None,
@@ -184,8 +194,8 @@ def hidden_command(op: Forward, handle: int, book, infos: list[HandleInfo],
         extra["ahead"] = ahead_tokens(op, extra["ahead"], max(n_fed))
     ids = tuple(i.id for i in infos) if len(infos) > 1 else first.id
     branches = branches if any(branches) else None
-    cmd = FwdCmd(handle, op.model, op.layers, starts, n_fed, None, ids, op.head, op.emit,
-                 op.top_k, tuple(n_logits), branches=branches, **extra)
+    cmd = FwdCmd(handle, op.model, op.layers, starts, n_fed, None, ids, *head_fields(op),
+                 tuple(n_logits), branches=branches, **extra)
     seqs = [s[:st + n] for s, st, n in zip(last.seqs, starts, n_fed)]
     return cmd, {"start": starts, "n_fed": n_fed, "seqs": seqs, "n_logits": tuple(n_logits),
                  "branches": branches}

@@ -2,11 +2,11 @@
 tree-masked pass, walked by the Verify (see ``policies.tree``).
 
 The Forwards of a speculation branch other than 0 that do not sample:
-  * an ``emit="topk"`` Forward with ``tree=Children()`` when the branch has no
+  * a ``TopK`` Forward with ``tree=Children()`` when the branch has no
     tree feeds the committed sequence as usual (catch-up positions, then the
     root: the last committed token) and starts the tree: the root's top-k
     candidates are depth 1;
-  * a later ``emit="topk"`` Forward expands the ``n_tokens`` most confident
+  * a later ``TopK`` Forward expands the ``n_tokens`` most confident
     nodes of the deepest level (confidence: the product of the draft's
     probabilities along the path; a static tree expands all of them) into
     their top-k candidates;
@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from executors.coordinate.book import Proposal
 from executors.coordinate.loop import Pending
 from executors.backend.device import CompactCmd, FwdCmd, VerifyCmd
-from policies.ops import Children
+from executors.coordinate.feeds import head_fields
+from policies.ops import Children, Sample, TopK
 
 
 @dataclass
@@ -54,15 +55,15 @@ class TokenTree:
 
 
 def _tree(coord, op):
-    if op.branch == 0 or op.emit == "sample" or (op.emit == "topk" and
-                                                 not isinstance(op.tree, Children)):
+    if op.branch == 0 or type(op.emit) is Sample or (type(op.emit) is TopK and
+                                                     not isinstance(op.tree, Children)):
         return None
     return coord.seqs.trees.get(op.branch)
 
 
 def expands(coord, op) -> bool:
     """Whether ``op`` expands an existing tree (a draft pass past the root)."""
-    return op.emit == "topk" and _tree(coord, op) is not None
+    return type(op.emit) is TopK and _tree(coord, op) is not None
 
 
 def _ranked(nodes: list[Node], among, n: int) -> list[int]:
@@ -95,8 +96,8 @@ def expand_command(coord, op, handle: int, client: str, **extra):
     tree.pending = picks
     most = max(n_fed)
     padded = [t + [t[-1]] * (most - len(t)) for t in tokens]
-    cmd = FwdCmd(handle, op.model, op.layers, starts, n_fed, padded, None, op.head,
-                 op.emit, op.top_k, tuple(n_fed), branches=branches, **extra)
+    cmd = FwdCmd(handle, op.model, op.layers, starts, n_fed, padded, None, *head_fields(op),
+                 tuple(n_fed), branches=branches, **extra)
     seqs = [tuple(c) for c in coord.seqs.committed]
     return cmd, {"start": starts, "n_fed": n_fed, "seqs": seqs, "n_logits": tuple(n_fed),
                  "branches": branches}
@@ -137,7 +138,7 @@ def note_pass(coord, op, client: str, width: int, fed: dict) -> None:
 def emitted(coord, op, result: dict) -> bool:
     """Grow the branch's tree from a draft pass's candidates; False when ``op`` is
     no token-tree pass."""
-    if (op.branch == 0 or op.emit != "topk" or not isinstance(op.tree, Children)
+    if (op.branch == 0 or type(op.emit) is not TopK or not isinstance(op.tree, Children)
             or op.batch != coord.seqs.batch):
         return False
     tree = coord.seqs.trees.get(op.branch)

@@ -123,9 +123,15 @@ class MeasuredSpan:
 
 
 def op_fields(op, **extra) -> dict:
-    """An operation's fields as a span records them: its type, then every field of
-    plain data (a tuple of numbers as a list), then what the executor adds."""
+    """An operation's fields as a span records them: its type, then a Forward's parts
+    as the flat fields run records keep (``Forward.record``), any other operation's
+    every field of plain data (a tuple of numbers as a list), then what the executor
+    adds."""
     fields = {"type": type(op).__name__}
+    if isinstance(op, ops.Forward):
+        fields.update(op.record())
+        fields.update(extra)
+        return fields
     for name in op.__slots__:
         value = getattr(op, name)
         if isinstance(value, (int, float, str, bool, type(None))):
