@@ -6,7 +6,7 @@ import pytest
 
 from analyses.laws import forms as laws
 from hwprofiles import schema
-from policies import sd, ssd
+from policies import sd, ssdplan
 
 # Leviathan et al. 2023, table (c = c_hat = 0): (alpha, gamma) -> (speed, operations)
 LEVIATHAN_TABLE = [
@@ -63,11 +63,11 @@ def test_ssd_law_of_the_issue_is_the_per_row_form():
 
 
 def test_ssd_geometric_fanout_shape():
-    f = [4.0 * w for w in ssd.geometric_fanout_shape(0.8, 0.5, 3)]
+    f = [4.0 * w for w in ssdplan.geometric_fanout_shape(0.8, 0.5, 3)]
     assert f[:3] == pytest.approx([4.0 * 0.8 ** (k / 1.5) for k in range(3)])
     assert f[3] == pytest.approx(4.0 * 0.8 ** (3 / 1.5) * 0.2 ** (-1 / 1.5))
-    assert ssd.miss_rate(4.0, 0.5) == pytest.approx(0.5)
-    assert ssd.miss_rate(0.5, 0.5) == 1.0 and ssd.miss_rate(0, 0.5) == 1.0
+    assert ssdplan.miss_rate(4.0, 0.5) == pytest.approx(0.5)
+    assert ssdplan.miss_rate(0.5, 0.5) == 1.0 and ssdplan.miss_rate(0, 0.5) == 1.0
 
 
 def test_ppsd_paper_example_and_eesd():

@@ -20,8 +20,9 @@ from policies import PolicyContext, PolicyError, build
 from simcore.acceptance import IID
 from policies.ops import (ENTRY_BYTES, LM, VERDICT_BYTES, Fanout, Forward, OnTree, Outcome, Sample,
                           Spawn, Verify, drive)
-from policies.ssd import (BACKUP, CACHE, PRESPEC, VERIFY, SSDParams, base_hit_rate, fanout_of,
-                          geometric_fanout_shape, plan, planning_weights, saguaro)
+from policies.ssd import BACKUP, CACHE, PRESPEC, VERIFY
+from policies.ssdplan import (SSDParams, base_hit_rate, fanout_of, geometric_fanout_shape, plan,
+                              planning_weights, saguaro)
 from simcore import RooflineCost
 from simcore.outcomes import scaled_expected
 

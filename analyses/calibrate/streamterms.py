@@ -1,7 +1,7 @@
 """Weight streams as fitted terms: each stream's read, and the wait before it.
 
 A schedule under a DRAM budget streams its layers one after another
-(``policies.cats.FlashStreamer``): a stream is free to start once the stream
+(``policies.flashstream.FlashStreamer``): a stream is free to start once the stream
 before it has ended and a buffer slot is free, that is once the Forward that
 released the slot has ended. The torch executor then still needs a round trip
 before the read begins: the previous read's reply reaches the coordinator,
