@@ -26,7 +26,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 SEARCHES = ("prompt", "output", "both")
-MAX_N = 8  # a match length past 8 tokens finds the same runs as 8, slower
 
 
 def window(search: str, prompt_len: int, total: int) -> tuple[int, int]:

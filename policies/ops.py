@@ -29,11 +29,12 @@ from typing import Any
 from policies.forward import (ALTERNATIVES, CATCH_UP, LM, MAIN, OWN, SAMPLE, Branch, Children,
                               Fanout, Feed, Forward, Head, Narrow, Roots, Sample, TopK)
 
-__all__ = ["ALTERNATIVES", "CATCH_UP", "ENTRY_BYTES", "LM", "MAIN", "OWN", "SAMPLE", "TOKEN_BYTES",
-           "VERDICT_BYTES", "AllReduce", "Branch", "Children", "Delay", "Fanout", "Feed",
-           "Forward", "Found", "Head", "Join", "Lookup", "Narrow", "OnTree", "Outcome",
-           "Parallel", "Roots", "Sample", "Spawn", "StreamWeights", "TopK", "Transfer",
-           "Verdict", "Verify", "drive", "rows_of", "widest_lookup"]
+__all__ = ["ALTERNATIVES", "CATCH_UP", "ENTRY_BYTES", "LM", "LOOKUP_MAX_N", "MAIN", "OWN",
+           "SAMPLE", "TOKEN_BYTES", "VERDICT_BYTES", "AllReduce", "Branch", "Children",
+           "Delay", "Fanout", "Feed", "Forward", "Found", "Head", "Join", "Lookup",
+           "Narrow", "OnTree", "Outcome", "Parallel", "Roots", "Sample", "Spawn",
+           "StreamWeights", "TopK", "Transfer", "Verdict", "Verify", "drive", "rows_of",
+           "widest_lookup"]
 
 # What the messages between roles weigh, per row and token (``Transfer.nbytes``)
 TOKEN_BYTES = 4    # a token id (int32)
@@ -187,6 +188,9 @@ class Delay:
     branch: Branch = MAIN
     proposes: int = 0
     sequences: tuple[int, ...] | None = None
+
+
+LOOKUP_MAX_N = 8  # a Lookup's longest match: past 8 tokens it finds the same runs, slower
 
 
 @dataclass(frozen=True, slots=True)

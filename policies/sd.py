@@ -40,9 +40,8 @@ from pydantic import Field, model_validator
 from policies.base import (MAX_COLLECTIVES, LawCosts, PolicyContext, PolicyError,
                            PolicyParams, register)
 from policies.modelled import EventModel, OutcomeModels
-from policies.ngram import MAX_N
 from policies.ops import (CATCH_UP, LM, OWN, SAMPLE, TOKEN_BYTES, VERDICT_BYTES, Branch, Forward,
-                          Found, Head, Lookup, Transfer, Verify)
+                          Found, Head, LOOKUP_MAX_N, Lookup, Transfer, Verify)
 
 # prompt lookup's default gamma: on the grounded prompts a lookup's greedy
 # proposals, priced at one pass plus a fifth per position (cpu-local's measured
@@ -65,8 +64,8 @@ class SDParams(PolicyParams):
         "model", description="who proposes: a draft model (a separate one, or "
                              "draft_layers), or ngram: prompt lookup on the host, no "
                              "model (--draft ngram sets it)")
-    n: int = Field(4, ge=1, le=MAX_N, description="ngram: longest match length tried")
-    n_min: int = Field(3, ge=1, le=MAX_N,
+    n: int = Field(4, ge=1, le=LOOKUP_MAX_N, description="ngram: longest match length tried")
+    n_min: int = Field(3, ge=1, le=LOOKUP_MAX_N,
                        description="ngram: shortest match length tried (a shorter match "
                                    "proposes tokens the target mostly rejects, and on a CPU "
                                    "each verified position costs a fifth of a pass)")

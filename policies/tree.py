@@ -70,8 +70,7 @@ from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyPa
                            validate_params)
 from policies.modelled import OutcomeModels, VerifyModel
 from policies.ops import (CATCH_UP, LM, OWN, TOKEN_BYTES, VERDICT_BYTES, Branch, Children,
-                          Forward, Head, TopK, Transfer, Verify)
-from policies.ngram import MAX_N
+                          Forward, Head, LOOKUP_MAX_N, TopK, Transfer, Verify)
 from policies.sd import (LOOKUP_GAMMA, LOOKUP_NODES, LOOKUP_WIDTH, draft_source, lookup_outcomes,
                          lookup_shape, lookup_tree, lookup_unused)
 
@@ -125,8 +124,8 @@ class TreeParams(PolicyParams):
     proposer: Literal["model", "ngram"] = Field(
         "model", description="who drafts: a draft model, or ngram: prompt lookup on the "
                              "host, its continuations as siblings (--draft ngram sets it)")
-    n: int = Field(4, ge=1, le=MAX_N, description="ngram: longest match length tried")
-    n_min: int = Field(3, ge=1, le=MAX_N, description="ngram: shortest match length tried")
+    n: int = Field(4, ge=1, le=LOOKUP_MAX_N, description="ngram: longest match length tried")
+    n_min: int = Field(3, ge=1, le=LOOKUP_MAX_N, description="ngram: shortest match length tried")
     search: Literal["prompt", "output", "both"] = Field(
         "both", description="ngram: where a match is looked for")
     match: float | None = Field(
