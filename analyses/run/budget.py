@@ -9,17 +9,8 @@ passes ``--allow-large``. The estimate is an upper bound: each quantity the
 runtime scales with (decoding steps, rows per step, operations per step,
 simulations, spans, generated tokens) is counted at its most.
 
-What a simulation's time scales with (``python benchmarks/bench_budget.py``
-profiles it): the engine runs one decoding step after another, and every step
-commits at least one token per sequence, so a run has at most ``tokens`` steps.
-A step costs a fixed amount per operation the schedule yields (gamma draft
-passes, a streamed chunk per layer group, a pipeline stage per layer group) and
-an amount per sequence in the batch: the acceptance sampler and the cache book
-(``policies/cachebook.py``) walk every row of every step in Python, about 2 us a
-row, which is what makes ``--batch 16384`` slow (N3). A tree's steps walk its
-nodes too, and a tree's or speculation cache's rows cost per level.
-
-The unit is the *row-step*: one sequence's share of one decoding step.
+What a simulation's time scales with is asked of its schedule
+(``analyses.run.simwork``). The unit is the *row-step*: one sequence's share of one decoding step.
 """
 
 from __future__ import annotations
@@ -27,30 +18,8 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass
-from typing import Any, Iterable
 
-from hwprofiles import load_model
-from hwprofiles.models import MAX_LAYERS
-from policies import entry
-from policies.prefill import MAX_PREFILL_PASSES
-from policies.runs.metrics import baseline_of
-
-# Work units of a step: each operation the schedule yields costs as much as this
-# many rows (measured: ~11-70 us an op against ~2.2 us a row).
-OP_UNITS = 32
-# A tree's step walks each of its nodes, about this many rows' worth each.
-NODE_UNITS = 8
-# Building one simulation (models, placement, the engine): about 4 ms.
-SIM_FIXED_UNITS = 2_000
-# Operations of a prefill pass (the prompt's chunks run one after another).
-PREFILL_PASS_OPS = 4
-# Parameters that count operations a step yields (draft passes, tree levels,
-# SSD's lookahead, Mirror's rollouts); the largest one counts.
-DEPTH_KEYS = ("gamma", "k", "depth", "kappa", "eta", "corrections", "l_dm", "l_sv")
-# Parameters that cut a model's layers into groups, one operation each a step.
-LAYER_GROUP_KEYS = ("chunk_layers", "pipeline_layers")
-# Parameters whose schedules speculate a tree (per-row work grows with depth).
-TREE_KEYS = ("tree", "fanout")
+from analyses.run.simwork import Models, SimShape, point_shapes, sim_shape
 
 # Rates, measured by ``python benchmarks/bench_budget.py`` on the development
 # machine (2 shared x86 cores, 2026-11-26): the slowest case of its suite ran
@@ -60,7 +29,6 @@ TREE_KEYS = ("tree", "fanout")
 SIM_UNITS_PER_S = 400_000
 # A simulate or compare may estimate up to 10 minutes of work at that rate.
 SIM_BUDGET_UNITS = SIM_UNITS_PER_S * 600
-DEFAULT_PROMPT = 128  # RunConfig's prompt_tokens default
 LONG_S = 10.0  # estimates at least this long are printed before the work starts
 
 
@@ -180,142 +148,29 @@ def allow_large_argument(p, budget: str) -> None:
 
 
 # ------------------------------------------------------------------ simulations
-@dataclass(frozen=True)
-class SimShape:
-    """What one simulation's time scales with: ``tokens`` (the most steps),
-    ``batch`` sequences, operations a step (``ops``), per-row levels
-    (``row_levels``), tree nodes a step (``nodes``), prefill passes."""
-
-    tokens: int
-    batch: int
-    ops: int
-    row_levels: int = 1
-    nodes: int = 0
-    prefill_passes: int = 1
-
-    @property
-    def units(self) -> int:
-        step = OP_UNITS * self.ops + NODE_UNITS * self.nodes + self.batch * self.row_levels
-        return (SIM_FIXED_UNITS + self.tokens * step
-                + self.prefill_passes * PREFILL_PASS_OPS * OP_UNITS)
-
-
-def _defaults(policy: str) -> dict[str, Any]:
-    return {k: f.default for k, f in entry(policy).params.model_fields.items()}
-
-
-def own_baseline(policy: str) -> bool:
-    """Whether the schedule is measured against itself (its registry entry's
-    baseline names it: AR, a streaming AR under its own budget)."""
-    e = entry(policy)
-    try:
-        defaults = e.params()
-    except ValueError:  # a parameter without a default: judged at the point, not here
-        return False
-    return e.baseline(defaults)[0] == policy
-
-
-def _ints(values: Iterable) -> list[int]:
-    """The whole numbers among ``values`` (a tuple counts its largest member)."""
-    out = []
-    for v in values:
-        if isinstance(v, tuple):
-            out += _ints(v)
-        elif isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-            out.append(int(v))
-    return out
-
-
-def tree_nodes(shape: Any) -> int:
-    """Nodes of a tree written as per-level fan-outs (4,2,2,1: 4+8+16+16)."""
-    total, width = 0, 1
-    for f in _ints(shape if isinstance(shape, tuple) else (shape,)):
-        width *= max(f, 1)
-        total += width
-    return total
-
-
-def sim_shape(policy: str, settings: dict[str, list], tokens: int, batch: int,
-              n_layers: int) -> SimShape:
-    """The most a simulation of ``policy`` can cost over every value in
-    ``settings`` (key -> the values it takes: one for a fixed setting, all for a
-    swept one); unset parameters take their defaults."""
-    values = {k: [v] for k, v in _defaults(policy).items() if v is not None}
-    values.update({k: list(v) for k, v in settings.items()})
-    most = lambda key: max(_ints(values.get(key, ())), default=0)  # noqa: E731
-    least = lambda key: min([v for v in _ints(values.get(key, ())) if v > 0],  # noqa: E731
-                            default=0)
-    ops = 2 + max((most(k) for k in DEPTH_KEYS), default=0)
-    for key in LAYER_GROUP_KEYS:
-        if least(key):
-            ops += -(-n_layers // least(key))
-    tree = any(k in values for k in TREE_KEYS)
-    nodes = max([most("nodes")] + [tree_nodes(s) for s in values.get("tree", ())])
-    passes = 1
-    if least("prefill_chunk"):
-        prompt = most("prompt_tokens") if "prompt_tokens" in values else DEFAULT_PROMPT
-        passes = min(-(-max(prompt, 1) // least("prefill_chunk")),
-                     MAX_PREFILL_PASSES)
-    return SimShape(tokens, batch, ops, row_levels=ops - 1 if tree else 1,
-                    nodes=nodes if "tree" in values else 0, prefill_passes=passes)
-
-
-def baseline_shape(shape: SimShape, settings: dict[str, list], n_layers: int) -> SimShape:
-    """An AR baseline of a point: one pass a step (a streamed or pipelined one
-    keeps its layer groups), no tree."""
-    groups = sum(-(-n_layers // min(_ints(settings[k]) or [1]))
-                 for k in LAYER_GROUP_KEYS if k in settings and _ints(settings[k]))
-    return SimShape(shape.tokens, shape.batch, 3 + groups,
-                    prefill_passes=shape.prefill_passes)
-
-
-def point_units(policy: str, settings: dict[str, list], tokens: int, batch: int,
-                n_layers: int) -> tuple[float, float]:
-    """(row-steps of one simulation at ``settings``, of its AR baseline: 0 for a
-    point that is its own, ``own_baseline``)."""
-    shape = sim_shape(policy, settings, tokens, batch, n_layers)
-    own = 0.0 if own_baseline(policy) else baseline_shape(shape, settings, n_layers).units
-    return shape.units, own
-
-
-def n_layers_of(*models: str | None) -> int:
-    """The most layers among ``models`` (profile names or YAML paths); a model
-    that does not load counts as the deepest allowed (its error comes later)."""
-    most = 1
-    for name in models:
-        if not name:
-            continue
-        try:
-            most = max(most, load_model(name).n_layers)
-        except Exception:  # noqa: BLE001 - the command reports it in its own words
-            most = MAX_LAYERS
-    return most
-
-
 def sim_estimate(command: str, product: str, units: float, shrink: str,
                  simulations: int = 0) -> Estimate:
     return Estimate(command, product, units, "row-steps", SIM_UNITS_PER_S,
                     SIM_BUDGET_UNITS, shrink, simulations=simulations)
 
 
-def config_shape(config) -> tuple[SimShape, dict, int]:
-    """(shape, settings as value lists, layers) of one RunConfig's simulation."""
-    settings = {k: [v] for k, v in config.params.model_dump().items() if v is not None}
+def config_shape(config) -> tuple[SimShape, SimShape | None]:
+    """(shape, AR baseline's shape or None) of one RunConfig's simulation."""
+    settings = {k: [v] for k, v in config.params.model_dump(exclude_unset=True).items()}
     settings["prompt_tokens"] = [config.prompt_tokens]
     if config.prefill_chunk:
         settings["prefill_chunk"] = [config.prefill_chunk]
-    layers = n_layers_of(config.target, config.draft)
-    return sim_shape(config.policy, settings, config.tokens, config.batch, layers), \
-        settings, layers
+    return point_shapes(config.policy, settings, config.tokens, config.batch,
+                        Models(config.target, config.draft))
 
 
 def config_estimate(config, command: str = "simulate") -> Estimate:
     """A simulate's work: the run and, unless it is its own, its AR baseline."""
-    shape, settings, layers = config_shape(config)
+    shape, base = config_shape(config)
     units = shape.units
     sims = 1
-    if baseline_of(config.policy, config.params) is not None:
-        units += baseline_shape(shape, settings, layers).units
+    if base is not None:
+        units += base.units
         sims = 2
     runs = "1 simulation" if sims == 1 else "2 simulations (the run and its AR baseline)"
     product = f"{runs} of {plural(config.tokens, 'token')} x {plural(config.batch, 'sequence')}"
@@ -351,7 +206,7 @@ def published_estimate(rows) -> Estimate:
         settings = {k: [v] for k, v in row.params.items()}
         settings["prompt_tokens"] = [row.prompt_tokens]
         shape = sim_shape(row.policy, settings, row.tokens, row.batch,
-                          n_layers_of(row.target, row.draft))
+                          Models(row.target, row.draft))
         units += shape.units * PUBLISHED_SIMS_PER_ROW
     tokens = max((r.tokens for r in rows), default=0)
     batch = max((r.batch for r in rows), default=1)
