@@ -11,7 +11,7 @@ streams from storage. Every user of that knowledge asks this one dry run:
     caches each role needs;
   * the memory check (``analyses.run.memory``) sizes the weights, caches and
     activations each role holds;
-  * the work budget (``analyses.run.budget``) counts what one decoding step
+  * the work budget (``analyses.run.simwork``) counts what one decoding step
     yields (``StepWork``).
 
 So a new schedule gets its prefill, its executor footprint and its memory check
@@ -26,7 +26,7 @@ from policies.ops import (MAIN, Forward, Join, Lookup, Outcome, Parallel, Spawn,
                           StreamWeights, Verdict, Verify, drive, widest_lookup)
 
 DRY_STEPS = 3  # decoding steps the dry run follows: every cache is in use by then
-DRY_OPS = 5000
+DRY_OPS = 5000  # operations answered at most: more than one step of any schedule yields
 EXIT_LAYER_HEAD = "exit_layer"  # an early-exit head with a decoder layer of its own
 EXIT_HEADS = ("exit", EXIT_LAYER_HEAD)  # early-exit heads (Head.kind)
 

@@ -10,9 +10,8 @@ from analyses.calibrate.session import calibrate
 from analyses.calibrate.terms import check_fit_terms
 from analyses.cli import emit_json
 from analyses.commands import COMMANDS
-from analyses.run.budget import (SIM_BUDGET_UNITS, allow_large_argument, check,
-                                 published_estimate, readable)
-from analyses.run.measuredbudget import SPANS_BUDGET, runs_estimate
+from analyses.run.budget import SIM_BUDGET_UNITS, allow_large_argument, check, readable
+from analyses.run.measuredbudget import SPANS_BUDGET, published_estimate, runs_estimate
 from analyses.run.outputs import check_outputs, profile_inputs, runs_inputs
 from hwprofiles import ProfileError, load_platform
 

@@ -24,7 +24,7 @@ TUNED = {"sd": "gamma", "mirror": "gamma", "eesd": "gamma", "cats": "gamma",
 # --sweep KEY=32..64 looks further.
 TUNE_MAX = 32
 import math
-from analyses.run import budget, simwork
+from analyses.run import budget
 from policies import entry
 
 
@@ -137,10 +137,10 @@ def estimate(found: list[Search], others: dict[str, dict], sets_of: dict[str, di
     per schedule (its points share it), and every untuned schedule once.
     ``others``/``sets_of``: policy -> its fixed settings as value lists."""
     tokens, batch = int(base.get("tokens", 1000)), int(base.get("batch", 1))
-    models = simwork.Models(base.get("target"), base.get("draft"))
+    models = budget.Models(base.get("target"), base.get("draft"))
 
     def units(policy: str, values: dict) -> tuple[float, float]:
-        return simwork.point_units(policy, values, tokens, batch, models)
+        return budget.point_units(policy, values, tokens, batch, models)
 
     total, sims = 0.0, 0
     for s in found:

@@ -9,17 +9,52 @@ passes ``--allow-large``. The estimate is an upper bound: each quantity the
 runtime scales with (decoding steps, rows per step, operations per step,
 simulations, spans, generated tokens) is counted at its most.
 
-What a simulation's time scales with is asked of its schedule
-(``analyses.run.simwork``). The unit is the *row-step*: one sequence's share of one decoding step.
+What a simulation's time scales with (``python benchmarks/bench_budget.py``
+profiles it): the engine runs one decoding step after another, and every step
+commits at least one token per sequence, so a run has at most ``tokens`` steps.
+A step costs a fixed amount per operation the schedule yields (gamma draft
+passes, a streamed chunk per layer group, a pipeline stage per layer group) and
+an amount per sequence in the batch: the acceptance sampler and the cache book
+(``policies/cachebook.py``) walk every row of every step in Python, about 2 us a
+row, which is what makes ``--batch 16384`` slow (N3). A tree's steps walk its
+nodes too, and a tree's or speculation cache's rows cost per level.
+
+What a step yields is asked of the schedule, never read from its parameters'
+names: its dry run (``policies.dryrun``, the one the memory check sizes)
+counts the operations of its widest step, whether it lays out a speculation
+tree and the positions of its widest pass over one (``StepWork``). A grid
+dry-runs its schedule at the grid's corners only (``corners``: each swept
+number at its least and largest), once per (schedule, parameters, models).
+
+The unit is the *row-step*: one sequence's share of one decoding step.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 import sys
 from dataclasses import dataclass
+from typing import Any, Iterable, NamedTuple
 
-from analyses.run.simwork import Models, SimShape, point_shapes, sim_shape
+from analyses.run.memory import held
+from hwprofiles import ModelSpec, load_model
+from policies import entry
+from policies.dryrun import StepWork
+from policies.prefill import MAX_PREFILL_PASSES
+from policies.runs.metrics import baseline_of
+
+# Work units of a step: each operation the schedule yields costs as much as this
+# many rows (measured: ~11-70 us an op against ~2.2 us a row).
+OP_UNITS = 32
+# A tree's step walks each of its nodes, about this many rows' worth each.
+NODE_UNITS = 8
+# Building one simulation (models, placement, the engine): about 4 ms.
+SIM_FIXED_UNITS = 2_000
+# Operations of a prefill pass (the prompt's chunks run one after another).
+PREFILL_PASS_OPS = 4
+DEFAULT_PROMPT = 128  # RunConfig's prompt_tokens default
 
 # Rates, measured by ``python benchmarks/bench_budget.py`` on the development
 # machine (2 shared x86 cores, 2026-11-26): the slowest case of its suite ran
@@ -148,6 +183,182 @@ def allow_large_argument(p, budget: str) -> None:
 
 
 # ------------------------------------------------------------------ simulations
+@dataclass(frozen=True)
+class SimShape:
+    """What one simulation's time scales with: ``tokens`` (the most steps),
+    ``batch`` sequences, operations a step (``ops``), per-row levels
+    (``row_levels``), tree nodes a step (``nodes``), prefill passes."""
+
+    tokens: int
+    batch: int
+    ops: int
+    row_levels: int = 1
+    nodes: int = 0
+    prefill_passes: int = 1
+
+    @property
+    def units(self) -> int:
+        step = OP_UNITS * self.ops + NODE_UNITS * self.nodes + self.batch * self.row_levels
+        return (SIM_FIXED_UNITS + self.tokens * step
+                + self.prefill_passes * PREFILL_PASS_OPS * OP_UNITS)
+
+
+def own_baseline(policy: str) -> bool:
+    """Whether the schedule is measured against itself (its registry entry's
+    baseline names it: AR, a streaming AR under its own budget)."""
+    e = entry(policy)
+    try:
+        defaults = e.params()
+    except ValueError:  # a parameter without a default: judged at the point, not here
+        return False
+    return e.baseline(defaults)[0] == policy
+
+
+class Models(NamedTuple):
+    """A run's target and draft as the user names them (profile names or YAML paths)."""
+
+    target: str | None
+    draft: str | None = None
+
+
+@functools.lru_cache(maxsize=64)
+def _spec(name: str | None) -> ModelSpec | None:
+    """The model ``name``, or None where it does not load (the command reports it
+    later in its own words)."""
+    if not name:
+        return None
+    try:
+        return load_model(name)
+    except Exception:  # noqa: BLE001 - the command reports it in its own words
+        return None
+
+
+_STEPS: dict[tuple, StepWork | None] = {}
+_CACHED = 4096  # step works kept
+
+
+def step_work(policy: str, params: dict, models: Models, prompt_tokens: int) -> StepWork | None:
+    """What one decoding step of ``policy`` at ``params`` yields, asked of its dry
+    run (``policies.dryrun``, the one the memory check sizes); None where the
+    schedule cannot be built from them (its run is refused before a step)."""
+    key = (policy, repr(sorted(params.items())), models, prompt_tokens)
+    if key not in _STEPS:
+        if len(_STEPS) >= _CACHED:
+            _STEPS.clear()
+        _STEPS[key] = _dry_step(policy, params, models, prompt_tokens)
+    return _STEPS[key]
+
+
+def _dry_step(policy: str, params: dict, models: Models, prompt_tokens: int) -> StepWork | None:
+    specs = {role: _spec(name) for role, name in models._asdict().items()}
+    if specs["target"] is None:
+        return None
+    try:
+        return held(policy, params, {k: v for k, v in specs.items() if v}, prompt_tokens).step
+    except Exception:  # noqa: BLE001 - invalid parameters, a draft missing: the run
+        return None  # refuses them before its first step, in its own words
+
+
+def step_shape(step: StepWork | None, tokens: int, batch: int, passes: int) -> SimShape:
+    """A simulation of ``tokens`` steps of ``step`` over ``batch`` sequences (None:
+    a schedule that cannot be built, counted as one pass and its verdict a step)."""
+    step = step or StepWork(ops=2)
+    return SimShape(tokens, batch, step.ops, row_levels=step.ops - 1 if step.tree else 1,
+                    nodes=step.nodes, prefill_passes=passes)
+
+
+def _numbers(values: Iterable) -> list[float]:
+    """The finite numbers among ``values`` (an int of any size is finite)."""
+    return [v for v in values if isinstance(v, int) and not isinstance(v, bool)
+            or isinstance(v, float) and math.isfinite(v)]
+
+
+def _choices(values: list) -> list:
+    """The values of a parameter a schedule's work may be at its most at: its
+    least and largest number (a schedule's step grows or shrinks with each
+    number: more draft passes, fewer layers a streamed chunk) and every value
+    that is no number (a tree's shape, a choice)."""
+    numbers = _numbers(values)
+    ends = list(dict.fromkeys([min(numbers), max(numbers)])) if numbers else []
+    others = [v for v in values if not any(v is n for n in numbers)]
+    return ends + [v for i, v in enumerate(others) if v not in others[:i]]
+
+
+MAX_CORNERS = 64  # points of a grid's corners dry-run for its most costly one
+
+
+def corners(settings: dict[str, list]) -> list[dict[str, Any]]:
+    """The points at which a grid of ``settings`` (key -> values) is at its most:
+    every combination of each key's ``_choices``; past MAX_CORNERS of them, each
+    key's choices with the other keys at their first, and every key at its last."""
+    picks = {k: _choices(list(v)) for k, v in settings.items() if v}
+    if math.prod(len(v) for v in picks.values()) <= MAX_CORNERS:
+        return [dict(zip(picks, combo)) for combo in itertools.product(*picks.values())]
+    first = {k: v[0] for k, v in picks.items()}
+    return ([{**first, k: c} for k, v in picks.items() for c in v]
+            + [{k: v[-1] for k, v in picks.items()}])
+
+
+def _run_values(settings: dict[str, list], key: str) -> list[float]:
+    return _numbers(settings.get(key, ()))
+
+
+def prefill_passes(settings: dict[str, list]) -> int:
+    """The most prefill passes of a run's settings: its longest prompt in its
+    shortest chunks (one pass without chunks)."""
+    chunks = [c for c in _run_values(settings, "prefill_chunk") if c > 0]
+    if not chunks:
+        return 1
+    prompt = max(_run_values(settings, "prompt_tokens") or [DEFAULT_PROMPT])
+    return int(min(-(-max(prompt, 1) // min(chunks)), MAX_PREFILL_PASSES))
+
+
+def point_shapes(policy: str, settings: dict[str, list], tokens: int, batch: int,
+                 models: Models) -> tuple[SimShape, SimShape | None]:
+    """The most a simulation of ``policy`` and its AR baseline (None: it is its
+    own) can cost over every value in ``settings`` (key -> the values it takes:
+    one for a fixed setting, all for a swept one): its schedule's parameters
+    among them dry-run at each of the grid's ``corners``; the run's own settings
+    (prompt, prefill chunks) counted as they are."""
+    fields = entry(policy).params.model_fields
+    prompt = int(max(_run_values(settings, "prompt_tokens") or [DEFAULT_PROMPT]))
+    passes = prefill_passes(settings)
+    run, base = None, None
+    for params in corners({k: v for k, v in settings.items() if k in fields}):
+        shape = step_shape(step_work(policy, params, models, prompt), tokens, batch, passes)
+        run = shape if run is None or shape.units > run.units else run
+        ar = _baseline_shape(policy, params, models, prompt, (tokens, batch, passes))
+        base = ar if base is None or (ar is not None and ar.units > base.units) else base
+    return run, base
+
+
+def _baseline_shape(policy: str, params: dict, models: Models, prompt: int,
+                    size: tuple[int, int, int]) -> SimShape | None:
+    """The AR baseline of one point (its schedule's registry entry names it)."""
+    try:
+        named = baseline_of(policy, params)
+    except ValueError:  # parameters the point's validation refuses
+        named = None
+    if named is None:
+        return None
+    return step_shape(step_work(*named, models, prompt), *size)
+
+
+def sim_shape(policy: str, settings: dict[str, list], tokens: int, batch: int,
+              models: Models) -> SimShape:
+    """The most a simulation of ``policy`` can cost over ``settings`` (``point_shapes``)."""
+    return point_shapes(policy, settings, tokens, batch, models)[0]
+
+
+def point_units(policy: str, settings: dict[str, list], tokens: int, batch: int,
+                models: Models) -> tuple[float, float]:
+    """(row-steps of one simulation at ``settings``, of its AR baseline: 0 for a
+    point that is its own, ``own_baseline``)."""
+    run, base = point_shapes(policy, settings, tokens, batch, models)
+    own = 0.0 if own_baseline(policy) or base is None else base.units
+    return run.units, own
+
+
 def sim_estimate(command: str, product: str, units: float, shrink: str,
                  simulations: int = 0) -> Estimate:
     return Estimate(command, product, units, "row-steps", SIM_UNITS_PER_S,
@@ -180,39 +391,3 @@ def config_estimate(config, command: str = "simulate") -> Estimate:
 def check_simulation(config, allow_large: bool = False) -> Estimate:
     """The budget check of one simulated configuration (and its baseline)."""
     return check(config_estimate(config), allow_large)
-
-
-# ------------------------------------------------------------------ calibrations
-# Simulations a published calibration runs per row: the least-squares fit
-# evaluates every row once per trial and per finite-difference step. Counted on
-# the shipped file: a100-sxm-8x 27 per row (7 rows, 2.5 s), h100-sxm-5x 120 per
-# row (10 rows, 40 s); the bound below is the most seen and a quarter more.
-# (scipy's trf allows 100 x parameters trials: a fit that wanders can exceed it.)
-PUBLISHED_SIMS_PER_ROW = 150
-# A published calibration's budget: four simulation budgets. Its rows are
-# deterministic runs of up to 8,192 tokens, which the row-step rate (the slowest
-# schedule's) prices far above their real cost: the shipped m2-ultra-8x file
-# (8 rows) estimates 272,121,600 row-steps, 11 min at that rate, and fits in 16-40 s
-# (`hetspec calibrate --published shipped --profile m2-ultra-8x`, 2 cores). Every
-# shipped calibration fits within it with room to spare.
-PUBLISHED_BUDGET_UNITS = 4 * SIM_BUDGET_UNITS
-
-
-def published_estimate(rows) -> Estimate:
-    """A published calibration's work: every row's deterministic simulation at
-    its own tokens and batch, PUBLISHED_SIMS_PER_ROW times."""
-    units = 0
-    for row in rows:
-        settings = {k: [v] for k, v in row.params.items()}
-        settings["prompt_tokens"] = [row.prompt_tokens]
-        shape = sim_shape(row.policy, settings, row.tokens, row.batch,
-                          Models(row.target, row.draft))
-        units += shape.units * PUBLISHED_SIMS_PER_ROW
-    tokens = max((r.tokens for r in rows), default=0)
-    batch = max((r.batch for r in rows), default=1)
-    product = (f"{plural(len(rows), 'published row')} x up to {PUBLISHED_SIMS_PER_ROW} "
-               f"fit evaluations, each a simulation of up to {plural(tokens, 'token')} x "
-               f"{plural(batch, 'sequence')}")
-    return Estimate("calibrate", product, units, "row-steps", SIM_UNITS_PER_S,
-                    PUBLISHED_BUDGET_UNITS,
-                    "fit fewer rows or rows with fewer tokens or a smaller batch")
