@@ -267,21 +267,27 @@ def step_shape(step: StepWork | None, tokens: int, batch: int, passes: int) -> S
                     nodes=step.nodes, prefill_passes=passes)
 
 
+def _number(v: Any) -> bool:
+    """A finite number (an int of any size is finite; a bool is no number)."""
+    return (isinstance(v, int) and not isinstance(v, bool)
+            or isinstance(v, float) and math.isfinite(v))
+
+
 def _numbers(values: Iterable) -> list[float]:
-    """The finite numbers among ``values`` (an int of any size is finite)."""
-    return [v for v in values if isinstance(v, int) and not isinstance(v, bool)
-            or isinstance(v, float) and math.isfinite(v)]
+    return [v for v in values if _number(v)]
 
 
 def _choices(values: list) -> list:
     """The values of a parameter a schedule's work may be at its most at: its
     least and largest number (a schedule's step grows or shrinks with each
     number: more draft passes, fewer layers a streamed chunk) and every value
-    that is no number (a tree's shape, a choice)."""
+    that is no number (a tree's shape, a choice), each once."""
     numbers = _numbers(values)
-    ends = list(dict.fromkeys([min(numbers), max(numbers)])) if numbers else []
-    others = [v for v in values if not any(v is n for n in numbers)]
-    return ends + [v for i, v in enumerate(others) if v not in others[:i]]
+    picked = [min(numbers), max(numbers)] if numbers else []
+    for v in values:
+        if not _number(v) and v not in picked:
+            picked.append(v)
+    return picked[1:] if numbers and picked[0] == picked[1] else picked
 
 
 MAX_CORNERS = 64  # points of a grid's corners dry-run for its most costly one
