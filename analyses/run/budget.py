@@ -57,10 +57,11 @@ PREFILL_PASS_OPS = 4
 DEFAULT_PROMPT = 128  # RunConfig's prompt_tokens default
 
 # Rates, measured by ``python benchmarks/bench_budget.py`` on the development
-# machine (2 shared x86 cores, 2026-11-26): the slowest case of its suite ran
-# 548,000 row-steps per second (ar_stream streaming one layer at a time; sd at
-# --batch 16384 807,000, a 65,536-chunk prefill 919,000, plain AR 3.4 million);
-# the rate below is under the slowest, so that the estimate bounds every case.
+# machine (2 shared x86 cores, 2026-11-26, each step's operations counted by its
+# dry run): the slowest case of its suite ran 598,000-611,000 row-steps per second
+# (SSD at --batch 1024; sd at --batch 16384 1.2 million, a 65,536-chunk prefill
+# 1.8 million, ar_stream streaming one layer at a time 4.0 million); the rate
+# below is under the slowest, so that the estimate bounds every case.
 SIM_UNITS_PER_S = 400_000
 # A simulate or compare may estimate up to 10 minutes of work at that rate.
 SIM_BUDGET_UNITS = SIM_UNITS_PER_S * 600
