@@ -26,7 +26,10 @@ from policies.ops import (MAIN, Forward, Join, Lookup, Outcome, Parallel, Spawn,
                           StreamWeights, Verdict, Verify, drive, widest_lookup)
 
 DRY_STEPS = 3  # decoding steps the dry run follows: every cache is in use by then
-DRY_OPS = 5000  # operations answered at most: more than one step of any schedule yields
+# Operations answered at most: more than one step of any schedule yields (the
+# work budget counts the widest step): a 1,000-layer model, the deepest a profile
+# may hold, streamed a layer at a time (ar_stream) yields 3,998 a step.
+DRY_OPS = 5000
 EXIT_LAYER_HEAD = "exit_layer"  # an early-exit head with a decoder layer of its own
 EXIT_HEADS = ("exit", EXIT_LAYER_HEAD)  # early-exit heads (Head.kind)
 

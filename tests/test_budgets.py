@@ -60,10 +60,12 @@ def test_n3_caps_together_are_refused_naming_the_product(tmp_path, monkeypatch):
 
 
 def test_n2_grid_is_refused_before_it_is_built(tmp_path, monkeypatch):
-    import analyses.compare.sweep as sweep
+    import analyses.commands.compare as command  # patched where it is bound, so that
+    import analyses.compare.sweep as sweep  # no later test keeps the patch
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sweep, "expand_grid", lambda *a, **k: pytest.fail("grid built"))
+    for module in (sweep, command):
+        monkeypatch.setattr(module, "expand_grid", lambda *a, **k: pytest.fail("grid built"))
     result = run_cli(*N2, "-o", "out.html")
     assert_refused(result, "64 gamma x 99 alpha x 100 prompt_tokens", "643,500 simulations",
                    "narrow --sweep", "--allow-large")

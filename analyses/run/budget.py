@@ -234,8 +234,8 @@ def _spec(name: str | None) -> ModelSpec | None:
         return None
 
 
-_STEPS: dict[tuple, StepWork | None] = {}
-_CACHED = 4096  # step works kept
+_STEPS: dict[tuple, StepWork | None] = {}  # step works kept, up to _CACHED
+_CACHED = 4096
 
 
 def step_work(policy: str, params: dict, models: Models, prompt_tokens: int) -> StepWork | None:
@@ -306,17 +306,13 @@ def corners(settings: dict[str, list]) -> list[dict[str, Any]]:
             + [{k: v[-1] for k, v in picks.items()}])
 
 
-def _run_values(settings: dict[str, list], key: str) -> list[float]:
-    return _numbers(settings.get(key, ()))
-
-
 def prefill_passes(settings: dict[str, list]) -> int:
     """The most prefill passes of a run's settings: its longest prompt in its
     shortest chunks (one pass without chunks)."""
-    chunks = [c for c in _run_values(settings, "prefill_chunk") if c > 0]
+    chunks = [c for c in _numbers(settings.get("prefill_chunk", ())) if c > 0]
     if not chunks:
         return 1
-    prompt = max(_run_values(settings, "prompt_tokens") or [DEFAULT_PROMPT])
+    prompt = max(_numbers(settings.get("prompt_tokens", ())) or [DEFAULT_PROMPT])
     return int(min(-(-max(prompt, 1) // min(chunks)), MAX_PREFILL_PASSES))
 
 
@@ -328,7 +324,7 @@ def point_shapes(policy: str, settings: dict[str, list], tokens: int, batch: int
     among them dry-run at each of the grid's ``corners``; the run's own settings
     (prompt, prefill chunks) counted as they are."""
     fields = entry(policy).params.model_fields
-    prompt = int(max(_run_values(settings, "prompt_tokens") or [DEFAULT_PROMPT]))
+    prompt = int(max(_numbers(settings.get("prompt_tokens", ())) or [DEFAULT_PROMPT]))
     passes = prefill_passes(settings)
     run, base = None, None
     for params in corners({k: v for k, v in settings.items() if k in fields}):
