@@ -11,7 +11,7 @@ streams from storage. Every user of that knowledge asks this one dry run:
     caches each role needs;
   * the memory check (``analyses.run.memory``) sizes the weights, caches and
     activations each role holds;
-  * the work budget (``analyses.run.simwork``) counts what one decoding step
+  * the work budget (``analyses.run.budget``) counts what one decoding step
     yields (``StepWork``).
 
 So a new schedule gets its prefill, its executor footprint and its memory check
