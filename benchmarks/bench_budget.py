@@ -51,6 +51,7 @@ SUITE = {
     "ssd k=32 b=64": (H100, "ssd", {"k": 32, "fanout": 64, "hit_rate": 0.7}, 20, 64, {}),
     # a speculation cache or a window's rows walked per operation at a large batch
     "ssd k=5 b=1024": (H100, "ssd", {"hit_rate": 0.7}, 20, 1024, {}),
+    "ssd k=2 f=1 b=2048": (H100, "ssd", {"k": 2, "fanout": 1, "hit_rate": 0.7}, 20, 2048, {}),
     "mirror g=64": (M2, "mirror", {"gamma": 64}, 200, 1, {}),
     "mirror g=8 b=1024": (M2, "mirror", {"gamma": 8}, 20, 1024, {}),
     "eesd g=64": (dict(H100, draft=None), "eesd", {"gamma": 64}, 200, 1, {}),

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from policies.ops import (MAIN, Forward, Join, Lookup, Outcome, Parallel, Spawn,
+from policies.ops import (MAIN, Fanout, Forward, Join, Lookup, Outcome, Parallel, Spawn,
                           StreamWeights, Verdict, Verify, drive, widest_lookup)
 
 DRY_STEPS = 3  # decoding steps the dry run follows: every cache is in use by then
@@ -61,17 +61,21 @@ class StepWork:
     steps: ``ops``, the operations it yields (a Spawn's or Parallel's branches'
     included; a step ends at its Verify); ``tree``, whether a Forward lays out a
     speculation tree (``Forward.tree``: a runtime walks each of its rows per
-    operation); ``nodes``, positions per row of the widest pass on a speculation
-    branch other than the narrow one (a token tree's nodes and root; 0: none)."""
+    operation); ``groups``, the groups of rows the step's tree passes that catch
+    up lay out (a ``Fanout`` one per accepted count it guesses, any other layout
+    one: the cache book walks each row once per group there); ``nodes``,
+    positions per row of the widest pass on a speculation branch other than the
+    narrow one (a token tree's nodes and root; 0: none)."""
 
     ops: int = 0
     tree: bool = False
+    groups: int = 0
     nodes: int = 0
 
     def most(self, other: StepWork) -> StepWork:
         """Each quantity at its larger of the two."""
         return StepWork(max(self.ops, other.ops), self.tree or other.tree,
-                        max(self.nodes, other.nodes))
+                        max(self.groups, other.groups), max(self.nodes, other.nodes))
 
 
 @dataclass
@@ -110,7 +114,8 @@ class _DryRun:
         self.deepest: dict[tuple[str, str, int], int] = {}
         self.buffer_layers: int | None = None
         self.ops, self.verifies = DRY_OPS, DRY_STEPS
-        self.step, self.step_ops = StepWork(), 0  # the most a step yields; this one's ops
+        self.step = StepWork()  # the most a step yields
+        self.step_ops = self.step_groups = 0  # this step's operations and tree groups
 
     def run(self, schedule) -> Answer:
         try:
@@ -123,6 +128,7 @@ class _DryRun:
 
     def _end_step(self) -> None:
         self.step.ops, self.step_ops = max(self.step.ops, self.step_ops), 0
+        self.step.groups, self.step_groups = max(self.step.groups, self.step_groups), 0
 
     def answer(self, op):
         self.ops -= 1
@@ -154,7 +160,11 @@ class _DryRun:
         return getattr(op, "payload", None)
 
     def _forward(self, op: Forward) -> None:
-        self.step.tree = self.step.tree or op.tree is not None
+        if op.tree is not None:
+            self.step.tree = True
+            if op.feed.catch_up:
+                self.step_groups += (sum(f > 0 for f in op.tree.per_accepted)
+                                     if isinstance(op.tree, Fanout) else 1)
         if op.branch != MAIN:
             self.step.nodes = max(self.step.nodes, op.n_tokens)
         start, stop = op.layers

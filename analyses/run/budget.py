@@ -57,11 +57,12 @@ PREFILL_PASS_OPS = 4
 DEFAULT_PROMPT = 128  # RunConfig's prompt_tokens default
 
 # Rates, measured by ``python benchmarks/bench_budget.py`` on the development
-# machine (2 shared x86 cores, 2026-11-26, each step's operations counted by its
-# dry run): the slowest case of its suite ran 598,000-611,000 row-steps per second
-# (SSD at --batch 1024; sd at --batch 16384 1.2 million, a 65,536-chunk prefill
-# 1.8 million, ar_stream streaming one layer at a time 4.0 million); the rate
-# below is under the slowest, so that the estimate bounds every case.
+# machine (2 shared x86 cores, 2026-11-26, each step's work counted by its dry
+# run): the slowest case of its suite, SSD k=2 at --batch 2048, ran 440,000-
+# 450,000 row-steps per second while other work slowed the machine 1.6x (sd at
+# --batch 16384: 760,000-780,000, 1.2-1.3 million when quiet; ar_stream
+# streaming one layer at a time 3.0 million); the rate below is under the
+# slowest, so that the estimate bounds every case.
 SIM_UNITS_PER_S = 400_000
 # A simulate or compare may estimate up to 10 minutes of work at that rate.
 SIM_BUDGET_UNITS = SIM_UNITS_PER_S * 600
@@ -262,10 +263,13 @@ def _dry_step(policy: str, params: dict, models: Models, prompt_tokens: int) -> 
 
 def step_shape(step: StepWork | None, tokens: int, batch: int, passes: int) -> SimShape:
     """A simulation of ``tokens`` steps of ``step`` over ``batch`` sequences (None:
-    a schedule that cannot be built, counted as one pass and its verdict a step)."""
+    a schedule that cannot be built, counted as one pass and its verdict a step):
+    a step that lays out a speculation tree walks each row once per operation and
+    once per group of rows of each tree pass that catches up (``StepWork.groups``)."""
     step = step or StepWork(ops=2)
-    return SimShape(tokens, batch, step.ops, row_levels=step.ops - 1 if step.tree else 1,
-                    nodes=step.nodes, prefill_passes=passes)
+    levels = step.ops - 1 + step.groups if step.tree else 1
+    return SimShape(tokens, batch, step.ops, row_levels=levels, nodes=step.nodes,
+                    prefill_passes=passes)
 
 
 def _number(v: Any) -> bool:

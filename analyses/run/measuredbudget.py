@@ -115,7 +115,7 @@ PUBLISHED_SIMS_PER_ROW = 150
 # A published calibration's budget: four simulation budgets. Its rows are
 # deterministic runs of up to 8,192 tokens, which the row-step rate (the slowest
 # schedule's) prices far above their real cost: the shipped h100-sxm-5x rows (5
-# fitted, SSD's among them) estimate 158,037,600 row-steps, 6.6 min at that rate,
+# fitted, SSD's among them) estimate 162,876,000 row-steps, 6.8 min at that rate,
 # the others 2.8-91 million (2026-11-26), and its fit took 19 s
 # (`hetspec calibrate --published shipped --profile h100-sxm-5x`, 2 cores). Every
 # shipped calibration fits within it with room to spare.
