@@ -14,8 +14,8 @@ streams from storage. Every user of that knowledge asks this one dry run:
   * the work budget (``analyses.run.budget``) counts what one decoding step
     yields (``StepWork``).
 
-So a new schedule gets its prefill, its executor footprint and its memory check
-from its own operations, with no name table elsewhere.
+So a new schedule gets its prefill, its executor footprint, its memory check and
+its work budget from its own operations, with no name table elsewhere.
 """
 
 from __future__ import annotations
