@@ -2,7 +2,8 @@
 
 Simulations: runs a suite of configurations chosen to stress each term of the
 estimate (a large batch, deep speculation at low acceptance, a 1024-node tree,
-a speculation cache, layer streaming, a prefill of many chunks, plain AR) and
+a speculation cache and a window at a large batch, layer streaming, a prefill
+of many chunks, plain AR) and
 prints, for each, the estimated row-steps, the wall time and the row-steps per
 second (run plus its AR baseline, as ``simulate`` does). The slowest rate is
 the one the budget must use, so that the estimate bounds every case's time:
@@ -33,6 +34,7 @@ from policies.runs.metrics import baseline_of
 
 H100 = dict(platform="h100-sxm-5x", target="llama-3.1-70b", draft="llama-3.2-1b")
 PHONE = dict(platform="snapdragon-8-gen3", target="llama-3-8b", draft="llama-3.2-1b")
+M2 = dict(platform="m2-ultra-8x", target="qwen3-32b", draft="qwen3-0.6b")
 LOW = {"kind": "iid", "alpha": 0.01}  # every step commits one token: the most steps
 SUITE = {
     "ar b=1": (dict(H100, draft=None), "ar", {}, 2000, 1, {}),
@@ -47,11 +49,16 @@ SUITE = {
     "tree 1024 b=64": (H100, "tree", {"nodes": 1024, "depth": 32, "width": 32}, 15, 64,
                        {}),
     "ssd k=32 b=64": (H100, "ssd", {"k": 32, "fanout": 64, "hit_rate": 0.7}, 20, 64, {}),
-    "mirror g=64": (dict(H100, platform="m2-ultra-8x", target="qwen3-32b",
-                         draft="qwen3-0.6b"), "mirror", {"gamma": 64}, 200, 1, {}),
+    # a speculation cache or a window's rows walked per operation at a large batch
+    "ssd k=5 b=1024": (H100, "ssd", {"hit_rate": 0.7}, 20, 1024, {}),
+    "ssd k=2 f=1 b=2048": (H100, "ssd", {"k": 2, "fanout": 1, "hit_rate": 0.7}, 20, 2048, {}),
+    "mirror g=64": (M2, "mirror", {"gamma": 64}, 200, 1, {}),
+    "mirror g=8 b=1024": (M2, "mirror", {"gamma": 8}, 20, 1024, {}),
     "eesd g=64": (dict(H100, draft=None), "eesd", {"gamma": 64}, 200, 1, {}),
     "ar_stream chunk 1": (dict(PHONE, draft=None), "ar_stream", {"dram_budget_gb": 2},
                           100, 1, {}),
+    "kangaroo 3 GB": (dict(PHONE, draft=None), "kangaroo", {"dram_budget_gb": 3}, 100, 1, {}),
+    "cats 3 GB": (PHONE, "cats", {"dram_budget_gb": 3}, 100, 1, {}),
     "prefill 65536 chunks": (H100, "sd", {"gamma": 4}, 20, 1,
                              {"prompt_tokens": 65536, "prefill_chunk": 1}),
 }

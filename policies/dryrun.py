@@ -10,22 +10,28 @@ streams from storage. Every user of that knowledge asks this one dry run:
   * the executor (``executors.coordinate.footprint``) loads the weights and
     caches each role needs;
   * the memory check (``analyses.run.memory``) sizes the weights, caches and
-    activations each role holds.
+    activations each role holds;
+  * the work budget (``analyses.run.budget``) counts what one decoding step
+    yields (``StepWork``).
 
-So a new schedule gets its prefill, its executor footprint and its memory check
-from its own operations, with no name table elsewhere.
+So a new schedule gets its prefill, its executor footprint, its memory check and
+its work budget from its own operations, with no name table elsewhere.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from policies.ops import (Forward, Join, Lookup, Outcome, Parallel, Spawn, StreamWeights,
-                          Verdict, Verify, drive, widest_lookup)
+from policies.ops import (MAIN, Fanout, Forward, Join, Lookup, Outcome, Parallel, Spawn,
+                          StreamWeights, Verdict, Verify, drive, widest_lookup)
 
 DRY_STEPS = 3  # decoding steps the dry run follows: every cache is in use by then
+# Operations answered at most: more than one step of any schedule yields (the
+# work budget counts the widest step): a 1,000-layer model, the deepest a profile
+# may hold, streamed a layer at a time (ar_stream) yields 3,998 a step.
 DRY_OPS = 5000
-EXIT_HEADS = ("exit", "exit_layer")  # early-exit heads (Head.kind)
+EXIT_LAYER_HEAD = "exit_layer"  # an early-exit head with a decoder layer of its own
+EXIT_HEADS = ("exit", EXIT_LAYER_HEAD)  # early-exit heads (Head.kind)
 
 
 @dataclass
@@ -50,17 +56,42 @@ class Segment:
 
 
 @dataclass
+class StepWork:
+    """What one decoding step of a schedule yields, at its most over the dry run's
+    steps: ``ops``, the operations it yields (a Spawn's or Parallel's branches'
+    included; a step ends at its Verify); ``tree``, whether a Forward lays out a
+    speculation tree (``Forward.tree``: a runtime walks each of its rows per
+    operation); ``groups``, the groups of rows the step's tree passes that catch
+    up lay out (a ``Fanout`` one per accepted count it guesses, any other layout
+    one: the cache book walks each row once per group there); ``nodes``,
+    positions per row of the widest pass on a speculation branch other than the
+    narrow one (a token tree's nodes and root; 0: none)."""
+
+    ops: int = 0
+    tree: bool = False
+    groups: int = 0
+    nodes: int = 0
+
+    def most(self, other: StepWork) -> StepWork:
+        """Each quantity at its larger of the two."""
+        return StepWork(max(self.ops, other.ops), self.tree or other.tree,
+                        max(self.groups, other.groups), max(self.nodes, other.nodes))
+
+
+@dataclass
 class Answer:
     """What a schedule runs where: ``segments`` with layers, in the order it first
     uses them; ``heads_only``: (device, model) pairs that apply a head without
     layers (PPSD's exit head), with their heads; ``deepest``: {(device, model,
     rows per sequence): deepest layer stop}; ``buffer_layers``: the largest
-    buffer a StreamWeights asks (None: nothing streams)."""
+    buffer a StreamWeights asks (None: nothing streams); ``step``: what one
+    decoding step yields (the accepting run's too)."""
 
     segments: list[Segment]
     heads_only: dict[tuple[str, str], set[str]]
     deepest: dict[tuple[str, str, int], int]
     buffer_layers: int | None
+    step: StepWork = field(default_factory=StepWork)
 
     def models(self) -> set[str]:
         """The model roles the schedule runs."""
@@ -83,19 +114,27 @@ class _DryRun:
         self.deepest: dict[tuple[str, str, int], int] = {}
         self.buffer_layers: int | None = None
         self.ops, self.verifies = DRY_OPS, DRY_STEPS
+        self.step = StepWork()  # the most a step yields
+        self.step_ops = self.step_groups = 0  # this step's operations and tree groups
 
     def run(self, schedule) -> Answer:
         try:
             drive(schedule, self.answer)
         except _Stop:
             pass
+        self._end_step()  # the step cut short counts with what it yielded so far
         return Answer(list(self.segments.values()), self.heads_only, self.deepest,
-                      self.buffer_layers)
+                      self.buffer_layers, self.step)
+
+    def _end_step(self) -> None:
+        self.step.ops, self.step_ops = max(self.step.ops, self.step_ops), 0
+        self.step.groups, self.step_groups = max(self.step.groups, self.step_groups), 0
 
     def answer(self, op):
         self.ops -= 1
         if self.ops <= 0:
             raise _Stop
+        self.step_ops += 1
         if isinstance(op, Forward):
             self._forward(op)
             return object()
@@ -106,6 +145,7 @@ class _DryRun:
             self.verifies -= 1
             if self.verifies < 0:
                 raise _Stop
+            self._end_step()
             return Verdict((op.gamma if self.accepted else 0,) * op.batch)
         if isinstance(op, Outcome):
             return (False,) * op.batch if op.per_row else False
@@ -120,6 +160,13 @@ class _DryRun:
         return getattr(op, "payload", None)
 
     def _forward(self, op: Forward) -> None:
+        if op.tree is not None:
+            self.step.tree = True
+            if op.feed.catch_up:
+                self.step_groups += (sum(f > 0 for f in op.tree.per_accepted)
+                                     if isinstance(op.tree, Fanout) else 1)
+        if op.branch != MAIN:
+            self.step.nodes = max(self.step.nodes, op.n_tokens)
         start, stop = op.layers
         rows = max(1, op.batch // self.batch)
         wide = (op.device, op.model, rows)
@@ -160,7 +207,9 @@ def dry_run(schedule, batch: int = 1, accepting=None) -> Answer:
     the first run)."""
     answer = _DryRun(batch).run(schedule)
     if accepting is not None:
-        _add_heads(answer, _DryRun(batch, accepted=True).run(accepting))
+        more = _DryRun(batch, accepted=True).run(accepting)
+        _add_heads(answer, more)
+        answer.step = answer.step.most(more.step)
     return answer
 
 

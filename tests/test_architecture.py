@@ -14,7 +14,9 @@ Imports are read with ast from every module, function-local imports included
 with a literal name). Below the layering: no import loops, function-local
 imports only for optional dependencies (under a ceiling), no schedule name in
 the executor (``==``, ``in``, dict keys, ``case``), no parameter probed by name
-(``hasattr(params, ...)``), and how many modules ``hetspec simulate`` loads.
+(``hasattr(params, ...)``), no schedule name in simcore/ or analyses/run/ nor a
+schedule parameter's name in analyses/run/ (but the CLI's run configuration),
+and how many modules ``hetspec simulate`` loads.
 """
 
 import ast
@@ -594,26 +596,49 @@ def test_simulate_loads_few_project_modules():
 
 
 # No schedule is named in simcore/ or analyses/run/: they ask the schedule (its
-# dry run, policies.dryrun; its registry entry). Known literals, each (module
-# path, name), until their callers ask too: "tree" in budget.py is a parameter's
-# name (a token tree's shape, which the budget reads among its cost parameters)
-# that is a schedule's too.
-SCHEDULE_LITERALS = {("analyses/run/budget.py", "tree")}
-
-
+# dry run, policies.dryrun; its registry entry). The work budget read a token
+# tree's shape by the parameter's name, "tree", until it asked the dry run too.
 def schedule_literals(package: str) -> set[tuple[str, str]]:
-    names = set(policies.names())
-    return {(str(rel), node.value) for rel, _ in _modules(package)
-            for node in ast.walk(ast.parse((ROOT / rel).read_text()))
+    return string_literals(package, set(policies.names()))
+
+
+def string_literals(package: str, words: set[str]) -> set[tuple[str, str]]:
+    """(module path, literal) for every string constant of ``package`` in ``words``."""
+    return {(str(rel), value) for rel, _ in _modules(package)
+            for value in source_literals((ROOT / rel).read_text(), words)}
+
+
+def source_literals(source: str, words: set[str]) -> set[str]:
+    return {node.value for node in ast.walk(ast.parse(source))
             if isinstance(node, ast.Constant) and isinstance(node.value, str)
-            and node.value in names}
+            and node.value in words}
 
 
 def test_no_schedule_name_in_simcore_or_analyses_run():
     found = schedule_literals("simcore") | schedule_literals("analyses/run")
-    assert found - SCHEDULE_LITERALS == set(), f"schedules named: {sorted(found)}"
-    stale = SCHEDULE_LITERALS - found
-    assert not stale, f"listed literals that no longer occur (remove them): {stale}"
+    assert found == set(), f"schedules named: {sorted(found)}"
+
+
+# Nor is a schedule's parameter named in analyses/run/ (issue 26, item 1): the
+# work budget, the memory check and the run API ask the schedule (its dry run,
+# its registry entry, its parameter model) what its parameters mean. The one
+# module that names them is the CLI's run configuration, which parses --set and
+# turns --draft ngram into a schedule's ``proposer``.
+PARAMETER_NAMERS = {"analyses/run/config.py"}
+
+
+def parameter_names() -> set[str]:
+    return {field for name in policies.names()
+            for field in policies.entry(name).params.model_fields}
+
+
+def test_no_schedule_parameter_named_in_analyses_run():
+    found = {(path, word) for path, word in string_literals("analyses/run", parameter_names())
+             if path not in PARAMETER_NAMERS}
+    assert found == set(), f"schedule parameters named: {sorted(found)}"
+    assert {"gamma", "tree", "chunk_layers", "fanout", "nodes"} <= parameter_names()
+    assert source_literals('values.get("tree") or most(("gamma", "k"))',
+                           parameter_names()) == {"tree", "gamma", "k"}
 
 
 # One dry run of a schedule (issue 26, item 1): only policies/dryrun.py drives a

@@ -10,11 +10,15 @@ from unittest import mock
 
 import pytest
 from hypothesis import given, settings, strategies as st
+from pydantic import Field
 
 from analyses.compare.sweep import (expand_grid, grid_estimate, grid_settings, parse_sweep,
                                     point_config, points_settings, run_grid)
 from analyses.run import budget, measuredbudget
 from analyses.run.config import RunConfig
+from policies import PolicyContext
+from policies.base import REGISTRY, PolicyParams, register
+from policies.ops import LM, SAMPLE, Forward, Head, Verify
 from tests.clicases import assert_refused, run_cli
 
 SMOL = dict(platform="cpu-local", target="smollm2-135m", draft=None)
@@ -56,10 +60,12 @@ def test_n3_caps_together_are_refused_naming_the_product(tmp_path, monkeypatch):
 
 
 def test_n2_grid_is_refused_before_it_is_built(tmp_path, monkeypatch):
-    import analyses.compare.sweep as sweep
+    import analyses.commands.compare as command  # patched where it is bound, so that
+    import analyses.compare.sweep as sweep  # no later test keeps the patch
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sweep, "expand_grid", lambda *a, **k: pytest.fail("grid built"))
+    for module in (sweep, command):
+        monkeypatch.setattr(module, "expand_grid", lambda *a, **k: pytest.fail("grid built"))
     result = run_cli(*N2, "-o", "out.html")
     assert_refused(result, "64 gamma x 99 alpha x 100 prompt_tokens", "643,500 simulations",
                    "narrow --sweep", "--allow-large")
@@ -213,3 +219,87 @@ def test_a_run_takes_no_more_steps_than_the_estimate_counts(policy, gamma, alpha
     steps = result.stats.get("steps", result.steps)
     assert steps <= shape.tokens
     assert shape.units >= steps * batch
+
+
+# ------------------------------------------- a step's work, asked of the schedule
+class RoundsParams(PolicyParams):
+    rounds: int = Field(3, ge=1, le=500, description="draft passes a step")
+
+
+def _rounds(ctx: PolicyContext, p: RoundsParams):
+    """A step of ``rounds`` one-layer self-draft passes, a verify pass and its verdict."""
+    n, b, done = ctx.target.n_layers, ctx.batch, 0.0
+    while done < ctx.budget:
+        for i in range(p.rounds):
+            yield Forward("target", "draft", (0, 1), 1, b, ctx.prompt_tokens + i,
+                          head=Head("exit"), emit=SAMPLE, label="draft")
+        logits = yield Forward("target", "target", (0, n), p.rounds + 1, b, ctx.prompt_tokens,
+                               head=LM, label="verify")
+        verdict = yield Verify(p.rounds, b, target=logits, label="verify")
+        done += verdict.tokens
+
+
+@pytest.fixture
+def rounds_schedule():
+    register("rounds_only", RoundsParams)(_rounds)
+    yield "rounds_only"
+    del REGISTRY["rounds_only"]
+
+
+def test_a_schedules_step_is_counted_by_its_dry_run_not_its_parameters_names(
+        rounds_schedule, monkeypatch):
+    """A parameter no table names ("rounds") still counts: the dry run sees the
+    step's rounds + 2 operations; a grid is dry-run at its corners, each once."""
+    models = budget.Models("smollm2-135m")
+    shape = budget.sim_shape(rounds_schedule, {"rounds": [7]}, 10, 1, models)
+    assert (shape.ops, shape.row_levels, shape.nodes) == (9, 1, 0)
+    assert shape.units == budget.SIM_FIXED_UNITS + 10 * (32 * 9 + 1) + 4 * 32
+    asked = []
+    real = budget._dry_step
+    monkeypatch.setattr(budget, "_dry_step", lambda *a: asked.append(a[:2]) or real(*a))
+    monkeypatch.setattr(budget, "_STEPS", {})
+    grid = {"rounds": [20, 2, 50, 9, 31], "alpha": [0.1, 0.5, 0.9]}
+    assert budget.sim_shape(rounds_schedule, grid, 10, 1, models).ops == 52
+    assert budget.sim_shape(rounds_schedule, grid, 10, 1, models).ops == 52
+    assert sorted(p.get("rounds", 0) for _, p in asked) == [0, 2, 50]  # 0: AR's baseline
+    assert [policy for policy, p in asked if not p] == ["ar"]
+
+
+def test_a_tree_is_counted_from_its_widest_pass():
+    """The tree schedule's verify pass scores its 1,024 nodes and root; its rows
+    are walked once per operation of the step and once more where its first
+    draft pass catches up."""
+    config = RunConfig(platform="h100-sxm-5x", target="llama-3.1-70b", draft="llama-3.2-1b",
+                       policy="tree", params={"nodes": 1024, "depth": 32, "width": 32},
+                       acceptance={"kind": "iid"}, tokens=20, batch=64, memory_check=False)
+    shape, base = budget.config_shape(config)
+    assert shape.nodes == 1025 and shape.ops >= 34 and shape.row_levels == shape.ops
+    assert (base.ops, base.nodes, base.row_levels) == (2, 0, 1)  # AR: a pass and its verdict
+
+
+def test_corners_of_a_grid():
+    found = budget.corners({"gamma": [4, 2, 8, 6], "tree": [(4, 2), (2, 2, 2), (4, 2)],
+                             "proposer": ["model", "ngram"]})
+    assert len(found) == 2 * 2 * 2
+    assert {(c["gamma"], c["tree"]) for c in found} == {
+        (2, (4, 2)), (8, (4, 2)), (2, (2, 2, 2)), (8, (2, 2, 2))}
+    many = {f"k{i}": [1, 2] for i in range(7)}  # 128 corners: each key alone, then all
+    assert len(budget.corners(many)) == 7 * 2 + 1
+
+
+@pytest.mark.parametrize("policy, fixed, key, values", [
+    ("sd", {}, "gamma", [1, 3, 8]), ("mirror", {}, "gamma", [2, 9]),
+    ("ssd", {"hit_rate": [0.7], "fanout": [8]}, "k", [2, 8]),
+    ("ar_stream", {}, "dram_budget_gb", [4.0, 16.0])])
+def test_a_grid_bounds_every_point_it_holds(policy, fixed, key, values):
+    """A grid's estimate is its costliest point's (whichever end of a range that is)."""
+    models = budget.Models("qwen3-32b", "qwen3-0.6b")
+    grid = budget.point_units(policy, {**fixed, key: values}, 50, 4, models)
+    points = []
+    for v in values:
+        point = {**{k: vals[0] for k, vals in fixed.items()}, key: v}
+        assert budget.step_work(policy, point, models, budget.DEFAULT_PROMPT) is not None
+        points.append(budget.point_units(policy, {k: [x] for k, x in point.items()}, 50, 4,
+                                         models))
+    assert grid == (max(p[0] for p in points), max(p[1] for p in points))
+    assert len({p[0] for p in points}) > 1  # the key changes the step's work

@@ -120,6 +120,13 @@ def unknowns_of(rows) -> list[Unknown]:
     return seen
 
 
+def at_start(params: dict) -> dict:
+    """``params`` with every ``{fit: KEY}`` at its quantity's starting value: the
+    parameters the fit first simulates (the work budget dry-runs them)."""
+    return {name: (QUANTITIES[name][2] if free_key(v) is not None else v)
+            for name, v in params.items()}
+
+
 def substitute(acceptance: dict, params: dict, values: dict[str, float]):
     """(acceptance, params) with every ``{fit: KEY}`` replaced by values[KEY]."""
     key = free_key(acceptance)

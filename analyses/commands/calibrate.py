@@ -8,11 +8,11 @@ from analyses.calibrate.published import DEFAULT_FIELDS, load_published, rows_fo
 from analyses.calibrate.publishedcal import calibrate_published, of_stack
 from analyses.calibrate.session import calibrate
 from analyses.calibrate.terms import check_fit_terms
+from analyses.calibrate.unknowns import at_start
 from analyses.cli import emit_json
 from analyses.commands import COMMANDS
-from analyses.run.budget import (SIM_BUDGET_UNITS, allow_large_argument, check,
-                                 published_estimate, readable)
-from analyses.run.measuredbudget import SPANS_BUDGET, runs_estimate
+from analyses.run.budget import SIM_BUDGET_UNITS, allow_large_argument, check, readable
+from analyses.run.measuredbudget import SPANS_BUDGET, published_estimate, runs_estimate
 from analyses.run.outputs import check_outputs, profile_inputs, runs_inputs
 from hwprofiles import ProfileError, load_platform
 
@@ -198,7 +198,9 @@ def check_published_budget(path, profile: str, allow_large: bool,
         return
     # the fit simulates its fitted rows up to PUBLISHED_SIMS_PER_ROW times; a
     # held-out row is simulated twice (before and after), which is not priced
-    check(published_estimate([r for r in rows if r.split == "fit"]), allow_large)
+    fitting = [r.model_copy(update={"params": at_start(r.params)}) for r in rows
+               if r.split == "fit"]
+    check(published_estimate(fitting), allow_large)
 
 
 def _items(flag: str, text: str) -> tuple[str, ...]:

@@ -214,14 +214,14 @@ def grid_estimate(by_policy: dict[str, tuple[int, dict]], base: dict,
     """The grid's work (analyses.run.budget): every point at its most costly
     values, and for every point but an ``ar`` one its AR baseline."""
     tokens, batch = int(base.get("tokens", 2000)), int(base.get("batch", 1))
-    layers = budget.n_layers_of(base.get("target"), base.get("draft"))
+    models = budget.Models(base.get("target"), base.get("draft"))
     units, total, baselines = 0, 0, 0
     widest = batch
     for policy, (count, values) in by_policy.items():
         # a swept batch counts at its largest (a value that is no batch is refused later)
         rows = max([batch, *(v for v in values.get("batch", []) if isinstance(v, int))])
         widest = max(widest, rows)
-        run, own = budget.point_units(policy, values, tokens, rows, layers)
+        run, own = budget.point_units(policy, values, tokens, rows, models)
         per_point = run + own
         if policy != "ar":  # the baselines the points share are run once: at most one each
             baselines += count

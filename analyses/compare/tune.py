@@ -137,10 +137,10 @@ def estimate(found: list[Search], others: dict[str, dict], sets_of: dict[str, di
     per schedule (its points share it), and every untuned schedule once.
     ``others``/``sets_of``: policy -> its fixed settings as value lists."""
     tokens, batch = int(base.get("tokens", 1000)), int(base.get("batch", 1))
-    layers = budget.n_layers_of(base.get("target"), base.get("draft"))
+    models = budget.Models(base.get("target"), base.get("draft"))
 
     def units(policy: str, values: dict) -> tuple[float, float]:
-        return budget.point_units(policy, values, tokens, batch, layers)
+        return budget.point_units(policy, values, tokens, batch, models)
 
     total, sims = 0.0, 0
     for s in found:

@@ -19,19 +19,29 @@ an amount per sequence in the batch: the acceptance sampler and the cache book
 row, which is what makes ``--batch 16384`` slow (N3). A tree's steps walk its
 nodes too, and a tree's or speculation cache's rows cost per level.
 
+What a step yields is asked of the schedule, never read from its parameters'
+names: its dry run (``policies.dryrun``, the one the memory check sizes)
+counts the operations of its widest step, whether it lays out a speculation
+tree and the positions of its widest pass over one (``StepWork``). A grid
+dry-runs its schedule at the grid's corners only (``corners``: each swept
+number at its least and largest), once per (schedule, parameters, models).
+
 The unit is the *row-step*: one sequence's share of one decoding step.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 import sys
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
-from hwprofiles import load_model
-from hwprofiles.models import MAX_LAYERS
+from analyses.run.memory import held
+from hwprofiles import ModelSpec, load_model
 from policies import entry
+from policies.dryrun import StepWork
 from policies.prefill import MAX_PREFILL_PASSES
 from policies.runs.metrics import baseline_of
 
@@ -44,23 +54,18 @@ NODE_UNITS = 8
 SIM_FIXED_UNITS = 2_000
 # Operations of a prefill pass (the prompt's chunks run one after another).
 PREFILL_PASS_OPS = 4
-# Parameters that count operations a step yields (draft passes, tree levels,
-# SSD's lookahead, Mirror's rollouts); the largest one counts.
-DEPTH_KEYS = ("gamma", "k", "depth", "kappa", "eta", "corrections", "l_dm", "l_sv")
-# Parameters that cut a model's layers into groups, one operation each a step.
-LAYER_GROUP_KEYS = ("chunk_layers", "pipeline_layers")
-# Parameters whose schedules speculate a tree (per-row work grows with depth).
-TREE_KEYS = ("tree", "fanout")
+DEFAULT_PROMPT = 128  # RunConfig's prompt_tokens default
 
 # Rates, measured by ``python benchmarks/bench_budget.py`` on the development
-# machine (2 shared x86 cores, 2026-11-26): the slowest case of its suite ran
-# 548,000 row-steps per second (ar_stream streaming one layer at a time; sd at
-# --batch 16384 807,000, a 65,536-chunk prefill 919,000, plain AR 3.4 million);
-# the rate below is under the slowest, so that the estimate bounds every case.
+# machine (2 shared x86 cores, 2026-11-26, each step's work counted by its dry
+# run): the slowest case of its suite, SSD k=2 at --batch 2048, ran 440,000-
+# 450,000 row-steps per second while other work slowed the machine 1.6x (sd at
+# --batch 16384: 760,000-780,000, 1.2-1.3 million when quiet; ar_stream
+# streaming one layer at a time 3.0 million); the rate below is under the
+# slowest, so that the estimate bounds every case.
 SIM_UNITS_PER_S = 400_000
 # A simulate or compare may estimate up to 10 minutes of work at that rate.
 SIM_BUDGET_UNITS = SIM_UNITS_PER_S * 600
-DEFAULT_PROMPT = 128  # RunConfig's prompt_tokens default
 LONG_S = 10.0  # estimates at least this long are printed before the work starts
 
 
@@ -200,10 +205,6 @@ class SimShape:
                 + self.prefill_passes * PREFILL_PASS_OPS * OP_UNITS)
 
 
-def _defaults(policy: str) -> dict[str, Any]:
-    return {k: f.default for k, f in entry(policy).params.model_fields.items()}
-
-
 def own_baseline(policy: str) -> bool:
     """Whether the schedule is measured against itself (its registry entry's
     baseline names it: AR, a streaming AR under its own budget)."""
@@ -215,81 +216,154 @@ def own_baseline(policy: str) -> bool:
     return e.baseline(defaults)[0] == policy
 
 
-def _ints(values: Iterable) -> list[int]:
-    """The whole numbers among ``values`` (a tuple counts its largest member)."""
-    out = []
+class Models(NamedTuple):
+    """A run's target and draft as the user names them (profile names or YAML paths)."""
+
+    target: str | None
+    draft: str | None = None
+
+
+@functools.lru_cache(maxsize=64)
+def _spec(name: str | None) -> ModelSpec | None:
+    """The model ``name``, or None where it does not load (the command reports it
+    later in its own words)."""
+    if not name:
+        return None
+    try:
+        return load_model(name)
+    except Exception:  # noqa: BLE001 - the command reports it in its own words
+        return None
+
+
+_STEPS: dict[tuple, StepWork | None] = {}  # step works kept, up to _CACHED
+_CACHED = 4096
+
+
+def step_work(policy: str, params: dict, models: Models, prompt_tokens: int) -> StepWork | None:
+    """What one decoding step of ``policy`` at ``params`` yields, asked of its dry
+    run (``policies.dryrun``, the one the memory check sizes); None where the
+    schedule cannot be built from them (its run is refused before a step)."""
+    key = (policy, repr(sorted(params.items())), models, prompt_tokens)
+    if key not in _STEPS:
+        if len(_STEPS) >= _CACHED:
+            _STEPS.clear()
+        _STEPS[key] = _dry_step(policy, params, models, prompt_tokens)
+    return _STEPS[key]
+
+
+def _dry_step(policy: str, params: dict, models: Models, prompt_tokens: int) -> StepWork | None:
+    specs = {role: _spec(name) for role, name in models._asdict().items()}
+    if specs["target"] is None:
+        return None
+    try:
+        return held(policy, params, {k: v for k, v in specs.items() if v}, prompt_tokens).step
+    except Exception:  # noqa: BLE001 - invalid parameters, a draft missing: the run
+        return None  # refuses them before its first step, in its own words
+
+
+def step_shape(step: StepWork | None, tokens: int, batch: int, passes: int) -> SimShape:
+    """A simulation of ``tokens`` steps of ``step`` over ``batch`` sequences (None:
+    a schedule that cannot be built, counted as one pass and its verdict a step):
+    a step that lays out a speculation tree walks each row once per operation and
+    once per group of rows of each tree pass that catches up (``StepWork.groups``)."""
+    step = step or StepWork(ops=2)
+    levels = step.ops - 1 + step.groups if step.tree else 1
+    return SimShape(tokens, batch, step.ops, row_levels=levels, nodes=step.nodes,
+                    prefill_passes=passes)
+
+
+def _number(v: Any) -> bool:
+    """A finite number (an int of any size is finite; a bool is no number)."""
+    return (isinstance(v, int) and not isinstance(v, bool)
+            or isinstance(v, float) and math.isfinite(v))
+
+
+def _numbers(values: Iterable) -> list[float]:
+    return [v for v in values if _number(v)]
+
+
+def _choices(values: list) -> list:
+    """The values of a parameter a schedule's work may be at its most at: its
+    least and largest number (a schedule's step grows or shrinks with each
+    number: more draft passes, fewer layers a streamed chunk) and every value
+    that is no number (a tree's shape, a choice), each once."""
+    numbers = _numbers(values)
+    picked = [min(numbers), max(numbers)] if numbers else []
     for v in values:
-        if isinstance(v, tuple):
-            out += _ints(v)
-        elif isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-            out.append(int(v))
-    return out
+        if not _number(v) and v not in picked:
+            picked.append(v)
+    return picked[1:] if numbers and picked[0] == picked[1] else picked
 
 
-def tree_nodes(shape: Any) -> int:
-    """Nodes of a tree written as per-level fan-outs (4,2,2,1: 4+8+16+16)."""
-    total, width = 0, 1
-    for f in _ints(shape if isinstance(shape, tuple) else (shape,)):
-        width *= max(f, 1)
-        total += width
-    return total
+MAX_CORNERS = 64  # points of a grid's corners dry-run for its most costly one
+
+
+def corners(settings: dict[str, list]) -> list[dict[str, Any]]:
+    """The points at which a grid of ``settings`` (key -> values) is at its most:
+    every combination of each key's ``_choices``; past MAX_CORNERS of them, each
+    key's choices with the other keys at their first, and every key at its last."""
+    picks = {k: _choices(list(v)) for k, v in settings.items() if v}
+    if math.prod(len(v) for v in picks.values()) <= MAX_CORNERS:
+        return [dict(zip(picks, combo)) for combo in itertools.product(*picks.values())]
+    first = {k: v[0] for k, v in picks.items()}
+    return ([{**first, k: c} for k, v in picks.items() for c in v]
+            + [{k: v[-1] for k, v in picks.items()}])
+
+
+def prefill_passes(settings: dict[str, list]) -> int:
+    """The most prefill passes of a run's settings: its longest prompt in its
+    shortest chunks (one pass without chunks)."""
+    chunks = [c for c in _numbers(settings.get("prefill_chunk", ())) if c > 0]
+    if not chunks:
+        return 1
+    prompt = max(_numbers(settings.get("prompt_tokens", ())) or [DEFAULT_PROMPT])
+    return int(min(-(-max(prompt, 1) // min(chunks)), MAX_PREFILL_PASSES))
+
+
+def point_shapes(policy: str, settings: dict[str, list], tokens: int, batch: int,
+                 models: Models) -> tuple[SimShape, SimShape | None]:
+    """The most a simulation of ``policy`` and its AR baseline (None: it is its
+    own) can cost over every value in ``settings`` (key -> the values it takes:
+    one for a fixed setting, all for a swept one): its schedule's parameters
+    among them dry-run at each of the grid's ``corners``; the run's own settings
+    (prompt, prefill chunks) counted as they are."""
+    fields = entry(policy).params.model_fields
+    prompt = int(max(_numbers(settings.get("prompt_tokens", ())) or [DEFAULT_PROMPT]))
+    passes = prefill_passes(settings)
+    run, base = None, None
+    for params in corners({k: v for k, v in settings.items() if k in fields}):
+        shape = step_shape(step_work(policy, params, models, prompt), tokens, batch, passes)
+        run = shape if run is None or shape.units > run.units else run
+        ar = _baseline_shape(policy, params, models, prompt, (tokens, batch, passes))
+        base = ar if base is None or (ar is not None and ar.units > base.units) else base
+    return run, base
+
+
+def _baseline_shape(policy: str, params: dict, models: Models, prompt: int,
+                    size: tuple[int, int, int]) -> SimShape | None:
+    """The AR baseline of one point (its schedule's registry entry names it)."""
+    try:
+        named = baseline_of(policy, params)
+    except ValueError:  # parameters the point's validation refuses
+        named = None
+    if named is None:
+        return None
+    return step_shape(step_work(*named, models, prompt), *size)
 
 
 def sim_shape(policy: str, settings: dict[str, list], tokens: int, batch: int,
-              n_layers: int) -> SimShape:
-    """The most a simulation of ``policy`` can cost over every value in
-    ``settings`` (key -> the values it takes: one for a fixed setting, all for a
-    swept one); unset parameters take their defaults."""
-    values = {k: [v] for k, v in _defaults(policy).items() if v is not None}
-    values.update({k: list(v) for k, v in settings.items()})
-    most = lambda key: max(_ints(values.get(key, ())), default=0)  # noqa: E731
-    least = lambda key: min([v for v in _ints(values.get(key, ())) if v > 0],  # noqa: E731
-                            default=0)
-    ops = 2 + max((most(k) for k in DEPTH_KEYS), default=0)
-    for key in LAYER_GROUP_KEYS:
-        if least(key):
-            ops += -(-n_layers // least(key))
-    tree = any(k in values for k in TREE_KEYS)
-    nodes = max([most("nodes")] + [tree_nodes(s) for s in values.get("tree", ())])
-    passes = 1
-    if least("prefill_chunk"):
-        prompt = most("prompt_tokens") if "prompt_tokens" in values else DEFAULT_PROMPT
-        passes = min(-(-max(prompt, 1) // least("prefill_chunk")),
-                     MAX_PREFILL_PASSES)
-    return SimShape(tokens, batch, ops, row_levels=ops - 1 if tree else 1,
-                    nodes=nodes if "tree" in values else 0, prefill_passes=passes)
-
-
-def baseline_shape(shape: SimShape, settings: dict[str, list], n_layers: int) -> SimShape:
-    """An AR baseline of a point: one pass a step (a streamed or pipelined one
-    keeps its layer groups), no tree."""
-    groups = sum(-(-n_layers // min(_ints(settings[k]) or [1]))
-                 for k in LAYER_GROUP_KEYS if k in settings and _ints(settings[k]))
-    return SimShape(shape.tokens, shape.batch, 3 + groups,
-                    prefill_passes=shape.prefill_passes)
+              models: Models) -> SimShape:
+    """The most a simulation of ``policy`` can cost over ``settings`` (``point_shapes``)."""
+    return point_shapes(policy, settings, tokens, batch, models)[0]
 
 
 def point_units(policy: str, settings: dict[str, list], tokens: int, batch: int,
-                n_layers: int) -> tuple[float, float]:
+                models: Models) -> tuple[float, float]:
     """(row-steps of one simulation at ``settings``, of its AR baseline: 0 for a
     point that is its own, ``own_baseline``)."""
-    shape = sim_shape(policy, settings, tokens, batch, n_layers)
-    own = 0.0 if own_baseline(policy) else baseline_shape(shape, settings, n_layers).units
-    return shape.units, own
-
-
-def n_layers_of(*models: str | None) -> int:
-    """The most layers among ``models`` (profile names or YAML paths); a model
-    that does not load counts as the deepest allowed (its error comes later)."""
-    most = 1
-    for name in models:
-        if not name:
-            continue
-        try:
-            most = max(most, load_model(name).n_layers)
-        except Exception:  # noqa: BLE001 - the command reports it in its own words
-            most = MAX_LAYERS
-    return most
+    run, base = point_shapes(policy, settings, tokens, batch, models)
+    own = 0.0 if own_baseline(policy) or base is None else base.units
+    return run.units, own
 
 
 def sim_estimate(command: str, product: str, units: float, shrink: str,
@@ -298,24 +372,23 @@ def sim_estimate(command: str, product: str, units: float, shrink: str,
                     SIM_BUDGET_UNITS, shrink, simulations=simulations)
 
 
-def config_shape(config) -> tuple[SimShape, dict, int]:
-    """(shape, settings as value lists, layers) of one RunConfig's simulation."""
-    settings = {k: [v] for k, v in config.params.model_dump().items() if v is not None}
+def config_shape(config) -> tuple[SimShape, SimShape | None]:
+    """(shape, AR baseline's shape or None) of one RunConfig's simulation."""
+    settings = {k: [v] for k, v in config.params.model_dump(exclude_unset=True).items()}
     settings["prompt_tokens"] = [config.prompt_tokens]
     if config.prefill_chunk:
         settings["prefill_chunk"] = [config.prefill_chunk]
-    layers = n_layers_of(config.target, config.draft)
-    return sim_shape(config.policy, settings, config.tokens, config.batch, layers), \
-        settings, layers
+    return point_shapes(config.policy, settings, config.tokens, config.batch,
+                        Models(config.target, config.draft))
 
 
 def config_estimate(config, command: str = "simulate") -> Estimate:
     """A simulate's work: the run and, unless it is its own, its AR baseline."""
-    shape, settings, layers = config_shape(config)
+    shape, base = config_shape(config)
     units = shape.units
     sims = 1
-    if baseline_of(config.policy, config.params) is not None:
-        units += baseline_shape(shape, settings, layers).units
+    if base is not None:
+        units += base.units
         sims = 2
     runs = "1 simulation" if sims == 1 else "2 simulations (the run and its AR baseline)"
     product = f"{runs} of {plural(config.tokens, 'token')} x {plural(config.batch, 'sequence')}"
@@ -325,39 +398,3 @@ def config_estimate(config, command: str = "simulate") -> Estimate:
 def check_simulation(config, allow_large: bool = False) -> Estimate:
     """The budget check of one simulated configuration (and its baseline)."""
     return check(config_estimate(config), allow_large)
-
-
-# ------------------------------------------------------------------ calibrations
-# Simulations a published calibration runs per row: the least-squares fit
-# evaluates every row once per trial and per finite-difference step. Counted on
-# the shipped file: a100-sxm-8x 27 per row (7 rows, 2.5 s), h100-sxm-5x 120 per
-# row (10 rows, 40 s); the bound below is the most seen and a quarter more.
-# (scipy's trf allows 100 x parameters trials: a fit that wanders can exceed it.)
-PUBLISHED_SIMS_PER_ROW = 150
-# A published calibration's budget: four simulation budgets. Its rows are
-# deterministic runs of up to 8,192 tokens, which the row-step rate (the slowest
-# schedule's) prices far above their real cost: the shipped m2-ultra-8x file
-# (8 rows) estimates 272,121,600 row-steps, 11 min at that rate, and fits in 16-40 s
-# (`hetspec calibrate --published shipped --profile m2-ultra-8x`, 2 cores). Every
-# shipped calibration fits within it with room to spare.
-PUBLISHED_BUDGET_UNITS = 4 * SIM_BUDGET_UNITS
-
-
-def published_estimate(rows) -> Estimate:
-    """A published calibration's work: every row's deterministic simulation at
-    its own tokens and batch, PUBLISHED_SIMS_PER_ROW times."""
-    units = 0
-    for row in rows:
-        settings = {k: [v] for k, v in row.params.items()}
-        settings["prompt_tokens"] = [row.prompt_tokens]
-        shape = sim_shape(row.policy, settings, row.tokens, row.batch,
-                          n_layers_of(row.target, row.draft))
-        units += shape.units * PUBLISHED_SIMS_PER_ROW
-    tokens = max((r.tokens for r in rows), default=0)
-    batch = max((r.batch for r in rows), default=1)
-    product = (f"{plural(len(rows), 'published row')} x up to {PUBLISHED_SIMS_PER_ROW} "
-               f"fit evaluations, each a simulation of up to {plural(tokens, 'token')} x "
-               f"{plural(batch, 'sequence')}")
-    return Estimate("calibrate", product, units, "row-steps", SIM_UNITS_PER_S,
-                    PUBLISHED_BUDGET_UNITS,
-                    "fit fewer rows or rows with fewer tokens or a smaller batch")

@@ -1,7 +1,8 @@
-"""Work budgets of measured runs (``analyses.run.budget``'s rule): reading them
-(replay, compare --runs and calibrate count the spans lines of the runs they
-read, before parsing any) and making them (``hetspec run`` counts the tokens it
-will generate with real models)."""
+"""Work budgets of measurements (``analyses.run.budget``'s rule): reading measured
+runs (replay, compare --runs and calibrate count the spans lines of the runs they
+read, before parsing any), making them (``hetspec run`` counts the tokens it
+will generate with real models) and fitting published measured rows (calibrate
+--published counts their simulations)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import os
 import stat
 from pathlib import Path
 
-from analyses.run.budget import Estimate, plural
+from analyses.run.budget import (SIM_BUDGET_UNITS, SIM_UNITS_PER_S, Estimate, Models, plural,
+                                 sim_shape)
 from policies.runs.folders import file_in_run
 from policies.runs.records import MAX_RECORD_BYTES
 
@@ -101,3 +103,40 @@ def run_estimate(prompts: int, max_new_tokens: int, baseline: bool, *,
     return Estimate("run", product, tokens, "generated tokens", rate,
                     RUN_TOKENS_BUDGET * rate / RUN_TOKENS_PER_S, "lower --max-new-tokens, pass fewer --prompts"
                     + (" or --no-baseline" if baseline else ""), counted=True)
+
+
+# ------------------------------------------------------------------ calibrations
+# Simulations a published calibration runs per row: the least-squares fit
+# evaluates every row once per trial and per finite-difference step. Counted on
+# the shipped file: a100-sxm-8x 27 per row (7 rows, 2.5 s), h100-sxm-5x 120 per
+# row (10 rows, 40 s); the bound below is the most seen and a quarter more.
+# (scipy's trf allows 100 x parameters trials: a fit that wanders can exceed it.)
+PUBLISHED_SIMS_PER_ROW = 150
+# A published calibration's budget: four simulation budgets. Its rows are
+# deterministic runs of up to 8,192 tokens, which the row-step rate (the slowest
+# schedule's) prices far above their real cost: the shipped h100-sxm-5x rows (5
+# fitted, SSD's among them) estimate 162,876,000 row-steps, 6.8 min at that rate,
+# the others 2.8-91 million (2026-11-26), and its fit took 19 s
+# (`hetspec calibrate --published shipped --profile h100-sxm-5x`, 2 cores). Every
+# shipped calibration fits within it with room to spare.
+PUBLISHED_BUDGET_UNITS = 4 * SIM_BUDGET_UNITS
+
+
+def published_estimate(rows) -> Estimate:
+    """A published calibration's work: every row's deterministic simulation at
+    its own tokens and batch, PUBLISHED_SIMS_PER_ROW times."""
+    units = 0
+    for row in rows:
+        settings = {k: [v] for k, v in row.params.items()}
+        settings["prompt_tokens"] = [row.prompt_tokens]
+        shape = sim_shape(row.policy, settings, row.tokens, row.batch,
+                          Models(row.target, row.draft))
+        units += shape.units * PUBLISHED_SIMS_PER_ROW
+    tokens = max((r.tokens for r in rows), default=0)
+    batch = max((r.batch for r in rows), default=1)
+    product = (f"{plural(len(rows), 'published row')} x up to {PUBLISHED_SIMS_PER_ROW} "
+               f"fit evaluations, each a simulation of up to {plural(tokens, 'token')} x "
+               f"{plural(batch, 'sequence')}")
+    return Estimate("calibrate", product, units, "row-steps", SIM_UNITS_PER_S,
+                    PUBLISHED_BUDGET_UNITS,
+                    "fit fewer rows or rows with fewer tokens or a smaller batch")

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from hwprofiles import ModelSpec, Platform
 from hwprofiles.placement import Placement
 from policies import PolicyContext, build, parse_params
-from policies.dryrun import EXIT_HEADS, Answer, Segment, dry_run
+from policies.dryrun import EXIT_HEADS, EXIT_LAYER_HEAD, Answer, Segment, dry_run
 
 LOGIT_BYTES = 4  # logits are kept in fp32 for sampling
 DRY_TOKENS = 1024  # tokens the dry run's schedule is asked for: none of its steps is its last
@@ -159,7 +159,7 @@ def _piece(segs: list[Segment], placement: Placement, models: dict[str, ModelSpe
     exit_heads = int(any(h in EXIT_HEADS for h in heads))
     return Piece(first.device, placement[first.device], spec, stop - start,
                  lm_head="lm" in heads, embed=start == 0, exit_heads=exit_heads,
-                 exit_layers=int("exit_layer" in heads),
+                 exit_layers=int(EXIT_LAYER_HEAD in heads),
                  resident_layer_bytes=resident if any(s.streamed for s in segs) else None,
                  positions=max(max(s.positions for s in segs), 1))
 
