@@ -39,7 +39,7 @@ from policies.runs.metrics import elapsed_s
 from policies.traces import MAX_ACCEPTED, field_error
 
 # The executor stops its clock when the last row is done, then drains the work in
-# flight (executors/session.py): a span may end a little after the wall time.
+# flight (executors/session/decode.py): a span may end a little after the wall time.
 DRAIN_SHARE = 0.5  # of the wall time
 CLOCK_SLACK_S = 0.1
 # The widest pass a schedule feeds beyond its sequence: a speculation tree's nodes
