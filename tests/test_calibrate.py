@@ -22,7 +22,7 @@ from analyses.calibrate.terms import Param, Terms, critical_times, fit, pass_ter
 from analyses.cli import main
 from analyses.calibrate.costfit import predict
 from analyses.measured.executorwork import STEP_END, ExecutorWork
-from analyses.calibrate.session import calibrate
+from analyses.calibrate.session import calibrate, calibration_date
 from analyses.measured.replay import load_run
 from analyses.calibrate.streamterms import dispatch_gaps
 from hwprofiles import load_model, load_platform
@@ -638,3 +638,13 @@ def test_calibrate_cli_fits_named_efficiency_terms_and_refuses_unknown_ones(runs
                  str(tmp_path / "other.yaml"), "--fit-terms", "launch_overhead_s"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("hetspec: error:") and "memory_half_bytes" in err
+
+
+def test_the_calibration_date_is_source_date_epoch_where_set(monkeypatch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1795651200")
+    assert calibration_date() == "2026-11-26"
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "tomorrow")
+    with pytest.raises(ValueError, match="SOURCE_DATE_EPOCH is 'tomorrow'; set it to whole"):
+        calibration_date()
+    monkeypatch.delenv("SOURCE_DATE_EPOCH")
+    assert len(calibration_date()) == 10 and calibration_date()[4] == "-"

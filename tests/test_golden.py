@@ -8,7 +8,9 @@ that changes one float, one span or one report figure fails here.
 Two parts are normalised because they are the environment, not the run: a
 record's ``versions`` block (installed package versions) and the plotly.js
 library a report inlines (the same figures, whatever plotly release is installed).
-Everything else, figures and their JSON included, is compared byte for byte.
+The day a profile is calibrated is fixed with ``SOURCE_DATE_EPOCH`` to the day the
+fixtures were recorded. Everything else, figures and their JSON included, is
+compared byte for byte.
 
 Measured runs: replay and calibrate read two small runs stored in
 tests/golden/measured-runs/; the executor's writer writes one of them again;
@@ -36,6 +38,7 @@ from policies.runs.measured import MeasuredSpan
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden"
 UPDATE = os.environ.get("HETSPEC_UPDATE_GOLDEN") == "1"
+RECORDED_EPOCH_S = "1795651200"  # 2026-11-26 00:00 UTC, the day the fixtures were recorded
 MEASURED = GOLDEN / "measured-runs"
 
 SIM = ["simulate", "--json", "--tokens", "60", "--record", "run.json", "--trace", "trace.json"]
@@ -114,7 +117,8 @@ def _run(case: str, folder: Path) -> dict[str, bytes]:
     args, files = CASES[case]
     shutil.copy(GOLDEN / "acceptance.jsonl", folder / "acceptance.jsonl")
     shutil.copytree(MEASURED, folder / "runs")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # a calibrated profile names the day it was calibrated: the day these were recorded
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SOURCE_DATE_EPOCH": RECORDED_EPOCH_S}
     out = subprocess.run([sys.executable, "-m", "analyses.cli", *args], cwd=folder, env=env,
                          capture_output=True, timeout=300)
     assert out.returncode == 0, out.stderr.decode()

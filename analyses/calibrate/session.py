@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -136,6 +137,20 @@ def _median(values) -> float | None:
     return float(np.median(vals)) if vals else None
 
 
+def calibration_date() -> str:
+    """Today's date (UTC), or the one ``SOURCE_DATE_EPOCH`` names (seconds since the
+    epoch, the reproducible-builds convention): a profile calibrated twice on the
+    same runs with it set is byte-identical whatever the day."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    if epoch:
+        try:
+            return _dt.datetime.fromtimestamp(int(epoch), _dt.timezone.utc).date().isoformat()
+        except (ValueError, OverflowError, OSError):
+            raise ValueError(f"SOURCE_DATE_EPOCH is {epoch!r}; set it to whole seconds since "
+                             "1970-01-01 UTC (e.g. 1795651200 for 2026-11-26) or unset it") from None
+    return _dt.datetime.now(_dt.timezone.utc).date().isoformat()
+
+
 def _header(fitting, held, result, evaluation, date: str) -> str:
     lines = ["Calibrated by 'hetspec calibrate' on " + date,
              "fitted on runs: " + ", ".join(f"{r.name} ({r.policy})" for r in fitting),
@@ -191,7 +206,7 @@ def calibrate(runs_dir, profile: str, output, *,
     result = fit(platform, [t for run in fitting for t in terms.of_run(run)],
                  fit_terms=frozenset(fit_terms))
     problems = check_runs_fit(result, accept_poor_fit)
-    date = _dt.date.today().isoformat()
+    date = calibration_date()
     source = (f"calibrated: hetspec calibrate on runs {', '.join(r.name for r in fitting)}"
               f" ({date}), median |residual| {result.median_abs_error:.1%} over "
               f"{len(result.terms)} spans")
