@@ -130,14 +130,13 @@ def op_fields(op, **extra) -> dict:
     fields = {"type": type(op).__name__}
     if isinstance(op, ops.Forward):
         fields.update(op.record())
-        fields.update(extra)
-        return fields
-    for name in op.__slots__:
-        value = getattr(op, name)
-        if isinstance(value, (int, float, str, bool, type(None))):
-            fields[name] = value
-        elif isinstance(value, tuple) and all(isinstance(v, (int, float)) for v in value):
-            fields[name] = list(value)
+    else:
+        for name in op.__slots__:
+            value = getattr(op, name)
+            if isinstance(value, (int, float, str, bool, type(None))):
+                fields[name] = value
+            elif isinstance(value, tuple) and all(isinstance(v, (int, float)) for v in value):
+                fields[name] = list(value)
     fields.update(extra)
     return fields
 
