@@ -53,6 +53,8 @@ RUNS = [
     ("sd-sep8", ["--policy", "sd", "--set", "gamma=8", "--draft", "self:8"]),
     ("sd-sep16", ["--policy", "sd", "--set", "gamma=16", "--draft", "self:8"]),
     ("sd-sep32", ["--policy", "sd", "--set", "gamma=32", "--draft", "self:8"]),
+    ("sd-b2", ["--policy", "sd", "--set", "gamma=4", "--draft", "self:15", "--batch", "2"]),
+    ("sd-b4", ["--policy", "sd", "--set", "gamma=4", "--draft", "self:15", "--batch", "4"]),
     ("mirror-1", ["--policy", "mirror", "--set", "gamma=4", "--set", "kappa=4",
                   "--set", "exit_layer=15", "--set", "eta=1"]),
     ("ssd-1", ["--policy", "ssd", "--set", "k=3", "--set", "fanout=2",
@@ -180,6 +182,11 @@ def main(argv=None) -> int:
     ap.add_argument("--accept-poor-fit", action="store_true",
                     help="print the held-out errors of a fit the sanity gate refuses "
                          "(its problems are printed first); default: refuse")
+    ap.add_argument("--fit-terms", default="multirow_by_rows",
+                    type=lambda v: [x for x in v.split(",") if x],
+                    help="optional terms to fit, as hetspec calibrate --fit-terms "
+                         "(default multirow_by_rows: the multi-row memory factor per "
+                         "measured width; '' for one factor)")
     args = ap.parse_args(argv)
     if args.measure:
         only = set(filter(None, args.only.split(",")))
@@ -189,7 +196,7 @@ def main(argv=None) -> int:
     from analyses.calibrate.session import calibrate
 
     summary = calibrate(args.runs, "cpu-local", args.output or args.runs / "calibrated.yaml",
-                        fit_policies=FIT_POLICIES,
+                        fit_policies=FIT_POLICIES, fit_terms=tuple(args.fit_terms),
                         hold=tuple(name for name, _, _ in BASELINE_RUNS),
                         accept_poor_fit=args.accept_poor_fit)
     for problem in summary["problems"]:

@@ -147,6 +147,24 @@ class MemoryTier(Sourced):
         return self.bandwidth_gb_s * 1e9
 
 
+MAX_MULTIROW_ROWS = 1 << 20  # widths a multi-row factor table may list
+
+
+def width_weights(widths: list[int], rows: int) -> tuple[tuple[int, float], ...]:
+    """(index into ``widths``, weight) pairs that interpolate a per-width value at
+    ``rows``: linear in rows between the two listed widths around it, the nearest
+    width's value outside them. ``widths`` sorted ascending, not empty."""
+    if rows <= widths[0]:
+        return ((0, 1.0),)
+    if rows >= widths[-1]:
+        return ((len(widths) - 1, 1.0),)
+    hi = next(i for i, w in enumerate(widths) if w >= rows)
+    if widths[hi] == rows:
+        return ((hi, 1.0),)
+    share = (rows - widths[hi - 1]) / (widths[hi] - widths[hi - 1])
+    return ((hi - 1, 1.0 - share), (hi, share))
+
+
 class Device(Sourced):
     name: str
     kind: Literal["gpu", "npu", "cpu"]
@@ -165,8 +183,11 @@ class Device(Sourced):
     # roofline; 1: they add (single-thread CPU GEMM); between: partly overlapped;
     roofline_exponent: float | None = Field(default=None, ge=1)
     # weight-streaming time of a pass over more than one row relative to a one-row
-    # pass (CPU BLAS: GEMM packs its operand, GEMV streams it once).
-    multirow_memory_factor: float = Field(default=1.0, ge=1e-3, le=1e3)
+    # pass (CPU BLAS: GEMM packs its operand, GEMV streams it once): one factor for
+    # every width, or a table by a pass's rows (positions x batch rows) measured at
+    # those widths (a CPU GEMM's cost moves unevenly with its rows: its kernels
+    # block rows by 4 or 8); see ``multirow_factor``.
+    multirow_memory_factor: float | dict[int, float] = Field(default=1.0)
     # bytes per second this device's own compute engine installs streamed weights at
     # (a CPU that reads and deserializes layers on the core it computes on); set, a
     # StreamWeights holds the device after its read for bytes / this rate (see
@@ -179,6 +200,33 @@ class Device(Sourced):
     memory_half_bytes: float = Field(default=0.0, ge=0, le=MAX_HALF_BYTES)
     compute_half_flops: float = Field(default=0.0, ge=0, le=MAX_HALF_FLOPS)
     memory_bandwidth_gb_s: float | None = Field(default=None, ge=MIN_GB_S, le=MAX_GB_S)
+
+    @model_validator(mode="after")
+    def _multirow_in_range(self):
+        f = self.multirow_memory_factor
+        table = f if isinstance(f, dict) else {2: f}
+        if not table:
+            raise ValueError(f"multirow_memory_factor of device {self.name} is an empty "
+                             f"table; give a number, or factors by rows such as {{4: 1.3}}")
+        for rows, factor in table.items():
+            if not 2 <= rows <= MAX_MULTIROW_ROWS:
+                raise ValueError(f"multirow_memory_factor of device {self.name} lists "
+                                 f"{rows} rows; list widths of 2 to {MAX_MULTIROW_ROWS} rows "
+                                 f"(a one-row pass has no factor)")
+            if not (math.isfinite(factor) and 1e-3 <= factor <= 1e3):
+                raise ValueError(f"multirow_memory_factor of device {self.name} is {factor:g}"
+                                 f" at {rows} rows; give a factor between 0.001 and 1000")
+        return self
+
+    def multirow_factor(self, rows: int) -> float:
+        """The multi-row memory factor of a pass over ``rows`` rows: 1 for one row;
+        with a table, its factor at the listed width, linear in rows between two
+        listed widths and the nearest one's outside them."""
+        f = self.multirow_memory_factor
+        if rows <= 1 or not isinstance(f, dict):
+            return 1.0 if rows <= 1 else f
+        widths = sorted(f)
+        return sum(f[widths[i]] * w for i, w in width_weights(widths, rows))
 
     @model_validator(mode="after")
     def _positive_peaks(self):

@@ -14,7 +14,8 @@ for bit on every shipped platform). A pass of k kernels costs
     compute   (flops + k * compute_half_flops) / (peak * compute_efficiency)
     memory    (bytes + k * memory_half_bytes)
               / (min(tier bandwidth, memory_bandwidth_gb_s) * memory_efficiency
-                 [/ multirow_memory_factor for a pass over several rows])
+                 [/ multirow_memory_factor for a pass over several rows: one
+                  factor, or a table by the pass's rows, Device.multirow_factor])
     busy      launch + roofline(compute, memory, roofline_exponent)
 
 with roofline the max, or the p-norm (c^p + m^p)^(1/p) where the device sets an
@@ -71,11 +72,12 @@ class Values:
     bandwidth_cap_bytes_s: object  # inf: the tier's full bandwidth
 
     @classmethod
-    def of(cls, device: Device, tier: MemoryTier) -> "Values":
+    def of(cls, device: Device, tier: MemoryTier, rows: int) -> "Values":
+        """The values a pass over ``rows`` rows on ``device`` reading ``tier`` uses."""
         cap = device.memory_bandwidth_gb_s
         return cls(device.launch_overhead_s, device.call_overhead_s,
                    device.compute_efficiency, tier.memory_efficiency,
-                   device.multirow_memory_factor, device.roofline_exponent,
+                   device.multirow_factor(rows), device.roofline_exponent,
                    device.memory_half_bytes, device.compute_half_flops,
                    math.inf if cap is None else cap * 1e9)
 
@@ -388,7 +390,7 @@ class RooflineCost:
         """The context-free evaluation of a Forward's terms: the rates and fixed parts
         of ``pass_seconds``, so a step only adds context times the per-position terms."""
         device = self.platform.device(t.device)
-        v = Values.of(device, self.platform.tier(t.tier))
+        v = Values.of(device, self.platform.tier(t.tier), t.rows)
         launch_s = t.kernels * v.launch_overhead_s + v.call_overhead_s
         host = ()  # a stack's host time: serial (in the launch) or overlapped
         p = self.stack.on(device.backend).host_device_exponent

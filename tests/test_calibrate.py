@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import yaml
 
-from analyses.calibrate.terms import Param, Terms, critical_times, fit, pass_terms
+from analyses.calibrate.terms import Param, Terms, apply, critical_times, fit, pass_terms
 from analyses.cli import main
 from analyses.calibrate.costfit import predict
 from analyses.measured.executorwork import STEP_END, ExecutorWork
@@ -514,6 +514,63 @@ def test_new_cost_terms_default_to_the_roofline():
     one_row = RooflineCost(other).forward(spec, "cpu0", (0, 30), 1, 1, 40, "lm", None)
     assert one_row.memory_s == pytest.approx(RooflineCost(plat).forward(
         spec, "cpu0", (0, 30), 1, 1, 40, "lm", None).memory_s)
+
+
+def _with_factor(plat, factor):
+    devices = tuple(d.model_copy(update={"multirow_memory_factor": factor})
+                    for d in plat.devices)
+    return plat.model_copy(update={"devices": devices})
+
+
+def test_a_multirow_factor_table_prices_each_width_by_its_rows():
+    """A table by rows prices a listed width as one factor of that value would,
+    a width between two listed ones by the linear blend, one outside them by the
+    nearest; a one-row pass by none."""
+    plat, spec = load_platform("cpu-local"), load_model("smollm2-135m")
+    table = _with_factor(plat, {2: 1.8, 4: 1.2, 8: 2.0})
+
+    def memory_s(p, rows):
+        return RooflineCost(p).forward(spec, "cpu0", (0, 30), rows, 1, 40, "lm", None).memory_s
+
+    for rows, factor in ((2, 1.8), (3, 1.5), (4, 1.2), (6, 1.6), (8, 2.0), (33, 2.0)):
+        assert memory_s(table, rows) == memory_s(_with_factor(plat, factor), rows), rows
+    assert memory_s(table, 1) == memory_s(plat, 1)
+    assert table.device("cpu0").multirow_factor(3) == pytest.approx(1.5)
+    assert table.device("cpu0").multirow_factor(1) == 1.0
+
+
+@pytest.mark.parametrize("factor,words", [({}, "empty table"), ({1: 1.2}, "lists 1 rows"),
+                                          ({4: 0.0}, "is 0 at 4 rows"),
+                                          ({4: float("nan")}, "finite number"),
+                                          (1e4, "is 10000 at 2 rows")])
+def test_a_multirow_factor_out_of_range_is_refused(factor, words):
+    device = load_platform("cpu-local").device("cpu0").model_dump(exclude_unset=True)
+    device["multirow_memory_factor"] = factor
+    device["sources"] = {**device["sources"], "multirow_memory_factor": "a test"}
+    with pytest.raises(ValueError, match=words):
+        type(load_platform("cpu-local").device("cpu0")).model_validate(device)
+
+
+def test_fit_recovers_a_multirow_factor_by_rows(tmp_path):
+    """Verify passes of 4 and 5 rows streamed at unlike factors (a CPU GEMM's row
+    blocking), 9 rows at the widest listed one's: asked for by rows, the fit lists
+    the widths its passes measure (9 is beyond the widest it lists) and recovers
+    each; one factor for every width cannot fit them."""
+    truth = true_platform({"multirow_memory_factor": {4: 1.1, 5: 1.7}})
+    runs = _optional_runs(tmp_path, truth)
+    plat = load_platform("cpu-local")
+    terms = [t for r in runs for t in Terms(plat).of_run(r)]
+    result = fit(plat, terms, fit_terms={"multirow_by_rows"})
+    field = "multirow_memory_factor"
+    assert {p.at for p in result.values if p.field == field} == {4, 5}
+    assert result.values[Param("device", CORES, field, 4)] == pytest.approx(1.1, rel=0.01)
+    assert result.values[Param("device", CORES, field, 5)] == pytest.approx(1.7, rel=0.01)
+    assert result.median_abs_error < 1e-4
+    written = apply(plat, result.values, "test fit").device("cpu0")
+    assert written.multirow_memory_factor == pytest.approx({4: 1.1, 5: 1.7}, rel=0.01)
+    assert "was 1" in written.sources[field]
+    one = fit(plat, terms)
+    assert one.median_abs_error > 1e3 * result.median_abs_error
 
 
 # The optional efficiency terms: each generated with a known value on top of the

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
+from hwprofiles.schema import width_weights
 from simcore.costmodel import Values, pass_seconds, roofline
 
 BOUNDS = {"compute_efficiency": (1e-4, 1.0), "memory_efficiency": (1e-4, 1.0),
@@ -44,6 +45,17 @@ OPTIONAL_FIELDS = ("memory_half_bytes", "compute_half_flops", "memory_bandwidth_
                    "request_latency_s")
 LOSS = "cauchy"  # robust: a span 3x off weighs ~1/500 of a good one
 LOSS_SCALE = 0.05  # residuals (log units) beyond ~5% count as outliers
+# Asked for by name, the multi-row memory factor is fitted per width the passes
+# measure (a table by rows, ``Device.multirow_factor``) instead of as one number:
+# each width of 2 to ``MAX_LISTED_ROWS`` rows that at least ``MIN_WIDTH_PASSES``
+# passes of a device measure is a listed width (the most measured one when none
+# is). Narrow passes are where a CPU GEMM's row blocking shows in its weight
+# streaming; wider ones keep the widest listed factor and grow by their compute
+# (a factor per wide width would stand in for the compute term, which the spans
+# then no longer measure).
+BY_ROWS = "multirow_by_rows"
+MIN_WIDTH_PASSES = 20
+MAX_LISTED_ROWS = 8
 COMPUTE_STARTS = (None, 0.3, 0.05, 0.01)  # compute efficiencies the fit starts from
 EXPONENT_STARTS = (8.0, 1.5)  # roofline exponents the fit starts from (None: max)
 
@@ -56,10 +68,12 @@ class Param:
     kind: str  # device | tier | link | group
     name: str
     field: str
+    at: int = 0  # a multi-row factor's width (rows) in a table by rows; 0: none
 
     @property
     def label(self) -> str:
-        return f"{self.kind} {self.name}.{self.field}"
+        width = f"[{self.at} rows]" if self.at else ""
+        return f"{self.kind} {self.name}.{self.field}{width}"
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -100,12 +114,37 @@ class Term:
         return out + [p for p, _ in self.linear + self.inverse]
 
 
-def params_of(terms: list[Term]) -> list[Param]:
+Widths = dict[str, tuple[int, ...]]  # device (tied name) -> a factor table's widths
+
+
+def params_of(terms: list[Term], widths: Widths | None = None) -> list[Param]:
+    """Every parameter the terms use; a device in ``widths`` has one multi-row
+    factor per listed width instead of one."""
     seen: dict[Param, None] = {}
     for t in terms:
         for p in t.params():
-            seen.setdefault(p)
+            if p.field == "multirow_memory_factor" and widths and p.name in widths:
+                for w in widths[p.name]:
+                    seen.setdefault(Param(p.kind, p.name, p.field, w))
+            else:
+                seen.setdefault(p)
     return list(seen)
+
+
+def measured_widths(terms: list[Term]) -> Widths:
+    """Per device, the widths over several rows its passes measure often enough
+    to be listed in a factor table (``BY_ROWS``)."""
+    counts: dict[str, dict[int, int]] = {}
+    for t in terms:
+        for p in t.passes:
+            if 1 < p.rows <= MAX_LISTED_ROWS:
+                mine = counts.setdefault(t.device, {})
+                mine[p.rows] = mine.get(p.rows, 0) + 1
+    out = {}
+    for device, seen in counts.items():
+        often = tuple(sorted(w for w, n in seen.items() if n >= MIN_WIDTH_PASSES))
+        out[device] = often or (max(seen, key=lambda w: (seen[w], -w)),)
+    return out
 
 
 class Problem:
@@ -114,15 +153,22 @@ class Problem:
     def __init__(self, terms: list[Term], params: list[Param]):
         self.terms, self.params = terms, params
         index = {p: i for i, p in enumerate(params)}
+        tables: dict[str, list[int]] = {}  # device -> its factor table's widths
+        for p in params:
+            if p.at:
+                tables.setdefault(p.name, []).append(p.at)
         self.measured = np.array([t.measured_s for t in terms])
         self.fixed = np.array([t.fixed_s for t in terms])
         rows = [(i, t, p) for i, t in enumerate(terms) for p in t.passes]
         self.p_term = np.array([i for i, _, _ in rows], dtype=int)
         self.p_col = {f: np.array([index[Param("device", t.device, f)] for _, t, _ in rows],
-                                  dtype=int) for f in DEVICE_FIELDS}
+                                  dtype=int) for f in DEVICE_FIELDS if f != "multirow_memory_factor"}
         self.p_col["memory_efficiency"] = np.array(
             [index[Param("tier", t.tier, "memory_efficiency")] for _, t, _ in rows], dtype=int)
-        self.p_mf = self.p_col["multirow_memory_factor"]
+        # each pass's multi-row factor: one parameter, or two listed widths' blend
+        blend = [self._factor_of(t.device, p.rows, tables, index) for _, t, p in rows]
+        self.p_mf = np.array([[c for c, _ in b] for b in blend], dtype=int).reshape(-1, 2)
+        self.w_mf = np.array([[w for _, w in b] for b in blend], dtype=float).reshape(-1, 2)
         for name in ("kernels", "calls", "flops", "nbytes", "peak_flops", "tier_bytes_s"):
             setattr(self, name, np.array([getattr(p, name) for _, _, p in rows], dtype=float))
         self.multirow = np.array([p.rows > 1 for _, _, p in rows], dtype=bool)
@@ -130,6 +176,23 @@ class Problem:
                                 for p, k in t.linear])
         self.inv = self._pairs([(i, index[p], k) for i, t in enumerate(terms)
                                 for p, k in t.inverse])
+
+    @staticmethod
+    def _factor_of(device: str, rows: int, tables: dict, index: dict):
+        """(column, weight) x 2: the parameters a pass's multi-row factor blends."""
+        field = "multirow_memory_factor"
+        if device not in tables:
+            col = index[Param("device", device, field)]
+            return ((col, 1.0), (col, 0.0))
+        widths = sorted(tables[device])
+        pairs = [(index[Param("device", device, field, widths[i])], w)
+                 for i, w in width_weights(widths, rows)]
+        return tuple(pairs + [(pairs[0][0], 0.0)] * (2 - len(pairs)))
+
+    def factor_columns(self) -> set[int]:
+        """The multi-row factor parameters some pass over several rows uses."""
+        used = self.p_mf[self.multirow][self.w_mf[self.multirow] > 0]
+        return set(used.tolist())
 
     @staticmethod
     def _pairs(items):
@@ -143,7 +206,7 @@ class Problem:
         col = {f: v[i] for f, i in self.p_col.items()}
         return Values(col["launch_overhead_s"], col["call_overhead_s"],
                       col["compute_efficiency"], col["memory_efficiency"],
-                      col["multirow_memory_factor"], col["roofline_exponent"],
+                      (v[self.p_mf] * self.w_mf).sum(axis=1), col["roofline_exponent"],
                       col["memory_half_bytes"], col["compute_half_flops"],
                       col["memory_bandwidth_gb_s"] * 1e9)
 
@@ -212,14 +275,14 @@ def _starts(params: list[Param], x0: np.ndarray, lo: np.ndarray, hi: np.ndarray)
 
 
 def fit(terms: list[Term], initial: dict[Param, float],
-        fixed: frozenset[str] = frozenset()) -> Fit:
+        fixed: frozenset[str] = frozenset(), widths: Widths | None = None) -> Fit:
     """Least-squares fit, in log space, of every parameter the terms use (except
     fields named in ``fixed``, and parameters in it, which keep their initial
-    values)."""
+    values); a device in ``widths`` gets a multi-row factor per listed width."""
     if not terms:
         raise ValueError("the fitting runs hold no Forward, Transfer, AllReduce or "
                          "StreamWeights spans to fit; record runs with 'hetspec run'")
-    params = params_of(terms)
+    params = params_of(terms, widths)
     problem = Problem(terms, params)
     idle = set(unidentifiable(problem, np.array([initial[p] for p in params])))
     free = np.array([p.field not in fixed and p not in fixed and p not in idle
@@ -289,8 +352,7 @@ def unidentifiable(problem: Problem, v: np.ndarray, share: float = 0.02) -> list
     out = []
     for i, param in enumerate(problem.params):
         if param.field == "multirow_memory_factor":
-            mine = problem.p_mf[problem.multirow] if len(problem.p_mf) else []
-            if i not in set(np.asarray(mine).tolist()):
+            if i not in problem.factor_columns():
                 out.append(param)
             continue
         if param.field == "stream_host_gb_s":
@@ -322,7 +384,11 @@ def _shadowed_by_bandwidth(problem: Problem, i: int) -> bool:
 
 
 def predict(terms: list[Term], values: dict[Param, float]) -> np.ndarray:
-    params = params_of(terms)
+    widths: dict[str, list[int]] = {}
+    for p in values:
+        if p.at:
+            widths.setdefault(p.name, []).append(p.at)
+    params = params_of(terms, {d: tuple(sorted(w)) for d, w in widths.items()})
     return Problem(terms, params).predict(np.array([values[p] for p in params]))
 
 

@@ -37,7 +37,7 @@ def roofline_platform(platform: Platform) -> Platform:
         "compute_efficiency": 1.0, "launch_overhead_s": 0.0, "call_overhead_s": 0.0,
         "memory_half_bytes": 0.0, "compute_half_flops": 0.0, "roofline_exponent": None,
         "memory_bandwidth_gb_s": None, "stream_dispatch_s": 0.0,
-        "multirow_memory_factor": min(d.multirow_memory_factor, 1.0)})
+        "multirow_memory_factor": _at_most_one(d.multirow_memory_factor)})
         for d in platform.devices)
     tiers = tuple(t.model_copy(update={"memory_efficiency": 1.0, "latency_s": 0.0,
                                        "request_latency_s": 0.0})
@@ -46,6 +46,13 @@ def roofline_platform(platform: Platform) -> Platform:
         "devices": devices, "memory_tiers": tiers,
         "links": tuple(l.model_copy(update={"latency_s": 0.0}) for l in platform.links),
         "groups": tuple(g.model_copy(update={"alpha_s": 0.0}) for g in platform.groups)})
+
+
+def _at_most_one(factor):
+    """A multi-row factor (a number or a table by rows) with no factor above 1."""
+    if isinstance(factor, dict):
+        return {rows: min(f, 1.0) for rows, f in factor.items()}
+    return min(factor, 1.0)
 
 
 def row_lines(path) -> dict[str, int]:

@@ -21,7 +21,9 @@ The optional efficiency terms (``costfit.OPTIONAL_FIELDS``: size-dependent
 bandwidth and FLOP rates, a per-engine bandwidth cap, flash request latency)
 are fitted when asked for (``fit_terms``) and otherwise keep the profile's
 values. A fitted bandwidth cap stands in for its tier's memory efficiency,
-which is then kept (the two scale the same bytes).
+which is then kept (the two scale the same bytes). Asked for ``multirow_by_rows``
+(``costfit.BY_ROWS``), the multi-row memory factor is fitted per width the
+passes measure, a table by rows, instead of as one number.
 
 What a span is compared with is the time the operation held the critical path
 of the executor: its own span, plus, for a Forward, Transfer or StreamWeights,
@@ -43,8 +45,8 @@ from __future__ import annotations
 
 import bisect
 
-from analyses.calibrate.costfit import (EXPONENT_STARTS, OPTIONAL_FIELDS, Fit, Param, Pass, Term,
-                              params_of)
+from analyses.calibrate.costfit import (BY_ROWS, EXPONENT_STARTS, OPTIONAL_FIELDS, Fit, Param,
+                                       Pass, Term, Widths, measured_widths, params_of)
 from analyses.calibrate.costfit import fit as _fit
 from analyses.calibrate.costfit import op_kind_errors  # noqa: F401  (re-exported)
 from analyses.measured.replay import MeasuredRun, model_name
@@ -76,6 +78,8 @@ def current_value(platform: Platform, p: Param) -> float:
     lookup = {"device": platform.device, "tier": platform.tier, "group": platform.group,
               "link": lambda n: next(l for l in platform.links if l.name == n)}[p.kind]
     obj = lookup(p.names[0])
+    if p.at:  # one width of a multi-row factor table
+        return obj.multirow_factor(p.at)
     value = getattr(obj, p.field)
     if value is None and p.field == "memory_bandwidth_gb_s":  # None: the tier's own
         return platform.tier(obj.memory).bandwidth_gb_s
@@ -283,8 +287,24 @@ def pass_terms(cost: RooflineCost, spec, where: str, op: dict):
                    t.peak_flops, t.tier_bytes_s)
 
 
-def initial_values(platform: Platform, terms: list[Term]) -> dict[Param, float]:
-    return {p: current_value(platform, p) for p in params_of(terms)}
+def initial_values(platform: Platform, terms: list[Term],
+                   widths: Widths | None = None) -> dict[Param, float]:
+    """The profile's value of every parameter the terms use; a device's multi-row
+    factor per width in ``widths``, else per width of its profile's table."""
+    if widths is None:
+        widths = table_widths(platform, terms)
+    return {p: current_value(platform, p) for p in params_of(terms, widths)}
+
+
+def table_widths(platform: Platform, terms: list[Term]) -> Widths:
+    """The widths each fitted device's multi-row factor table lists in the profile."""
+    out = {}
+    for t in terms:
+        if t.passes and t.device not in out:
+            factor = platform.device(t.device.split(",")[0]).multirow_memory_factor
+            if isinstance(factor, dict):
+                out[t.device] = tuple(sorted(factor))
+    return out
 
 
 def check_fit_terms(names) -> None:
@@ -292,9 +312,9 @@ def check_fit_terms(names) -> None:
     or that repeats one."""
     seen = set()
     for name in names:
-        if name not in OPTIONAL_FIELDS:
+        if name not in OPTIONAL_FIELDS + (BY_ROWS,):
             raise ValueError(f"--fit-terms names '{name}', which is not an optional "
-                             f"term; use any of {', '.join(OPTIONAL_FIELDS)}")
+                             f"term; use any of {', '.join(OPTIONAL_FIELDS + (BY_ROWS,))}")
         if name in seen:
             raise ValueError(f"--fit-terms names '{name}' twice; name each term once")
         seen.add(name)
@@ -305,7 +325,8 @@ def fit(platform: Platform, terms: list[Term], *, fixed=frozenset(),
     """Least-squares fit of every parameter the terms use (``analyses.calibrate.costfit``);
     of the optional efficiency terms only those named in ``fit_terms``. Fitting a
     flash tier's request latency keeps its bandwidth (a sequential-read
-    measurement), fitting a device's bandwidth cap keeps its tier's efficiency."""
+    measurement), fitting a device's bandwidth cap keeps its tier's efficiency;
+    ``multirow_by_rows`` fits the multi-row factor per measured width."""
     check_fit_terms(fit_terms)
     keep = set(fixed) | (set(OPTIONAL_FIELDS) - set(fit_terms))
     if "memory_bandwidth_gb_s" in fit_terms:
@@ -314,7 +335,8 @@ def fit(platform: Platform, terms: list[Term], *, fixed=frozenset(),
         keep.update(Param("tier", t.name, "bandwidth_gb_s")  # time from a per-byte one:
                     for t in platform.memory_tiers  # the measured bandwidth is kept
                     if t.request_bytes is not None)
-    return _fit(terms, initial_values(platform, terms), frozenset(keep))
+    widths = measured_widths(terms) if BY_ROWS in fit_terms else table_widths(platform, terms)
+    return _fit(terms, initial_values(platform, terms, widths), frozenset(keep), widths)
 
 
 def apply(platform: Platform, values: dict[Param, float], source: str) -> Platform:
@@ -322,13 +344,16 @@ def apply(platform: Platform, values: dict[Param, float], source: str) -> Platfo
 
     def update(obj, kind: str):
         changes = {p.field: v for p, v in values.items()
-                   if p.kind == kind and obj.name in p.names}
+                   if p.kind == kind and obj.name in p.names and not p.at}
+        table = {p.at: v for p, v in values.items()
+                 if p.kind == kind and obj.name in p.names and p.at}
+        if table:  # a multi-row factor by rows
+            changes["multirow_memory_factor"] = dict(sorted(table.items()))
         if not changes:
             return obj
         sources = dict(obj.sources)
         for name, v in changes.items():
-            was = getattr(obj, name)
-            was = "unset" if was is None else f"{was:.4g}"
+            was = _shown(getattr(obj, name))
             sources[name] = f"{source}; was {was}" + (
                 f" ({obj.sources[name]})" if name in obj.sources else "")
         return obj.model_copy(update={**changes, "sources": sources})
@@ -339,3 +364,11 @@ def apply(platform: Platform, values: dict[Param, float], source: str) -> Platfo
         "links": tuple(update(l, "link") for l in platform.links),
         "groups": tuple(update(g, "group") for g in platform.groups)})
 
+
+def _shown(value) -> str:
+    """A profile value as a calibrated source quotes what it was."""
+    if value is None:
+        return "unset"
+    if isinstance(value, dict):  # a table by rows
+        return "{" + ", ".join(f"{k}: {v:.4g}" for k, v in value.items()) + "}"
+    return f"{value:.4g}"
