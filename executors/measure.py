@@ -23,12 +23,11 @@ from policies import entry, ngram
 from policies.runs.breakdown import breakdown
 from policies.runs.config import RunSettings
 from policies.runs.metrics import add_speedup, baseline_of, run_metrics
-from policies.runs.folders import claim_new_dir, default_run_dir, retire_run
+from policies.runs.files import Span, claim_new_dir, default_run_dir, retire_run
 from hwprofiles import ProfileError, load_model
 from hwprofiles.loader import list_names
 from hwprofiles.outputfiles import atomic_write_text
 from policies.runs.measured import write_measured_run
-from policies.runs.spans import Span
 from policies.traces import held_rows
 
 

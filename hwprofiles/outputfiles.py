@@ -18,7 +18,7 @@ Why in hwprofiles/: it is the bottom layer, which every runtime and analysis
 may import, and it already holds the reading half (``inputfiles``: what a
 user's path names, checked before it is read). These two modules are file
 plumbing, not hardware data; they know nothing of runs (the run record's schema
-is ``policies.runs.records``) and import nothing of the project but each other.
+is ``policies.runs.files``) and import nothing of the project but each other.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from simcore.costmodel import CostError, RooflineCost, roofline
 from simcore.stackcost import overlapped
 from simcore.outcomes import Outcomes
 from simcore.resources import OverlapChannel, PageCache, SharedBandwidth, Stream
-from policies.runs.spans import Span
+from policies.runs.files import Span
 
 HOST = ("host",)  # the key of the one host queue (no device name is a tuple)
 

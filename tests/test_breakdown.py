@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from analyses.run.api import RunConfig, simulate
 from policies.runs.breakdown import breakdown, critical_path, sentence
-from policies.runs.spans import Span
+from policies.runs.files import Span
 
 
 def test_an_exact_timeline_is_split_by_cost_and_the_hidden_draft_is_named():

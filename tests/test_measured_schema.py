@@ -14,7 +14,7 @@ from hwprofiles.placement import resolve
 from policies.ops import LM, SAMPLE, Forward, Transfer
 from policies.runs.measured import (READERS, RUN_SCHEMA, MeasuredSpan, op_fields,
                                     read_measured_spans, write_measured_run)
-from policies.runs.spans import Span
+from policies.runs.files import Span
 from policies.traces import EventLine, VerifyLine
 
 RUN = Path(__file__).parent / "golden" / "measured-runs" / "sd-1"

@@ -30,8 +30,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from analyses.run import outputs as policy
 from analyses.run.outputs import check_outputs, check_run_dir
-from policies.runs import folders
-from policies.runs.folders import claim_new_dir, free_name, retire_run
+from policies.runs import files as run_files
+from policies.runs.files import claim_new_dir, free_name, retire_run
 from hwprofiles.outputfiles import (atomic_write_bytes, atomic_write_text, remove_stale_temps,
                                     temp_prefix)
 from tests.clicases import assert_refused, digest, run_cli
@@ -276,7 +276,7 @@ def test_default_run_folders_never_collide(tmp_path, monkeypatch):
     import executors.measure
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(folders.time, "strftime", lambda _fmt: "20261126-120000")
+    monkeypatch.setattr(run_files.time, "strftime", lambda _fmt: "20261126-120000")
     seen: list[Path] = []
 
     def measure(config, options, messages, *, out_dir, **_k):

@@ -513,7 +513,7 @@ def test_json_output_writes_non_finite_numbers_as_null(monkeypatch):
 
 
 def test_a_run_record_never_holds_nan(tmp_path):
-    from policies.runs.records import write_record
+    from policies.runs.files import write_record
 
     path = write_record(tmp_path / "r.json", kind="simulated", inputs={},
                         metrics={"tokens_per_s": math.nan, "time_s": 2.0})
@@ -526,7 +526,7 @@ def test_a_run_record_never_holds_nan(tmp_path):
 
 
 def test_a_chrome_trace_never_holds_nan(tmp_path):
-    from policies.runs.spans import Span, write_chrome_trace
+    from policies.runs.files import Span, write_chrome_trace
 
     path = tmp_path / "trace.json"
     write_chrome_trace(path, [Span("f", "compute", "cpu0", 0.0, 1.0, float("nan")),

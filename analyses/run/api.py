@@ -23,9 +23,8 @@ from hwprofiles import ModelSpec, Platform, Stack, load_model, load_platform, lo
 from hwprofiles.placement import check_overrides, resolve
 from policies import PolicyContext, build, build_prefill, entry, outcome_models
 from policies.runs.metrics import add_speedup, baseline_of, run_metrics
-from policies.runs.records import write_record
+from policies.runs.files import write_chrome_trace, write_record
 from policies.runs.breakdown import breakdown
-from policies.runs.spans import write_chrome_trace
 from simcore import Outcomes, RooflineCost, SimResult, Simulator, acceptance
 
 

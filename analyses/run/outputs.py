@@ -13,9 +13,9 @@ and it must be writable (``hwprofiles.outputfiles.check_writable``).
 Folders (``check_run_dir``, ``hetspec run --out``): the same shipped-data and
 input rules for every file a run writes, and a folder that is not empty (a
 previous run's ``record.json`` or anything else) is refused unless ``--force``,
-which replaces the run's own files only (``policies.runs.folders``); the
+which replaces the run's own files only (``policies.runs.files``); the
 sentence names the next free numbered folder. Default run folders are claimed
-new (``policies.runs.folders.claim_new_dir``) and never collide.
+new (``policies.runs.files.claim_new_dir``) and never collide.
 
 Temp files of killed writers are removed by the next write of the same output
 (``hwprofiles.outputfiles.atomic_write_bytes``).
@@ -31,8 +31,7 @@ from pathlib import Path
 from hwprofiles import ProfileError
 from hwprofiles.loader import _data_dir, _resolve, printable
 from hwprofiles.outputfiles import check_writable
-from policies.runs.folders import DERIVED_RUN_FILES, RUN_FILES, free_name, holds_run
-from policies.runs.records import read_record
+from policies.runs.files import DERIVED_RUN_FILES, RUN_FILES, free_name, holds_run, read_record
 
 MAX_RUN_FILES = 10_000  # files looked at under --runs before giving up the walk
 SHIPPED_PACKAGES = ("hwprofiles", "executors")  # each ships a data/ folder
