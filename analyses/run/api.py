@@ -17,14 +17,13 @@ from pathlib import Path
 
 from analyses.run.config import RunConfig, SimConfig  # noqa: F401 (SimConfig: the API's old name)
 from analyses.run.memory import Run, uses_draft
-from analyses.run.operators import operator_table
 from analyses.run.remedies import check_fit  # noqa: F401  (check_fit: API)
 from hwprofiles import ModelSpec, Platform, Stack, load_model, load_platform, load_stack
 from hwprofiles.placement import check_overrides, resolve
 from policies import PolicyContext, build, build_prefill, entry, outcome_models
+from policies.runs.breakdown import breakdown, operator_table
 from policies.runs.metrics import add_speedup, baseline_of, run_metrics
 from policies.runs.files import write_chrome_trace, write_record
-from policies.runs.breakdown import breakdown
 from simcore import Outcomes, RooflineCost, SimResult, Simulator, acceptance
 
 
@@ -283,7 +282,7 @@ def simulate(config: RunConfig, *, trace_path: str | Path | None = None,
 
 
 def operators_of(config: RunConfig, spans) -> list[dict]:
-    """The run's per-operator table (analyses.run.operators) on its platform, peaks
+    """The run's per-operator table (policies.runs.breakdown) on its platform, peaks
     taken at the target's dtype."""
     dtype = "fp8" if config.compute_bits == 8 else load_model(config.target).dtype
     return operator_table(spans, load_platform(config.platform), dtype)
