@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
-from hwprofiles.placement import resolve
-from hwprofiles.schema import ModelSpec, Platform
+from hwprofiles.schema import ModelSpec, Platform, resolve
 from policies.cachebook import PositionBook
 from policies.ops import (AllReduce, Delay, Forward, Join, Lookup, Outcome, Parallel,
                           Spawn, StreamWeights, Transfer, Verify)

@@ -10,7 +10,7 @@ import pytest
 from analyses.calibrate.terms import Terms, critical_times
 from analyses.measured.replay import load_run, replay
 from hwprofiles import load_platform
-from hwprofiles.placement import resolve
+from hwprofiles.schema import resolve
 from policies.ops import LM, SAMPLE, Forward, Transfer
 from policies.runs.measured import (READERS, RUN_SCHEMA, MeasuredSpan, op_fields,
                                     read_measured_spans, write_measured_run)

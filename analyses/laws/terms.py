@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from analyses.laws import forms
 from hwprofiles import load_model, load_platform, load_stack
-from hwprofiles.placement import resolve
+from hwprofiles.schema import resolve
 from policies import PolicyContext
 from policies.catalog import entry
 from simcore import RooflineCost

@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from analyses.run.config import RunConfig
 from hwprofiles import Platform, load_platform
 from hwprofiles.loader import list_names
-from hwprofiles.placement import check_overrides, resolve
+from hwprofiles.schema import check_overrides, resolve
 from policies.runs.measured import CORRUPT, MeasuredSpan
 from policies.runs.metrics import elapsed_s
 from policies.traces import MAX_ACCEPTED, field_error

@@ -19,7 +19,7 @@ from analyses.run.config import RunConfig, SimConfig  # noqa: F401 (SimConfig: t
 from analyses.run.memory import Run, uses_draft
 from analyses.run.remedies import check_fit  # noqa: F401  (check_fit: API)
 from hwprofiles import ModelSpec, Platform, Stack, load_model, load_platform, load_stack
-from hwprofiles.placement import check_overrides, resolve
+from hwprofiles.schema import check_overrides, resolve
 from policies import PolicyContext, build, build_prefill, entry, outcome_models
 from policies.runs.breakdown import breakdown, operator_table
 from policies.runs.metrics import add_speedup, baseline_of, run_metrics

@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass, field
 
 from hwprofiles import ModelSpec, Platform
-from hwprofiles.placement import Placement
+from hwprofiles.schema import Placement
 from policies import PolicyContext, build, parse_params
 from policies.dryrun import EXIT_HEADS, EXIT_LAYER_HEAD, Answer, Segment, dry_run
 
