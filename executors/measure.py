@@ -26,7 +26,7 @@ from policies.runs.metrics import add_speedup, baseline_of, run_metrics
 from policies.runs.files import Span, claim_new_dir, default_run_dir, retire_run
 from hwprofiles import ProfileError, load_model
 from hwprofiles.loader import list_names
-from hwprofiles.outputfiles import atomic_write_text
+from hwprofiles.files import atomic_write_text
 from policies.runs.measured import write_measured_run
 from policies.traces import held_rows
 

@@ -22,7 +22,7 @@ from analyses.calibrate.terms import Terms, apply, fit, initial_values, op_kind_
 from analyses.measured.replay import MeasuredRun, check_run_fits, find_runs, load_run, replay
 from hwprofiles import Platform, load_platform
 from policies.runs.metrics import elapsed_s
-from hwprofiles.outputfiles import atomic_write_text, scratch_dir
+from hwprofiles.files import atomic_write_text, scratch_dir
 
 
 def _configuration(run: MeasuredRun) -> str:

@@ -34,7 +34,7 @@ from analyses.measured.runrecord import check_record, run_file
 from analyses.run.api import metrics_of, run_schedule
 from analyses.run.config import RunConfig
 from hwprofiles import load_model, load_platform
-from hwprofiles.outputfiles import scratch_dir
+from hwprofiles.files import scratch_dir
 from policies.runs.metrics import elapsed_s
 from policies.runs.files import Span, chrome_trace, read_record
 from policies.runs.measured import MeasuredSpan, read_measured_spans

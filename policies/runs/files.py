@@ -3,7 +3,7 @@
 - ``Span``: one operation on one track (what ran, where, when, what it moved), the
   span every timeline is made of, and its Chrome trace-event (Perfetto) export.
 - The run record: every run's inputs and outputs in one JSON file (schema
-  ``hetspec.run/1``), written whole or not at all through ``hwprofiles.outputfiles``
+  ``hetspec.run/1``), written whole or not at all through ``hwprofiles.files``
   (the file plumbing every output shares) and read back with one-sentence errors.
 - The run folder: what a measured run writes into it (``RUN_FILES``; ``record.json``
   is written last, so a folder with a record holds a whole run) and, once replayed,
@@ -28,8 +28,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import NamedTuple
 
-from hwprofiles.inputfiles import DuplicateKey, json_loads, refuse_long_integers, regular_input
-from hwprofiles.outputfiles import atomic_write_text, json_safe
+from hwprofiles.files import (DuplicateKey, atomic_write_text, json_loads, json_safe,
+                              refuse_long_integers, regular_input)
 
 
 class Span(NamedTuple):
