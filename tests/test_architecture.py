@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 import policies
-from policies.catalog import SCHEDULES
+from policies.base import SCHEDULES
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("hwprofiles", "policies", "simcore", "executors", "analyses")
@@ -139,7 +139,7 @@ def _loaded_after(statement: str) -> set[str]:
 
 
 def test_policies_import_neither_simpy_nor_torch_at_run_time():
-    loaded = _loaded_after("import policies, policies.modelled, "
+    loaded = _loaded_after("import policies, policies.base, "
                            "policies.runs.metrics, policies.runs.files, policies.runs.config; "
                            "policies.names()")
     assert not {"simpy", "torch", "simcore", "executors", "analyses"} & loaded
@@ -221,13 +221,13 @@ def registered_names(source: str) -> set[str]:
 
 
 # The registry imports a schedule's module when its name is first looked up
-# (policies.catalog.SCHEDULES, name -> module): the table must name every
+# (policies.base.SCHEDULES, name -> module): the table must name every
 # schedule a module of the package registers, and that module.
 def test_the_schedule_table_names_every_registered_schedule_and_its_module():
     found = {name: module.removeprefix("policies.") for rel, module in _modules("policies")
              for name in registered_names((ROOT / rel).read_text())}
     assert len(found) >= 10
-    assert SCHEDULES == found, "policies.catalog.SCHEDULES must list each @register name"
+    assert SCHEDULES == found, "policies.base.SCHEDULES must list each @register name"
 
 
 def test_looking_a_schedule_up_imports_its_module_alone():

@@ -143,7 +143,7 @@ def run_schedule(config: RunConfig, *, record_spans: bool = True,
 
     ``outcomes_factory(acceptance_model, seed=, deterministic=, models=)`` builds
     the outcome source, ``models`` the schedule's outcome models
-    (``policies.modelled``); pass an Outcomes subclass to observe or replay
+    (``policies.base``); pass an Outcomes subclass to observe or replay
     outcomes.
     ``rewrite(schedule) -> schedule`` wraps the policy's generator (a replay
     gives Forwards the work a measured run did for them).

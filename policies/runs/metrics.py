@@ -13,8 +13,7 @@ is ``wall_s`` (records written before the rename also carry it as
 
 from __future__ import annotations
 
-from policies.base import PolicyParams
-from policies.catalog import entry, parse_params
+from policies.base import PolicyParams, entry, parse_params
 from policies.runs.config import RunSettings
 
 
