@@ -3,7 +3,8 @@
 A policy is registered with a pydantic parameter model (frozen, extra fields
 forbidden), and with what it models of its outcomes and what its law takes.
 Users pick policies by name (``--policy``): ``entry``, ``names``,
-``parse_params``, ``build`` and ``outcome_models`` look them up, importing a
+``parse_params``, ``build``, ``outcome_models`` and ``baseline_of`` (the run a
+speedup is measured against) look them up, importing a
 schedule's module when its name is first looked up (``SCHEDULES``), so a run
 loads the schedules it runs and no other; a schedule registered elsewhere
 (``register`` in a test) is found as it is. This module imports no schedule, so
@@ -303,6 +304,19 @@ def outcome_models(name: str, ctx: PolicyContext,
     if isinstance(params, dict):
         params = parse_params(name, params)
     return {} if e.outcome_models is None else e.outcome_models(ctx, params)
+
+
+def baseline_of(policy: str, params: PolicyParams | dict) -> tuple[str, dict] | None:
+    """The (policy, params) a run's speedup is measured against (its schedule's own
+    AR baseline: ppsd's runs through the same stages), or None when the run is
+    its own baseline. ``params``: the run's typed parameters (a RunSettings'), or a
+    dict of them, validated here."""
+    if not isinstance(params, PolicyParams):
+        params = parse_params(policy, params)
+    name, base_params = entry(policy).baseline(params)
+    if name == policy and base_params == params.model_dump(exclude_unset=True):
+        return None
+    return name, base_params
 
 
 def names() -> list[str]:

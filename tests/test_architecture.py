@@ -140,7 +140,7 @@ def _loaded_after(statement: str) -> set[str]:
 
 def test_policies_import_neither_simpy_nor_torch_at_run_time():
     loaded = _loaded_after("import policies, policies.base, "
-                           "policies.runs.metrics, policies.runs.files, policies.runs.config; "
+                           "policies.runs.files, policies.runs.config; "
                            "policies.names()")
     assert not {"simpy", "torch", "simcore", "executors", "analyses"} & loaded
 

@@ -3,9 +3,9 @@ speedup over AR, baselines, measured spans."""
 
 from types import SimpleNamespace
 
-from policies.runs.metrics import add_speedup, baseline_of, elapsed_s, run_metrics
+from policies.base import baseline_of
+from policies.runs.files import Span, add_speedup, elapsed_s, run_metrics
 from policies.runs.measured import MeasuredSpan
-from policies.runs.files import Span
 
 CONFIG = SimpleNamespace(policy="sd", platform="p", target="t", draft="d", batch=2, seed=1,
                          deterministic=True)

@@ -21,9 +21,9 @@ from analyses.run.remedies import check_fit  # noqa: F401  (check_fit: API)
 from hwprofiles import ModelSpec, Platform, Stack, load_model, load_platform, load_stack
 from hwprofiles.schema import check_overrides, resolve
 from policies import PolicyContext, build, build_prefill, entry, outcome_models
+from policies.base import baseline_of
 from policies.runs.breakdown import breakdown, operator_table
-from policies.runs.metrics import add_speedup, baseline_of, run_metrics
-from policies.runs.files import write_chrome_trace, write_record
+from policies.runs.files import add_speedup, run_metrics, write_chrome_trace, write_record
 from simcore import Outcomes, RooflineCost, SimResult, Simulator, acceptance
 
 

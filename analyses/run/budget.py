@@ -43,7 +43,7 @@ from hwprofiles import ModelSpec, load_model
 from policies import entry
 from policies.dryrun import StepWork
 from policies.prefill import MAX_PREFILL_PASSES
-from policies.runs.metrics import baseline_of
+from policies.base import baseline_of
 
 # Work units of a step: each operation the schedule yields costs as much as this
 # many rows (measured: ~11-70 us an op against ~2.2 us a row).
