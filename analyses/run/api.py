@@ -16,12 +16,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from analyses.run.config import RunConfig, SimConfig  # noqa: F401 (SimConfig: the API's old name)
-from analyses.run.memory import Run, uses_draft
-from analyses.run.remedies import check_fit  # noqa: F401  (check_fit: API)
+from analyses.run.memory import Run, check_fit
 from hwprofiles import ModelSpec, Platform, Stack, load_model, load_platform, load_stack
 from hwprofiles.schema import check_overrides, resolve
 from policies import PolicyContext, build, build_prefill, entry, outcome_models
 from policies.base import baseline_of
+from policies.dryrun import uses_draft
 from policies.runs.breakdown import breakdown, operator_table
 from policies.runs.files import add_speedup, run_metrics, write_chrome_trace, write_record
 from simcore import Outcomes, RooflineCost, SimResult, Simulator, acceptance
