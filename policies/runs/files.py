@@ -167,7 +167,8 @@ def run_metrics(config: RunSettings, *, tokens: float, time_s: float, steps: int
     if measured:
         out["measured"] = True
     whole = isinstance(tokens, float) and tokens.is_integer()
-    out.update({"tokens": int(tokens) if whole else tokens, ("wall_s" if measured else "simulated_time_s"): time_s,
+    out.update({"tokens": int(tokens) if whole else tokens,
+                ("wall_s" if measured else "simulated_time_s"): time_s,
                 "tokens_per_s": tokens / time_s if time_s else 0.0, "steps": steps,
                 "mean_tokens_per_step": tokens / (steps * rows_per_step),
                 "step_latency_s": time_s / steps})
