@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from analyses.commands import COMMANDS
 from hwprofiles import ProfileError
-from hwprofiles.outputfiles import WriteError, json_safe
+from hwprofiles.files import WriteError, json_safe
 from policies import PolicyError
 from simcore import CostError
 

@@ -30,7 +30,7 @@ import yaml
 
 from analyses.run import budget, measuredbudget
 from analyses.run.api import RunConfig, baseline_config, run_schedule
-from policies.runs.metrics import baseline_of
+from policies.base import baseline_of
 
 H100 = dict(platform="h100-sxm-5x", target="llama-3.1-70b", draft="llama-3.2-1b")
 PHONE = dict(platform="snapdragon-8-gen3", target="llama-3-8b", draft="llama-3.2-1b")

@@ -20,15 +20,15 @@ from executors.backend.models import default_draft
 from executors.prompts import BUILTIN, encode
 from executors.session import BatchResult, Options, Session
 from policies import entry, ngram
+from policies.base import baseline_of
 from policies.runs.breakdown import breakdown
 from policies.runs.config import RunSettings
-from policies.runs.metrics import add_speedup, baseline_of, run_metrics
-from policies.runs.folders import claim_new_dir, default_run_dir, retire_run
+from policies.runs.files import (Span, add_speedup, claim_new_dir, default_run_dir, retire_run,
+                                 run_metrics)
 from hwprofiles import ProfileError, load_model
 from hwprofiles.loader import list_names
-from hwprofiles.outputfiles import atomic_write_text
+from hwprofiles.files import atomic_write_text
 from policies.runs.measured import write_measured_run
-from policies.runs.spans import Span
 from policies.traces import held_rows
 
 

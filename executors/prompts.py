@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hwprofiles.inputfiles import regular_input
+from hwprofiles.files import regular_input
 
 DATA = Path(__file__).resolve().parent / "data"
 

@@ -1,13 +1,38 @@
-"""Policy registry and the context every schedule receives.
+"""The schedules' registry: what a schedule registers, and its look-up by name.
 
-A policy is registered with a pydantic parameter model (frozen, extra
-fields forbidden). Users pick policies by name: ``policies.catalog`` looks them
-up (``entry``, ``build``, ...), importing a schedule's module on first use; this
-module imports no schedule, so every schedule can import it.
+A policy is registered with a pydantic parameter model (frozen, extra fields
+forbidden), and with what it models of its outcomes and what its law takes.
+Users pick policies by name (``--policy``): ``entry``, ``names``,
+``parse_params``, ``build``, ``outcome_models`` and ``baseline_of`` (the run a
+speedup is measured against) look them up, importing a
+schedule's module when its name is first looked up (``SCHEDULES``), so a run
+loads the schedules it runs and no other; a schedule registered elsewhere
+(``register`` in a test) is found as it is. This module imports no schedule, so
+every schedule can import it. (A schedule's prologue, the prompt's prefill, is
+``policies.prefill.build_prefill``.)
+
+Outcome models: what a schedule models of its outcomes, for the simulator alone.
+Operations say what happens (verify this proposal, did the cache hit); they carry
+no modelled numbers. Where a schedule knows more than the run's acceptance model
+(a token tree's mean accepted length, SAGUARO's distorted acceptance, the chance
+that a prefix lies on a precomputed window), its module exposes
+``outcome_models(ctx, params) -> {key: model}``, registered with the policy, and
+the simulator attaches each model to the operations it names:
+
+  * a ``Verify`` by its ``label`` -> ``VerifyModel``;
+  * an ``Outcome`` by its ``event`` -> ``EventModel``.
+
+The executor never reads these: it observes the real models' acceptance and events.
+Plain frozen data, no simpy, no torch.
+
+One module because the three answer one question, what a schedule declares to
+the runtimes: its entry (``register``), the outcome models and law-cost interface
+the entry's callables use, and the look-up that finds the entry by name.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -16,11 +41,65 @@ from pydantic import ValidationError
 
 from hwprofiles.numbers import StrictModel
 from hwprofiles.models import MAX_LAYERS, ModelSpec
-from policies.modelled import OutcomeModels
 
 
 # all-reduces per draft step: two per layer of the deepest model a profile may hold
 MAX_COLLECTIVES = 2 * MAX_LAYERS
+
+
+# outcome models --------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class VerifyModel:
+    """How the simulator draws the verdicts of the Verify operations it is attached to.
+
+    ``expected``: a modelled mean of accepted tokens per row, used instead of the
+    run's acceptance model (None: the run's model decides). ``scale`` in [0, 1]
+    multiplies every modelled per-token acceptance (a proposal sampled from a
+    distorted draft distribution).
+    """
+
+    expected: float | None = None
+    scale: float = 1.0
+
+    def __post_init__(self):
+        if not 0 <= self.scale <= 1:
+            raise ValueError(f"VerifyModel.scale must lie in [0, 1], got {self.scale}")
+
+
+@dataclass(frozen=True, slots=True)
+class EventModel:
+    """The modelled chance that an ``Outcome`` event holds for one row.
+
+    ``independent_rows``: deterministic simulation answers a per-row Outcome of
+    this event as independent rows fall on average (every row holds on a share
+    p^B of asks, each row on a share p; ``simcore.outcomes``). False: each row
+    keeps its own credit, so rows with one chance answer alike."""
+
+    probability: float
+    independent_rows: bool = False
+
+
+OutcomeModels = dict[str, VerifyModel | EventModel]
+PLAIN = VerifyModel()  # a Verify no model names: the run's acceptance model decides
+
+
+def verify_model(models: OutcomeModels, label: str) -> VerifyModel:
+    """The model attached to Verify operations labelled ``label``."""
+    model = models.get(label, PLAIN)
+    if not isinstance(model, VerifyModel):
+        raise ValueError(f"outcome model '{label}' is a {type(model).__name__}, but a "
+                         "Verify is labelled so; a Verify needs a VerifyModel")
+    return model
+
+
+def event_model(models: OutcomeModels, event: str) -> EventModel:
+    """The model of Outcome ``event``; every event a schedule asks needs one."""
+    model = models.get(event)
+    if not isinstance(model, EventModel):
+        raise ValueError(f"Outcome event '{event}' has no EventModel among the schedule's "
+                         f"outcome models ({', '.join(sorted(models)) or 'none'}); its "
+                         "policy's outcome_models must give it one")
+    return model
 
 
 class PolicyError(ValueError):
@@ -148,7 +227,7 @@ def register(name: str, params: type[PolicyParams], *, needs_draft: bool = False
     ``timeline(spans) -> dict`` derives metrics that need times (overlap,
     per-phase shares) from a run's spans, simulated or measured.
     ``outcome_models(ctx, params)`` gives the simulator what the schedule models
-    of its verdicts and events (``policies.modelled``); none: the run's
+    of its verdicts and events (``VerifyModel``, ``EventModel`` above); none: the run's
     acceptance model decides every Verify, and the schedule asks no Outcome.
     ``law_terms(costs, ctx, params)`` gives the terms the schedule's closed form
     takes, priced by ``costs`` (``LawCosts``: the caller's cost model and
@@ -184,6 +263,65 @@ def validate_params(name: str, cls: type[PolicyParams], values: dict[str, Any]) 
                 f"{', '.join(cls.model_fields) or '(none)'}") from None
         raise PolicyError(f"policy '{name}' parameter '{field}': "
                           f"{first['msg'].removeprefix('Value error, ')}") from None
+
+
+# look-up by name -------------------------------------------------------------
+# shipped schedule name -> the module of this package that registers it; a test
+# (tests/test_architecture.py) ties it to the modules' ``@register`` lines, so a
+# new schedule module that is not listed here fails the suite
+SCHEDULES = {"ar": "ar", "ar_stream": "cats", "cats": "cats", "kangaroo": "cats",
+             "eesd": "ppsd", "ppsd": "ppsd", "mirror": "mirror", "sd": "sd", "ssd": "ssd",
+             "tree": "tree"}
+
+
+def entry(name: str) -> PolicyEntry:
+    """The registry entry of schedule ``name``, its module imported on first use."""
+    if name not in REGISTRY and name in SCHEDULES:
+        importlib.import_module(f"policies.{SCHEDULES[name]}")
+    if name not in REGISTRY:
+        raise PolicyError(f"unknown policy '{name}'; choose one of {', '.join(names())}")
+    return REGISTRY[name]
+
+
+def parse_params(name: str, values: dict[str, Any]) -> PolicyParams:
+    return validate_params(name, entry(name).params, values)
+
+
+def build(name: str, ctx: PolicyContext, params: PolicyParams | dict) -> Generator:
+    e = entry(name)
+    if isinstance(params, dict):
+        params = parse_params(name, params)
+    if e.needs_draft:
+        ctx.need_draft(name)
+    return e.fn(ctx, params)
+
+
+def outcome_models(name: str, ctx: PolicyContext,
+                   params: PolicyParams | dict) -> OutcomeModels:
+    """What schedule ``name`` models of its outcomes, for a simulator to attach
+    (``VerifyModel``, ``EventModel`` above); the executor never asks."""
+    e = entry(name)
+    if isinstance(params, dict):
+        params = parse_params(name, params)
+    return {} if e.outcome_models is None else e.outcome_models(ctx, params)
+
+
+def baseline_of(policy: str, params: PolicyParams | dict) -> tuple[str, dict] | None:
+    """The (policy, params) a run's speedup is measured against (its schedule's own
+    AR baseline: ppsd's runs through the same stages), or None when the run is
+    its own baseline. ``params``: the run's typed parameters (a RunSettings'), or a
+    dict of them, validated here."""
+    if not isinstance(params, PolicyParams):
+        params = parse_params(policy, params)
+    name, base_params = entry(policy).baseline(params)
+    if name == policy and base_params == params.model_dump(exclude_unset=True):
+        return None
+    return name, base_params
+
+
+def names() -> list[str]:
+    """Every schedule's name, shipped or registered, without importing any."""
+    return sorted(set(SCHEDULES) | set(REGISTRY))
 
 
 # law terms -------------------------------------------------------------------

@@ -59,9 +59,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from policies.base import LawCosts, PolicyContext, PolicyError, register
+from policies.base import (LawCosts, OutcomeModels, PolicyContext, PolicyError, VerifyModel,
+                           register)
 from policies.flashstream import FlashStreamer, Plan, StreamParams, plan_memory, target_pass
-from policies.modelled import OutcomeModels, VerifyModel
 from policies.ops import SAMPLE, Feed, Forward, Head, TopK, Verify
 
 ADAPTER_HEADS = {"norm": Head("exit"), "transformer": Head("exit_layer")}

@@ -14,6 +14,9 @@ streams from storage. Every user of that knowledge asks this one dry run:
   * the work budget (``analyses.run.budget``) counts what one decoding step
     yields (``StepWork``).
 
+A schedule named with its parameters and models is dry-run once and kept
+(``held``): a capacity search asks at every batch it tries.
+
 So a new schedule gets its prefill, its executor footprint, its memory check and
 its work budget from its own operations, with no name table elsewhere.
 """
@@ -22,6 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hwprofiles.models import ModelSpec
+from policies.base import PolicyContext, build, parse_params
 from policies.ops import (MAIN, Fanout, Forward, Join, Lookup, Outcome, Parallel, Spawn,
                           StreamWeights, Verdict, Verify, drive, widest_lookup)
 
@@ -30,6 +35,7 @@ DRY_STEPS = 3  # decoding steps the dry run follows: every cache is in use by th
 # work budget counts the widest step): a 1,000-layer model, the deepest a profile
 # may hold, streamed a layer at a time (ar_stream) yields 3,998 a step.
 DRY_OPS = 5000
+DRY_TOKENS = 1024  # tokens a named schedule is asked for: none of its steps is its last
 EXIT_LAYER_HEAD = "exit_layer"  # an early-exit head with a decoder layer of its own
 EXIT_HEADS = ("exit", EXIT_LAYER_HEAD)  # early-exit heads (Head.kind)
 
@@ -223,3 +229,36 @@ def _add_heads(answer: Answer, more: Answer) -> None:
                                          max(mine.rows, seg.rows))
     for key, heads in more.heads_only.items():
         answer.heads_only.setdefault(key, set()).update(heads)
+
+
+# A schedule asked by name (the memory check, the work budget) ----------------
+_ANSWERS: dict[tuple, Answer] = {}
+_CACHED = 256  # dry runs kept
+
+
+def _answer(policy: str, params, target: ModelSpec, draft: ModelSpec | None,
+            prompt_tokens: int) -> Answer:
+    key = (policy, params, target.model_dump_json(),
+           draft and draft.model_dump_json(), prompt_tokens)
+    if key not in _ANSWERS:
+        if len(_ANSWERS) >= _CACHED:
+            _ANSWERS.clear()
+        ctx = PolicyContext(target=target, draft=draft, tokens=DRY_TOKENS,
+                            prompt_tokens=prompt_tokens)
+        _ANSWERS[key] = dry_run(build(policy, ctx, params),
+                                accepting=build(policy, ctx, params))
+    return _ANSWERS[key]
+
+
+def held(policy: str, params, models: dict[str, ModelSpec], prompt_tokens: int) -> Answer:
+    """Schedule ``policy``'s dry run on these models: what each role runs where.
+    Cached: a capacity search asks it at every batch it tries."""
+    if params is None or isinstance(params, dict):
+        params = parse_params(policy, params or {})
+    return _answer(policy, params, models["target"], models.get("draft"), prompt_tokens)
+
+
+def uses_draft(policy: str, params, models: dict[str, ModelSpec]) -> bool:
+    """Whether the schedule runs a separate draft model (its dry run shows a
+    Forward of the draft), rather than its target's own layers or no draft."""
+    return "draft" in held(policy, params, models, 0).models()

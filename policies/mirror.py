@@ -92,8 +92,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from policies.base import LawCosts, PolicyContext, register
-from policies.modelled import EventModel, OutcomeModels
+from policies.base import EventModel, LawCosts, OutcomeModels, PolicyContext, register
 from policies.ops import (ENTRY_BYTES, LM, SAMPLE, VERDICT_BYTES, Branch, Feed, Forward, Head,
                           OnTree, Outcome, Parallel, Roots, TopK, Transfer, Verify, rows_of)
 from policies.mirrorplan import MirrorParams, MirrorPlan, failing_rows, plan, skips

@@ -89,7 +89,7 @@ class Verify:
     them. ``gamma=0`` is plain autoregressive sampling of one token.
     What the simulator models of the verdict beyond the run's acceptance model
     (a modelled mean, a scaled acceptance) is no field here: it is the schedule's
-    ``VerifyModel`` for this ``label`` (``policies.modelled``).
+    ``VerifyModel`` for this ``label`` (``policies.base``).
     ``bonus=False``: the target's logits cover only the proposed positions (a
     pipeline verifying each token as it leaves): a row commits its accepted
     tokens plus the target's correction if it rejected one, and no bonus token.
@@ -147,7 +147,7 @@ class Outcome:
 
     The executor observes the event in the real models; the simulator draws it
     with the chance p of the schedule's ``EventModel`` for ``event``
-    (``policies.modelled``). By default the answer is one ``bool``: the event
+    (``policies.base``). By default the answer is one ``bool``: the event
     held for every one of ``batch`` rows (modelled chance ``p ** batch``).
     ``per_row=True`` asks each row separately: the answer is a tuple of
     ``batch`` bools, row r's True with chance p independently of the others (in

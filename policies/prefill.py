@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from policies.base import PolicyContext, PolicyError
+from policies.base import PolicyContext, PolicyError, PolicyParams, build
 from policies.dryrun import Segment, dry_run
 from policies.ops import OWN, Feed, Forward, Join, Parallel, Spawn, StreamWeights, Transfer
 
@@ -201,3 +201,10 @@ def prologue(schedule, ctx: PolicyContext):
     passes = len(chunks) * sum(len(pieces(s)) if s.streamed else 1
                                for lane in lanes for s in lane)
     return {"prefill_passes": passes, "prefill_chunks": len(chunks)}
+
+
+def build_prefill(name: str, ctx: PolicyContext, params: PolicyParams | dict):
+    """The prologue of schedule ``name``: the prompt's prefill of every cache its
+    decoding reads, as ordinary operations. ``policies.base.build`` returns the
+    decoding alone, whose metrics exclude the prefill."""
+    return prologue(build(name, ctx, params), ctx)

@@ -37,9 +37,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from policies.base import (MAX_COLLECTIVES, LawCosts, PolicyContext, PolicyError,
-                           PolicyParams, register)
-from policies.modelled import EventModel, OutcomeModels
+from policies.base import (MAX_COLLECTIVES, EventModel, LawCosts, OutcomeModels, PolicyContext,
+                           PolicyError, PolicyParams, register)
 from policies.ops import (CATCH_UP, LM, OWN, SAMPLE, TOKEN_BYTES, VERDICT_BYTES, Branch, Forward,
                           Found, Head, LOOKUP_MAX_N, Lookup, Transfer, Verify)
 

@@ -79,8 +79,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from policies.base import LawCosts, PolicyContext, register
-from policies.modelled import EventModel, OutcomeModels, VerifyModel
+from policies.base import (EventModel, LawCosts, OutcomeModels, PolicyContext, VerifyModel,
+                           register)
 from policies.ops import (ENTRY_BYTES, LM, VERDICT_BYTES, Branch, Delay, Fanout, Feed, Forward,
                           Join, OnTree, Outcome, Sample, Spawn, Transfer, Verify, rows_of)
 from policies.ssdplan import SSDParams, SSDPlan, plan

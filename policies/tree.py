@@ -66,9 +66,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from policies.base import (MAX_COLLECTIVES, PolicyContext, PolicyError, PolicyParams, register,
-                           validate_params)
-from policies.modelled import OutcomeModels, VerifyModel
+from policies.base import (MAX_COLLECTIVES, OutcomeModels, PolicyContext, PolicyError,
+                           PolicyParams, VerifyModel, register, validate_params)
 from policies.ops import (CATCH_UP, LM, OWN, TOKEN_BYTES, VERDICT_BYTES, Branch, Children,
                           Forward, Head, LOOKUP_MAX_N, TopK, Transfer, Verify)
 from policies.sd import (LOOKUP_GAMMA, LOOKUP_NODES, LOOKUP_WIDTH, draft_source, lookup_outcomes,

@@ -31,7 +31,7 @@ path.
 Every optional term's default (0, 1, None) leaves the roofline exactly as it
 was (x + 0.0 and x / 1.0 are exact in floating point).
 
-The software stack (``hwprofiles.stacks``; ``simcore.stackcost``) adds its
+The software stack (``hwprofiles.stacks``, which prices it too) adds its
 host time to a pass's launch term (``ForwardTerms.host_s``), scales its
 attention terms and says which experts a mixture-of-experts pass reads; the
 default ``compiled`` stack adds nothing.
@@ -47,8 +47,8 @@ import numpy as np
 
 from hwprofiles.schema import (CollectiveGroup, Device, Link, MemoryTier, ModelSpec, Platform,
                                allreduce_s)
+from hwprofiles import stacks
 from hwprofiles.stacks import COMPILED, Stack
-from simcore import stackcost
 
 COLLECTIVES_PER_LAYER = 2  # Mirror-SD: two all-reduces per transformer block
 
@@ -138,7 +138,7 @@ class ForwardCost(NamedTuple):
     # bytes/s the pass streams at on a device with a bandwidth cap (None: uncapped);
     # under contention its flow takes at most this much of the shared tier
     rate_cap: float | None = None
-    # a stack whose launches are asynchronous (simcore.stackcost): its host
+    # a stack whose launches are asynchronous (hwprofiles.stacks): its host
     # dispatch, overlapped with the device's time by host_exponent, then its sync
     host_s: float = 0.0
     host_exponent: float | None = None
@@ -151,7 +151,7 @@ class ForwardCost(NamedTuple):
         device = self.launch_s + roofline(self.compute_s, self.memory_s, self.exponent)
         if self.host_exponent is None:
             return device
-        return stackcost.overlapped(self.host_s, device, self.host_exponent) + self.sync_s
+        return stacks.overlapped(self.host_s, device, self.host_exponent) + self.sync_s
 
     @property
     def total_s(self) -> float:
@@ -179,7 +179,7 @@ class ForwardTerms:
     message_bytes: float  # bytes of each all-reduce
     alltoalls: int = 0  # expert parallelism's dispatches and combines
     alltoall_bytes: float = 0.0  # bytes one member sends in each (ModelSpec.dispatch_bytes)
-    # the software stack's host time for the pass (simcore.stackcost): its
+    # the software stack's host time for the pass (hwprofiles.stacks): its
     # dispatch and its sync after the pass
     host_s: float = 0.0
     sync_s: float = 0.0
@@ -353,8 +353,8 @@ class RooflineCost:
         stack = self.stack.on(device.backend)
         factor = stack.attention_context_factor
         flops_ctx, bytes_ctx = flops_ctx * factor, bytes_ctx * factor
-        bytes0 += stackcost.extra_expert_bytes(stack, spec, n_layers, rows)
-        host, sync = stackcost.host_s(stack, spec, n_layers, kernels, rows, head)
+        bytes0 += stacks.extra_expert_bytes(stack, spec, n_layers, rows)
+        host, sync = stacks.host_s(stack, spec, n_layers, kernels, rows, head)
         if len(members) > 1:
             count = COLLECTIVES_PER_LAYER * n_layers if collectives is None else collectives
             if spec.expert_parallel and collectives is None:

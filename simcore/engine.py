@@ -12,16 +12,15 @@ from dataclasses import dataclass, field
 
 import simpy
 
-from hwprofiles.placement import resolve
-from hwprofiles.schema import ModelSpec, Platform
+from hwprofiles.schema import ModelSpec, Platform, resolve
+from hwprofiles.stacks import overlapped
 from policies.cachebook import PositionBook
 from policies.ops import (AllReduce, Delay, Forward, Join, Lookup, Outcome, Parallel,
                           Spawn, StreamWeights, Transfer, Verify)
+from policies.runs.files import Span
 from simcore.costmodel import CostError, RooflineCost, roofline
-from simcore.stackcost import overlapped
 from simcore.outcomes import Outcomes
 from simcore.resources import OverlapChannel, PageCache, SharedBandwidth, Stream
-from policies.runs.spans import Span
 
 HOST = ("host",)  # the key of the one host queue (no device name is a tuple)
 

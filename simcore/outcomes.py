@@ -21,7 +21,7 @@ which every row accepted, since the last one in which some row did not: the
 draft in flight was proposed after that many matches.
 
 What a schedule models beyond the acceptance model comes from its outcome models
-(``policies.modelled``), attached by the Verify's label and the Outcome's event:
+(``policies.base``), attached by the Verify's label and the Outcome's event:
 a Verify's modelled mean or acceptance scale, an event's chance.
 """
 
@@ -32,8 +32,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from policies.modelled import (EventModel, OutcomeModels, VerifyModel, event_model,
-                              verify_model)
+from policies.base import (EventModel, OutcomeModels, VerifyModel, event_model,
+                           verify_model)
 from policies.ops import Found, Lookup, Outcome, Verdict, Verify
 from simcore.acceptance import IID
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from analyses.run.api import RunConfig, simulate
 from policies.runs.breakdown import breakdown, critical_path, sentence
-from policies.runs.spans import Span
+from policies.runs.files import Span
 
 
 def test_an_exact_timeline_is_split_by_cost_and_the_hidden_draft_is_named():
@@ -89,7 +89,7 @@ def test_the_critical_path_covers_the_window_exactly_once(rows, end_s):
 
 def test_the_operator_table_accounts_for_every_span_and_its_peak_fraction():
     from analyses.run.api import RunConfig, run_schedule
-    from analyses.run.operators import operator_table
+    from policies.runs.breakdown import operator_table
     from hwprofiles import load_platform
 
     config = RunConfig(platform="h100-sxm-5x", target="llama-3.1-70b", draft="llama-3.2-1b",

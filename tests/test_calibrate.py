@@ -32,8 +32,7 @@ from policies.ops import (LM, SAMPLE, Forward, Join, Spawn, StreamWeights, Trans
                           Verify, drive)
 from simcore import RooflineCost, acceptance
 from policies.runs.measured import MeasuredSpan
-from policies.runs.records import write_record
-from policies.runs.spans import Span, chrome_trace
+from policies.runs.files import Span, chrome_trace, write_record
 
 # The two cores of cpu-local have one spec, so they share their parameters. The
 # fake executor below feeds AR passes of one row, SD drafts of one row (8, 15 or

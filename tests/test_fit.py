@@ -6,8 +6,7 @@ import pytest
 
 from analyses.run.api import SimConfig, run_models, simulate
 from analyses.commands.compare import DEFAULTS, required_defaults
-from analyses.run.memory import Run, tier_needs
-from analyses.run.remedies import check_fit
+from analyses.run.memory import Run, check_fit, tier_needs
 from hwprofiles import list_names, load_model, load_platform
 from policies import entry, names, parse_params
 

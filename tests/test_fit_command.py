@@ -6,9 +6,9 @@ import json
 import pytest
 
 from analyses.run.api import RunConfig, memory_request, run_models, run_schedule
-from analyses.run.remedies import check_fit
+from analyses.run.memory import check_fit
 from hwprofiles import load_platform
-from hwprofiles.placement import resolve
+from hwprofiles.schema import resolve
 
 from test_cli import hetspec
 

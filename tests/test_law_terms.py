@@ -9,7 +9,7 @@ import pytest
 from analyses.laws.terms import law_terms
 from analyses.run.api import simulate
 from analyses.run.config import SimConfig
-from policies.catalog import entry, names
+from policies.base import entry, names
 
 H100 = {"platform": "h100-sxm-5x", "target": "llama-3.1-70b", "draft": "llama-3.2-1b"}
 M2 = {"platform": "m2-ultra-8x", "target": "qwen3-32b", "draft": "qwen3-0.6b"}

@@ -10,11 +10,11 @@ import pytest
 from analyses.calibrate.terms import Terms, critical_times
 from analyses.measured.replay import load_run, replay
 from hwprofiles import load_platform
-from hwprofiles.placement import resolve
+from hwprofiles.schema import resolve
 from policies.ops import LM, SAMPLE, Forward, Transfer
 from policies.runs.measured import (READERS, RUN_SCHEMA, MeasuredSpan, op_fields,
                                     read_measured_spans, write_measured_run)
-from policies.runs.spans import Span
+from policies.runs.files import Span
 from policies.traces import EventLine, VerifyLine
 
 RUN = Path(__file__).parent / "golden" / "measured-runs" / "sd-1"

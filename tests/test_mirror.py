@@ -18,7 +18,7 @@ from policies import sd as sd_policy
 from policies.mirror import DRAFT, FALLBACK, FRESH, PREFIX, WINDOW
 from policies.mirrorplan import MirrorParams, default_kappa, failing_rows, skip_bound
 from policies.mirrorplan import plan as mirror_plan
-from policies.modelled import EventModel, VerifyModel
+from policies.base import EventModel, VerifyModel
 from policies.ops import (ENTRY_BYTES, LM, TOKEN_BYTES, VERDICT_BYTES, Forward, Head, OnTree,
                           Outcome, Parallel, Roots, TopK, Transfer, Verdict, Verify, drive)
 from simcore import Outcomes, RooflineCost

@@ -30,9 +30,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from analyses.run import outputs as policy
 from analyses.run.outputs import check_outputs, check_run_dir
-from policies.runs import folders
-from policies.runs.folders import claim_new_dir, free_name, retire_run
-from hwprofiles.outputfiles import (atomic_write_bytes, atomic_write_text, remove_stale_temps,
+from policies.runs import files as run_files
+from policies.runs.files import claim_new_dir, free_name, retire_run
+from hwprofiles.files import (atomic_write_bytes, atomic_write_text, remove_stale_temps,
                                     temp_prefix)
 from tests.clicases import assert_refused, digest, run_cli
 from tests.test_calibrate import make_measured_run
@@ -276,7 +276,7 @@ def test_default_run_folders_never_collide(tmp_path, monkeypatch):
     import executors.measure
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(folders.time, "strftime", lambda _fmt: "20261126-120000")
+    monkeypatch.setattr(run_files.time, "strftime", lambda _fmt: "20261126-120000")
     seen: list[Path] = []
 
     def measure(config, options, messages, *, out_dir, **_k):
@@ -403,16 +403,16 @@ def _writer_script(target: Path, size: int, hold: bool) -> str:
     stops for good before the rename (to be killed there)."""
     return (
         "import os, sys, time\n"
-        "from hwprofiles import outputfiles\n"
+        "from hwprofiles import files\n"
         f"hold = {hold!r}\n"
         "real = os.fsync\n"
         "def fsync(fd):\n"
         "    real(fd)\n"
         "    if hold:\n"
         "        print('holding', flush=True); time.sleep(600)\n"
-        "outputfiles.os.fsync = fsync\n"
+        "files.os.fsync = fsync\n"
         "data = bytes([os.getpid() % 251])\n"
-        f"outputfiles.atomic_write_bytes({str(target)!r}, data * {size})\n"
+        f"files.atomic_write_bytes({str(target)!r}, data * {size})\n"
     )
 
 

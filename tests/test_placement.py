@@ -1,9 +1,9 @@
-"""One placement resolution (hwprofiles/placement.py) for every runtime and analysis."""
+"""One placement resolution (hwprofiles/schema.py) for every runtime and analysis."""
 
 import pytest
 
 from hwprofiles import load_platform
-from hwprofiles.placement import Placement, check_overrides, resolve
+from hwprofiles.schema import Placement, check_overrides, resolve
 
 
 def test_overrides_win_over_the_platform_placement():

@@ -455,7 +455,7 @@ def test_a_link_within_its_directory_is_written_through(work):
 
 
 def test_a_killed_writers_temp_file_is_removed_by_the_next_write(work):
-    from hwprofiles.outputfiles import _temp_prefix, atomic_write_text
+    from hwprofiles.files import _temp_prefix, atomic_write_text
 
     out = work / "report.html"
     dead = _dead_pid()
@@ -473,7 +473,7 @@ def test_a_killed_calibrations_scratch_directory_is_removed_by_the_next(tmp_path
                                                                         monkeypatch):
     import tempfile
 
-    from hwprofiles.outputfiles import scratch_dir
+    from hwprofiles.files import scratch_dir
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with scratch_dir("calibrate") as first:
@@ -513,7 +513,7 @@ def test_json_output_writes_non_finite_numbers_as_null(monkeypatch):
 
 
 def test_a_run_record_never_holds_nan(tmp_path):
-    from policies.runs.records import write_record
+    from policies.runs.files import write_record
 
     path = write_record(tmp_path / "r.json", kind="simulated", inputs={},
                         metrics={"tokens_per_s": math.nan, "time_s": 2.0})
@@ -526,7 +526,7 @@ def test_a_run_record_never_holds_nan(tmp_path):
 
 
 def test_a_chrome_trace_never_holds_nan(tmp_path):
-    from policies.runs.spans import Span, write_chrome_trace
+    from policies.runs.files import Span, write_chrome_trace
 
     path = tmp_path / "trace.json"
     write_chrome_trace(path, [Span("f", "compute", "cpu0", 0.0, 1.0, float("nan")),

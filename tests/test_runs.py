@@ -3,9 +3,9 @@ speedup over AR, baselines, measured spans."""
 
 from types import SimpleNamespace
 
-from policies.runs.metrics import add_speedup, baseline_of, elapsed_s, run_metrics
+from policies.base import baseline_of
+from policies.runs.files import Span, add_speedup, elapsed_s, run_metrics
 from policies.runs.measured import MeasuredSpan
-from policies.runs.spans import Span
 
 CONFIG = SimpleNamespace(policy="sd", platform="p", target="t", draft="d", batch=2, seed=1,
                          deterministic=True)
@@ -53,9 +53,9 @@ def test_measured_spans_name_devices_like_simulated_ones():
 
 
 def test_old_module_names_still_import():
-    from policies.runs import records, spans
+    from policies.runs import files
     from simcore.records import write_record
     from simcore.trace import write_chrome_trace
 
-    assert write_record is records.write_record
-    assert write_chrome_trace is spans.write_chrome_trace
+    assert write_record is files.write_record
+    assert write_chrome_trace is files.write_chrome_trace

@@ -432,7 +432,7 @@ def test_a_replay_answers_each_row_as_the_run_recorded_it():
 
 def test_deterministic_rows_fall_as_independent_ones():
     """Each row hits on a share p of rounds, every row on a share p^B."""
-    from policies.modelled import EventModel
+    from policies.base import EventModel
     from simcore.outcomes import Outcomes
 
     p, batch, n = 0.9, 8, 4000

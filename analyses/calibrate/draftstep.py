@@ -14,7 +14,7 @@ from analyses.calibrate.accepted import matched_config
 from analyses.calibrate.sources import runnable
 from analyses.run.api import baseline_config, run_schedule
 from hwprofiles import Platform
-from hwprofiles.placement import resolve
+from hwprofiles.schema import resolve
 
 
 def draft_devices(row, platform: Platform) -> tuple[str, ...]:

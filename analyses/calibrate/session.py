@@ -21,8 +21,8 @@ from analyses.calibrate.fitgate import check_runs_fit, poor_fit_lines
 from analyses.calibrate.terms import Terms, apply, fit, initial_values, op_kind_errors, stepped
 from analyses.measured.replay import MeasuredRun, check_run_fits, find_runs, load_run, replay
 from hwprofiles import Platform, load_platform
-from policies.runs.metrics import elapsed_s
-from hwprofiles.outputfiles import atomic_write_text, scratch_dir
+from policies.runs.files import elapsed_s
+from hwprofiles.files import atomic_write_text, scratch_dir
 
 
 def _configuration(run: MeasuredRun) -> str:

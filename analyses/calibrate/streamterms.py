@@ -24,7 +24,7 @@ per-span fit would take the common mode, while tokens/s follow the totals.
 from __future__ import annotations
 
 from analyses.calibrate.costfit import Term
-from hwprofiles.placement import Placement
+from hwprofiles.schema import Placement
 from policies.runs.measured import MeasuredSpan
 
 DISPATCH_KIND = "StreamWeights: waits before the reads"  # op kind of the waits, summed

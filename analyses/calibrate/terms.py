@@ -53,7 +53,7 @@ from analyses.measured.replay import MeasuredRun, model_name
 from analyses.calibrate.streamterms import DISPATCH_KIND, dispatch_gaps, merge_streams
 from executors.passes import span_passes
 from hwprofiles import Platform, load_model
-from hwprofiles.placement import Placement, resolve
+from hwprofiles.schema import Placement, resolve
 from policies import parse_params
 from policies.runs.measured import MeasuredSpan
 from simcore import RooflineCost

@@ -21,7 +21,7 @@ from analyses.run.measuredbudget import runs_estimate
 from analyses.run.config import parse_placement, parse_sets, split_items
 from analyses.run.outputs import check_outputs, profile_inputs, runs_inputs, set_inputs
 from hwprofiles import load_model, load_platform
-from hwprofiles.placement import check_overrides
+from hwprofiles.schema import check_overrides
 from policies import entry, names
 from policies.runs.breakdown import sentence
 from simcore import acceptance

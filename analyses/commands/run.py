@@ -21,7 +21,7 @@ from analyses.run.outputs import check_run_dir, profile_inputs, set_inputs
 from executors.backend.models import draft_spec, spec_of
 from executors.prompts import SETS, load
 from hwprofiles import DEFAULT_STACK
-from policies.runs.folders import claim_new_dir, default_run_dir
+from policies.runs.files import claim_new_dir, default_run_dir
 from simcore.acceptance import KEYS
 
 MIN_TEMPERATURE = 1e-3  # below it logits / temperature can overflow to inf (NaN probs)

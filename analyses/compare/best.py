@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from analyses.compare.sweep import PointResult
 from policies import entry
-from policies.runs.metrics import baseline_of
+from policies.base import baseline_of
 
 
 def best_per_policy(results: list[PointResult]) -> dict[str, PointResult]:

@@ -23,8 +23,8 @@ from analyses.compare.sidebyside import section as side_by_side
 from analyses.compare.sweep import PointResult, point_config
 from analyses.run.api import metrics_of, run_schedule
 from hwprofiles import load_platform
-from hwprofiles.outputfiles import atomic_write_text
-from hwprofiles.placement import resolve
+from hwprofiles.files import atomic_write_text
+from hwprofiles.schema import resolve
 from policies import entry
 from policies.runs.breakdown import LABELS, sentence
 from simcore import acceptance

@@ -33,7 +33,7 @@ from analyses.run.budget import check
 from analyses.run.config import (RUN_KEYS, RunConfig, parse_value, refuse_repeats, split_items,
                                  split_sets)
 from policies import PolicyError, entry
-from policies.runs.metrics import add_speedup
+from policies.runs.files import add_speedup
 from simcore import Outcomes, acceptance
 
 # Settings of the scenario rather than of a schedule: every policy takes them, and a

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from analyses.laws import forms
 from hwprofiles import load_model, load_platform, load_stack
-from hwprofiles.placement import resolve
+from hwprofiles.schema import resolve
 from policies import PolicyContext
-from policies.catalog import entry
+from policies.base import entry
 from simcore import RooflineCost
 from simcore.outcomes import scaled_expected
 

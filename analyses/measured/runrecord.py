@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from policies import PolicyError, parse_params
-from policies.runs.folders import file_in_run
+from policies.runs.files import file_in_run
 from policies.runs.measured import CORRUPT, check_measured_record
 
 
@@ -35,5 +35,5 @@ def check_record(record: dict, path: Path) -> dict:
 
 def run_file(run_dir: Path, name: str, field: str, record_path: Path) -> Path:
     """The file a record's ``field`` names inside its run directory
-    (policies.runs.folders.file_in_run); outside it, the record is corrupt."""
+    (policies.runs.files.file_in_run); outside it, the record is corrupt."""
     return file_in_run(run_dir, name, field, record_path, CORRUPT)

@@ -16,16 +16,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from analyses.run.config import RunConfig, SimConfig  # noqa: F401 (SimConfig: the API's old name)
-from analyses.run.memory import Run, uses_draft
-from analyses.run.operators import operator_table
-from analyses.run.remedies import check_fit  # noqa: F401  (check_fit: API)
+from analyses.run.memory import Run, check_fit
 from hwprofiles import ModelSpec, Platform, Stack, load_model, load_platform, load_stack
-from hwprofiles.placement import check_overrides, resolve
+from hwprofiles.schema import check_overrides, resolve
 from policies import PolicyContext, build, build_prefill, entry, outcome_models
-from policies.runs.metrics import add_speedup, baseline_of, run_metrics
-from policies.runs.records import write_record
-from policies.runs.breakdown import breakdown
-from policies.runs.spans import write_chrome_trace
+from policies.base import baseline_of
+from policies.dryrun import uses_draft
+from policies.runs.breakdown import breakdown, operator_table
+from policies.runs.files import add_speedup, run_metrics, write_chrome_trace, write_record
 from simcore import Outcomes, RooflineCost, SimResult, Simulator, acceptance
 
 
@@ -145,7 +143,7 @@ def run_schedule(config: RunConfig, *, record_spans: bool = True,
 
     ``outcomes_factory(acceptance_model, seed=, deterministic=, models=)`` builds
     the outcome source, ``models`` the schedule's outcome models
-    (``policies.modelled``); pass an Outcomes subclass to observe or replay
+    (``policies.base``); pass an Outcomes subclass to observe or replay
     outcomes.
     ``rewrite(schedule) -> schedule`` wraps the policy's generator (a replay
     gives Forwards the work a measured run did for them).
@@ -284,7 +282,7 @@ def simulate(config: RunConfig, *, trace_path: str | Path | None = None,
 
 
 def operators_of(config: RunConfig, spans) -> list[dict]:
-    """The run's per-operator table (analyses.run.operators) on its platform, peaks
+    """The run's per-operator table (policies.runs.breakdown) on its platform, peaks
     taken at the target's dtype."""
     dtype = "fp8" if config.compute_bits == 8 else load_model(config.target).dtype
     return operator_table(spans, load_platform(config.platform), dtype)

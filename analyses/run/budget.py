@@ -38,12 +38,11 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Iterable, NamedTuple
 
-from analyses.run.memory import held
 from hwprofiles import ModelSpec, load_model
 from policies import entry
-from policies.dryrun import StepWork
+from policies.base import baseline_of
+from policies.dryrun import StepWork, held
 from policies.prefill import MAX_PREFILL_PASSES
-from policies.runs.metrics import baseline_of
 
 # Work units of a step: each operation the schedule yields costs as much as this
 # many rows (measured: ~11-70 us an op against ~2.2 us a row).

@@ -19,10 +19,9 @@ from dataclasses import dataclass
 
 from analyses.run.api import memory_request, run_models
 from analyses.run.config import MAX_BATCH, MAX_PROMPT_TOKENS, RunConfig
-from analyses.run.memory import TierNeed, overflow, tier_needs
-from analyses.run.remedies import largest, moved
+from analyses.run.memory import TierNeed, largest, moved, overflow, tier_needs
 from hwprofiles import Platform, load_model, load_platform
-from hwprofiles.placement import check_overrides, resolve
+from hwprofiles.schema import check_overrides, resolve
 from policies import entry
 
 # bisection steps of one search (batch up to MAX_BATCH, context up to the cap)

@@ -13,8 +13,7 @@ from pathlib import Path
 
 from analyses.run.budget import (SIM_BUDGET_UNITS, SIM_UNITS_PER_S, Estimate, Models, plural,
                                  sim_shape)
-from policies.runs.folders import file_in_run
-from policies.runs.records import MAX_RECORD_BYTES
+from policies.runs.files import MAX_RECORD_BYTES, file_in_run
 
 
 # Spans a replay reads, checks and replays per second: ``python

@@ -8,17 +8,17 @@ acceptance trace, a measured run's record, spans or acceptance lines, any file
 of a run under ``--runs``); two outputs must not be one file; it must not lie in
 hetspec's shipped data folders (``hwprofiles/data/``, ``executors/data/``); it
 must not replace a file of a measured run (only ``hetspec run --force`` does);
-and it must be writable (``hwprofiles.outputfiles.check_writable``).
+and it must be writable (``hwprofiles.files.check_writable``).
 
 Folders (``check_run_dir``, ``hetspec run --out``): the same shipped-data and
 input rules for every file a run writes, and a folder that is not empty (a
 previous run's ``record.json`` or anything else) is refused unless ``--force``,
-which replaces the run's own files only (``policies.runs.folders``); the
+which replaces the run's own files only (``policies.runs.files``); the
 sentence names the next free numbered folder. Default run folders are claimed
-new (``policies.runs.folders.claim_new_dir``) and never collide.
+new (``policies.runs.files.claim_new_dir``) and never collide.
 
 Temp files of killed writers are removed by the next write of the same output
-(``hwprofiles.outputfiles.atomic_write_bytes``).
+(``hwprofiles.files.atomic_write_bytes``).
 """
 
 from __future__ import annotations
@@ -30,9 +30,8 @@ from pathlib import Path
 
 from hwprofiles import ProfileError
 from hwprofiles.loader import _data_dir, _resolve, printable
-from hwprofiles.outputfiles import check_writable
-from policies.runs.folders import DERIVED_RUN_FILES, RUN_FILES, free_name, holds_run
-from policies.runs.records import read_record
+from hwprofiles.files import check_writable
+from policies.runs.files import DERIVED_RUN_FILES, RUN_FILES, free_name, holds_run, read_record
 
 MAX_RUN_FILES = 10_000  # files looked at under --runs before giving up the walk
 SHIPPED_PACKAGES = ("hwprofiles", "executors")  # each ships a data/ folder

@@ -26,7 +26,7 @@ from executors.session.loading import LoadedModels
 from executors.session.options import BatchResult, Options
 from executors.session.plan import context, plan_batch
 from hwprofiles import load_platform
-from hwprofiles.placement import check_overrides
+from hwprofiles.schema import check_overrides
 from policies import PolicyContext, PolicyParams
 
 __all__ = ["BatchResult", "Options", "Session"]

@@ -24,7 +24,7 @@ from executors.coordinate.coordinator import Placement
 from executors.coordinate.loop import call
 from executors.session.loading import LoadedModels
 from executors.session.options import Options
-from hwprofiles.placement import resolve
+from hwprofiles.schema import resolve
 
 
 def physical_map(platform, placement: dict[str, str], physical: dict[str, str]):

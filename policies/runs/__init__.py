@@ -1,12 +1,13 @@
 """What a run is, for the simulator and the executor alike.
 
-The settings every layer reads of a run (``config.RunSettings``), one span type
-(``spans.Span``, exported to Chrome traces), one run record with its writer and
-reader (``records``; the atomic file writing itself is
-``hwprofiles.outputfiles``), one set of run metrics with the one
-``speedup_vs_ar`` (``metrics``), the measured-run schema (``measured``: the
-one span of a measured run, its files written and read back by version); the
-acceptance-trace reader is ``policies.traces.read_acceptance``. simcore writes simulated runs and executors
+The settings every layer reads of a run (``config.RunSettings``), a run's files
+in one format (``files``: the one span type ``Span``, exported to Chrome traces;
+the run record with its writer and reader, the atomic file writing itself being
+``hwprofiles.files``; the one set of run metrics with the one ``speedup_vs_ar``;
+the run folder), where a run's time goes (``breakdown``), the measured-run
+schema (``measured``: the one span of a measured run, its files written and read
+back by version); the acceptance-trace reader is
+``policies.traces.read_acceptance``. simcore writes simulated runs and executors
 measured runs through these modules; analyses read them back.
 
 Why under policies/: the layering is hwprofiles, policies <- simcore, executors

@@ -1,7 +1,7 @@
 """The measured-run schema: what ``hetspec run`` writes, and what replay and
 calibration read, in one place.
 
-A measured run is a folder (``policies.runs.folders.RUN_FILES``):
+A measured run is a folder (``policies.runs.files.RUN_FILES``):
 
 - ``record.json``: schema ``RUN_SCHEMA`` (``hetspec.run/1``, the version),
   ``kind: measured``, ``inputs`` (``RunInputs``), ``metrics`` (``RunMetrics``),
@@ -12,7 +12,7 @@ A measured run is a folder (``policies.runs.folders.RUN_FILES``):
   and the prompt batch;
 - ``acceptance.jsonl``: one Verify or Outcome line a step
   (``policies.traces.VerifyLine``, ``EventLine``);
-- ``trace.json``: the spans as a Chrome trace (``policies.runs.spans``).
+- ``trace.json``: the spans as a Chrome trace (``policies.runs.files``).
 
 ``MeasuredSpan`` is the one span of a measured run: the executor builds it,
 ``write_measured_run`` writes it, ``read_measured_spans`` reads it back, and
@@ -35,10 +35,9 @@ from typing import Annotated, Any, Literal
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
 
-from hwprofiles.outputfiles import atomic_write_text
+from hwprofiles.files import atomic_write_text
 from policies import ops
-from policies.runs.records import RUN_SCHEMA, write_record
-from policies.runs.spans import Span, write_chrome_trace
+from policies.runs.files import RUN_SCHEMA, Span, write_chrome_trace, write_record
 from policies.traces import MAX_SPANS_BYTES, field_error, read_jsonl
 
 RECORD_FILE, SPANS_FILE = "record.json", "spans.jsonl"
