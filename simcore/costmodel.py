@@ -100,12 +100,30 @@ def byte_rate(tier_bytes_s, multirow, v: Values):
 
 
 def pass_seconds(kernels, calls, flops, nbytes, multirow, peak_flops, tier_bytes_s,
-                 v: Values):
-    """(launch_s, compute_s, memory_s) of one device pass (module docstring)."""
+                 v: Values, head_bytes=0.0, head_factor=None):
+    """(launch_s, compute_s, memory_s) of one device pass (module docstring); a
+    head projecting another number of rows than the layers streams its
+    ``head_bytes`` at its own multi-row factor ``head_factor`` (``head_memory_s``)."""
     launch = kernels * v.launch_overhead_s + calls * v.call_overhead_s
     compute = (flops + kernels * v.compute_half_flops) / flop_rate(peak_flops, v)
     memory = (nbytes + kernels * v.memory_half_bytes) / byte_rate(tier_bytes_s, multirow, v)
+    if head_factor is not None:
+        memory = memory + head_memory_s(head_bytes, head_factor, multirow, tier_bytes_s, v)
     return launch, compute, memory
+
+
+def head_memory_s(head_bytes, head_factor, multirow, tier_bytes_s, v: Values):
+    """What a head's weights add to a pass's memory time when its GEMM projects
+    another number of rows than the layers' (a sampled head projects one position
+    of a pass over several): its bytes at its own width's multi-row factor less
+    at the layers'. 0 where the two factors are equal."""
+    if isinstance(multirow, np.ndarray):
+        rows_factor = np.where(multirow, v.multirow_memory_factor, 1.0)
+        base = np.minimum(tier_bytes_s, v.bandwidth_cap_bytes_s) * v.memory_efficiency
+    else:
+        rows_factor = v.multirow_memory_factor if multirow else 1.0
+        base = min(tier_bytes_s, v.bandwidth_cap_bytes_s) * v.memory_efficiency
+    return head_bytes * (head_factor - rows_factor) / base
 
 
 def roofline(compute_s, memory_s, exponent):
@@ -183,6 +201,9 @@ class ForwardTerms:
     # dispatch and its sync after the pass
     host_s: float = 0.0
     sync_s: float = 0.0
+    # the head's weight bytes (per member) and the rows its GEMM projects (0: no head)
+    head_bytes: float = 0.0
+    head_rows: int = 0
 
     def flops(self, context: int) -> float:
         return (self.flops0 + self.flops_ctx * context) / self.members
@@ -366,7 +387,10 @@ class RooflineCost:
                             device.name, tier.name, where if len(members) > 1 else None,
                             count, rows * spec.hidden * spec.dtype_bytes, alltoalls,
                             spec.dispatch_bytes(rows, len(members)) if alltoalls else 0.0,
-                            host, sync)
+                            host, sync,
+                            spec.head_bytes / len(members) if head is not None else 0.0,
+                            0 if head is None else rows if head_tokens is None
+                            else head_tokens * batch)
 
     def forward(self, spec: ModelSpec, where: str, layers: tuple[int, int],
                 n_tokens: int, batch: int, context: int, head: str | None,
@@ -379,11 +403,12 @@ class RooflineCost:
             shape = self._cache[key] = self._shape(self.terms(
                 spec, where, layers, n_tokens, batch, head, collectives, head_tokens))
         (t, flop_rate_, byte_rate_, half_flops, half_bytes, launch_s, collective_s,
-         exponent, rate_cap, host) = shape
+         exponent, rate_cap, head_s, host) = shape
         flops = (t.flops0 + t.flops_ctx * context) / t.members
         nbytes = (t.bytes0 + t.bytes_ctx * context) / t.members
         return ForwardCost(launch_s, (flops + half_flops) / flop_rate_,
-                           (nbytes + half_bytes) / byte_rate_, collective_s, flops, nbytes,
+                           (nbytes + half_bytes) / byte_rate_ + head_s, collective_s, flops,
+                           nbytes,
                            t.tier, exponent, rate_cap, *host)
 
     def _shape(self, t: ForwardTerms) -> tuple:
@@ -406,10 +431,14 @@ class RooflineCost:
             collective_s += t.alltoalls * self.platform.group(t.group).alltoall_s(
                 t.alltoall_bytes)
         rate = byte_rate(t.tier_bytes_s, t.rows > 1, v)
+        head_s = 0.0  # a head over other rows than the layers' (head_memory_s)
+        head_factor = device.multirow_factor(t.head_rows)
+        if t.head_bytes and head_factor != v.multirow_memory_factor:
+            head_s = head_memory_s(t.head_bytes, head_factor, t.rows > 1, t.tier_bytes_s, v)
         return (t, flop_rate(t.peak_flops, v), rate,
                 t.kernels * v.compute_half_flops, t.kernels * v.memory_half_bytes,
                 launch_s, collective_s, v.roofline_exponent,
-                None if device.memory_bandwidth_gb_s is None else rate, host)
+                None if device.memory_bandwidth_gb_s is None else rate, head_s, host)
 
     def verify_s(self) -> float:
         """Host seconds the stack spends on one Verify (its bookkeeping)."""

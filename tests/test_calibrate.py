@@ -20,6 +20,7 @@ import yaml
 
 from analyses.calibrate.terms import Param, Terms, apply, critical_times, fit, pass_terms
 from analyses.cli import main
+from executors.passes import span_passes
 from analyses.calibrate.costfit import predict
 from analyses.measured.executorwork import STEP_END, ExecutorWork
 from analyses.calibrate.session import calibrate, calibration_date
@@ -151,10 +152,14 @@ def _fake_steps(plat, cost, models, op):
                    + op.nbytes / (tier.bandwidth_bytes_s * tier.memory_efficiency))
         return [(op, tier.name, alone_s + RooflineCost.stream_host_s(device, op.nbytes),
                  "stream")]
-    c = cost.forward(models[op.model], where, op.layers, op.n_tokens, op.batch,
-                     op.context, op.head and op.head.kind, op.collectives,
-                     op.head and op.head.tokens)
-    return [(op, where, c.total_s, "compute")]
+    # the device passes the executor runs for it (executors.passes), one after another
+    widths, head_rows = span_passes(_op_fields(op))
+    seconds = sum(cost.forward(models[op.model], where, op.layers, width, op.batch,
+                               op.context + (widths[0] + i - 1 if i else 0),
+                               op.head and op.head.kind, op.collectives,
+                               head_rows or None).total_s
+                  for i, width in enumerate(widths))
+    return [(op, where, seconds, "compute")]
 
 
 def _write(out, policy, params, target, sizes, seed, wall_s, spans, lines) -> Path:
@@ -685,10 +690,10 @@ def test_calibrate_cli_fits_named_efficiency_terms_and_refuses_unknown_ones(runs
                                                                            tmp_path, capsys):
     out = tmp_path / "calibrated.yaml"
     assert main(["calibrate", "--runs", str(runs_dir), "--profile", "cpu-local", "-o",
-                 str(out), "--fit-terms", "compute_half_flops", "--json"]) == 0
+                 str(out), "--fit-terms", "memory_half_bytes", "--json"]) == 0
     params = json.loads(capsys.readouterr().out)["parameters"]
-    assert f"device {CORES}.compute_half_flops" in params
-    assert f"device {CORES}.memory_half_bytes" not in params  # not asked for: not shown
+    assert f"device {CORES}.memory_half_bytes" in params
+    assert f"device {CORES}.compute_half_flops" not in params  # not asked for: not shown
     load_platform(out)  # valid, whatever the fit found
     assert main(["calibrate", "--runs", str(runs_dir), "--profile", "cpu-local", "-o",
                  str(tmp_path / "other.yaml"), "--fit-terms", "launch_overhead_s"]) == 2

@@ -353,13 +353,15 @@ def test_simulator_forward_is_pass_seconds_bit_for_bit(name):
                                                      for d in plat.devices)})
         cost = RooflineCost(p)
         for where in (d.name for d in p.devices):
-            for rows, head in ((1, "lm"), (5, None), (3, "exit_layer")):
-                c = cost.forward(spec, where, (0, 4), rows, 2, 77, head, None)
-                t = cost.terms(spec, where, (0, 4), rows, 2, head, None)
-                v = Values.of(p.device(where), p.tier(t.tier))
+            for rows, head, head_tokens in ((1, "lm", None), (5, None, None),
+                                            (3, "exit_layer", None), (5, "lm", 1)):
+                c = cost.forward(spec, where, (0, 4), rows, 2, 77, head, None, head_tokens)
+                t = cost.terms(spec, where, (0, 4), rows, 2, head, None, head_tokens)
+                device = p.device(where)
+                v = Values.of(device, p.tier(t.tier), t.rows)
                 assert (c.launch_s, c.compute_s, c.memory_s) == pass_seconds(
                     t.kernels, 1, t.flops(77), t.nbytes(77), t.rows > 1, t.peak_flops,
-                    t.tier_bytes_s, v)
+                    t.tier_bytes_s, v, t.head_bytes, device.multirow_factor(t.head_rows))
 
 
 @pytest.mark.parametrize("name", list_names("platforms"))

@@ -91,6 +91,8 @@ class Pass:
     rows: int  # positions fed x batch rows
     peak_flops: float
     tier_bytes_s: float  # the tier's full bandwidth
+    head_bytes: float = 0.0  # the head's weight bytes, per member (0: no head)
+    head_rows: int = 0  # the rows the head's GEMM projects
 
 
 @dataclass
@@ -169,7 +171,13 @@ class Problem:
         blend = [self._factor_of(t.device, p.rows, tables, index) for _, t, p in rows]
         self.p_mf = np.array([[c for c, _ in b] for b in blend], dtype=int).reshape(-1, 2)
         self.w_mf = np.array([[w for _, w in b] for b in blend], dtype=float).reshape(-1, 2)
-        for name in ("kernels", "calls", "flops", "nbytes", "peak_flops", "tier_bytes_s"):
+        # and its head's, at the rows the head projects (1 for one row)
+        blend = [self._factor_of(t.device, p.head_rows, tables, index) for _, t, p in rows]
+        self.p_hf = np.array([[c for c, _ in b] for b in blend], dtype=int).reshape(-1, 2)
+        self.w_hf = np.array([[w for _, w in b] for b in blend], dtype=float).reshape(-1, 2)
+        self.head_multirow = np.array([p.head_rows > 1 for _, _, p in rows], dtype=bool)
+        for name in ("kernels", "calls", "flops", "nbytes", "peak_flops", "tier_bytes_s",
+                     "head_bytes"):
             setattr(self, name, np.array([getattr(p, name) for _, _, p in rows], dtype=float))
         self.multirow = np.array([p.rows > 1 for _, _, p in rows], dtype=bool)
         self.lin = self._pairs([(i, index[p], k) for i, t in enumerate(terms)
@@ -190,9 +198,10 @@ class Problem:
         return tuple(pairs + [(pairs[0][0], 0.0)] * (2 - len(pairs)))
 
     def factor_columns(self) -> set[int]:
-        """The multi-row factor parameters some pass over several rows uses."""
+        """The multi-row factor parameters some pass (or head) over several rows uses."""
         used = self.p_mf[self.multirow][self.w_mf[self.multirow] > 0]
-        return set(used.tolist())
+        heads = self.p_hf[self.head_multirow][self.w_hf[self.head_multirow] > 0]
+        return set(used.tolist()) | set(heads.tolist())
 
     @staticmethod
     def _pairs(items):
@@ -214,9 +223,11 @@ class Problem:
         out = self.fixed.copy()
         if len(self.p_term):
             values = self.values(v)
+            head_factor = np.where(self.head_multirow, (v[self.p_hf] * self.w_hf).sum(axis=1),
+                                   1.0)
             launch, compute, memory = pass_seconds(
                 self.kernels, self.calls, self.flops, self.nbytes, self.multirow,
-                self.peak_flops, self.tier_bytes_s, values)
+                self.peak_flops, self.tier_bytes_s, values, self.head_bytes, head_factor)
             np.add.at(out, self.p_term,
                       launch + roofline(compute, memory, values.roofline_exponent))
         for (t, p, k), inverse in ((self.lin, False), (self.inv, True)):
