@@ -25,7 +25,14 @@ speedup_vs_ar is predicted on the calibrated profile: its replay's tokens/s
 over the simulated AR tokens/s on the same prompts (contexts and tokens), both
 on that profile. The goals: within 10% for ngram, 15% for mirror and ppsd.
 ``--speedup-only`` measures just these runs and the fitting runs they need
-(the fitting set of docs/calibration.md: ar-1, ar_stream-1, sd-1 and sd-sep2..16).
+(the fitting set of docs/calibration.md: ar-1, ar_stream-1, sd-1, sd-sep2..16,
+and sd-b2/sd-b4, a 15-layer draft at batch 2 and 4: passes of a short model
+over several rows, as Mirror's draft window runs them).
+
+The fit asks for the multi-row memory factor by width (``--fit-terms``, default
+``multirow_by_rows``: ``hetspec calibrate --fit-terms``): this CPU's GEMMs cost
+unevenly by rows (``benchmarks/bench_gemm_widths.py``), so one factor for every
+width misprices the widths a schedule runs that the fitting runs do not weigh.
 """
 
 from __future__ import annotations
@@ -43,7 +50,8 @@ STAGES = "stage0=cpu0,stage1=cpu1"
 # the layers beyond a 0.2 GB DRAM budget from disk: the flash bandwidth) and SD
 # (the issue's self-draft, and a separate 8-layer draft at several gamma, so
 # verify passes of 3 to 33 positions constrain how a pass's time grows with
-# its width).
+# its width; a 15-layer draft at batch 2 and 4, so a short model's passes over
+# several rows are measured too).
 RUNS = [
     ("ar-1", ["--policy", "ar"]),
     ("ar_stream-1", ["--policy", "ar_stream", "--set", "dram_budget_gb=0.2"]),
@@ -80,7 +88,8 @@ BASELINE_RUNS = [
                    "--set", "exit_layer=15", "--set", "eta=1"], 0.15),
 ]
 BASELINE_REPEATS = 3
-SPEEDUP_FIT = ("ar-1", "ar_stream-1", "sd-1", "sd-sep2", "sd-sep4", "sd-sep8", "sd-sep16")
+SPEEDUP_FIT = ("ar-1", "ar_stream-1", "sd-1", "sd-sep2", "sd-sep4", "sd-sep8", "sd-sep16",
+               "sd-b2", "sd-b4")
 
 FIT_POLICIES = ("ar", "ar_stream", "sd")
 

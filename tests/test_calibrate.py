@@ -577,6 +577,49 @@ def test_fit_recovers_a_multirow_factor_by_rows(tmp_path):
     assert one.median_abs_error > 1e3 * result.median_abs_error
 
 
+def test_the_widths_a_factor_table_lists_are_the_narrow_ones_the_passes_measure():
+    """Widths of 2-8 rows measured by at least MIN_WIDTH_PASSES passes of a device;
+    one-row and wider passes never; the most measured width when none is often."""
+    from analyses.calibrate.costfit import MIN_WIDTH_PASSES, Pass, Term, measured_widths
+
+    def term(device, rows):
+        return Term(0.01, "Forward", "r", device=device, tier="dram",
+                    passes=[Pass(31, 1, 1e9, 1e8, rows, 1e12, 3e10)])
+
+    often, rare = MIN_WIDTH_PASSES, MIN_WIDTH_PASSES - 1
+    terms = ([term("a", 4)] * often + [term("a", 5)] * rare + [term("a", 9)] * 99
+             + [term("a", 1)] * 99 + [term("b", 3)] * rare + [term("b", 2)] * 2)
+    assert measured_widths(terms) == {"a": (4,), "b": (3,)}
+
+
+def test_every_fitting_run_weighs_the_same():
+    """A run of 3 spans and one of 1: each run's spans share one run's weight,
+    1 per span on average; the weighted loss is the Cauchy loss times it."""
+    from analyses.calibrate.costfit import Term, run_weights, weighted_cauchy
+
+    terms = [Term(0.1, "Forward", run) for run in ("sd", "sd", "sd", "ar")]
+    w = run_weights(terms)
+    assert w.tolist() == pytest.approx([2 / 3, 2 / 3, 2 / 3, 2.0])
+    assert w[:3].sum() == pytest.approx(w[3]) and w.mean() == pytest.approx(1.0)
+    z = np.array([0.0, 0.5, 2.0, 8.0])
+    rho = weighted_cauchy(w)(z)
+    assert rho[0] == pytest.approx(w * np.log1p(z))
+    step = 1e-6  # the derivatives it reports are the loss's
+    assert rho[1] == pytest.approx((weighted_cauchy(w)(z + step)[0] - rho[0]) / step, rel=1e-4)
+    assert rho[2] == pytest.approx((weighted_cauchy(w)(z + step)[1] - rho[1]) / step, rel=1e-4)
+
+
+def test_calibrate_cli_writes_a_multirow_factor_by_rows(runs_dir, tmp_path, capsys):
+    out = tmp_path / "calibrated.yaml"
+    assert main(["calibrate", "--runs", str(runs_dir), "--profile", "cpu-local", "-o",
+                 str(out), "--fit-terms", "multirow_by_rows", "--json"]) == 0
+    params = json.loads(capsys.readouterr().out)["parameters"]
+    assert f"device {CORES}.multirow_memory_factor[4 rows]" in params
+    device = load_platform(out).device("cpu0")
+    assert set(device.multirow_memory_factor) == {4, 5}  # the verify widths of RUNS
+    assert device.sources["multirow_memory_factor"].startswith("calibrated")
+
+
 # The optional efficiency terms: each generated with a known value on top of the
 # true platform, then fitted (asked for with fit_terms) from noise-free spans.
 OPTIONAL_TRUTHS = [
@@ -686,8 +729,12 @@ def test_unknown_fit_term_is_one_sentence():
         fit(plat, [], fit_terms={"launch_overhead_s"})
 
 
-def test_calibrate_cli_fits_named_efficiency_terms_and_refuses_unknown_ones(runs_dir,
-                                                                           tmp_path, capsys):
+def test_calibrate_cli_fits_named_efficiency_terms_and_refuses_unknown_ones(tmp_path,
+                                                                           capsys):
+    """Runs whose spans measure a per-kernel half size (2 MB, noise-free): the CLI
+    fits it when named, and refuses a name that is not an optional term."""
+    runs_dir = tmp_path / "runs"
+    _optional_runs(runs_dir, true_platform({"memory_half_bytes": 2e6}))
     out = tmp_path / "calibrated.yaml"
     assert main(["calibrate", "--runs", str(runs_dir), "--profile", "cpu-local", "-o",
                  str(out), "--fit-terms", "memory_half_bytes", "--json"]) == 0

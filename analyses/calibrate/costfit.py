@@ -12,7 +12,8 @@ Transfers, all-reduces and weight streams are sums of ``value * coef`` and
 adds bytes / ``stream_host_gb_s``; a flash tier with per-request latency adds
 requests * ``request_latency_s`` / queue depth). ``fit`` solves the problem in
 log space with ``scipy.optimize.least_squares`` and a robust (Cauchy) loss, so
-a few disturbed spans (a page fault, a preempted core) do not drag the fit.
+a few disturbed spans (a page fault, a preempted core) do not drag the fit;
+every run weighs the same in it (``run_weights``).
 """
 
 from __future__ import annotations
@@ -285,11 +286,36 @@ def _starts(params: list[Param], x0: np.ndarray, lo: np.ndarray, hi: np.ndarray)
             yield x
 
 
+def run_weights(terms: list[Term]) -> np.ndarray:
+    """Each span's weight in the fit: every fitting run weighs the same in all
+    (its spans share it), averaging 1 per span. Counted per span, a run of many
+    cheap draft passes would outweigh the AR run whose one-row pass of the
+    target is the denominator of every speedup."""
+    runs: dict[str, int] = {}
+    for t in terms:
+        runs[t.run] = runs.get(t.run, 0) + 1
+    return np.array([len(terms) / (len(runs) * runs[t.run]) for t in terms])
+
+
+def weighted_cauchy(weights: np.ndarray):
+    """The Cauchy loss with a weight per residual, as least_squares takes a loss:
+    rho(z) and its first two derivatives, z the squared scaled residuals."""
+    def loss(z):
+        out = np.empty((3, len(z)))
+        out[0] = weights * np.log1p(z)
+        out[1] = weights / (1 + z)
+        out[2] = -weights / (1 + z) ** 2
+        return out
+    return loss
+
+
 def fit(terms: list[Term], initial: dict[Param, float],
-        fixed: frozenset[str] = frozenset(), widths: Widths | None = None) -> Fit:
+        fixed: frozenset[str] = frozenset(), widths: Widths | None = None,
+        balance_runs: bool = False) -> Fit:
     """Least-squares fit, in log space, of every parameter the terms use (except
     fields named in ``fixed``, and parameters in it, which keep their initial
-    values); a device in ``widths`` gets a multi-row factor per listed width."""
+    values); a device in ``widths`` gets a multi-row factor per listed width;
+    ``balance_runs`` weighs every run the same (``run_weights``), else every span."""
     if not terms:
         raise ValueError("the fitting runs hold no Forward, Transfer, AllReduce or "
                          "StreamWeights spans to fit; record runs with 'hetspec run'")
@@ -316,10 +342,11 @@ def fit(terms: list[Term], initial: dict[Param, float],
     def residuals(x):
         return problem.log_residuals(full(x))
 
+    loss = weighted_cauchy(run_weights(terms)) if balance_runs else LOSS
     sol = None
     for start in _starts(fitted, x_all[free], lo_all[free], hi_all[free]):
         trial = least_squares(residuals, start, bounds=(lo_all[free], hi_all[free]),
-                              loss=LOSS, f_scale=LOSS_SCALE, method="trf", x_scale="jac",
+                              loss=loss, f_scale=LOSS_SCALE, method="trf", x_scale="jac",
                               ftol=1e-12, xtol=1e-12, gtol=1e-12)
         if sol is None or trial.cost < sol.cost - 1e-12:
             sol = trial

@@ -326,7 +326,8 @@ def fit(platform: Platform, terms: list[Term], *, fixed=frozenset(),
     of the optional efficiency terms only those named in ``fit_terms``. Fitting a
     flash tier's request latency keeps its bandwidth (a sequential-read
     measurement), fitting a device's bandwidth cap keeps its tier's efficiency;
-    ``multirow_by_rows`` fits the multi-row factor per measured width."""
+    ``multirow_by_rows`` fits the multi-row factor per measured width. Every
+    run weighs the same in the fit (``costfit.run_weights``)."""
     check_fit_terms(fit_terms)
     keep = set(fixed) | (set(OPTIONAL_FIELDS) - set(fit_terms))
     if "memory_bandwidth_gb_s" in fit_terms:
@@ -336,7 +337,8 @@ def fit(platform: Platform, terms: list[Term], *, fixed=frozenset(),
                     for t in platform.memory_tiers  # the measured bandwidth is kept
                     if t.request_bytes is not None)
     widths = measured_widths(terms) if BY_ROWS in fit_terms else table_widths(platform, terms)
-    return _fit(terms, initial_values(platform, terms, widths), frozenset(keep), widths)
+    return _fit(terms, initial_values(platform, terms, widths), frozenset(keep), widths,
+                balance_runs=True)
 
 
 def apply(platform: Platform, values: dict[Param, float], source: str) -> Platform:

@@ -69,8 +69,11 @@ def register(sub) -> None:
                         "(with --published, name them in --fit-fields), comma-separated: "
                         "memory_half_bytes, compute_half_flops (size-dependent bandwidth "
                         "and FLOP rate), memory_bandwidth_gb_s (a device's bandwidth cap), "
-                        "request_latency_s (flash per-request latency); default none "
-                        "(they keep the profile's values)")
+                        "request_latency_s (flash per-request latency), "
+                        "multirow_by_rows (the multi-row memory factor per width of 2-8 "
+                        "rows the runs measure, for CPUs whose GEMMs cost unevenly by "
+                        "rows, instead of one factor); default none (they keep the "
+                        "profile's values)")
     p.add_argument("--accept-poor-fit", action="store_true",
                    help="write the calibrated profile even when the sanity gate finds the "
                         "fit poor (a fitted number on the edge of its range or pushed past "
