@@ -13,7 +13,8 @@ from analyses.commands._common import (SIM_TOKENS, SettingsHelp, add_stack_argum
                                       settings_help)
 from analyses.compare.best import baseline_name, best_per_policy, fastest, skipped_policies
 from analyses.compare.sweep import (Point, SCENARIO_KEYS, expand_grid, grid_estimate,
-                                    grid_settings, parse_sweep, parse_sweeps, run_grid)
+                                    fixed_point, grid_settings, parse_sweep, parse_sweeps,
+                                    point_config, run_grid, run_point)
 from analyses.compare.tune import estimate, run_searches, searches
 from analyses.measured.replay import replay_dir
 from analyses.run.budget import SIM_BUDGET_UNITS, allow_large_argument, check, readable
@@ -31,6 +32,9 @@ DEFAULT_OUTPUT = "hetspec-report.html"
 COMPARE_BUDGET = (f"{readable(SIM_BUDGET_UNITS)} row-steps, sweep points x policies x "
                   "tokens x batch with their AR baselines, about 10 minutes on one CPU "
                   "core; 'hetspec compare' with no arguments is a fifth of it")
+
+
+PROBE_TOKENS = 4  # tokens a schedule's probe simulates (runnable)
 
 
 def register(sub) -> None:
@@ -184,7 +188,8 @@ def _compare(args) -> int:
     combos, swept = split_scenarios(sweeps)
     tuning = not swept and not args.no_tune
     found = tuned_searches(policies, sets) if tuning else []
-    check_budget(args, policies, sweeps, sets, base, found, combos)
+    check_budget(args, policies, sweeps, sets, base, found, combos,
+                 counted=runnable(policies, sets, base, combos))
     replays = _replays(args) if args.runs else None
     if found:
         results, sweep_keys, notes = run_scenarios(args, policies, sweeps, sets, base,
@@ -234,12 +239,15 @@ def _label(combo: dict) -> str:
 
 
 def check_budget(args, policies: list[str], sweeps: list, sets: dict, base: dict,
-                 searches=(), combos=({},)) -> None:
+                 searches=(), combos=({},), counted=None) -> None:
     """Refuse a grid over the work budget before it is built (a 1e9-point grid is
     counted, never listed); a tuned schedule counts the most points its search can
     take, once per platform and batch compared; with --runs the measured runs'
-    spans count too."""
+    spans count too. Only the schedules in ``counted`` (default all) count."""
     settings = grid_settings(policies, sweeps, sets)
+    if counted is not None:
+        settings = {p: v for p, v in settings.items() if p in counted}
+        searches = [s for s in searches if s.policy in counted]
     if searches:
         tuned = {s.policy for s in searches}
         works = [estimate(searches, {p: v for p, (_n, v) in settings.items()
@@ -252,6 +260,27 @@ def check_budget(args, policies: list[str], sweeps: list, sets: dict, base: dict
     check(work, args.allow_large, announce=False)
     if args.runs:
         check(runs_estimate(args.runs, "compare --runs"), args.allow_large)
+
+
+def runnable(policies: list[str], sets: dict, base: dict, combos=({},)) -> list[str]:
+    """The schedules whose first point simulates a few tokens in some compared
+    scenario. One that cannot (its device has no storage tier to stream weights
+    from, its placement names no device of the platform) is skipped by the
+    comparison at the cost of that failure, so the work budget leaves it out; a
+    point that fails its validation is counted (it is refused in its own words)."""
+    out = []
+    for policy in policies:
+        for combo in combos:
+            point = fixed_point(policy, {**sets, **combo})
+            try:
+                config = point_config(point, {**base, "tokens": PROBE_TOKENS})
+            except ValueError:
+                out.append(policy)
+                break
+            if run_point(point, config, ar_tokens_per_s=1.0).error is None:
+                out.append(policy)
+                break
+    return out
 
 
 def _summed(works: list):
@@ -280,8 +309,11 @@ def run_tuned(args, policies: list[str], sets: dict, base: dict, found: list) ->
     def evaluate(batch, extra=()):
         points = [Point(policy, ((key, value),) + fixed[policy].sets)
                   for policy, key, value in batch]
+        # the whole search's work passed check_budget before the first round (its
+        # estimate bounds every round): a round's grid is not checked again, which
+        # would count the schedules that cannot run here (runnable) at full cost
         done = run_grid(points + list(extra), base, jobs=args.jobs, backend=args.backend,
-                        allow_large=args.allow_large, quiet=True)
+                        allow_large=True, quiet=True)
         results.extend(done)
         return [r.metrics["tokens_per_s"] if r.metrics else None for r in done[:len(batch)]]
 

@@ -182,6 +182,11 @@ def expand_grid(policies: list[str], sweeps: list[tuple[str, list]],
     return list(points)
 
 
+def fixed_point(policy: str, sets: dict[str, Any]) -> Point:
+    """``policy`` with the settings of ``sets`` it takes: its point of an unswept grid."""
+    return Point(policy, tuple((k, v) for k, v in sets.items() if _accepts(policy, k)))
+
+
 # ---------------------------------------------------------------- the grid's budget
 def grid_settings(policies: list[str], sweeps: list[tuple[str, list]],
                   sets: dict[str, Any] | None = None) -> dict[str, tuple[int, dict]]:
