@@ -87,13 +87,20 @@ def flop_rate(peak_flops, v: Values):
     return peak_flops * v.compute_efficiency
 
 
+def one_row_byte_rate(tier_bytes_s, v: Values):
+    """Bytes/s a one-row pass reaches at large size: the tier's bandwidth, capped at
+    what the engine can draw, times the efficiency (floats or numpy arrays)."""
+    if isinstance(tier_bytes_s, np.ndarray):
+        return np.minimum(tier_bytes_s, v.bandwidth_cap_bytes_s) * v.memory_efficiency
+    return min(tier_bytes_s, v.bandwidth_cap_bytes_s) * v.memory_efficiency
+
+
 def byte_rate(tier_bytes_s, multirow, v: Values):
-    """Bytes/s a pass reaches at large size: the tier's bandwidth, capped at what the
-    engine can draw, times the efficiency, over the multi-row factor."""
+    """Bytes/s a pass reaches at large size: ``one_row_byte_rate`` over the
+    multi-row factor."""
+    rate = one_row_byte_rate(tier_bytes_s, v)
     if isinstance(multirow, np.ndarray):
-        rate = np.minimum(tier_bytes_s, v.bandwidth_cap_bytes_s) * v.memory_efficiency
         return rate / np.where(multirow, v.multirow_memory_factor, 1.0)
-    rate = min(tier_bytes_s, v.bandwidth_cap_bytes_s) * v.memory_efficiency
     if multirow and v.multirow_memory_factor != 1.0:
         rate /= v.multirow_memory_factor
     return rate
@@ -119,11 +126,9 @@ def head_memory_s(head_bytes, head_factor, multirow, tier_bytes_s, v: Values):
     at the layers'. 0 where the two factors are equal."""
     if isinstance(multirow, np.ndarray):
         rows_factor = np.where(multirow, v.multirow_memory_factor, 1.0)
-        base = np.minimum(tier_bytes_s, v.bandwidth_cap_bytes_s) * v.memory_efficiency
     else:
         rows_factor = v.multirow_memory_factor if multirow else 1.0
-        base = min(tier_bytes_s, v.bandwidth_cap_bytes_s) * v.memory_efficiency
-    return head_bytes * (head_factor - rows_factor) / base
+    return head_bytes * (head_factor - rows_factor) / one_row_byte_rate(tier_bytes_s, v)
 
 
 def roofline(compute_s, memory_s, exponent):

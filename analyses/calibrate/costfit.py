@@ -134,6 +134,15 @@ def params_of(terms: list[Term], widths: Widths | None = None) -> list[Param]:
     return list(seen)
 
 
+def widths_of(params) -> Widths:
+    """Per device, the widths its multi-row factor parameters list (sorted)."""
+    out: dict[str, list[int]] = {}
+    for p in params:
+        if p.at:
+            out.setdefault(p.name, []).append(p.at)
+    return {device: tuple(sorted(w)) for device, w in out.items()}
+
+
 def measured_widths(terms: list[Term]) -> Widths:
     """Per device, the widths over several rows its passes measure often enough
     to be listed in a factor table (``BY_ROWS``)."""
@@ -156,10 +165,7 @@ class Problem:
     def __init__(self, terms: list[Term], params: list[Param]):
         self.terms, self.params = terms, params
         index = {p: i for i, p in enumerate(params)}
-        tables: dict[str, list[int]] = {}  # device -> its factor table's widths
-        for p in params:
-            if p.at:
-                tables.setdefault(p.name, []).append(p.at)
+        tables = widths_of(params)  # device -> its factor table's widths
         self.measured = np.array([t.measured_s for t in terms])
         self.fixed = np.array([t.fixed_s for t in terms])
         rows = [(i, t, p) for i, t in enumerate(terms) for p in t.passes]
@@ -193,7 +199,7 @@ class Problem:
         if device not in tables:
             col = index[Param("device", device, field)]
             return ((col, 1.0), (col, 0.0))
-        widths = sorted(tables[device])
+        widths = tables[device]
         pairs = [(index[Param("device", device, field, widths[i])], w)
                  for i, w in width_weights(widths, rows)]
         return tuple(pairs + [(pairs[0][0], 0.0)] * (2 - len(pairs)))
@@ -422,11 +428,7 @@ def _shadowed_by_bandwidth(problem: Problem, i: int) -> bool:
 
 
 def predict(terms: list[Term], values: dict[Param, float]) -> np.ndarray:
-    widths: dict[str, list[int]] = {}
-    for p in values:
-        if p.at:
-            widths.setdefault(p.name, []).append(p.at)
-    params = params_of(terms, {d: tuple(sorted(w)) for d, w in widths.items()})
+    params = params_of(terms, widths_of(values))
     return Problem(terms, params).predict(np.array([values[p] for p in params]))
 
 
