@@ -6,10 +6,13 @@ the other schedules' runs, print the error table.
 
 ``--measure`` records every run of ``RUNS`` with ``hetspec run`` (the real
 executor, worker processes on the two cores, built-in prompts) into DIR/NAME,
-waiting before each until the machine's 1-minute load is below ``--quiet-load``
-(other work on the two cores slows every span), and notes in DIR/NAME.load the
-load and the CPU time other processes used while the run went on (all busy
-CPU time from /proc/stat less the run's own processes'). Then, as without ``--measure``, it runs
+twice by default (``--fit-passes``): a first pass in order, the held-out runs,
+then a second pass in reverse order into DIR/NAME.r2, so that the machine's
+drift weighs every run alike (``measuring_order``). Before each run it waits
+until other work uses fewer than ``--quiet-cores`` cores (other work on the two
+cores slows every span), and notes in DIR/NAME.load that figure and the CPU
+time other processes used while the run went on (all busy CPU time from
+/proc/stat less the run's own processes'). Then, as without ``--measure``, it runs
 ``hetspec calibrate`` (analyses.calibrate.session.calibrate) on DIR and prints, per
 held-out schedule, the end-to-end tokens/s error and the median step-latency
 error of the replay on the calibrated profile, for the schedule as written and
@@ -22,8 +25,9 @@ mirror and ppsd) interleave the schedule and AR per prompt over 3 rounds and
 record the median round's speedup_vs_ar and its range. They are held out of
 the fit (the ngram runs are sd runs, held out by name), and each one's
 speedup_vs_ar is predicted on the calibrated profile: its replay's tokens/s
-over the simulated AR tokens/s on the same prompts (contexts and tokens), both
-on that profile. The goals: within 10% for ngram, 15% for mirror and ppsd.
+over its own baseline's (AR, through the same stages for ppsd: ``baseline_of``)
+simulated on the same prompts (contexts and tokens), both on that profile.
+The goals: within 10% for ngram, 15% for mirror and ppsd.
 ``--speedup-only`` measures just these runs and the fitting runs they need
 (the fitting set of docs/calibration.md: ar-1, ar_stream-1, sd-1, sd-sep2..16,
 and sd-b2/sd-b4, a 15-layer draft at batch 2 and 4: passes of a short model
@@ -94,12 +98,18 @@ SPEEDUP_FIT = ("ar-1", "ar_stream-1", "sd-1", "sd-sep2", "sd-sep4", "sd-sep8", "
 FIT_POLICIES = ("ar", "ar_stream", "sd")
 
 
-def wait_for_quiet(limit: float, max_wait_s: float) -> float:
-    """Wait until the 1-minute load average is below ``limit``; returns it."""
+def wait_for_quiet(max_cores: float, max_wait_s: float) -> float:
+    """Wait until, over a 3-second window, every process of the machine together
+    used less than ``max_cores`` cores (the previous run's workers have exited, so
+    this is other work); returns the last window's figure. The 1-minute load
+    average would still count the run just finished."""
     deadline = time.monotonic() + max_wait_s
-    while os.getloadavg()[0] >= limit and time.monotonic() < deadline:
-        time.sleep(5)
-    return os.getloadavg()[0]
+    while True:
+        before = busy_core_s()
+        time.sleep(3)
+        busy = (busy_core_s() - before) / 3
+        if busy < max_cores or time.monotonic() >= deadline:
+            return busy
 
 
 def busy_core_s() -> float:
@@ -117,25 +127,45 @@ def own_core_s() -> float:
     return use.ru_utime + use.ru_stime
 
 
+def measuring_order(names: set[str] | None, passes: int) -> list[tuple[str, list[str]]]:
+    """(folder name, hetspec run arguments) in the order they are measured. The
+    fitting runs are measured ``passes`` times, every other pass in reverse order
+    (A B C ... C B A ...), into NAME, NAME.r2, ...; the held-out runs (with their
+    AR baseline) after the first pass. This machine's speed drifts by 20% and
+    more over minutes, and unevenly between its cores: a fitting run measured
+    once, at one moment, can misprice its passes against the others' for the
+    whole fit, where a ratio inside one run (a held-out run's AR rounds) is safe.
+    Measured in mirrored passes, every fitting run is centred on the same moment,
+    the held-out runs' too, so a drift linear over the measurement prices every
+    run alike."""
+    fitting = [(name, ["--no-baseline", *extra]) for name, extra in RUNS
+               if not names or name in names]
+    held = [(name, ["--repeats", str(BASELINE_REPEATS), "--allow-large", *extra])
+            for name, extra, _ in BASELINE_RUNS if not names or name in names]
+    order = []
+    for p in range(passes):
+        runs = fitting if p % 2 == 0 else fitting[::-1]
+        order += [(name if p == 0 else f"{name}.r{p + 1}", extra) for name, extra in runs]
+        if p == 0:
+            order += held
+    return order
+
+
 def measure(root: Path, names: set[str] | None, args) -> None:
     root.mkdir(parents=True, exist_ok=True)
-    plan = [(name, ["--no-baseline", *extra]) for name, extra in RUNS]
-    plan += [(name, ["--repeats", str(BASELINE_REPEATS), "--allow-large", *extra])
-             for name, extra, _ in BASELINE_RUNS]
-    for name, extra in plan:
-        if names and name not in names:
-            continue
-        before = wait_for_quiet(args.quiet_load, args.max_wait_s)
+    for name, extra in measuring_order(names, args.fit_passes):
+        before = wait_for_quiet(args.quiet_cores, args.max_wait_s)
         cmd = ["hetspec", "run", "--platform", "cpu-local", "--target", TARGET,
                "--max-new-tokens", str(args.max_new_tokens), "--seed", "1",
                "--json", "--out", str(root / name), *extra]
-        print(f"measuring {name} (load {before:.2f}): {' '.join(cmd[1:])}", flush=True)
+        print(f"measuring {name} (other work before: {before:.2f} cores): "
+              f"{' '.join(cmd[1:])}", flush=True)
         start, busy0, own0 = time.monotonic(), busy_core_s(), own_core_s()
         done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                               text=True)
         wall_s = time.monotonic() - start
         others = (busy_core_s() - busy0) - (own_core_s() - own0)
-        note = (f"load before {before:.2f} after {os.getloadavg()[0]:.2f}, {wall_s:.0f} s; "
+        note = (f"{before:.2f} cores busy before, {wall_s:.0f} s; "
                 f"other processes used {max(others, 0.0):.1f} core-seconds "
                 f"({max(others, 0.0) / wall_s:.2f} cores on average)")
         (root / f"{name}.load").write_text(note + "\n")
@@ -180,8 +210,12 @@ def main(argv=None) -> int:
     ap.add_argument("--measure", action="store_true", help="record the runs first")
     ap.add_argument("--only", default="", help="comma-separated run names to measure")
     ap.add_argument("--max-new-tokens", type=int, default=48)
-    ap.add_argument("--quiet-load", type=float, default=0.8,
-                    help="wait for a 1-minute load below this before each run")
+    ap.add_argument("--quiet-cores", type=float, default=0.25,
+                    help="before each run, wait until other work uses fewer cores "
+                         "than this over 3 s (default 0.25)")
+    ap.add_argument("--fit-passes", type=int, default=2,
+                    help="with --measure: measure each fitting run this many times, "
+                         "in mirrored order around the held-out runs (default 2)")
     ap.add_argument("--max-wait-s", type=float, default=300.0)
     ap.add_argument("-o", "--output", type=Path, default=None,
                     help="calibrated profile (default: DIR/calibrated.yaml)")
@@ -218,12 +252,17 @@ def main(argv=None) -> int:
 
 def predicted_speedup(run, profile: str) -> float:
     """A measured run's speedup_vs_ar as the calibrated profile predicts it: its
-    replay's tokens/s over AR's simulated on the same prompts and tokens."""
+    replay's tokens/s over its baseline's (``baseline_of``: AR, through the same
+    stages for ppsd, as the run measured it) simulated on the same prompts and
+    tokens."""
     from analyses.measured.replay import replay, replay_config
     from analyses.run.api import simulate
+    from policies.base import baseline_of
 
     rep = replay(run, profile)
-    ar_config = replay_config(run, profile).revised(policy="ar", params={}, draft=None)
+    config = replay_config(run, profile)
+    base = baseline_of(config.policy, config.params) or ("ar", {})
+    ar_config = config.revised(policy=base[0], params=base[1], draft=None)
     return rep.predicted["tokens_per_s"] / simulate(ar_config, baseline=False).metrics[
         "tokens_per_s"]
 
