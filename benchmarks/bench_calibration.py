@@ -241,6 +241,7 @@ def main(argv=None) -> int:
     summary = calibrate(args.runs, "cpu-local", args.output or args.runs / "calibrated.yaml",
                         fit_policies=FIT_POLICIES, fit_terms=tuple(args.fit_terms),
                         hold=tuple(name for name, _, _ in BASELINE_RUNS),
+                        hold_repeats=False,  # NAME.r2 measures NAME again, to average drift
                         accept_poor_fit=args.accept_poor_fit)
     for problem in summary["problems"]:
         print(f"POOR FIT (the sanity gate would refuse it): {problem}")

@@ -756,3 +756,31 @@ def test_the_calibration_date_is_source_date_epoch_where_set(monkeypatch):
         calibration_date()
     monkeypatch.delenv("SOURCE_DATE_EPOCH")
     assert len(calibration_date()) == 10 and calibration_date()[4] == "-"
+
+
+def _bench_calibration():
+    import importlib.util
+    path = Path(__file__).parent.parent / "benchmarks" / "bench_calibration.py"
+    spec = importlib.util.spec_from_file_location("bench_calibration", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_calibration_bench_measures_fitting_runs_in_mirrored_passes():
+    """Each fitting run is measured once per pass, every other pass in reverse
+    order, with the held-out runs after the first: under a drift linear in time
+    every fitting run's passes are centred on the same moment."""
+    bench = _bench_calibration()
+    fitting = [name for name, _ in bench.RUNS]
+    held = [name for name, _, _ in bench.BASELINE_RUNS]
+    order = [name for name, _ in bench.measuring_order(None, 2)]
+    assert order == fitting + held + [f"{n}.r2" for n in reversed(fitting)]
+    times = {name: i for i, name in enumerate(order)}
+    centres = {(times[n] + times[f"{n}.r2"]) / 2 for n in fitting}
+    assert len(centres) == 1
+    chosen = bench.measuring_order({"ar-1", "sd-1", "mirror-ab"}, 3)
+    assert [name for name, _ in chosen] == ["ar-1", "sd-1", "mirror-ab", "sd-1.r2",
+                                            "ar-1.r2", "ar-1.r3", "sd-1.r3"]
+    assert dict(chosen)["mirror-ab"][:2] == ["--repeats", str(bench.BASELINE_REPEATS)]
+    assert dict(chosen)["ar-1.r2"][0] == "--no-baseline"

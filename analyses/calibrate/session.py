@@ -26,16 +26,24 @@ from hwprofiles.files import atomic_write_text, scratch_dir
 
 
 def _configuration(run: MeasuredRun) -> str:
+    """What makes two runs repeats of one configuration: the schedule, its
+    parameters, the models and where they ran. A draft spec the executor wrote
+    beside its record counts by its content, not by its folder's path."""
     keys = ("policy", "params", "draft", "weights", "placement", "batch")
-    return json.dumps({k: run.inputs.get(k) for k in keys}, sort_keys=True, default=str)
+    inputs = {k: run.inputs.get(k) for k in keys}
+    draft = inputs["draft"]
+    if isinstance(draft, str) and Path(draft).is_file():
+        inputs["draft"] = Path(draft).read_text(encoding="utf-8")
+    return json.dumps(inputs, sort_keys=True, default=str)
 
 
 def split_runs(runs: list[MeasuredRun], fit_policies: list[str],
-               hold: tuple[str, ...] = ()):
+               hold: tuple[str, ...] = (), hold_repeats: bool = True):
     """(fitting runs, held-out runs): runs of the fitting policies are fitted,
     except that of several repeats of one configuration every other one (in name
-    order) is held out; runs of other policies, and runs named in ``hold``, are
-    held out."""
+    order) is held out unless ``hold_repeats`` is False (repeats measured to
+    average a drifting machine); runs of other policies, and runs named in
+    ``hold``, are held out."""
     fitting, held = [], []
     seen: dict[str, int] = {}
     for run in sorted(runs, key=lambda r: r.name):
@@ -44,7 +52,7 @@ def split_runs(runs: list[MeasuredRun], fit_policies: list[str],
             continue
         key = _configuration(run)
         n = seen[key] = seen.get(key, 0) + 1
-        (held if n % 2 == 0 else fitting).append(run)
+        (held if hold_repeats and n % 2 == 0 else fitting).append(run)
     if not fitting:
         raise ValueError(f"no run of the fitting policies ({', '.join(fit_policies)}) "
                          "was found; record AR and SD runs or pass --fit-policies")
@@ -190,10 +198,11 @@ def profile_text(platform: Platform, header: str) -> str:
 def calibrate(runs_dir, profile: str, output, *,
               fit_policies: tuple[str, ...] = ("ar", "ar_stream", "sd"),
               fit_terms: tuple[str, ...] = (), accept_poor_fit: bool = False,
-              hold: tuple[str, ...] = ()) -> dict:
+              hold: tuple[str, ...] = (), hold_repeats: bool = True) -> dict:
     """Fit ``profile`` to the runs under ``runs_dir`` and write ``output``; the
     optional efficiency terms named in ``fit_terms`` are fitted too; runs named in
-    ``hold`` are held out whatever their policy. A fit the
+    ``hold`` are held out whatever their policy; ``hold_repeats``: of repeats of
+    one configuration, every other one is held out (``split_runs``). A fit the
     sanity gate refuses (``analyses.calibrate.fitgate``) raises ValueError and
     writes nothing, unless ``accept_poor_fit`` (the summary's ``problems``)."""
     runs = [load_run(p) for p in find_runs(runs_dir)]
@@ -201,7 +210,7 @@ def calibrate(runs_dir, profile: str, output, *,
     for run in runs:
         check_run_fits(run, platform.name)
     check_same_models(runs)
-    fitting, held = split_runs(runs, list(fit_policies), hold)
+    fitting, held = split_runs(runs, list(fit_policies), hold, hold_repeats)
     terms = Terms(platform)
     result = fit(platform, [t for run in fitting for t in terms.of_run(run)],
                  fit_terms=frozenset(fit_terms))
