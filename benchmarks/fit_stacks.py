@@ -3,6 +3,8 @@
     python benchmarks/fit_stacks.py --stack hf-eager --fit medusa-paper \
         --fields layer_host_s,host_device_exponent
     python benchmarks/fit_stacks.py --stack hf-eager     # the shipped numbers, judged
+    python benchmarks/fit_stacks.py --stack llama.cpp --backend cuda-tegra \
+        --fit ollama-agx-orin --fields layer_host_s     # one backend's entry
 
 Sources are ``benchmarks/stack_sources/NAME.yaml``: rows a paper or a public
 benchmark printed, each measured under the stack the file names (``stack:``):
@@ -16,7 +18,9 @@ not a fitted number).
 
 With ``--fit``, the named sources' rows fit the stack fields in ``--fields``
 (least squares on log(simulated / published), scipy), starting from the
-shipped stack; every other source of the same stack is held out, whole. The
+shipped stack (with ``--backend NAME``, the fields of the stack's entry for
+devices of that backend, created if it has none; the stack's own fields and
+other entries stay); every other source of the same stack is held out, whole. The
 script prints the fitted values and, per source, each row's error; nothing is
 written: the stack file takes the printed values with this command as their
 source.
