@@ -3,6 +3,8 @@
     python benchmarks/fit_stacks.py --stack hf-eager --fit medusa-paper \
         --fields layer_host_s,host_device_exponent
     python benchmarks/fit_stacks.py --stack hf-eager     # the shipped numbers, judged
+    python benchmarks/fit_stacks.py --stack llama.cpp --backend cuda-tegra \
+        --fit ollama-agx-orin --fields layer_host_s     # one backend's entry
 
 Sources are ``benchmarks/stack_sources/NAME.yaml``: rows a paper or a public
 benchmark printed, each measured under the stack the file names (``stack:``):
@@ -16,7 +18,9 @@ not a fitted number).
 
 With ``--fit``, the named sources' rows fit the stack fields in ``--fields``
 (least squares on log(simulated / published), scipy), starting from the
-shipped stack; every other source of the same stack is held out, whole. The
+shipped stack (with ``--backend NAME``, the fields of the stack's entry for
+devices of that backend, created if it has none; the stack's own fields and
+other entries stay); every other source of the same stack is held out, whole. The
 script prints the fitted values and, per source, each row's error; nothing is
 written: the stack file takes the printed values with this command as their
 source.
@@ -37,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from analyses.run.api import run_schedule  # noqa: E402
 from analyses.run.config import RunConfig  # noqa: E402
 from hwprofiles import load_platform, load_stack  # noqa: E402
+from hwprofiles.stacks import BackendHost  # noqa: E402
 
 SOURCES = Path(__file__).resolve().parent / "stack_sources"
 TOKENS, PROMPT = 256, 128  # where a row does not say (MT-Bench-like chat turns)
@@ -60,7 +65,7 @@ def config(row: dict, policy: str | None = None, alpha: float = 0.8) -> RunConfi
                      draft=row.get("draft"), policy=policy,
                      params=row.get("params", {}) if policy != "ar" else {},
                      acceptance={"kind": "iid", "alpha": alpha},
-                     tokens=row.get("tokens", TOKENS),
+                     tokens=row.get("tokens", TOKENS), weight_bits=row.get("weight_bits"),
                      prompt_tokens=row.get("prompt_tokens", PROMPT), deterministic=True,
                      placement={"target": row["placement"]["target"]} if policy == "ar"
                      else row["placement"], memory_check=False)
@@ -95,25 +100,34 @@ def published(row: dict) -> float:
     return row["tokens_per_s"] if "tokens_per_s" in row else row["speedup"]
 
 
-def with_values(stack, fields: list[str], values) -> object:
-    return stack.model_copy(update=dict(zip(fields, (float(v) for v in values))))
+def with_values(stack, fields: list[str], values, backend: str | None = None) -> object:
+    """The stack with ``fields`` set to ``values``: its own fields, or (``backend``)
+    those of its entry for devices of that backend, created if it has none."""
+    update = dict(zip(fields, (float(v) for v in values)))
+    if backend is None:
+        return stack.model_copy(update=update)
+    entry = stack.backends.get(backend) or BackendHost()
+    backends = {**stack.backends, backend: entry.model_copy(update=update)}
+    return stack.model_copy(update={"backends": backends})
 
 
-def fit(stack, fields: list[str], rows: list[dict], alphas: dict):
+def fit(stack, fields: list[str], rows: list[dict], alphas: dict,
+        backend: str | None = None):
     """Least squares in log space over the fields (seconds in log, exponents as is)."""
     def unpack(z):
         return [v if f in BOUNDS else math.exp(v) for f, v in zip(fields, z)]
 
     def residuals(z):
-        trial = with_values(stack, fields, unpack(z))
+        trial = with_values(stack, fields, unpack(z), backend)
         return [math.log(simulated(r, trial, alphas) / published(r)) for r in rows]
 
-    start = [getattr(stack, f) or (2.0 if f in BOUNDS else 1e-4) for f in fields]
+    now = stack.on(backend)
+    start = [getattr(now, f) or (2.0 if f in BOUNDS else 1e-4) for f in fields]
     z0 = [v if f in BOUNDS else math.log(v) for f, v in zip(fields, start)]
     lo = [BOUNDS[f][0] if f in BOUNDS else math.log(1e-7) for f in fields]
     hi = [BOUNDS[f][1] if f in BOUNDS else math.log(0.1) for f in fields]
     sol = least_squares(residuals, np.clip(z0, lo, hi), bounds=(lo, hi), diff_step=1e-3)
-    return with_values(stack, fields, unpack(sol.x))
+    return with_values(stack, fields, unpack(sol.x), backend)
 
 
 def report(stack, sources: dict, fitted_on: set[str], alphas: dict) -> None:
@@ -135,6 +149,11 @@ def main() -> int:
     p.add_argument("--stack", required=True, help="shipped stack name")
     p.add_argument("--fit", default="", help="comma-separated source stems to fit on")
     p.add_argument("--fields", default="", help="comma-separated stack fields to fit")
+    p.add_argument("--backend", default=None,
+                   help="fit the fields of the stack's entry for devices of this backend "
+                        "(a device's 'backend', e.g. cuda-tegra) instead of the stack's own: "
+                        "a framework's host time on one kind of host, fitted on rows "
+                        "measured there (default: the stack's own fields)")
     args = p.parse_args()
     stack = load_stack(args.stack)
     sources = sources_of(args.stack)
@@ -142,9 +161,11 @@ def main() -> int:
     alphas: dict = {}
     if fit_names:
         rows = [r for s in sorted(fit_names) for r in sources[s]]
-        stack = fit(stack, [f for f in args.fields.split(",") if f], rows, alphas)
-        print("fitted: " + ", ".join(f"{f}={getattr(stack, f):.4g}"
-                                      for f in args.fields.split(",") if f))
+        stack = fit(stack, [f for f in args.fields.split(",") if f], rows, alphas,
+                    args.backend)
+        fitted = stack.on(args.backend)
+        print(f"fitted{f' (backend {args.backend})' if args.backend else ''}: "
+              + ", ".join(f"{f}={getattr(fitted, f):.4g}" for f in args.fields.split(",") if f))
     else:
         fit_names = set(stack.fitted_on)
     for key, alpha in alphas.items():

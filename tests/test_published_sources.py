@@ -215,3 +215,32 @@ def test_bench_published_prices_every_row_under_another_stack_when_asked(tmp_pat
         x for x in what_if if x.startswith(row))
     assert any("priced under stack compiled" in line for line in what_if)
     assert not any("priced under stack" in line for line in own)
+
+
+def test_each_missed_regime_is_fitted_on_a_second_source_and_judged_by_its_first():
+    """The phone CPU is fitted on react-native-executorch's rows and the llama.cpp
+    stack's Jetson host time on the Ollama Orin row; the ExecuTorch README and
+    HoloHub, the first sources of those regimes, stay held out."""
+    from hwprofiles import list_names, load_stack
+    folder = shipped_folder()
+    rows = load_published(folder)
+    texts = heldout.platform_source_texts(
+        [load_platform(n) for n in sorted({r.platform for r in rows})])
+    stacks = {n: load_stack(n).fitted_on for n in list_names("stacks")}
+    fitted = heldout.fitted_sources(rows, sources_of(folder), texts, stacks)
+    assert fitted["rn-executorch-bench"] == "platform snapdragon-8-gen3"
+    assert fitted["ollama-agx-orin"] == "stack llama.cpp"
+    assert "executorch-llama" not in fitted and "holohub-igx-orin" not in fitted
+    # the Ollama row fits the stack, not the Orin platform's bandwidth
+    assert next(r for r in rows if r.source_id == "ollama-agx-orin").split == "held_out"
+
+
+def test_the_phone_cpu_reproduces_the_rows_it_was_fitted_on():
+    """The fitted rows' errors the profile's sources state (within 6.9%)."""
+    rows = [r for r in load_published(shipped_folder())
+            if r.source_id == "rn-executorch-bench"]
+    platform = load_platform("snapdragon-8-gen3")
+    assert len(rows) == 6 and all(r.split == "fit" for r in rows)
+    for r in rows:
+        simulated = simulate_row_full(r, platform, {})[0]
+        assert abs(simulated / r.published - 1) < 0.07, r.id

@@ -232,3 +232,62 @@ def test_calibrate_published_stack_picks_the_rows_of_that_stack():
     assert of_stack(rows, None) == rows
     with pytest.raises(ValueError, match="names stack 'llama.cpp'.*compiled, hf-eager"):
         of_stack(rows, "llama.cpp")
+
+
+def _fit_stacks():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).parent.parent / "benchmarks" / "fit_stacks.py"
+    spec = importlib.util.spec_from_file_location("fit_stacks", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_shipped_llama_cpp_stack_prices_a_jetsons_arm_host_apart_from_cuda():
+    plat, stack = load_platform("jetson-agx-orin-64gb"), load_stack("llama.cpp")
+    tegra = stack.on("cuda-tegra")
+    assert plat.device("gpu").backend == "cuda-tegra"
+    assert tegra.layer_host_s != stack.layer_host_s
+    spec = load_model("llama-3.2-3b")
+    bare, cost = RooflineCost(plat), RooflineCost(plat, stack)
+    a = bare.forward(spec, "gpu", (0, spec.n_layers), 1, 1, 0, "lm", None)
+    b = cost.forward(spec, "gpu", (0, spec.n_layers), 1, 1, 0, "lm", None)
+    # one kernel per layer and one for the head, each at the entry's host time
+    assert b.launch_s - a.launch_s == pytest.approx(
+        (spec.n_layers + 1) * tegra.layer_host_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("name", ["compiled", "hf-eager"])
+def test_naming_the_orins_backend_moves_no_price_under_a_stack_without_its_entry(name):
+    plat, stack = load_platform("jetson-agx-orin-64gb"), load_stack(name)
+    unnamed = plat.model_copy(update={"devices": [
+        d.model_copy(update={"backend": None}) for d in plat.devices]})
+    spec = load_model("llama-2-7b")
+    for where in ("gpu", "cpu"):
+        named = RooflineCost(plat, stack).forward(spec, where, (0, 32), 1, 1, 100, "lm", None)
+        bare = RooflineCost(unnamed, stack).forward(spec, where, (0, 32), 1, 1, 100, "lm",
+                                                     None)
+        assert named == bare
+
+
+def test_fit_stacks_fits_one_backends_entry_and_leaves_the_stacks_own_fields():
+    fit_stacks = _fit_stacks()
+    stack = load_stack("llama.cpp")
+    trial = fit_stacks.with_values(stack, ["layer_host_s"], [1e-3], "cuda-tegra")
+    assert trial.on("cuda-tegra").layer_host_s == 1e-3
+    assert trial.layer_host_s == stack.layer_host_s
+    assert trial.on("metal").layer_host_s == stack.on("metal").layer_host_s
+    fresh = fit_stacks.with_values(stack, ["layer_host_s"], [2e-3], "rocm")
+    assert fresh.on("rocm").layer_host_s == 2e-3 and "rocm" not in stack.backends
+    assert fit_stacks.with_values(stack, ["layer_host_s"], [3e-3]).layer_host_s == 3e-3
+
+
+def test_the_jetson_entry_reproduces_the_row_it_was_fitted_on():
+    fit_stacks = _fit_stacks()
+    rows = fit_stacks.sources_of("llama.cpp")["ollama-agx-orin"]
+    stack = load_stack("llama.cpp")
+    assert "ollama-agx-orin" in stack.fitted_on
+    for row in rows:
+        assert fit_stacks.simulated(row, stack, {}) == pytest.approx(row["tokens_per_s"],
+                                                                     rel=0.005)
