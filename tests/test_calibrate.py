@@ -23,7 +23,7 @@ from analyses.cli import main
 from executors.passes import span_passes
 from analyses.calibrate.costfit import predict
 from analyses.measured.executorwork import STEP_END, ExecutorWork
-from analyses.calibrate.session import calibrate, calibration_date
+from analyses.calibrate.session import calibrate, calibration_date, split_runs
 from analyses.measured.replay import load_run
 from analyses.calibrate.streamterms import dispatch_gaps
 from hwprofiles import load_model, load_platform
@@ -438,6 +438,21 @@ def test_calibrate_cli_writes_valid_profile_and_meets_held_out_target(runs_dir, 
     assert abs(s["median_step_latency_error"]) < 0.05
 
 
+def test_calibrate_cli_fits_every_repeat_when_asked(runs_dir, tmp_path, capsys):
+    """--fit-every-repeat: repeats measured to average a drifting machine are all
+    fitted, none held out; with --published it is refused in one sentence."""
+    out = tmp_path / "calibrated.yaml"
+    assert main(["calibrate", "--runs", str(runs_dir), "--profile", "cpu-local", "-o",
+                 str(out), "--fit-every-repeat", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["fitted_runs"] == ["ar-0", "ar-2", "sd-1", "sd-3", "sd-4"]
+    assert summary["held_out_runs"] == []
+    assert main(["calibrate", "--published", "shipped", "--profile", "cpu-local", "-o",
+                 str(tmp_path / "p.yaml"), "--fit-every-repeat"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--fit-every-repeat applies to measured runs" in err[0]
+
+
 def true_profile_yaml(path: Path) -> Path:
     """The true platform as a profile file (each changed number sourced)."""
     data = true_platform().model_dump(mode="json", exclude_unset=True)
@@ -784,3 +799,25 @@ def test_the_calibration_bench_measures_fitting_runs_in_mirrored_passes():
                                             "ar-1.r2", "ar-1.r3", "sd-1.r3"]
     assert dict(chosen)["mirror-ab"][:2] == ["--repeats", str(bench.BASELINE_REPEATS)]
     assert dict(chosen)["ar-1.r2"][0] == "--no-baseline"
+
+
+def test_repeats_with_their_own_draft_files_are_repeats(tmp_path):
+    """Two runs of one SD configuration whose executor wrote the same draft spec
+    into each run's folder are repeats (every other one held out); a draft spec of
+    other content is another configuration."""
+    from types import SimpleNamespace
+
+    def run(name: str, draft_text: str):
+        folder = tmp_path / name / "models"
+        folder.mkdir(parents=True)
+        (folder / "draft.yaml").write_text(draft_text)
+        inputs = {"policy": "sd", "params": {"gamma": 4}, "draft": str(folder / "draft.yaml"),
+                  "placement": {}, "batch": 1}
+        return SimpleNamespace(name=name, policy="sd", inputs=inputs)
+
+    runs = [run("sd-a", "n_layers: 8\n"), run("sd-b", "n_layers: 8\n"),
+            run("sd-c", "n_layers: 15\n")]
+    fitting, held = split_runs(runs, ["sd"])
+    assert [r.name for r in fitting] == ["sd-a", "sd-c"] and [r.name for r in held] == ["sd-b"]
+    fitting, held = split_runs(runs, ["sd"], hold_repeats=False)
+    assert [r.name for r in fitting] == ["sd-a", "sd-b", "sd-c"] and held == []

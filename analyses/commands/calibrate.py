@@ -64,6 +64,14 @@ def register(sub) -> None:
                         "ar,ar_stream,sd: AR "
                         "resident and streaming from flash, and SD); the others' runs "
                         "are held out")
+    p.add_argument("--fit-every-repeat", action="store_true",
+                   help="with --runs: fit every repeat of a configuration (default: of "
+                        "runs with the same schedule, parameters, models and placement, "
+                        "every other one in name order is held out, to show whether the "
+                        "fit predicts a run it did not see); use it when the repeats were "
+                        "measured to average a machine whose speed drifts between runs "
+                        "(benchmarks/bench_calibration.py measures its fitting runs twice, "
+                        "in mirrored order)")
     p.add_argument("--fit-terms", default="", metavar="FIELDS",
                    help="with --runs: optional efficiency terms to fit as well "
                         "(with --published, name them in --fit-fields), comma-separated: "
@@ -120,7 +128,8 @@ def _calibrate(args) -> int:
                   names={"--output": "calibrated.yaml"})
     check(runs_estimate(args.runs, "calibrate"), args.allow_large)
     summary = calibrate(args.runs, args.profile, args.output, fit_policies=policies,
-                        fit_terms=fit_terms, accept_poor_fit=args.accept_poor_fit)
+                        fit_terms=fit_terms, accept_poor_fit=args.accept_poor_fit,
+                        hold_repeats=not args.fit_every_repeat)
     _warn(summary["problems"])
     if args.json:
         emit_json(summary)
@@ -148,6 +157,10 @@ def _calibrate_published(args) -> int:
         raise ValueError("--fit-policies picks which measured runs are fitted; with "
                          "--published each row's split (fit or held_out) decides, so "
                          "drop --fit-policies or edit the rows' split")
+    if args.fit_every_repeat:
+        raise ValueError("--fit-every-repeat applies to measured runs (--runs); with "
+                         "--published each row's split (fit or held_out) decides what is "
+                         "fitted, so drop --fit-every-repeat")
     fields = DEFAULT_FIELDS if args.fit_fields is None else _items("--fit-fields",
                                                                    args.fit_fields)
     if not fields:
