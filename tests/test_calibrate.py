@@ -34,6 +34,7 @@ from policies.ops import (LM, SAMPLE, Forward, Join, Spawn, StreamWeights, Trans
 from simcore import RooflineCost, acceptance
 from policies.runs.measured import MeasuredSpan
 from policies.runs.files import Span, chrome_trace, write_record
+from benchscripts import load_benchmark
 
 # The two cores of cpu-local have one spec, so they share their parameters. The
 # fake executor below feeds AR passes of one row, SD drafts of one row (8, 15 or
@@ -773,20 +774,11 @@ def test_the_calibration_date_is_source_date_epoch_where_set(monkeypatch):
     assert len(calibration_date()) == 10 and calibration_date()[4] == "-"
 
 
-def _bench_calibration():
-    import importlib.util
-    path = Path(__file__).parent.parent / "benchmarks" / "bench_calibration.py"
-    spec = importlib.util.spec_from_file_location("bench_calibration", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_calibration_bench_measures_fitting_runs_in_mirrored_passes():
     """Each fitting run is measured once per pass, every other pass in reverse
     order, with the held-out runs after the first: under a drift linear in time
     every fitting run's passes are centred on the same moment."""
-    bench = _bench_calibration()
+    bench = load_benchmark("bench_calibration")
     fitting = [name for name, _ in bench.RUNS]
     held = [name for name, _, _ in bench.BASELINE_RUNS]
     order = [name for name, _ in bench.measuring_order(None, 2)]

@@ -13,6 +13,7 @@ from policies.ops import Forward, Parallel, StreamWeights
 from simcore import Outcomes, RooflineCost, Simulator
 from simcore.acceptance import IID
 from simcore.resources import PageCache
+from benchscripts import load_benchmark
 
 SRC = "test fixture"
 FLASH_GB_S = 2.0
@@ -194,21 +195,11 @@ def test_with_perfect_overlap_the_deeper_draft_hides_under_the_stream(tmp_path):
     assert times[2] == pytest.approx(times[0], rel=1e-3)
 
 
-def _bench():
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).parent.parent / "benchmarks" / "bench_flash.py"
-    spec = importlib.util.spec_from_file_location("bench_flash", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_orin_flash_tiers_are_the_fit_to_their_published_sources():
     """The profile's flash numbers are what benchmarks/bench_flash.py fits to the
     sources in benchmarks/data/flash_published.yaml (to the profile's rounding)."""
     import yaml
-    bench = _bench()
+    bench = load_benchmark("bench_flash")
     sources = yaml.safe_load(bench.DATA.read_text())["sources"]
     orin = load_platform("jetson-agx-orin-64gb")
     for s in sources:

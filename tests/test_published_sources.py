@@ -16,6 +16,8 @@ from analyses.calibrate.published import (Measurement, load_published, shipped_f
 from analyses.calibrate.sources import runnable
 from hwprofiles import load_platform
 
+from benchscripts import load_benchmark
+
 SOURCE = {"id": "src-x", "name": "a source", "url": "https://example.org/x",
           "stack": "hf-eager", "device_class": "datacenter-gpu", "hardware": "an A100",
           "measures": "speedups", "role": "held_out"}
@@ -201,12 +203,7 @@ def test_the_held_out_sources_include_a_speculative_one_with_its_printed_tau():
 
 
 def test_bench_published_prices_every_row_under_another_stack_when_asked(tmp_path):
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).parent.parent / "benchmarks" / "bench_published.py"
-    spec = importlib.util.spec_from_file_location("bench_published", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_benchmark("bench_published")
     shutil.copy(shipped_folder() / "tinychat-awq.yaml", tmp_path)
     own = bench.report(False, True, tmp_path)
     what_if = bench.report(False, True, tmp_path, under_stack="compiled")

@@ -9,6 +9,7 @@ from policies.ops import Forward, Parallel, Verify
 from simcore import Outcomes, RooflineCost, Simulator
 from simcore.acceptance import IID
 
+from benchscripts import load_benchmark
 from tests.test_engine import MODEL, platform, seq
 
 EAGER = dict(name="eager-fixture", layer_host_s=4e-4, call_host_s=2e-3, head_sync_s=1e-4,
@@ -234,16 +235,6 @@ def test_calibrate_published_stack_picks_the_rows_of_that_stack():
         of_stack(rows, "llama.cpp")
 
 
-def _fit_stacks():
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).parent.parent / "benchmarks" / "fit_stacks.py"
-    spec = importlib.util.spec_from_file_location("fit_stacks", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_shipped_llama_cpp_stack_prices_a_jetsons_arm_host_apart_from_cuda():
     plat, stack = load_platform("jetson-agx-orin-64gb"), load_stack("llama.cpp")
     tegra = stack.on("cuda-tegra")
@@ -272,7 +263,7 @@ def test_naming_the_orins_backend_moves_no_price_under_a_stack_without_its_entry
 
 
 def test_fit_stacks_fits_one_backends_entry_and_leaves_the_stacks_own_fields():
-    fit_stacks = _fit_stacks()
+    fit_stacks = load_benchmark("fit_stacks")
     stack = load_stack("llama.cpp")
     trial = fit_stacks.with_values(stack, ["layer_host_s"], [1e-3], "cuda-tegra")
     assert trial.on("cuda-tegra").layer_host_s == 1e-3
@@ -284,7 +275,7 @@ def test_fit_stacks_fits_one_backends_entry_and_leaves_the_stacks_own_fields():
 
 
 def test_the_jetson_entry_reproduces_the_row_it_was_fitted_on():
-    fit_stacks = _fit_stacks()
+    fit_stacks = load_benchmark("fit_stacks")
     rows = fit_stacks.sources_of("llama.cpp")["ollama-agx-orin"]
     stack = load_stack("llama.cpp")
     assert "ollama-agx-orin" in stack.fitted_on
