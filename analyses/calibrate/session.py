@@ -19,7 +19,8 @@ import yaml
 
 from analyses.calibrate.fitgate import check_runs_fit, poor_fit_lines
 from analyses.calibrate.terms import Terms, apply, fit, initial_values, op_kind_errors, stepped
-from analyses.measured.replay import MeasuredRun, check_run_fits, find_runs, load_run, replay
+from analyses.measured.replay import (MeasuredRun, check_run_fits, find_runs, load_run,
+                                      model_name, replay)
 from hwprofiles import Platform, load_platform
 from policies.runs.files import elapsed_s
 from hwprofiles.files import atomic_write_text, scratch_dir
@@ -31,7 +32,7 @@ def _configuration(run: MeasuredRun) -> str:
     beside its record counts by its content, not by its folder's path."""
     keys = ("policy", "params", "draft", "weights", "placement", "batch")
     inputs = {k: run.inputs.get(k) for k in keys}
-    draft = inputs["draft"]
+    draft = model_name(run, "draft")  # a spec beside a moved record is found there
     if isinstance(draft, str) and Path(draft).is_file():
         inputs["draft"] = Path(draft).read_text(encoding="utf-8")
     return json.dumps(inputs, sort_keys=True, default=str)
