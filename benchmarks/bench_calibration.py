@@ -127,7 +127,8 @@ def own_core_s() -> float:
     return use.ru_utime + use.ru_stime
 
 
-def measuring_order(names: set[str] | None, passes: int) -> list[tuple[str, list[str]]]:
+def measuring_order(names: set[str] | None, passes: int,
+                    baselines: bool = False) -> list[tuple[str, list[str]]]:
     """(folder name, hetspec run arguments) in the order they are measured. The
     fitting runs are measured ``passes`` times, every other pass in reverse order
     (A B C ... C B A ...), into NAME, NAME.r2, ...; the held-out runs (with their
@@ -137,9 +138,12 @@ def measuring_order(names: set[str] | None, passes: int) -> list[tuple[str, list
     whole fit, where a ratio inside one run (a held-out run's AR rounds) is safe.
     Measured in mirrored passes, every fitting run is centred on the same moment,
     the held-out runs' too, so a drift linear over the measurement prices every
-    run alike."""
-    fitting = [(name, ["--no-baseline", *extra]) for name, extra in RUNS
-               if not names or name in names]
+    run alike. ``baselines``: each fitting run decodes its AR baseline beside the
+    schedule, in the same processes (one round; the record keeps its spans), so a
+    fit with a pace per run (``--pace-per-run``) sees the target's one-token pass
+    in every run's own state."""
+    fitting = [(name, (["--repeats", "1"] if baselines else ["--no-baseline"]) + extra)
+               for name, extra in RUNS if not names or name in names]
     held = [(name, ["--repeats", str(BASELINE_REPEATS), "--allow-large", *extra])
             for name, extra, _ in BASELINE_RUNS if not names or name in names]
     order = []
@@ -153,7 +157,7 @@ def measuring_order(names: set[str] | None, passes: int) -> list[tuple[str, list
 
 def measure(root: Path, names: set[str] | None, args) -> None:
     root.mkdir(parents=True, exist_ok=True)
-    for name, extra in measuring_order(names, args.fit_passes):
+    for name, extra in measuring_order(names, args.fit_passes, args.fit_baselines):
         before = wait_for_quiet(args.quiet_cores, args.max_wait_s)
         cmd = ["hetspec", "run", "--platform", "cpu-local", "--target", TARGET,
                "--max-new-tokens", str(args.max_new_tokens), "--seed", "1",
@@ -216,6 +220,13 @@ def main(argv=None) -> int:
     ap.add_argument("--fit-passes", type=int, default=2,
                     help="with --measure: measure each fitting run this many times, "
                          "in mirrored order around the held-out runs (default 2)")
+    ap.add_argument("--fit-baselines", action="store_true",
+                    help="with --measure: every fitting run decodes its AR baseline "
+                         "beside the schedule too (its spans recorded with the run's), "
+                         "for --pace-per-run")
+    ap.add_argument("--pace-per-run", action="store_true",
+                    help="fit each fitting run its own pace (hetspec calibrate "
+                         "--pace-per-run); meant for runs measured with --fit-baselines")
     ap.add_argument("--max-wait-s", type=float, default=300.0)
     ap.add_argument("-o", "--output", type=Path, default=None,
                     help="calibrated profile (default: DIR/calibrated.yaml)")
@@ -242,7 +253,8 @@ def main(argv=None) -> int:
                         fit_policies=FIT_POLICIES, fit_terms=tuple(args.fit_terms),
                         hold=tuple(name for name, _, _ in BASELINE_RUNS),
                         hold_repeats=False,  # NAME.r2 measures NAME again, to average drift
-                        accept_poor_fit=args.accept_poor_fit)
+                        accept_poor_fit=args.accept_poor_fit,
+                        pace_per_run=args.pace_per_run)
     for problem in summary["problems"]:
         print(f"POOR FIT (the sanity gate would refuse it): {problem}")
     print(table(summary))

@@ -205,7 +205,8 @@ def measure(config: RunSettings, options: Options, messages: list[list[dict]] | 
               "draft_heads": drafts.describe(config.target),
               **simulable_models(config, specs, run_dir),
               **recorded_platform(config.platform, run_dir)}
-    record = write_run(run_dir, inputs, metrics, results, outputs, texts)
+    baseline_results = [r for _, ar in rounds for r in ar] if base is not None else []
+    record = write_run(run_dir, inputs, metrics, results, outputs, texts, baseline_results)
     return {**metrics, "outputs": outputs, "texts": texts, "run_record": str(record)}
 
 
@@ -256,9 +257,12 @@ def _progress(enabled: bool, n_prompts: int, batch: int, passes: int):
 
 
 def write_run(run_dir: Path, inputs: dict, metrics: dict, results: list[BatchResult],
-              outputs, texts) -> Path:
+              outputs, texts, baseline: list[BatchResult] = ()) -> Path:
     """The run's files, written through the measured-run schema
-    (``policies.runs.measured``), the prompt batches laid end to end."""
-    return write_measured_run(run_dir, inputs, metrics,
-                              [(r.wall_s, r.spans, r.acceptance) for r in results],
-                              outputs, texts)
+    (``policies.runs.measured``), the prompt batches laid end to end; the AR
+    baseline's spans (``baseline``, every round's) beside them."""
+    def batches(of):
+        return [(r.wall_s, r.spans, r.acceptance) for r in of]
+
+    return write_measured_run(run_dir, inputs, metrics, batches(results), outputs, texts,
+                              batches(baseline))

@@ -265,6 +265,7 @@ class Fit:
     x_start: np.ndarray = field(default_factory=lambda: np.zeros(0))
     jac: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     residuals: Any = None
+    paces: dict[str, float] = field(default_factory=dict)  # run -> pace, when fitted
 
     @property
     def median_abs_error(self) -> float:
@@ -317,11 +318,12 @@ def weighted_cauchy(weights: np.ndarray):
 
 def fit(terms: list[Term], initial: dict[Param, float],
         fixed: frozenset[str] = frozenset(), widths: Widths | None = None,
-        balance_runs: bool = False) -> Fit:
+        balance_runs: bool = False, pace_per_run: bool = False) -> Fit:
     """Least-squares fit, in log space, of every parameter the terms use (except
     fields named in ``fixed``, and parameters in it, which keep their initial
     values); a device in ``widths`` gets a multi-row factor per listed width;
-    ``balance_runs`` weighs every run the same (``run_weights``), else every span."""
+    ``balance_runs`` weighs every run the same (``run_weights``), else every span;
+    ``pace_per_run`` fits each run a pace besides (``Paces``)."""
     if not terms:
         raise ValueError("the fitting runs hold no Forward, Transfer, AllReduce or "
                          "StreamWeights spans to fit; record runs with 'hetspec run'")
@@ -345,17 +347,28 @@ def fit(terms: list[Term], initial: dict[Param, float],
         out[free] = np.exp(x)
         return out
 
-    def residuals(x):
-        return problem.log_residuals(full(x))
+    paces = Paces(terms) if pace_per_run else Paces([])
+    n = len(fitted)
+
+    def joint(x):  # the profile's numbers, then the runs' paces
+        return problem.log_residuals(full(x[:n])) + paces.log_pace(x[n:])
 
     loss = weighted_cauchy(run_weights(terms)) if balance_runs else LOSS
+    lo, hi = np.append(lo_all[free], paces.lo), np.append(hi_all[free], paces.hi)
     sol = None
     for start in _starts(fitted, x_all[free], lo_all[free], hi_all[free]):
-        trial = least_squares(residuals, start, bounds=(lo_all[free], hi_all[free]),
+        trial = least_squares(joint, np.append(start, paces.start), bounds=(lo, hi),
                               loss=loss, f_scale=LOSS_SCALE, method="trf", x_scale="jac",
                               ftol=1e-12, xtol=1e-12, gtol=1e-12)
         if sol is None or trial.cost < sol.cost - 1e-12:
             sol = trial
+    run_z = sol.x[n:]
+    run_pace = paces.log_pace(run_z)
+
+    def residuals(x):  # over the profile's numbers, at the fitted paces
+        return problem.log_residuals(full(x)) + run_pace
+
+    sol.jac, sol.x = sol.jac[:, :n], sol.x[:n]
     reach = np.linalg.norm(sol.jac, axis=0)
     unconstrained = [p for p in params if p in idle] + [
         p for p, r in zip(fitted, reach) if r < 1e-8]
@@ -364,8 +377,40 @@ def fit(terms: list[Term], initial: dict[Param, float],
     vector = np.array([values[p] for p in params])
     held = [p for p in params if p.field in fixed or p in fixed]
     return Fit({p: float(v) for p, v in values.items()}, {p: initial[p] for p in params},
-               unconstrained, problem.log_residuals(vector), terms, bool(sol.success), held,
-               fitted, sol.x, x_all[free], sol.jac, residuals)
+               unconstrained, problem.log_residuals(vector) + run_pace, terms,
+               bool(sol.success), held, fitted, sol.x, x_all[free], sol.jac, residuals,
+               paces.of(run_z))
+
+
+class Paces:
+    """Each run's pace, fitted beside the profile: a factor on the time of every
+    span of the run, for a machine whose speed drifts between runs (a virtual
+    machine's host). The profile then holds how the runs' operations cost
+    relative to one another, at the runs' mean pace: the paces' logs sum to 0,
+    since the profile's own numbers can scale every time alike. The last run's
+    pace is the one the others leave (minus their logs' sum)."""
+
+    SPAN = np.log(3.0)  # a run's pace stays within 1/3x..3x of the mean
+
+    def __init__(self, terms: list[Term]):
+        self.runs = sorted({t.run for t in terms})
+        index = {run: i for i, run in enumerate(self.runs)}
+        self.of_term = np.array([index[t.run] for t in terms], dtype=int)
+        free = max(len(self.runs) - 1, 0)
+        self.start, self.lo, self.hi = np.zeros(free), -self.SPAN * np.ones(free), \
+            self.SPAN * np.ones(free)
+
+    def per_run(self, z: np.ndarray) -> np.ndarray:
+        """Each run's log pace from the free ones."""
+        return np.append(z, -np.sum(z)) if self.runs else np.zeros(0)
+
+    def log_pace(self, z: np.ndarray):
+        """Each term's log pace (0 when no pace is fitted)."""
+        return self.per_run(z)[self.of_term] if self.runs else 0.0
+
+    def of(self, z: np.ndarray) -> dict[str, float]:
+        """run -> its fitted pace (empty when none is fitted)."""
+        return {run: float(np.exp(v)) for run, v in zip(self.runs, self.per_run(z))}
 
 
 def _alone_start(problem: Problem, i: int, param: Param) -> float:

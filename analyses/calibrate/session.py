@@ -199,7 +199,8 @@ def profile_text(platform: Platform, header: str) -> str:
 def calibrate(runs_dir, profile: str, output, *,
               fit_policies: tuple[str, ...] = ("ar", "ar_stream", "sd"),
               fit_terms: tuple[str, ...] = (), accept_poor_fit: bool = False,
-              hold: tuple[str, ...] = (), hold_repeats: bool = True) -> dict:
+              hold: tuple[str, ...] = (), hold_repeats: bool = True,
+              pace_per_run: bool = False) -> dict:
     """Fit ``profile`` to the runs under ``runs_dir`` and write ``output``; the
     optional efficiency terms named in ``fit_terms`` are fitted too; runs named in
     ``hold`` are held out whatever their policy; ``hold_repeats``: of repeats of
@@ -214,7 +215,7 @@ def calibrate(runs_dir, profile: str, output, *,
     fitting, held = split_runs(runs, list(fit_policies), hold, hold_repeats)
     terms = Terms(platform)
     result = fit(platform, [t for run in fitting for t in terms.of_run(run)],
-                 fit_terms=frozenset(fit_terms))
+                 fit_terms=frozenset(fit_terms), pace_per_run=pace_per_run)
     problems = check_runs_fit(result, accept_poor_fit)
     date = calibration_date()
     source = (f"calibrated: hetspec calibrate on runs {', '.join(r.name for r in fitting)}"

@@ -56,6 +56,8 @@ from hwprofiles import Platform, load_model
 from hwprofiles.schema import Placement, resolve
 from policies import parse_params
 from policies.runs.measured import MeasuredSpan
+
+BASELINE_KIND = " [AR baseline]"  # how a baseline operation's kind ends
 from simcore import RooflineCost
 from simcore.costmodel import (LinearTerms, allreduce_terms, dispatch_terms, hop_terms,
                                stream_terms)
@@ -115,10 +117,12 @@ def op_kind(op: dict, placement: dict) -> str:
     return text + (f" ({label})" if label else "")
 
 
-def critical_times(run: MeasuredRun, placement: dict, platform: Platform) -> list[float]:
-    """Per span: the time it held the executor's critical path (module doc)."""
+def critical_times(run: MeasuredRun, placement: dict, platform: Platform,
+                   spans: list[MeasuredSpan] | None = None) -> list[float]:
+    """Per span (of the run's, or of ``spans``: its AR baseline's): the time it
+    held the executor's critical path (module doc)."""
     placement = Placement(placement)
-    spans = run.spans
+    spans = run.spans if spans is None else spans
     observed = [s.end_s - s.start_s for s in spans]
     order = sorted(range(len(spans)), key=lambda i: (spans[i].batch,
                                                      spans[i].start_s))
@@ -191,15 +195,24 @@ class Terms:
         return self._models[name]
 
     def of_run(self, run: MeasuredRun) -> list[Term]:
+        """The run's operations, and those of the AR baseline it decoded beside the
+        schedule (same run: the fit's per-run pace, ``costfit.Paces``, is theirs too),
+        their kinds marked as the baseline's."""
         placement = resolve(self.platform, run.inputs.get("placement"))
-        times = critical_times(run, placement, self.platform)
+        out = self._spans(run, placement, run.spans, "")
+        out += self._dispatches(run, placement)
+        if run.baseline_spans:
+            out += self._spans(run, placement, run.baseline_spans, BASELINE_KIND)
+        return merge_streams(out)
+
+    def _spans(self, run: MeasuredRun, placement: dict, spans, suffix: str) -> list[Term]:
         out = []
-        for span, observed in zip(run.spans, times):
+        for span, observed in zip(spans, critical_times(run, placement, self.platform, spans)):
             term = self._term(span.op, placement, run, observed)
             if term is not None and observed > 0:
+                term.op_kind += suffix
                 out.append(term)
-        out += self._dispatches(run, placement)
-        return merge_streams(out)
+        return out
 
     def _dispatches(self, run: MeasuredRun, placement: dict) -> list[Term]:
         """Each stream's wait before its read, as ``stream_dispatch_s``."""
@@ -321,13 +334,14 @@ def check_fit_terms(names) -> None:
 
 
 def fit(platform: Platform, terms: list[Term], *, fixed=frozenset(),
-        fit_terms=frozenset()) -> Fit:
+        fit_terms=frozenset(), pace_per_run: bool = False) -> Fit:
     """Least-squares fit of every parameter the terms use (``analyses.calibrate.costfit``);
     of the optional efficiency terms only those named in ``fit_terms``. Fitting a
     flash tier's request latency keeps its bandwidth (a sequential-read
     measurement), fitting a device's bandwidth cap keeps its tier's efficiency;
     ``multirow_by_rows`` fits the multi-row factor per measured width. Every
-    run weighs the same in the fit (``costfit.run_weights``)."""
+    run weighs the same in the fit (``costfit.run_weights``); ``pace_per_run``
+    fits each run its own pace besides (``costfit.Paces``)."""
     check_fit_terms(fit_terms)
     keep = set(fixed) | (set(OPTIONAL_FIELDS) - set(fit_terms))
     if "memory_bandwidth_gb_s" in fit_terms:
@@ -338,7 +352,7 @@ def fit(platform: Platform, terms: list[Term], *, fixed=frozenset(),
                     if t.request_bytes is not None)
     widths = measured_widths(terms) if BY_ROWS in fit_terms else table_widths(platform, terms)
     return _fit(terms, initial_values(platform, terms, widths), frozenset(keep), widths,
-                balance_runs=True)
+                balance_runs=True, pace_per_run=pace_per_run)
 
 
 def apply(platform: Platform, values: dict[Param, float], source: str) -> Platform:

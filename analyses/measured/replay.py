@@ -60,6 +60,7 @@ class MeasuredRun:
     span_lines: list[int] = field(default_factory=list)
     line_numbers: list[int] = field(default_factory=list)
     platform: str | None = None
+    baseline_spans: list[MeasuredSpan] = field(default_factory=list)  # its AR rounds'
 
     @property
     def inputs(self) -> dict:
@@ -117,8 +118,13 @@ def load_run(path) -> MeasuredRun:
                             path)
         lines = numbered_acceptance(acc_path, "acceptance file",
                                     "re-run 'hetspec run' to write it again")
+    baseline = []
+    if record.get("baseline_spans"):
+        baseline = [s for _, s in read_measured_spans(run_file(
+            path.parent, record["baseline_spans"], "baseline_spans", path))]
     run = MeasuredRun(path, record, [s for _, s in spans], acc_path, [d for _, d in lines],
-                      spans_path, [n for n, _ in spans], [n for n, _ in lines], platform)
+                      spans_path, [n for n, _ in spans], [n for n, _ in lines], platform,
+                      baseline)
     check_evidence(run)
     return run
 

@@ -198,6 +198,7 @@ def add_speedup(metrics: dict, ar_tokens_per_s: float | None = None, *,
 # The run folder.
 
 RUN_FILES = ("record.json", "spans.jsonl", "acceptance.jsonl", "trace.json",
+             "baseline-spans.jsonl",
              "models/target.yaml", "models/draft.yaml",
              "platform.yaml")  # what a measured run writes (a profile file it ran on)
 # Files other commands write into a measured run's folder: replay's default trace.

@@ -12,7 +12,13 @@ A measured run is a folder (``policies.runs.files.RUN_FILES``):
   and the prompt batch;
 - ``acceptance.jsonl``: one Verify or Outcome line a step
   (``policies.traces.VerifyLine``, ``EventLine``);
-- ``trace.json``: the spans as a Chrome trace (``policies.runs.files``).
+- ``trace.json``: the spans as a Chrome trace (``policies.runs.files``);
+- ``baseline-spans.jsonl`` (named by the record's ``baseline_spans``, only in a
+  run that decoded its AR baseline beside the schedule): the baseline's spans,
+  in the same form, its prompt batches laid end to end on their own clock.
+  Calibration fits them with the run's own (``hetspec calibrate
+  --pace-per-run``): the baseline's passes ran in the same processes, in the
+  same state of the machine, as the schedule's.
 
 ``MeasuredSpan`` is the one span of a measured run: the executor builds it,
 ``write_measured_run`` writes it, ``read_measured_spans`` reads it back, and
@@ -42,6 +48,7 @@ from policies.traces import MAX_SPANS_BYTES, field_error, read_jsonl
 
 RECORD_FILE, SPANS_FILE = "record.json", "spans.jsonl"
 ACCEPTANCE_FILE, TRACE_FILE = "acceptance.jsonl", "trace.json"
+BASELINE_SPANS_FILE = "baseline-spans.jsonl"
 CORRUPT = "so the run is corrupt or was not written by 'hetspec run'; record it again"
 
 
@@ -143,25 +150,38 @@ def op_fields(op, **extra) -> dict:
 # --- writing ---------------------------------------------------------------------------
 
 def write_measured_run(run_dir: Path, inputs: dict, metrics: dict, batches: list,
-                       outputs, texts) -> Path:
+                       outputs, texts, baseline: list | None = None) -> Path:
     """Write a measured run's files; ``batches``: per prompt batch, in decoding
     order, (wall seconds, its spans, its acceptance lines), each on the batch's
-    own clock. The record is written last; returns its path."""
+    own clock; ``baseline``: the same for the AR baseline decoded beside it, if
+    any (its spans only are kept). The record is written last; returns its path."""
+    spans, acceptance = end_to_end(batches)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(run_dir / SPANS_FILE, spans_text(spans))
+    atomic_write_text(run_dir / ACCEPTANCE_FILE,
+                      "".join(json.dumps(a) + "\n" for a in acceptance))
+    files = {"spans": SPANS_FILE, "trace": TRACE_FILE, "acceptance_trace": ACCEPTANCE_FILE}
+    if baseline:
+        atomic_write_text(run_dir / BASELINE_SPANS_FILE, spans_text(end_to_end(baseline)[0]))
+        files["baseline_spans"] = BASELINE_SPANS_FILE
+    write_chrome_trace(run_dir / TRACE_FILE, [s.as_span(physical=True) for s in spans],
+                       process=f"measured {inputs['policy']}", metadata=inputs)
+    return write_record(run_dir / RECORD_FILE, kind="measured", inputs=inputs,
+                        metrics=metrics, **files, outputs=outputs, texts=texts)
+
+
+def end_to_end(batches: list) -> tuple[list[MeasuredSpan], list[dict]]:
+    """The batches' spans and acceptance lines on one clock, batch after batch."""
     spans, acceptance, offset_s = [], [], 0.0
     for i, (wall_s, batch_spans, lines) in enumerate(batches):
         spans += [s.shifted(offset_s, i) for s in batch_spans]
         acceptance += [{**a, "prompt_batch": i} for a in lines]
         offset_s += wall_s
-    run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run_dir / SPANS_FILE, "".join(json.dumps(s.line()) + "\n"
-                                                    for s in spans))
-    atomic_write_text(run_dir / ACCEPTANCE_FILE,
-                      "".join(json.dumps(a) + "\n" for a in acceptance))
-    write_chrome_trace(run_dir / TRACE_FILE, [s.as_span(physical=True) for s in spans],
-                       process=f"measured {inputs['policy']}", metadata=inputs)
-    return write_record(run_dir / RECORD_FILE, kind="measured", inputs=inputs,
-                        metrics=metrics, spans=SPANS_FILE, trace=TRACE_FILE,
-                        acceptance_trace=ACCEPTANCE_FILE, outputs=outputs, texts=texts)
+    return spans, acceptance
+
+
+def spans_text(spans: list[MeasuredSpan]) -> str:
+    return "".join(json.dumps(s.line()) + "\n" for s in spans)
 
 
 # --- reading: the record ---------------------------------------------------------------
@@ -209,6 +229,7 @@ class RunRecord(_Checked):
     metrics: RunMetrics
     spans: Name
     acceptance_trace: Name | None = None
+    baseline_spans: Name | None = None
 
 
 def _read_v1(record: dict, path: Path) -> dict:
