@@ -4,7 +4,8 @@
 configured policy (and, for a speculative policy, with its autoregressive
 baseline on the same prompts), then writes under the run directory:
 ``record.json`` (same schema as a simulated run), ``spans.jsonl``,
-``trace.json`` (Chrome trace) and ``acceptance.jsonl``.
+``trace.json`` (Chrome trace) and ``acceptance.jsonl``; with the baseline, also
+``baseline-spans.jsonl`` (its spans, which calibration fits with the run's).
 """
 
 from __future__ import annotations

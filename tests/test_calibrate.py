@@ -791,6 +791,11 @@ def test_the_calibration_bench_measures_fitting_runs_in_mirrored_passes():
                                             "ar-1.r2", "ar-1.r3", "sd-1.r3"]
     assert dict(chosen)["mirror-ab"][:2] == ["--repeats", str(bench.BASELINE_REPEATS)]
     assert dict(chosen)["ar-1.r2"][0] == "--no-baseline"
+    # with baselines, each fitting run decodes one AR round beside its schedule
+    paired = dict(bench.measuring_order({"sd-1", "mirror-ab"}, 2, baselines=True))
+    assert paired["sd-1"][:2] == paired["sd-1.r2"][:2] == ["--repeats", "1"]
+    assert "--no-baseline" not in paired["sd-1"]
+    assert paired["mirror-ab"][:2] == ["--repeats", str(bench.BASELINE_REPEATS)]
 
 
 def test_repeats_with_their_own_draft_files_are_repeats(tmp_path):
@@ -813,3 +818,55 @@ def test_repeats_with_their_own_draft_files_are_repeats(tmp_path):
     assert [r.name for r in fitting] == ["sd-a", "sd-c"] and [r.name for r in held] == ["sd-b"]
     fitting, held = split_runs(runs, ["sd"], hold_repeats=False)
     assert [r.name for r in fitting] == ["sd-a", "sd-b", "sd-c"] and held == []
+
+
+def _slowed(run: Path, factor: float) -> None:
+    """Every span of the run ``factor`` times longer, as if the whole machine ran
+    slower while it was measured (its gaps too)."""
+    spans = [json.loads(line) for line in (run / "spans.jsonl").read_text().splitlines()]
+    for s in spans:
+        s["start_s"] *= factor
+        s["end_s"] *= factor
+    (run / "spans.jsonl").write_text("".join(json.dumps(s) + "\n" for s in spans))
+
+
+def test_a_pace_per_run_absorbs_a_run_measured_on_a_slower_machine(tmp_path):
+    """One run of five measured 25% slower throughout: fitted with one pace for
+    all, its spans keep errors of ~20%; with a pace per run, that run's pace is
+    1.25x the others', the paces' logs average 0, every span fits, and the
+    profile prices every operation as the truth does at the runs' mean pace."""
+    root = _make_runs(tmp_path, noise=0.0, outliers=0.0)
+    _slowed(root / "sd-3", 1.25)
+    runs = [load_run(p) for p in sorted(root.glob("*/record.json"))]
+    plat = load_platform("cpu-local")
+    terms = [t for r in runs for t in Terms(plat).of_run(r)]
+    slow = np.array([t.run == "sd-3" for t in terms])
+    one = fit(plat, terms)
+    assert one.paces == {} and np.median(np.abs(one.log_residuals[slow])) > 0.15
+    each = fit(plat, terms, pace_per_run=True)
+    assert sorted(each.paces) == ["ar-0", "ar-2", "sd-1", "sd-3", "sd-4"]
+    others = [v for run, v in each.paces.items() if run != "sd-3"]
+    assert each.paces["sd-3"] / np.array(others) == pytest.approx(1.25, rel=1e-3)
+    assert np.prod(list(each.paces.values())) == pytest.approx(1.0, rel=1e-9)
+    assert np.max(np.abs(each.log_residuals)) < 1e-3
+    ratio = predict(terms, each.values) / predict(terms, _truth())
+    assert ratio == pytest.approx(1.25 ** (1 / 5), rel=3e-3)
+
+
+def test_calibrate_cli_prints_each_runs_pace_when_asked(runs_dir, tmp_path, capsys):
+    """--pace-per-run: the summary and the profile's header give each fitting run's
+    pace; with --published it is refused in one sentence."""
+    out = tmp_path / "calibrated.yaml"
+    assert main(["calibrate", "--runs", str(runs_dir), "--profile", "cpu-local", "-o",
+                 str(out), "--pace-per-run", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert sorted(summary["paces"]) == sorted(summary["fitted_runs"])
+    assert all(abs(v - 1) < 0.05 for v in summary["paces"].values())  # 3% noise, one machine
+    assert "each fitting run's pace" in out.read_text()
+    assert main(["calibrate", "--runs", str(runs_dir), "--profile", "cpu-local", "-o",
+                 str(tmp_path / "one.yaml"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["paces"] == {}
+    assert main(["calibrate", "--published", "shipped", "--profile", "cpu-local", "-o",
+                 str(tmp_path / "p.yaml"), "--pace-per-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--pace-per-run applies to measured runs" in err[0]

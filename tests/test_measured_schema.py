@@ -148,3 +148,33 @@ def test_transfer_fields_are_recorded_as_the_operation_names_them():
     fields = op_fields(Transfer("draft", "target", 64, label="proposal"))
     assert fields["type"] == "Transfer" and fields["nbytes"] == 64
     assert (fields["src"], fields["dst"], fields["label"]) == ("draft", "target", "proposal")
+
+
+def test_a_runs_baseline_spans_are_written_read_and_fitted_as_its_own(tmp_path):
+    """A run that decoded its AR baseline keeps the baseline's spans in
+    baseline-spans.jsonl (named by the record): load_run reads them back apart
+    from the schedule's, and calibration fits them as the same run's operations,
+    their kinds marked as the baseline's."""
+    source = load_run(RUN)
+    record = source.record
+    end = max(s.end_s for s in source.spans)
+    targets = [s for s in source.spans if s.type == "Forward" and s.op["model"] == "target"]
+    out = tmp_path / "run"
+    write_measured_run(out, record["inputs"], record["metrics"],
+                       [(end, source.spans, [])], record["outputs"], record["texts"],
+                       baseline=[(end, targets, [])])
+    written = json.loads((out / "record.json").read_text())
+    assert written["baseline_spans"] == "baseline-spans.jsonl"
+    back = load_run(out)
+    assert len(back.spans) == len(source.spans)
+    assert [(s.op, s.duration_s) for s in back.baseline_spans] == [
+        (s.op, pytest.approx(s.duration_s, abs=1e-12)) for s in targets]
+    kinds = [t.op_kind for t in Terms(load_platform("cpu-local")).of_run(back)]
+    marked = [k for k in kinds if k.endswith(" [AR baseline]")]
+    assert len(marked) == len(targets) and len(kinds) - len(marked) == len(
+        Terms(load_platform("cpu-local")).of_run(source))
+    # a run without a baseline names none
+    write_measured_run(tmp_path / "plain", record["inputs"], record["metrics"],
+                       [(end, source.spans, [])], record["outputs"], record["texts"])
+    assert "baseline_spans" not in json.loads((tmp_path / "plain" / "record.json").read_text())
+    assert load_run(tmp_path / "plain").baseline_spans == []

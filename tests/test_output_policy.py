@@ -263,11 +263,12 @@ def test_retire_run_removes_the_runs_own_files_only(run_copy):
     (run_copy / "models" / "target.yaml").write_text("name: t\n")
     (run_copy / "models" / "mine.yaml").write_text("name: mine\n")
     (run_copy / "replay-trace.json").write_text("{}")
+    (run_copy / "baseline-spans.jsonl").write_text("")
     removed = retire_run(run_copy)
     assert removed[0] == run_copy / "record.json"  # first: never a record without spans
     assert sorted(p.name for p in removed) == sorted(
         ["record.json", "spans.jsonl", "acceptance.jsonl", "trace.json", "target.yaml",
-         "replay-trace.json"])
+         "replay-trace.json", "baseline-spans.jsonl"])
     assert tree(run_copy) == {"notes.txt": digest(run_copy / "notes.txt"), "models": "dir",
                               "models/mine.yaml": digest(run_copy / "models/mine.yaml")}
 

@@ -477,12 +477,15 @@ def predict(terms: list[Term], values: dict[Param, float]) -> np.ndarray:
     return Problem(terms, params).predict(np.array([values[p] for p in params]))
 
 
-def op_kind_errors(terms: list[Term], values: dict[Param, float]) -> dict[str, dict]:
+def op_kind_errors(terms: list[Term], values: dict[Param, float],
+                   paces: dict[str, float] | None = None) -> dict[str, dict]:
     """Per operation kind: spans, median |error|, median signed error, and the
-    error of the kind's total time."""
+    error of the kind's total time (each span's run at its fitted pace, if any)."""
     if not terms:
         return {}
     predicted = predict(terms, values)
+    if paces:
+        predicted = predicted * np.array([paces.get(t.run, 1.0) for t in terms])
     groups: dict[str, list[tuple[float, float]]] = {}
     for t, p in zip(terms, predicted):
         groups.setdefault(t.op_kind, []).append((p, t.measured_s))

@@ -168,6 +168,10 @@ def _header(fitting, held, result, evaluation, date: str) -> str:
     for p in result.values:
         mark = " (not constrained by the runs: kept)" if p in result.unconstrained else ""
         lines.append(f"  {p.label}: {result.initial[p]:.4g} -> {result.values[p]:.4g}{mark}")
+    if result.paces:
+        lines.append("each fitting run's pace, fitted beside the profile (x its spans' "
+                     "times; their logs average 0): " + ", ".join(
+                         f"{run} {pace:.3f}" for run, pace in result.paces.items()))
     lines.append("held-out runs: " + (", ".join(f"{r.name} ({r.policy})" for r in held)
                                       or "none"))
     for policy, s in evaluation["schedules"].items():
@@ -204,7 +208,8 @@ def calibrate(runs_dir, profile: str, output, *,
     """Fit ``profile`` to the runs under ``runs_dir`` and write ``output``; the
     optional efficiency terms named in ``fit_terms`` are fitted too; runs named in
     ``hold`` are held out whatever their policy; ``hold_repeats``: of repeats of
-    one configuration, every other one is held out (``split_runs``). A fit the
+    one configuration, every other one is held out (``split_runs``);
+    ``pace_per_run``: each fitting run gets its own pace (``costfit.Paces``). A fit the
     sanity gate refuses (``analyses.calibrate.fitgate``) raises ValueError and
     writes nothing, unless ``accept_poor_fit`` (the summary's ``problems``)."""
     runs = [load_run(p) for p in find_runs(runs_dir)]
@@ -240,5 +245,6 @@ def calibrate(runs_dir, profile: str, output, *,
             "parameters": {p.label: {"before": result.initial[p], "after": result.values[p],
                                      "constrained": p not in result.unconstrained}
                            for p in result.values if p not in result.held},
-            "fit_op_kinds": op_kind_errors(result.terms, result.values),
+            "paces": result.paces,
+            "fit_op_kinds": op_kind_errors(result.terms, result.values, result.paces),
             "held_out": evaluation, "problems": problems}

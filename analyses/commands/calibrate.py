@@ -72,6 +72,16 @@ def register(sub) -> None:
                         "measured to average a machine whose speed drifts between runs "
                         "(benchmarks/bench_calibration.py measures its fitting runs twice, "
                         "in mirrored order)")
+    p.add_argument("--pace-per-run", action="store_true",
+                   help="with --runs: fit each fitting run its own pace, a factor on all "
+                        "its spans' times (printed; their mean is 1), beside the profile, "
+                        "for a machine whose speed moves between runs (a virtual "
+                        "machine's host): the profile then says how operations cost "
+                        "relative to one another, which a speedup needs. Runs recorded "
+                        "with their AR baseline (hetspec run without --no-baseline) tie "
+                        "each pace to the target's one-token pass measured in the same "
+                        "processes; without them a run's pace can absorb what only its "
+                        "own passes measure. Default off: one pace for all runs")
     p.add_argument("--fit-terms", default="", metavar="FIELDS",
                    help="with --runs: optional efficiency terms to fit as well "
                         "(with --published, name them in --fit-fields), comma-separated: "
@@ -129,7 +139,8 @@ def _calibrate(args) -> int:
     check(runs_estimate(args.runs, "calibrate"), args.allow_large)
     summary = calibrate(args.runs, args.profile, args.output, fit_policies=policies,
                         fit_terms=fit_terms, accept_poor_fit=args.accept_poor_fit,
-                        hold_repeats=not args.fit_every_repeat)
+                        hold_repeats=not args.fit_every_repeat,
+                        pace_per_run=args.pace_per_run)
     _warn(summary["problems"])
     if args.json:
         emit_json(summary)
@@ -140,6 +151,9 @@ def _calibrate(args) -> int:
     for label, p in summary["parameters"].items():
         kept = "" if p["constrained"] else "  (not constrained: kept)"
         print(f"  {label:48s} {p['before']:.4g} -> {p['after']:.4g}{kept}")
+    if summary["paces"]:
+        print("  each run's pace (x its spans' times): " + ", ".join(
+            f"{run} {pace:.3f}" for run, pace in summary["paces"].items()))
     for policy, s in summary["held_out"]["schedules"].items():
         print(f"held-out {policy}: tokens/s error {s['tokens_per_s_error']:+.1%}, median "
               f"step-latency error {s['median_step_latency_error']:+.1%} ({s['runs']} runs)")
@@ -161,6 +175,10 @@ def _calibrate_published(args) -> int:
         raise ValueError("--fit-every-repeat applies to measured runs (--runs); with "
                          "--published each row's split (fit or held_out) decides what is "
                          "fitted, so drop --fit-every-repeat")
+    if args.pace_per_run:
+        raise ValueError("--pace-per-run applies to measured runs (--runs); published "
+                         "rows have no run whose pace could be fitted, so drop "
+                         "--pace-per-run")
     fields = DEFAULT_FIELDS if args.fit_fields is None else _items("--fit-fields",
                                                                    args.fit_fields)
     if not fields:

@@ -104,7 +104,8 @@ def register(sub) -> None:
     p.add_argument("--force", action="store_true",
                    help="write into an --out folder that is not empty: replace a "
                         "previous run's own files there (record.json, spans.jsonl, "
-                        "acceptance.jsonl, trace.json, models/*.yaml, replay-trace.json) "
+                        "acceptance.jsonl, trace.json, baseline-spans.jsonl, models/*.yaml, "
+                        "replay-trace.json) "
                         "once the new run is measured, keeping every other file (default: "
                         "refuse, so that an hour-long measured run is never overwritten "
                         "by mistake)")
