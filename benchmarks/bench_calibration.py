@@ -8,7 +8,10 @@ the other schedules' runs, print the error table.
 executor, worker processes on the two cores, built-in prompts) into DIR/NAME,
 twice by default (``--fit-passes``): a first pass in order, the held-out runs,
 then a second pass in reverse order into DIR/NAME.r2, so that the machine's
-drift weighs every run alike (``measuring_order``). Before each run it waits
+drift weighs every run alike (``measuring_order``). Each fitting run also
+decodes one round of its AR baseline in the same processes (``--fit-baselines``,
+default on); the record keeps the baseline's spans and the fit takes them with
+the run's, so the target's one-token pass is measured in every fitting run. Before each run it waits
 until other work uses fewer than ``--quiet-cores`` cores (other work on the two
 cores slows every span), and notes in DIR/NAME.load that figure and the CPU
 time other processes used while the run went on (all busy CPU time from
@@ -220,13 +223,18 @@ def main(argv=None) -> int:
     ap.add_argument("--fit-passes", type=int, default=2,
                     help="with --measure: measure each fitting run this many times, "
                          "in mirrored order around the held-out runs (default 2)")
-    ap.add_argument("--fit-baselines", action="store_true",
-                    help="with --measure: every fitting run decodes its AR baseline "
-                         "beside the schedule too (its spans recorded with the run's), "
-                         "for --pace-per-run")
-    ap.add_argument("--pace-per-run", action="store_true",
+    ap.add_argument("--fit-baselines", action=argparse.BooleanOptionalAction, default=True,
+                    help="with --measure: every fitting run decodes one round of its AR "
+                         "baseline beside the schedule, in the same processes, and the "
+                         "fit takes the baseline's spans with the run's (default on: the "
+                         "target's one-token pass, the denominator of every speedup, is "
+                         "then measured in every fitting run, not in the AR runs alone)")
+    ap.add_argument("--pace-per-run", action=argparse.BooleanOptionalAction, default=True,
                     help="fit each fitting run its own pace (hetspec calibrate "
-                         "--pace-per-run); meant for runs measured with --fit-baselines")
+                         "--pace-per-run; default on): with every fitting run's AR round "
+                         "(--fit-baselines) each pace is tied to the target's one-token "
+                         "pass in that run, and the prediction no longer moves with the "
+                         "pass the runs were measured in (docs/calibration.md)")
     ap.add_argument("--max-wait-s", type=float, default=300.0)
     ap.add_argument("-o", "--output", type=Path, default=None,
                     help="calibrated profile (default: DIR/calibrated.yaml)")
