@@ -74,7 +74,7 @@ def register(sub) -> None:
                         "in mirrored order)")
     p.add_argument("--pace-per-run", action="store_true",
                    help="with --runs: fit each fitting run its own pace, a factor on all "
-                        "its spans' times (printed; their mean is 1), beside the profile, "
+                        "its spans' times (printed; their geometric mean is 1), beside the profile, "
                         "for a machine whose speed moves between runs (a virtual "
                         "machine's host): the profile then says how operations cost "
                         "relative to one another, which a speedup needs. Runs recorded "
