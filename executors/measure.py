@@ -206,8 +206,8 @@ def measure(config: RunSettings, options: Options, messages: list[list[dict]] | 
               "draft_heads": drafts.describe(config.target),
               **simulable_models(config, specs, run_dir),
               **recorded_platform(config.platform, run_dir)}
-    baseline_results = [r for _, ar in rounds for r in ar] if base is not None else []
-    record = write_run(run_dir, inputs, metrics, results, outputs, texts, baseline_results)
+    baseline = [r for _, ar in rounds for r in ar]  # empty without a baseline
+    record = write_run(run_dir, inputs, metrics, results, outputs, texts, baseline)
     return {**metrics, "outputs": outputs, "texts": texts, "run_record": str(record)}
 
 

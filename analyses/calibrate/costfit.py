@@ -396,9 +396,9 @@ class Paces:
         self.runs = sorted({t.run for t in terms})
         index = {run: i for i, run in enumerate(self.runs)}
         self.of_term = np.array([index[t.run] for t in terms], dtype=int)
-        free = max(len(self.runs) - 1, 0)
-        self.start, self.lo, self.hi = np.zeros(free), -self.SPAN * np.ones(free), \
-            self.SPAN * np.ones(free)
+        free = max(len(self.runs) - 1, 0)  # the last run's pace is the others' rest
+        self.start = np.zeros(free)
+        self.lo, self.hi = np.full(free, -self.SPAN), np.full(free, self.SPAN)
 
     def per_run(self, z: np.ndarray) -> np.ndarray:
         """Each run's log pace from the free ones."""

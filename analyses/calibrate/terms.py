@@ -56,11 +56,11 @@ from hwprofiles import Platform, load_model
 from hwprofiles.schema import Placement, resolve
 from policies import parse_params
 from policies.runs.measured import MeasuredSpan
-
-BASELINE_KIND = " [AR baseline]"  # how a baseline operation's kind ends
 from simcore import RooflineCost
 from simcore.costmodel import (LinearTerms, allreduce_terms, dispatch_terms, hop_terms,
                                stream_terms)
+
+BASELINE_KIND = " [AR baseline]"  # how a baseline operation's kind ends
 
 __all__ = ["Param", "Terms", "fit", "apply", "current_value", "op_kind", "op_kind_errors",
            "device_classes", "params_of"]
