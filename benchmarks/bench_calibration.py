@@ -36,10 +36,16 @@ The goals: within 10% for ngram, 15% for mirror and ppsd.
 and sd-b2/sd-b4, a 15-layer draft at batch 2 and 4: passes of a short model
 over several rows, as Mirror's draft window runs them).
 
-The fit asks for the multi-row memory factor by width (``--fit-terms``, default
-``multirow_by_rows``: ``hetspec calibrate --fit-terms``): this CPU's GEMMs cost
-unevenly by rows (``benchmarks/bench_gemm_widths.py``), so one factor for every
-width misprices the widths a schedule runs that the fitting runs do not weigh.
+The fit asks for two optional terms (``--fit-terms``, as ``hetspec calibrate
+--fit-terms``; default ``multirow_by_rows,memory_bandwidth_gb_s``):
+- the multi-row memory factor by width: this CPU's GEMMs cost unevenly by rows
+  (``benchmarks/bench_gemm_widths.py``), so one factor for every width misprices
+  the widths a schedule runs that the fitting runs do not weigh;
+- each core's own bandwidth cap, the DRAM tier's efficiency kept: one core's
+  GEMVs draw about 10 GB/s of a memory the two cores share at 34 GB/s. Fitted as
+  the tier's efficiency instead, the same 10 GB/s is the whole memory's, and the
+  simulator halves it between two cores that run at once (ppsd's stages,
+  Mirror's draft beside the target's suffix), which they do not.
 """
 
 from __future__ import annotations
@@ -244,11 +250,13 @@ def main(argv=None) -> int:
     ap.add_argument("--accept-poor-fit", action="store_true",
                     help="print the held-out errors of a fit the sanity gate refuses "
                          "(its problems are printed first); default: refuse")
-    ap.add_argument("--fit-terms", default="multirow_by_rows",
+    ap.add_argument("--fit-terms", default="multirow_by_rows,memory_bandwidth_gb_s",
                     type=lambda v: [x for x in v.split(",") if x],
                     help="optional terms to fit, as hetspec calibrate --fit-terms "
-                         "(default multirow_by_rows: the multi-row memory factor per "
-                         "measured width; '' for one factor)")
+                         "(default multirow_by_rows,memory_bandwidth_gb_s: the "
+                         "multi-row memory factor per measured width, and each core's "
+                         "bandwidth cap in place of the DRAM's efficiency; '' for "
+                         "neither)")
     args = ap.parse_args(argv)
     if args.measure:
         only = set(filter(None, args.only.split(",")))

@@ -213,20 +213,21 @@ def measure(config: RunSettings, options: Options, messages: list[list[dict]] | 
 
 def simulable_models(config: RunSettings, specs: dict, run_dir: Path) -> dict:
     """Model names the simulator resolves: a shipped spec name where there is one
-    (random:NAME runs NAME's shape), else a spec YAML written beside the record;
+    with the heads the run used (random:NAME runs NAME's shape), else a spec YAML
+    written beside the record;
     ``weights`` keeps the executor's own names."""
     out = {"weights": {"target": config.target, "draft": config.draft}}
     for role, name in (("target", config.target), ("draft", config.draft)):
         if name is None:
             continue
         plain = name.removeprefix("random:")
+        spec = specs[role]
         try:
-            load_model(plain)
-            out[role] = plain
-            continue
+            if heads_of(load_model(plain)) == heads_of(spec):
+                out[role] = plain
+                continue
         except ProfileError:
             pass
-        spec = specs[role]
         path = (run_dir / "models" / f"{role}.yaml").resolve()
         data = spec.model_dump(mode="json")
         numeric = [k for k, v in data.items() if isinstance(v, (int, float))
@@ -237,6 +238,12 @@ def simulable_models(config: RunSettings, specs: dict, run_dir: Path) -> dict:
         atomic_write_text(path, yaml.safe_dump(data, sort_keys=False))
         out[role] = str(path)
     return out
+
+
+def heads_of(spec) -> tuple:
+    """What a spec says of the heads a run of it uses (``ModelSpec.own_head``,
+    ``exit_vocab``): a shipped spec that says otherwise is not the run's."""
+    return (spec.own_head, spec.exit_vocab, spec.trained_exits, spec.trained_adapters)
 
 
 def recorded_platform(platform: str, run_dir: Path) -> dict:

@@ -69,6 +69,16 @@ class ModelSpec(Sourced):
     weight_bits: Bits | None = None
     kv_bits: Bits | None = None
     compute_bits: ComputeBits | None = None  # set per run (--set compute_bits=8)
+    # trained draft heads: exit heads after the layers in trained_exits, adapters
+    # (head "exit_layer") after those in trained_adapters, each projecting onto a
+    # draft vocabulary of exit_vocab tokens; an exit elsewhere is the final norm
+    # and the whole LM head
+    exit_vocab: int | None = Field(default=None, gt=0, le=MAX_VOCAB)
+    trained_exits: tuple[int, ...] = ()
+    trained_adapters: tuple[int, ...] = ()
+    # the head a Forward's "lm" head runs on this model: its LM head, or, for a
+    # self-draft made of a target's first layers, the target's head at that exit
+    own_head: Literal["lm", "exit", "exit_layer"] = "lm"
     # set per run (``--set expert_parallel=on``): the routed experts are sharded
     # whole over a group's members instead of tensor-parallel (CollectiveGroup.alltoall_s)
     expert_parallel: bool = False
@@ -83,6 +93,21 @@ class ModelSpec(Sourced):
             # derives it); a remainder would be dropped from every attention cost
             raise ValueError(f"hidden ({self.hidden}) is not a multiple of n_heads "
                              f"({self.n_heads}); give head_dim, the width of one head")
+        return self
+
+    @model_validator(mode="after")
+    def _exit_heads_fit(self):
+        if self.exit_vocab is not None and self.exit_vocab > self.vocab:
+            raise ValueError(f"exit_vocab ({self.exit_vocab}) exceeds vocab "
+                             f"({self.vocab}); a draft vocabulary is part of the model's")
+        for key in ("trained_exits", "trained_adapters"):
+            layers = getattr(self, key)
+            if layers and self.exit_vocab is None:
+                raise ValueError(f"{key} needs exit_vocab, the draft vocabulary their "
+                                 "heads project onto")
+            if any(e < 1 for e in layers):
+                raise ValueError(f"{key} {list(layers)} must be layer counts of at "
+                                 "least 1 (an exit after that many layers)")
         return self
 
     @model_validator(mode="after")
@@ -138,9 +163,10 @@ class ModelSpec(Sourced):
     @property
     def cost_key(self) -> tuple:
         """What tells this model's costs from another's of the same name: a run's
-        precision and expert sharding (a cost cache keys on it)."""
+        precision, expert sharding and heads (a cost cache keys on it)."""
         return (self.name, self.weight_bits, self.kv_bits, self.expert_parallel,
-                self.compute_bits)
+                self.compute_bits, self.exit_vocab, self.trained_exits,
+                self.trained_adapters, self.own_head)
 
     # parameters -----------------------------------------------------------
     @property
@@ -190,6 +216,23 @@ class ModelSpec(Sourced):
         """Final norm plus LM head."""
         return self.hidden * self.vocab + self.hidden
 
+    def head_kind(self, kind: str) -> str:
+        """The head a Forward's ``kind`` runs on this model: "lm" is its own head."""
+        return self.own_head if kind == "lm" else kind
+
+    def projection_params(self, kind: str, exit_layer: int) -> int:
+        """Parameters of the projection head ``kind`` ("lm", "exit", or "exit_layer":
+        an exit head after a layer of its own) runs after layer ``exit_layer``: the
+        final norm and LM head, or, at an exit with a trained head of that kind
+        (``trained_exits``, ``trained_adapters``), its norm and hidden x hidden
+        projection onto the LM head's rows of the draft vocabulary (a copy, as the
+        executor keeps it)."""
+        kind = self.head_kind(kind)
+        trained = {"exit": self.trained_exits, "exit_layer": self.trained_adapters}
+        if exit_layer in trained.get(kind, ()):
+            return self.hidden * (self.hidden + self.exit_vocab) + self.hidden
+        return self.head_params
+
     @property
     def embed_params(self) -> int:
         """The input embedding, stored once with the LM head when they are tied."""
@@ -208,6 +251,10 @@ class ModelSpec(Sourced):
     @property
     def head_bytes(self) -> float:
         return self.head_params * self.weight_elem_bytes
+
+    def projection_bytes(self, kind: str, exit_layer: int) -> float:
+        """Weight bytes head ``kind`` reads after layer ``exit_layer``."""
+        return self.projection_params(kind, exit_layer) * self.weight_elem_bytes
 
     @property
     def weight_bytes(self) -> float:
@@ -258,5 +305,8 @@ class ModelSpec(Sourced):
         attn = 4 * self.n_heads * self.dim_per_head * pairs
         return dense + attn
 
-    def head_flops(self, n_tokens: int) -> float:
-        return 2 * self.hidden * self.vocab * n_tokens
+    def head_flops(self, n_tokens: int, kind: str = "lm", exit_layer: int | None = None) -> float:
+        """FLOPs of head ``kind`` after layer ``exit_layer`` (None: the last)
+        projecting ``n_tokens`` positions, its norm aside."""
+        at = self.n_layers if exit_layer is None else exit_layer
+        return 2 * (self.projection_params(kind, at) - self.hidden) * n_tokens

@@ -249,7 +249,9 @@ def forward_shape(spec: ModelSpec, layers: tuple[int, int], n_tokens: int, batch
                   head: str | None, head_tokens: int | None):
     """(flops0, flops_ctx, bytes0, bytes_ctx, kernels) of a Forward over all members.
     The head projects ``head_tokens`` positions per row (None: all n_tokens); its
-    weights are read once either way. An "exit_layer" head adds a decoder layer."""
+    weights are read once either way; "lm" is the model's own head (``ModelSpec.own_head``),
+    an exit head a trained draft vocabulary's where the model has one
+    (``ModelSpec.projection_params``). An "exit_layer" head adds a decoder layer."""
     n_layers = layers[1] - layers[0]
     if n_layers < 0 or layers[0] < 0 or layers[1] > spec.n_layers:
         raise CostError(f"layers {layers} fall outside {spec.name}'s "
@@ -263,10 +265,11 @@ def forward_shape(spec: ModelSpec, layers: tuple[int, int], n_tokens: int, batch
     bytes_ctx = n_layers * kv * batch
     kernels = n_layers
     if head is not None:
-        flops0 += spec.head_flops(rows if head_tokens is None else head_tokens * batch)
-        bytes0 += spec.head_bytes
+        flops0 += spec.head_flops(rows if head_tokens is None else head_tokens * batch, head,
+                                  layers[1])
+        bytes0 += spec.projection_bytes(head, layers[1])
         kernels += 1
-    if head == "exit_layer":  # an early-exit head with a decoder layer of its own
+    if head is not None and spec.head_kind(head) == "exit_layer":  # a layer of its own
         flops0 += layer0
         flops_ctx += layer_ctx
         bytes0 += spec.layer_weight_bytes_read(rows) + kv * n_tokens * batch
@@ -393,7 +396,8 @@ class RooflineCost:
                             count, rows * spec.hidden * spec.dtype_bytes, alltoalls,
                             spec.dispatch_bytes(rows, len(members)) if alltoalls else 0.0,
                             host, sync,
-                            spec.head_bytes / len(members) if head is not None else 0.0,
+                            spec.projection_bytes(head, layers[1]) / len(members)
+                            if head is not None else 0.0,
                             0 if head is None else rows if head_tokens is None
                             else head_tokens * batch)
 

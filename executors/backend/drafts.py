@@ -76,6 +76,20 @@ def available(target_source: str) -> dict[str, tuple[int, ...]]:
         return _layers_of(f.keys())
 
 
+def head_fields(target_source: str) -> dict:
+    """What the target's spec says of the trained heads a run of it uses
+    (``ModelSpec.exit_vocab``, ``trained_exits``, ``trained_adapters``), from the
+    artifact's header alone; none without an artifact."""
+    path = artifact_path(target_source)
+    if path is None or not path.is_file():
+        return dict(models.UNTRAINED)
+    with safe_open(str(path), "pt") as f:
+        layers = _layers_of(f.keys())
+        vocab = f.get_slice("vocab_ids").get_shape()[0]
+    return {"exit_vocab": int(vocab), "trained_exits": layers["exit"],
+            "trained_adapters": layers["adapter"]}
+
+
 def ahead_counts(target_source: str) -> dict[int, int]:
     """Per exit layer with multi-token heads, how many (eta - 1), from the
     artifact's header alone; empty when there is none."""

