@@ -608,15 +608,21 @@ def test_the_widths_a_factor_table_lists_are_the_narrow_ones_the_passes_measure(
     assert measured_widths(terms) == {"a": (4,), "b": (3,)}
 
 
-def test_every_fitting_run_weighs_the_same():
+def test_every_fitting_run_and_every_kind_in_it_weighs_the_same():
     """A run of 3 spans and one of 1: each run's spans share one run's weight,
-    1 per span on average; the weighted loss is the Cauchy loss times it."""
+    1 per span on average; within a run, 8 draft passes and 2 one-row passes of
+    the target share it half and half. The weighted loss is the Cauchy loss
+    times it."""
     from analyses.calibrate.costfit import Term, run_weights, weighted_cauchy
 
     terms = [Term(0.1, "Forward", run) for run in ("sd", "sd", "sd", "ar")]
     w = run_weights(terms)
     assert w.tolist() == pytest.approx([2 / 3, 2 / 3, 2 / 3, 2.0])
     assert w[:3].sum() == pytest.approx(w[3]) and w.mean() == pytest.approx(1.0)
+    mixed = [Term(0.1, "draft", "sd")] * 8 + [Term(0.1, "target x1", "sd")] * 2
+    m = run_weights(mixed + [Term(0.1, "target x1", "ar")] * 10)
+    assert m[:8].sum() == pytest.approx(m[8:10].sum()) == pytest.approx(m[10:].sum() / 2)
+    assert m.mean() == pytest.approx(1.0)
     z = np.array([0.0, 0.5, 2.0, 8.0])
     rho = weighted_cauchy(w)(z)
     assert rho[0] == pytest.approx(w * np.log1p(z))

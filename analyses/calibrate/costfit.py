@@ -13,7 +13,8 @@ adds bytes / ``stream_host_gb_s``; a flash tier with per-request latency adds
 requests * ``request_latency_s`` / queue depth). ``fit`` solves the problem in
 log space with ``scipy.optimize.least_squares`` and a robust (Cauchy) loss, so
 a few disturbed spans (a page fault, a preempted core) do not drag the fit;
-every run weighs the same in it (``run_weights``).
+every run weighs the same in it, and every operation kind within a run
+(``run_weights``).
 """
 
 from __future__ import annotations
@@ -294,14 +295,20 @@ def _starts(params: list[Param], x0: np.ndarray, lo: np.ndarray, hi: np.ndarray)
 
 
 def run_weights(terms: list[Term]) -> np.ndarray:
-    """Each span's weight in the fit: every fitting run weighs the same in all
-    (its spans share it), averaging 1 per span. Counted per span, a run of many
-    cheap draft passes would outweigh the AR run whose one-row pass of the
-    target is the denominator of every speedup."""
-    runs: dict[str, int] = {}
+    """Each span's weight in the fit, averaging 1 per span: every fitting run
+    weighs the same in all, and within a run every operation kind the same (its
+    spans share it). Counted per span, a run of many cheap draft passes would
+    outweigh the AR run; counted per run, a run's thousands of draft passes
+    would outweigh the few hundred one-row passes of the target beside them,
+    the denominator of every speedup."""
+    kinds: dict[tuple[str, str], int] = {}
     for t in terms:
-        runs[t.run] = runs.get(t.run, 0) + 1
-    return np.array([len(terms) / (len(runs) * runs[t.run]) for t in terms])
+        kinds[t.run, t.op_kind] = kinds.get((t.run, t.op_kind), 0) + 1
+    per_run: dict[str, int] = {}
+    for run, _ in kinds:
+        per_run[run] = per_run.get(run, 0) + 1
+    return np.array([len(terms) / (len(per_run) * per_run[t.run] * kinds[t.run, t.op_kind])
+                     for t in terms])
 
 
 def weighted_cauchy(weights: np.ndarray):

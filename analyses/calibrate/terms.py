@@ -340,7 +340,8 @@ def fit(platform: Platform, terms: list[Term], *, fixed=frozenset(),
     flash tier's request latency keeps its bandwidth (a sequential-read
     measurement), fitting a device's bandwidth cap keeps its tier's efficiency;
     ``multirow_by_rows`` fits the multi-row factor per measured width. Every
-    run weighs the same in the fit (``costfit.run_weights``); ``pace_per_run``
+    run, and every operation kind in a run, weighs the same in the fit
+    (``costfit.run_weights``); ``pace_per_run``
     fits each run its own pace besides (``costfit.Paces``)."""
     check_fit_terms(fit_terms)
     keep = set(fixed) | (set(OPTIONAL_FIELDS) - set(fit_terms))
