@@ -223,7 +223,7 @@ def simulable_models(config: RunSettings, specs: dict, run_dir: Path) -> dict:
         plain = name.removeprefix("random:")
         spec = specs[role]
         try:
-            if heads_of(load_model(plain)) == heads_of(spec):
+            if load_model(plain).heads == spec.heads:  # else not the run's spec
                 out[role] = plain
                 continue
         except ProfileError:
@@ -238,12 +238,6 @@ def simulable_models(config: RunSettings, specs: dict, run_dir: Path) -> dict:
         atomic_write_text(path, yaml.safe_dump(data, sort_keys=False))
         out[role] = str(path)
     return out
-
-
-def heads_of(spec) -> tuple:
-    """What a spec says of the heads a run of it uses (``ModelSpec.own_head``,
-    ``exit_vocab``): a shipped spec that says otherwise is not the run's."""
-    return (spec.own_head, spec.exit_vocab, spec.trained_exits, spec.trained_adapters)
 
 
 def recorded_platform(platform: str, run_dir: Path) -> dict:

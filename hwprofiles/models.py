@@ -165,8 +165,14 @@ class ModelSpec(Sourced):
         """What tells this model's costs from another's of the same name: a run's
         precision, expert sharding and heads (a cost cache keys on it)."""
         return (self.name, self.weight_bits, self.kv_bits, self.expert_parallel,
-                self.compute_bits, self.exit_vocab, self.trained_exits,
-                self.trained_adapters, self.own_head)
+                self.compute_bits, *self.heads)
+
+    @property
+    def heads(self) -> tuple:
+        """What it says of the heads a run of it uses: its own head and its trained
+        draft heads (``own_head``, ``exit_vocab``, ``trained_exits``,
+        ``trained_adapters``)."""
+        return (self.own_head, self.exit_vocab, self.trained_exits, self.trained_adapters)
 
     # parameters -----------------------------------------------------------
     @property

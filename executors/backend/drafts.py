@@ -65,17 +65,6 @@ def provenance_path(artifact: Path) -> Path:
     return artifact.with_suffix(".json")
 
 
-def available(target_source: str) -> dict[str, tuple[int, ...]]:
-    """Exit layers with a trained head, by kind ("exit", "adapter", "ahead": an
-    exit with multi-token heads), read from the artifact's header alone; empty
-    when there is none."""
-    path = artifact_path(target_source)
-    if path is None or not path.is_file():
-        return {}
-    with safe_open(str(path), "pt") as f:
-        return _layers_of(f.keys())
-
-
 def head_fields(target_source: str) -> dict:
     """What the target's spec says of the trained heads a run of it uses
     (``ModelSpec.exit_vocab``, ``trained_exits``, ``trained_adapters``), from the

@@ -36,7 +36,7 @@ class LoadedModels:
         elif draft:
             loaded["draft"] = models.load(draft, seed=seed + 1, weights=weights)
         drafts.warn_if_absent(target)
-        adapters = drafts.available(target).get("adapter", ())  # trained exit layers
+        adapters = loaded["target"].spec.trained_adapters  # read from the artifact once
         return cls(sources, loaded, adapters, multi_token_heads(target, draft, adapters))
 
     @property
