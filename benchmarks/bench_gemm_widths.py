@@ -14,6 +14,13 @@ streams from DRAM like a whole model's pass does. Neither grows smoothly with
 M: a one-row product is a GEMV, wider ones run GEMM kernels that block rows, so
 2 and 3 rows can cost more than 4. A pass's cost at the widths a schedule runs
 is measured, not interpolated from one factor.
+
+The last column is the rows a device with ``gemm_row_tiles`` computes a pass as
+(``Device.compute_rows``; ``--profile``, default cpu-local's [4, 2, 1]): the
+rows covered greedily by tiles of 4, 2 and 1, each computing as 4. Where the
+cached layer matrices' times step with it (5-8 rows alike, 7 like 9-10, 11 like
+13, 15 like 17), the tiles are this CPU's; the simulator and calibration bill a
+pass's FLOPs on those rows.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import time
 
 SHAPES = {"q_proj": (576, 576), "up_proj": (1536, 576), "down_proj": (576, 1536),
           "lm_head": (49152, 576)}
-WIDTHS = (1, 2, 3, 4, 5, 6, 8, 9, 12, 16, 17, 20, 24, 32)
+WIDTHS = tuple(range(1, 22)) + (24, 32)
 
 
 def time_linear(torch, x, w, calls: int) -> float:
@@ -39,8 +46,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     ap.add_argument("--repeats", type=int, default=5, help="interleaved rounds (default 5)")
+    ap.add_argument("--profile", default="cpu-local",
+                    help="platform whose first device's gemm_row_tiles the last column "
+                         "applies (default cpu-local)")
     args = ap.parse_args(argv)
     import torch
+
+    from hwprofiles import load_platform
+
+    device = load_platform(args.profile).devices[0]
 
     torch.set_num_threads(args.threads)
     gen = torch.Generator().manual_seed(0)
@@ -56,11 +70,13 @@ def main(argv=None) -> int:
     med = {key: statistics.median(v) for key, v in times.items()}
     print(f"torch {torch.__version__}, {args.threads} thread(s), median of {args.repeats} "
           f"interleaved rounds; time at M rows / time at 1 row")
-    print("| rows | " + " | ".join(SHAPES) + " |")
-    print("|---:|" + "---:|" * len(SHAPES))
+    tiles = list(device.gemm_row_tiles or []) or "none"
+    print(f"| rows | " + " | ".join(SHAPES) + f" | computes as (tiles {tiles}) |")
+    print("|---:|" + "---:|" * (len(SHAPES) + 1))
     for m in WIDTHS:
-        print(f"| {m} | " + " | ".join(f"{med[k, m] / med[k, 1]:.2f}" for k in SHAPES) + " |")
-    print("| 1 row (us) | " + " | ".join(f"{med[k, 1] * 1e6:.0f}" for k in SHAPES) + " |")
+        print(f"| {m} | " + " | ".join(f"{med[k, m] / med[k, 1]:.2f}" for k in SHAPES)
+              + f" | {device.compute_rows(m)} |")
+    print("| 1 row (us) | " + " | ".join(f"{med[k, 1] * 1e6:.0f}" for k in SHAPES) + " | |")
     return 0
 
 

@@ -152,6 +152,7 @@ class MemoryTier(Sourced):
 
 
 MAX_MULTIROW_ROWS = 1 << 20  # widths a multi-row factor table may list
+MAX_TILE_ROWS = 1024  # the tallest GEMM row tile a device may list
 
 
 def width_weights(widths: list[int], rows: int) -> tuple[tuple[int, float], ...]:
@@ -192,6 +193,12 @@ class Device(Sourced):
     # those widths (a CPU GEMM's cost moves unevenly with its rows: its kernels
     # block rows by 4 or 8); see ``multirow_factor``.
     multirow_memory_factor: float | dict[int, float] = Field(default=1.0)
+    # the row heights, largest first and ending in 1, of the tiles this device's GEMM
+    # kernels cover a pass over several rows with: the rows are covered greedily and
+    # every tile computes as many rows as the largest (a CPU BLAS with tiles of
+    # 4, 2 and 1 rows computes 11 rows as 16: 4 + 4 + 2 + 1), so a pass's compute is
+    # billed on ``compute_rows``; None: on its rows. A one-row pass is a GEMV.
+    gemm_row_tiles: tuple[int, ...] | None = None
     # bytes per second this device's own compute engine installs streamed weights at
     # (a CPU that reads and deserializes layers on the core it computes on); set, a
     # StreamWeights holds the device after its read for bytes / this rate (see
@@ -221,6 +228,37 @@ class Device(Sourced):
                 raise ValueError(f"multirow_memory_factor of device {self.name} is {factor:g}"
                                  f" at {rows} rows; give a factor between 0.001 and 1000")
         return self
+
+    @model_validator(mode="after")
+    def _tiles_cover_rows(self):
+        tiles = self.gemm_row_tiles
+        if tiles is None:
+            return self
+        if (not tiles or tiles[-1] != 1 or any(a <= b for a, b in zip(tiles, tiles[1:]))
+                or tiles[0] > MAX_TILE_ROWS):
+            raise ValueError(f"gemm_row_tiles of device {self.name} is {list(tiles)}; "
+                             f"list tile heights in rows, largest first, each smaller "
+                             f"than the one before, ending in 1 and at most "
+                             f"{MAX_TILE_ROWS} (e.g. [4, 2, 1])")
+        return self
+
+    def compute_rows(self, rows: int) -> int:
+        """The rows a pass over ``rows`` rows computes as (``gemm_row_tiles``): its
+        tiles, taken greedily largest first, times the largest tile's height;
+        ``rows`` itself for one row or a device without tiles."""
+        tiles = self.gemm_row_tiles
+        if rows <= 1 or tiles is None:
+            return rows
+        count, left = 0, rows
+        for height in tiles:
+            count += left // height
+            left %= height
+        return count * tiles[0]
+
+    def compute_padding(self, rows: int) -> float:
+        """``compute_rows`` over rows: what a pass's FLOPs are billed at (1.0 without
+        tiles; exact, so an untiled pass's compute is unchanged to the bit)."""
+        return self.compute_rows(rows) / rows if rows > 1 else 1.0
 
     def multirow_factor(self, rows: int) -> float:
         """The multi-row memory factor of a pass over ``rows`` rows: 1 for one row;

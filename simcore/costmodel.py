@@ -11,7 +11,9 @@ its rates and evaluates the same expressions (a test holds the two equal bit
 for bit on every shipped platform). A pass of k kernels costs
 
     launch    k * launch_overhead_s + calls * call_overhead_s
-    compute   (flops + k * compute_half_flops) / (peak * compute_efficiency)
+    compute   (flops x padding + k * compute_half_flops) / (peak * compute_efficiency)
+              [padding: the rows the device's GEMM tiles compute over the pass's
+               rows, Device.compute_padding; 1 without tiles]
     memory    (bytes + k * memory_half_bytes)
               / (min(tier bandwidth, memory_bandwidth_gb_s) * memory_efficiency
                  [/ multirow_memory_factor for a pass over several rows: one
@@ -70,6 +72,7 @@ class Values:
     memory_half_bytes: object
     compute_half_flops: object
     bandwidth_cap_bytes_s: object  # inf: the tier's full bandwidth
+    compute_padding: object = 1.0  # rows computed per row (Device.compute_padding)
 
     @classmethod
     def of(cls, device: Device, tier: MemoryTier, rows: int) -> "Values":
@@ -79,7 +82,7 @@ class Values:
                    device.compute_efficiency, tier.memory_efficiency,
                    device.multirow_factor(rows), device.roofline_exponent,
                    device.memory_half_bytes, device.compute_half_flops,
-                   math.inf if cap is None else cap * 1e9)
+                   math.inf if cap is None else cap * 1e9, device.compute_padding(rows))
 
 
 def flop_rate(peak_flops, v: Values):
@@ -112,7 +115,8 @@ def pass_seconds(kernels, calls, flops, nbytes, multirow, peak_flops, tier_bytes
     head projecting another number of rows than the layers streams its
     ``head_bytes`` at its own multi-row factor ``head_factor`` (``head_memory_s``)."""
     launch = kernels * v.launch_overhead_s + calls * v.call_overhead_s
-    compute = (flops + kernels * v.compute_half_flops) / flop_rate(peak_flops, v)
+    compute = (flops * v.compute_padding + kernels * v.compute_half_flops) / flop_rate(
+        peak_flops, v)
     memory = (nbytes + kernels * v.memory_half_bytes) / byte_rate(tier_bytes_s, multirow, v)
     if head_factor is not None:
         memory = memory + head_memory_s(head_bytes, head_factor, multirow, tier_bytes_s, v)
@@ -412,10 +416,10 @@ class RooflineCost:
             shape = self._cache[key] = self._shape(self.terms(
                 spec, where, layers, n_tokens, batch, head, collectives, head_tokens))
         (t, flop_rate_, byte_rate_, half_flops, half_bytes, launch_s, collective_s,
-         exponent, rate_cap, head_s, host) = shape
+         exponent, rate_cap, head_s, host, padding) = shape
         flops = (t.flops0 + t.flops_ctx * context) / t.members
         nbytes = (t.bytes0 + t.bytes_ctx * context) / t.members
-        return ForwardCost(launch_s, (flops + half_flops) / flop_rate_,
+        return ForwardCost(launch_s, (flops * padding + half_flops) / flop_rate_,
                            (nbytes + half_bytes) / byte_rate_ + head_s, collective_s, flops,
                            nbytes,
                            t.tier, exponent, rate_cap, *host)
@@ -447,7 +451,8 @@ class RooflineCost:
         return (t, flop_rate(t.peak_flops, v), rate,
                 t.kernels * v.compute_half_flops, t.kernels * v.memory_half_bytes,
                 launch_s, collective_s, v.roofline_exponent,
-                None if device.memory_bandwidth_gb_s is None else rate, head_s, host)
+                None if device.memory_bandwidth_gb_s is None else rate, head_s, host,
+                v.compute_padding)
 
     def verify_s(self) -> float:
         """Host seconds the stack spends on one Verify (its bookkeeping)."""

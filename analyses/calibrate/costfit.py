@@ -95,6 +95,7 @@ class Pass:
     tier_bytes_s: float  # the tier's full bandwidth
     head_bytes: float = 0.0  # the head's weight bytes, per member (0: no head)
     head_rows: int = 0  # the rows the head's GEMM projects
+    compute_padding: float = 1.0  # rows its GEMM tiles compute per row (Device.compute_padding)
 
 
 @dataclass
@@ -185,7 +186,7 @@ class Problem:
         self.w_hf = np.array([[w for _, w in b] for b in blend], dtype=float).reshape(-1, 2)
         self.head_multirow = np.array([p.head_rows > 1 for _, _, p in rows], dtype=bool)
         for name in ("kernels", "calls", "flops", "nbytes", "peak_flops", "tier_bytes_s",
-                     "head_bytes"):
+                     "head_bytes", "compute_padding"):
             setattr(self, name, np.array([getattr(p, name) for _, _, p in rows], dtype=float))
         self.multirow = np.array([p.rows > 1 for _, _, p in rows], dtype=bool)
         self.lin = self._pairs([(i, index[p], k) for i, t in enumerate(terms)
@@ -225,7 +226,7 @@ class Problem:
                       col["compute_efficiency"], col["memory_efficiency"],
                       (v[self.p_mf] * self.w_mf).sum(axis=1), col["roofline_exponent"],
                       col["memory_half_bytes"], col["compute_half_flops"],
-                      col["memory_bandwidth_gb_s"] * 1e9)
+                      col["memory_bandwidth_gb_s"] * 1e9, self.compute_padding)
 
     def predict(self, v: np.ndarray) -> np.ndarray:
         out = self.fixed.copy()

@@ -297,7 +297,8 @@ def pass_terms(cost: RooflineCost, spec, where: str, op: dict):
                        op.get("collectives"), head_tokens or None)
         ctx = context + (n_fed + i - 1 if i else 0)
         yield Pass(t.kernels, 1, t.flops(ctx), t.nbytes(ctx), width * batch,
-                   t.peak_flops, t.tier_bytes_s, t.head_bytes, t.head_rows)
+                   t.peak_flops, t.tier_bytes_s, t.head_bytes, t.head_rows,
+                   cost.platform.device(t.device).compute_padding(t.rows))
 
 
 def initial_values(platform: Platform, terms: list[Term],
