@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     print(f"torch {torch.__version__}, {args.threads} thread(s), median of {args.repeats} "
           f"interleaved rounds; time at M rows / time at 1 row")
     tiles = list(device.gemm_row_tiles or []) or "none"
-    print(f"| rows | " + " | ".join(SHAPES) + f" | computes as (tiles {tiles}) |")
+    print("| rows | " + " | ".join(SHAPES) + f" | computes as (tiles {tiles}) |")
     print("|---:|" + "---:|" * (len(SHAPES) + 1))
     for m in WIDTHS:
         print(f"| {m} | " + " | ".join(f"{med[k, m] / med[k, 1]:.2f}" for k in SHAPES)

@@ -72,7 +72,7 @@ class Values:
     memory_half_bytes: object
     compute_half_flops: object
     bandwidth_cap_bytes_s: object  # inf: the tier's full bandwidth
-    compute_padding: object = 1.0  # rows computed per row (Device.compute_padding)
+    compute_padding: object  # rows its GEMM tiles compute per row (Device.compute_padding)
 
     @classmethod
     def of(cls, device: Device, tier: MemoryTier, rows: int) -> "Values":
