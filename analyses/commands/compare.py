@@ -7,13 +7,12 @@ import itertools
 import sys
 from dataclasses import replace
 
-from analyses.cli import emit_json
+from analyses.cli import (SIM_TOKENS, SettingsHelp, add_stack_argument, emit_json, paragraph,
+                         settings_help)
 from analyses.commands import COMMANDS
-from analyses.commands._common import (SIM_TOKENS, SettingsHelp, add_stack_argument, paragraph,
-                                      settings_help)
 from analyses.compare.best import baseline_name, best_per_policy, fastest, skipped_policies
 from analyses.compare.sweep import (Point, SCENARIO_KEYS, expand_grid, grid_estimate,
-                                    fixed_point, grid_settings, parse_sweep, parse_sweeps,
+                                    fixed_point, grid_settings, parse_sweeps,
                                     point_config, run_grid, run_point)
 from analyses.compare.tune import estimate, run_searches, searches
 from analyses.measured.replay import replay_dir

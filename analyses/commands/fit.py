@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from analyses.cli import emit_json
+from analyses.cli import SIM_TOKENS, config_from_args, emit_json, paragraph
 from analyses.commands import COMMANDS
-from analyses.commands._common import SIM_TOKENS, config_from_args, paragraph
 from analyses.compare.sweep import progress_bar
 from analyses.run.budget import Estimate, allow_large_argument, check, readable
 from analyses.run.capacity import checks_count, fit_report, layouts

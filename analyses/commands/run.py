@@ -7,10 +7,9 @@ import math
 import os
 from pathlib import Path
 
-from analyses.cli import emit_json
+from analyses.cli import (SettingsHelp, add_run_arguments, config_from_args, emit_json, paragraph,
+                         settings_help)
 from analyses.commands import COMMANDS
-from analyses.commands._common import (SettingsHelp, add_run_arguments, config_from_args,
-                                       paragraph, settings_help)
 from analyses.measured.evidence import SIMULATED_ONLY  # what a run cannot measure
 from analyses.run.api import check_used
 from analyses.run.budget import allow_large_argument, announce_estimate, check

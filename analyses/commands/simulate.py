@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from analyses.cli import emit_json
+from analyses.cli import (SettingsHelp, add_run_arguments, announce, config_from_args, emit_json,
+                         settings_help)
 from analyses.commands import COMMANDS
-from analyses.commands._common import (SettingsHelp, add_run_arguments, announce,
-                                      config_from_args, settings_help)
 from analyses.run.api import simulate
 from analyses.run.budget import SIM_BUDGET_UNITS, allow_large_argument, check_simulation, readable
 from analyses.run.config import parse_sets
