@@ -198,6 +198,7 @@ def _terminate_as_interrupt():
 
 
 # Arguments shared by the commands that configure a run (simulate, run, compare, fit).
+
 # how each run option is written (RUN_KEYS describes them)
 RUN_EXAMPLES = {"contention": "contention=on", "prompt_tokens": "prompt_tokens=128",
                 "weight_bits": "weight_bits=4|8|16|32", "kv_bits": "kv_bits=4|8|16|32",
