@@ -5,7 +5,6 @@ estimate bounds what the simulation really does."""
 from __future__ import annotations
 
 import json
-import time
 from unittest import mock
 
 import pytest
@@ -50,10 +49,12 @@ def test_durations_read_as_time(seconds, shown):
 
 
 def test_n3_caps_together_are_refused_naming_the_product(tmp_path, monkeypatch):
+    import analyses.commands.simulate as command  # patched where it is bound
+
     monkeypatch.chdir(tmp_path)
-    start = time.monotonic()
+    # refused before any simulation starts (the estimate alone decides)
+    monkeypatch.setattr(command, "simulate", lambda *a, **k: pytest.fail("simulated"))
     result = run_cli(*N3)
-    assert time.monotonic() - start < 5
     assert_refused(result, "1,000,000 tokens x 16,384 sequences", "over the budget of "
                    "240,000,000 row-steps", "lower --tokens or --batch", "--allow-large")
     assert list(tmp_path.iterdir()) == []
@@ -72,13 +73,14 @@ def test_n2_grid_is_refused_before_it_is_built(tmp_path, monkeypatch):
     assert not (tmp_path / "out.html").exists()
 
 
-def test_a_billion_point_grid_is_counted_in_under_a_second():
+def test_a_billion_point_grid_is_counted_without_building_it(monkeypatch):
+    import analyses.compare.sweep as sweep
+
+    monkeypatch.setattr(sweep, "expand_grid", lambda *a, **k: pytest.fail("grid built"))
     sweeps = [parse_sweep("alpha=0.001..1:0.001"), parse_sweep("prompt_tokens=1..1000"),
               parse_sweep("gamma=1..1000")]
-    start = time.monotonic()
     by_policy = grid_settings(["ar", "sd"], sweeps)
     estimate = grid_estimate(by_policy, dict(SMOL, tokens=50, batch=1), sweeps)
-    assert time.monotonic() - start < 1
     assert by_policy["sd"][0] == 10**9 and by_policy["ar"][0] == 10**6
     assert estimate.over and "1.0e+09 simulations" in estimate.refusal()
 
@@ -123,6 +125,7 @@ def test_long_work_prints_its_estimate_line(capsys):
                            "at most about 10 min (239,994,896 row-steps at 400,000 per second)")
 
 
+@pytest.mark.torch
 def test_run_is_refused_before_the_model_loads(tmp_path, monkeypatch):
     import executors.measure
 
@@ -313,7 +316,7 @@ def test_a_grid_bounds_every_point_it_holds(policy, fixed, key, values):
 def test_the_readme_compare_runs_within_its_budget(tmp_path):
     from analyses.commands.compare import runnable
 
-    result = run_cli("compare", "-o", tmp_path / "report.html", "--json", timeout_s=120)
+    result = run_cli("compare", "-o", tmp_path / "report.html", "--json")
     assert result.rc == 0, result.err
     skipped = json.loads(result.out)["skipped"]
     assert {"ar_stream", "cats", "kangaroo"} <= set(skipped)

@@ -876,3 +876,51 @@ def test_calibrate_cli_prints_each_runs_pace_when_asked(runs_dir, tmp_path, caps
                  str(tmp_path / "p.yaml"), "--pace-per-run"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--pace-per-run applies to measured runs" in err[0]
+
+
+def test_calibrate_cli_holds_named_fields_at_the_profiles_values(runs_dir, tmp_path,
+                                                                 capsys):
+    """--hold keeps a field out of the fit: the written profile keeps the profile's
+    value and source for it, the header marks it held, the summary leaves it out,
+    and the fields not held are fitted as before."""
+    out = tmp_path / "held.yaml"
+    assert main(["calibrate", "--runs", str(runs_dir), "--profile", "cpu-local", "-o",
+                 str(out), "--hold", "compute_efficiency,roofline_exponent", "--json"]) == 0
+    params = json.loads(capsys.readouterr().out)["parameters"]
+    assert f"device {CORES}.compute_efficiency" not in params
+    assert f"device {CORES}.roofline_exponent" not in params
+    assert params[f"device {CORES}.launch_overhead_s"]["constrained"]
+    plat, shipped = load_platform(out), load_platform("cpu-local")
+    for core in ("cpu0", "cpu1"):
+        device, before = plat.device(core), shipped.device(core)
+        assert device.compute_efficiency == before.compute_efficiency
+        assert device.roofline_exponent == before.roofline_exponent
+        assert "calibrated" not in device.sources.get("compute_efficiency", "")
+        assert device.launch_overhead_s != before.launch_overhead_s
+    header = [line for line in out.read_text().splitlines() if line.startswith("#")]
+    assert any("compute_efficiency" in line and "(held: not fitted)" in line
+               for line in header)
+    assert not any("launch_overhead_s" in line and "held" in line for line in header)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--hold", "compute_eficiency"], ["'compute_eficiency'", "roofline_exponent"]),
+    (["--hold", "latency_s,latency_s"], ["twice"]),
+    (["--hold", "memory_half_bytes", "--fit-terms", "memory_half_bytes"],
+     ["both held", "--fit-terms"]),
+])
+def test_calibrate_cli_refuses_a_hold_it_cannot_keep(runs_dir, tmp_path, capsys, argv,
+                                                     words):
+    out = tmp_path / "never.yaml"
+    assert main(["calibrate", "--runs", str(runs_dir), "--profile", "cpu-local", "-o",
+                 str(out), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hetspec: error:") and all(w in err for w in words), err
+    assert not out.exists()
+
+
+def test_hold_is_refused_with_published_rows(tmp_path, capsys):
+    assert main(["calibrate", "--published", "shipped", "--profile", "h100-sxm-8x", "-o",
+                 str(tmp_path / "never.yaml"), "--hold", "alpha_s"]) == 2
+    err = capsys.readouterr().err
+    assert "--hold" in err and "--fit-fields" in err

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.hangguard import HANG_S
+
 SD = ["simulate", "--platform", "h100-sxm-5x", "--target", "llama-3.1-70b", "--draft",
       "llama-3.2-1b", "--policy", "sd", "--set", "gamma=5", "--set", "alpha=0.8",
       "--tokens", "2000", "--seed", "1", "--json"]
@@ -15,7 +17,7 @@ SD = ["simulate", "--platform", "h100-sxm-5x", "--target", "llama-3.1-70b", "--d
 
 def hetspec(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "analyses.cli", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=120)
+                          text=True, cwd=cwd, timeout=HANG_S)
 
 
 def test_law_leviathan_json():

@@ -9,6 +9,10 @@ import json
 
 import numpy as np
 import pytest
+
+from tests.needs import needs_torch
+
+needs_torch()  # before the imports that load torch
 import torch
 
 from executors.train import distil

@@ -5,6 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+
+from tests.needs import needs_torch
+
+needs_torch()  # before the imports that load torch
 import torch
 
 from executors.prompts import BUILTIN

@@ -10,7 +10,10 @@ record's ``versions`` block (installed package versions) and the plotly.js
 library a report inlines (the same figures, whatever plotly release is installed).
 The day a profile is calibrated is fixed with ``SOURCE_DATE_EPOCH`` to the day the
 fixtures were recorded. Everything else, figures and their JSON included, is
-compared byte for byte.
+compared byte for byte, except the files a case's ``tolerance.yaml`` names: a fit's
+figures, which scipy's solver and numpy's BLAS move in their last digits from one
+release or CPU to another, compared per number at the tolerance that file states
+(tests/goldentext.py).
 
 Measured runs: replay and calibrate read two small runs stored in
 tests/golden/measured-runs/; the executor's writer writes one of them again;
@@ -34,6 +37,8 @@ from pathlib import Path
 import pytest
 
 from policies.runs.measured import MeasuredSpan
+from tests.goldentext import TOLERANCE_FILE, differences, load_tolerance
+from tests.hangguard import HANG_S, MODEL_HANG_S
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden"
@@ -91,9 +96,14 @@ CASES = {
                            ["replay-trace.json"]),
     "replay-ar": (REPLAY + ["runs/ar-1", "--profile", "cpu-local", "--json"],
                   ["replay-trace.json"]),
+    # the one-token and draft passes of sd-1 are memory-bound, so the compute terms
+    # and the call overhead are held: fitted, they are numbers the spans cannot
+    # identify, which the solver leaves wherever its arithmetic happens to end (one
+    # BLAS kernel wrote roofline_exponent 18.6, another 59.1)
     "calibrate-runs": (["calibrate", "--runs", "runs", "--profile", "cpu-local", "-o",
-                        "calibrated.yaml", "--fit-policies", "sd", "--accept-poor-fit",
-                        "--json"], ["calibrated.yaml"]),
+                        "calibrated.yaml", "--fit-policies", "sd", "--hold",
+                        "compute_efficiency,roofline_exponent,call_overhead_s,"
+                        "memory_efficiency", "--json"], ["calibrated.yaml"]),
 }
 
 _PLOTLY_JS = re.compile(r'<script type="text/javascript">.*?</script>', re.S)
@@ -120,7 +130,7 @@ def _run(case: str, folder: Path) -> dict[str, bytes]:
     # a calibrated profile names the day it was calibrated: the day these were recorded
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SOURCE_DATE_EPOCH": RECORDED_EPOCH_S}
     out = subprocess.run([sys.executable, "-m", "analyses.cli", *args], cwd=folder, env=env,
-                         capture_output=True, timeout=300)
+                         capture_output=True, timeout=HANG_S)
     assert out.returncode == 0, out.stderr.decode()
     outputs = {"stdout": out.stdout}
     for name in files:
@@ -136,10 +146,17 @@ def test_outputs_are_byte_identical_to_the_recorded_ones(case, tmp_path):
         stored.mkdir(parents=True, exist_ok=True)
         for name, data in outputs.items():
             (stored / name).write_bytes(data)
+    tolerance = load_tolerance(stored)
     for name, data in outputs.items():
         expected = (stored / name).read_bytes()
-        assert data == expected, f"{case}/{name} differs from tests/golden/{case}/{name}"
-    assert sorted(p.name for p in stored.iterdir()) == sorted(outputs)
+        if tolerance is not None and name in tolerance.files:
+            wrong = differences(data.decode(), expected.decode(), tolerance)
+            assert not wrong, f"{case}/{name} departs from tests/golden/{case}/{name}: " + (
+                "; ".join(wrong))
+        else:
+            assert data == expected, f"{case}/{name} differs from tests/golden/{case}/{name}"
+    assert sorted(p.name for p in stored.iterdir() if p.name != TOLERANCE_FILE) == sorted(
+        outputs)
 
 
 # What the executor writes for a measured run, from fixed decoding results: the
@@ -243,7 +260,7 @@ def test_a_measured_run_writes_the_recorded_shape(tmp_path):
     (tmp_path / "prompt.jsonl").write_text(PROMPT)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-m", "analyses.cli", *MEASURED_RUN], cwd=tmp_path,
-                         env=env, capture_output=True, timeout=600)
+                         env=env, capture_output=True, timeout=MODEL_HANG_S)
     assert out.returncode == 0, out.stderr.decode()
     stored = GOLDEN / "measured-run-shape"
     if UPDATE:

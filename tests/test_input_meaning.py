@@ -27,6 +27,7 @@ from hypothesis import given, settings, strategies as st
 
 from analyses.run.config import parse_placement, parse_sets, parse_value, split_items
 from clicases import assert_refused, run_cli
+from tests.hangguard import HANG_S
 
 REPO = Path(__file__).resolve().parents[1]
 LLAMA = {"architectures": ["LlamaForCausalLM"], "hidden_size": 2048,
@@ -142,11 +143,12 @@ def test_a_measured_run_refuses_acceptance_settings_before_loading(extra, fragme
     out = tmp_path / "run"
     result = run_cli("run", "--platform", "cpu-local", "--target", "smollm2-135m",
                      "--policy", "sd", "--set", "draft_layers=15", "--max-new-tokens", "4",
-                     "--no-baseline", "--inline", "--out", out, *extra, timeout_s=20)
+                     "--no-baseline", "--inline", "--out", out, *extra)
     assert_refused(result, fragment, "no effect on hetspec run")
     assert not out.exists()
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("args, fragment", [
     (["--ahead", "none", "--eta", "3"], "--eta 3 has no effect with --ahead none"),
     (["--ahead", "15", "--eta", "1"], "--ahead 15 has no effect with --eta 1"),
@@ -328,4 +330,4 @@ def test_a_closed_stdout_ends_quietly():
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     proc.stdout.close()  # the reader is gone before the first line is written
     err = proc.stderr.read().decode()
-    assert proc.wait(timeout=60) == 141 and err == ""
+    assert proc.wait(timeout=HANG_S) == 141 and err == ""

@@ -78,6 +78,7 @@ def test_a_new_schedule_simulates_and_compares(shallow_pair, tmp_path, capsys, m
     assert summary["points"] == 2
 
 
+@pytest.mark.torch
 def test_a_new_schedule_decodes_in_the_executor_as_ar_does(shallow_pair, tmp_path):
     """The torch executor on a tiny random model: the footprint found by the dry
     run starts the roles, and greedy decoding equals AR's token for token."""

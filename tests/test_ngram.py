@@ -189,6 +189,7 @@ def _session(tmp_path, **options):
                    options=Options(mode="inline", **options))
 
 
+@pytest.mark.torch
 def test_greedy_lookup_equals_ar_token_for_token(tmp_path):
     prompts = [REPEATS, [2, 5, 2, 5, 2, 5, 8, 2, 5]]
     with _session(tmp_path, max_new_tokens=24) as s:
@@ -200,6 +201,7 @@ def test_greedy_lookup_equals_ar_token_for_token(tmp_path):
             assert [x.op["type"] for x in ng.spans].count("Lookup") == ng.steps
 
 
+@pytest.mark.torch
 def test_lookup_at_temperature_one_samples_the_target_distribution(tmp_path):
     from executors.backend.layers import Stack
     from tests.test_executor import _chi2_p, _joint, _peaky
@@ -216,6 +218,7 @@ def test_lookup_at_temperature_one_samples_the_target_distribution(tmp_path):
     assert _chi2_p(samples, target.T) < 1e-6  # the test tells laws apart (t1, t2 swapped)
 
 
+@pytest.mark.torch
 def test_ssd_fast_backup_proposes_by_lookup_in_the_executor(tmp_path):
     from executors.session import Options, Session
     from tests.test_executor import tiny_spec
@@ -250,6 +253,7 @@ def test_prompt_sets_by_name():
     assert all(m[0]["role"] == "user" and len(m[0]["content"]) > 300 for m in grounded)
 
 
+@pytest.mark.torch
 def test_a_measured_run_reports_the_median_round_and_its_range(tmp_path):
     from executors.measure import measure
     from executors.session import Options

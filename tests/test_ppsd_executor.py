@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.needs import needs_torch
+
+needs_torch()  # before the imports that load torch
+
 from executors.coordinate.book import Sequences
 from executors.coordinate.coordinator import Coordinator
 from policies.ops import LM, SAMPLE, Forward, Head, Join, Spawn, Verify

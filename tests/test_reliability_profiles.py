@@ -42,7 +42,7 @@ def write_yaml(tmp_path: Path, name: str, data) -> Path:
 
 
 def simulate_platform(path: Path, *extra: str):
-    return run_cli(SIMULATE[0], "--platform", path, *SIMULATE[1:], *extra, timeout_s=30)
+    return run_cli(SIMULATE[0], "--platform", path, *SIMULATE[1:], *extra)
 
 
 # --- D3c, D13: numbers in a platform file --------------------------------------------
@@ -179,8 +179,7 @@ def test_a_check_across_fields_names_its_fields_without_a_placeholder(tmp_path):
 def test_m10_ten_million_layers_through_a_streaming_policy_is_refused_at_once(tmp_path):
     path = write_yaml(tmp_path, "deep.yaml", _model(n_layers=10_000_000))
     result = run_cli("simulate", "--platform", "cpu-local", "--target", path, "--tokens",
-                     "50", "--policy", "ar_stream", "--set", "dram_budget_gb=0.2",
-                     timeout_s=10)
+                     "50", "--policy", "ar_stream", "--set", "dram_budget_gb=0.2")
     assert_refused(result, "n_layers", "less than")
 
 
@@ -284,7 +283,7 @@ def test_bad_simulate_settings_are_refused(argv, fragments):
         if flag in argv:
             at = args.index(flag)
             del args[at:at + 2]
-    assert_refused(run_cli(*args, *argv, timeout_s=30), *fragments)
+    assert_refused(run_cli(*args, *argv), *fragments)
 
 
 def test_s28_seed_beyond_64_bits_is_valid():
@@ -387,7 +386,7 @@ def test_bad_platform_files_are_described_truthfully(tmp_path, kind, fragments):
 @pytest.mark.parametrize("kind,fragments", [pytest.param(k, f, id=i) for _, i, k, f in FILES])
 def test_profiles_validate_describes_bad_files_the_same_way(tmp_path, kind, fragments):
     path = _file_fixture(tmp_path, kind)
-    assert_refused(run_cli("profiles", "validate", path, timeout_s=30), *fragments)
+    assert_refused(run_cli("profiles", "validate", path), *fragments)
 
 
 @pytest.mark.parametrize("kind", ["utf16", "utf8bom"])
@@ -421,7 +420,7 @@ def test_size_limit_is_checked_before_reading(tmp_path, monkeypatch):
     pytest.param(("profiles", "validate", "/dev/zero"), ["regular file"], id="device"),
 ])
 def test_profiles_subcommand_refusals(argv, fragments):
-    assert_refused(run_cli(*argv, timeout_s=30), *fragments)
+    assert_refused(run_cli(*argv), *fragments)
 
 
 VALIDATE_MODELS = {"v09-zero-layers": "m00-zero-layers", "v10-heads": "m01-heads-not-a-multiple",
@@ -581,8 +580,7 @@ def test_fuzzed_platforms_run_with_finite_metrics_or_refuse_in_one_sentence(
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     try:
         result = run_cli("simulate", "--platform", path, "--target", "smollm2-135m",
-                         "--tokens", "8", "--policy", policy, *POLICIES[policy], "--json",
-                         timeout_s=10)
+                         "--tokens", "8", "--policy", policy, *POLICIES[policy], "--json")
     except Hang:
         pytest.fail(f"hang: {policy} on {yaml.safe_dump(data)[:2000]}")
     if result.rc == 0:

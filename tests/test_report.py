@@ -19,6 +19,7 @@ from analyses.compare.lawviews import law_figures
 from analyses.cli import main
 from hwprofiles import load_model
 from analyses.compare.sweep import expand_grid, parse_sweep, point_config, run_grid
+from tests.hangguard import HANG_S
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "build" / "test-artifacts"
@@ -125,7 +126,7 @@ def test_compare_bad_input_is_one_sentence_and_keeps_old_report(tmp_path, capsys
 def _chromium(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([BROWSER, "--headless", "--no-sandbox", "--disable-gpu",
                            "--hide-scrollbars", "--virtual-time-budget=15000", *args],
-                          capture_output=True, text=True, timeout=180)
+                          capture_output=True, text=True, timeout=HANG_S)
 
 
 @pytest.mark.skipif(BROWSER is None, reason="chromium is not installed "

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 import simcore.engine
 from simcore.resources import SharedBandwidth
 from tests.clicases import deadline, run_cli
+from tests.hangguard import HANG_S
 
 MAX_STEPS = 100_000  # far above the 2 events a flow needs; a livelock exceeds it
 
@@ -172,7 +173,7 @@ def _kangaroo_late(monkeypatch, tokens: int):
             m.setattr(simcore.engine, "simpy",
                       types.SimpleNamespace(Environment=_LateEnvironment,
                                             AllOf=simpy.AllOf))
-            with deadline(30):
+            with deadline(HANG_S):
                 runs[cfg.policy, LATE_START_S] = run_schedule(cfg, record_spans=False)
     return runs
 
@@ -195,6 +196,6 @@ def test_review_kangaroo_repro_finishes():
     # the review's repro: its AR baseline passes 2^14 s of simulated time (~30 s wall)
     result = run_cli("simulate", "--platform", "snapdragon-8-gen3", "--target",
                      "llama-2-13b", "--policy", "kangaroo", "--set", "dram_budget_gb=5",
-                     "--tokens", "8000", timeout_s=120)
+                     "--tokens", "8000")
     assert result.rc == 0, result.err
     assert "kangaroo on snapdragon-8-gen3" in result.out

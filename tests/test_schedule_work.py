@@ -23,6 +23,10 @@ from collections import Counter
 
 import pytest
 
+from tests.needs import needs_torch
+
+needs_torch()  # before the imports that load torch
+
 from executors.session import Options, Session
 from tests.test_executor import PROMPTS, STAGES, tiny_spec
 

@@ -7,6 +7,10 @@ from __future__ import annotations
 import math
 
 import pytest
+
+from tests.needs import needs_torch
+
+needs_torch()  # before the imports that load torch
 import torch
 
 from analyses.laws.forms import law

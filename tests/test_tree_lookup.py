@@ -153,6 +153,7 @@ def test_a_trace_replays_each_steps_tree_and_walk(tmp_path):
 LOOKUP = {"proposer": "ngram", "n": 2, "n_min": 1, "width": 3, "depth": 5}
 
 
+@pytest.mark.torch
 def test_greedy_lookup_tree_equals_ar_token_for_token(tmp_path):
     prompts = [REPEATS, [2, 5, 2, 5, 2, 5, 8, 2, 5], [4, 1, 4, 2, 4, 3, 4, 1, 4]]
     with _session(tmp_path, max_new_tokens=24) as s:
@@ -175,6 +176,7 @@ def test_greedy_lookup_tree_equals_ar_token_for_token(tmp_path):
     assert any(len(set(x["proposed"])) > 1 for x in batch.acceptance)
 
 
+@pytest.mark.torch
 def test_lookup_tree_at_temperature_one_samples_the_target_distribution(tmp_path):
     from executors.backend.layers import Stack
     from tests.test_executor import _chi2_p, _joint, _peaky

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from tests.needs import needs_torch
+
+needs_torch()  # before the imports that load torch
 import torch
 
 from analyses.laws.forms import law

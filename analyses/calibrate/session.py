@@ -18,7 +18,8 @@ import numpy as np
 import yaml
 
 from analyses.calibrate.fitgate import check_runs_fit, poor_fit_lines
-from analyses.calibrate.terms import Terms, apply, fit, initial_values, op_kind_errors, stepped
+from analyses.calibrate.terms import (Terms, apply, check_hold, fit, initial_values,
+                                      op_kind_errors, stepped)
 from analyses.measured.replay import (MeasuredRun, check_run_fits, find_runs, load_run,
                                       model_name, replay)
 from hwprofiles import Platform, load_platform
@@ -166,7 +167,8 @@ def _header(fitting, held, result, evaluation, date: str) -> str:
              f"spans fitted: {len(result.terms)}; median |residual| "
              f"{result.median_abs_error:.1%}; converged: {result.success}"]
     for p in result.values:
-        mark = " (not constrained by the runs: kept)" if p in result.unconstrained else ""
+        mark = (" (held: not fitted)" if p in result.held else
+                " (not constrained by the runs: kept)" if p in result.unconstrained else "")
         lines.append(f"  {p.label}: {result.initial[p]:.4g} -> {result.values[p]:.4g}{mark}")
     if result.paces:
         lines.append("each fitting run's pace, fitted beside the profile (x its spans' "
@@ -204,14 +206,16 @@ def calibrate(runs_dir, profile: str, output, *,
               fit_policies: tuple[str, ...] = ("ar", "ar_stream", "sd"),
               fit_terms: tuple[str, ...] = (), accept_poor_fit: bool = False,
               hold: tuple[str, ...] = (), hold_repeats: bool = True,
-              pace_per_run: bool = False) -> dict:
+              pace_per_run: bool = False, hold_fields: tuple[str, ...] = ()) -> dict:
     """Fit ``profile`` to the runs under ``runs_dir`` and write ``output``; the
     optional efficiency terms named in ``fit_terms`` are fitted too; runs named in
     ``hold`` are held out whatever their policy; ``hold_repeats``: of repeats of
     one configuration, every other one is held out (``split_runs``);
-    ``pace_per_run``: each fitting run gets its own pace (``costfit.Paces``). A fit the
+    ``pace_per_run``: each fitting run gets its own pace (``costfit.Paces``);
+    ``hold_fields``: profile fields kept at the profile's values, not fitted. A fit the
     sanity gate refuses (``analyses.calibrate.fitgate``) raises ValueError and
     writes nothing, unless ``accept_poor_fit`` (the summary's ``problems``)."""
+    check_hold(hold_fields, fit_terms)
     runs = [load_run(p) for p in find_runs(runs_dir)]
     platform = load_platform(profile)
     for run in runs:
@@ -220,7 +224,8 @@ def calibrate(runs_dir, profile: str, output, *,
     fitting, held = split_runs(runs, list(fit_policies), hold, hold_repeats)
     terms = Terms(platform)
     result = fit(platform, [t for run in fitting for t in terms.of_run(run)],
-                 fit_terms=frozenset(fit_terms), pace_per_run=pace_per_run)
+                 fixed=frozenset(hold_fields), fit_terms=frozenset(fit_terms),
+                 pace_per_run=pace_per_run)
     problems = check_runs_fit(result, accept_poor_fit)
     date = calibration_date()
     source = (f"calibrated: hetspec calibrate on runs {', '.join(r.name for r in fitting)}"

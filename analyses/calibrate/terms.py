@@ -45,8 +45,9 @@ from __future__ import annotations
 
 import bisect
 
-from analyses.calibrate.costfit import (BY_ROWS, EXPONENT_STARTS, OPTIONAL_FIELDS, Fit, Param,
-                                       Pass, Term, Widths, measured_widths, params_of)
+from analyses.calibrate.costfit import (BOUNDS, BY_ROWS, EXPONENT_STARTS, OPTIONAL_FIELDS, Fit,
+                                       Param, Pass, Term, Widths, measured_widths,
+                                       params_of)
 from analyses.calibrate.costfit import fit as _fit
 from analyses.calibrate.costfit import op_kind_errors  # noqa: F401  (re-exported)
 from analyses.measured.replay import MeasuredRun, model_name
@@ -331,6 +332,22 @@ def check_fit_terms(names) -> None:
                              f"term; use any of {', '.join(OPTIONAL_FIELDS + (BY_ROWS,))}")
         if name in seen:
             raise ValueError(f"--fit-terms names '{name}' twice; name each term once")
+        seen.add(name)
+
+
+def check_hold(names, fit_terms=()) -> None:
+    """ValueError naming the first --hold entry that is no field a fit sets, that
+    repeats one, or that --fit-terms asks to fit."""
+    seen = set()
+    for name in names:
+        if name not in BOUNDS:
+            raise ValueError(f"--hold names '{name}', which is no field a calibration "
+                             f"fits; use any of {', '.join(BOUNDS)}")
+        if name in seen:
+            raise ValueError(f"--hold names '{name}' twice; name each field once")
+        if name in fit_terms:
+            raise ValueError(f"'{name}' is both held (--hold) and fitted (--fit-terms); "
+                             "drop it from one of them")
         seen.add(name)
 
 

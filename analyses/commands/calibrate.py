@@ -7,7 +7,7 @@ import sys
 from analyses.calibrate.published import DEFAULT_FIELDS, load_published, rows_for, shipped_folder
 from analyses.calibrate.publishedcal import calibrate_published, of_stack
 from analyses.calibrate.session import calibrate
-from analyses.calibrate.terms import check_fit_terms
+from analyses.calibrate.terms import check_fit_terms, check_hold
 from analyses.calibrate.unknowns import at_start
 from analyses.cli import emit_json
 from analyses.commands import COMMANDS
@@ -92,6 +92,13 @@ def register(sub) -> None:
                         "rows the runs measure, for CPUs whose GEMMs cost unevenly by "
                         "rows, instead of one factor); default none (they keep the "
                         "profile's values)")
+    p.add_argument("--hold", default="", metavar="FIELDS",
+                   help="with --runs: profile fields kept at the profile's values instead "
+                        "of fitted, comma-separated (e.g. compute_efficiency,"
+                        "roofline_exponent when the runs are all memory-bound, as "
+                        "one-token decoding on a CPU is: the sanity gate then names them "
+                        "as numbers the runs cannot identify); the header of the written "
+                        "profile marks them held. Default none")
     p.add_argument("--accept-poor-fit", action="store_true",
                    help="write the calibrated profile even when the sanity gate finds the "
                         "fit poor (a fitted number on the edge of its range or pushed past "
@@ -132,6 +139,8 @@ def _calibrate(args) -> int:
         raise ValueError("--fit-policies is empty; name at least one, e.g. ar,sd")
     fit_terms = _items("--fit-terms", args.fit_terms)
     check_fit_terms(fit_terms)  # a misspelt term is refused before any run is read
+    hold = _items("--hold", args.hold)
+    check_hold(hold, fit_terms)
     # the uncalibrated --profile is an input too: a calibration never replaces it
     check_outputs({"--output": args.output},
                   profile_inputs(profile=args.profile) + runs_inputs(args.runs),
@@ -140,7 +149,7 @@ def _calibrate(args) -> int:
     summary = calibrate(args.runs, args.profile, args.output, fit_policies=policies,
                         fit_terms=fit_terms, accept_poor_fit=args.accept_poor_fit,
                         hold_repeats=not args.fit_every_repeat,
-                        pace_per_run=args.pace_per_run)
+                        pace_per_run=args.pace_per_run, hold_fields=hold)
     _warn(summary["problems"])
     if args.json:
         emit_json(summary)
@@ -167,6 +176,10 @@ def _calibrate_published(args) -> int:
                          "with --published name the fields to fit in --fit-fields instead "
                          f"(e.g. --fit-fields {','.join(DEFAULT_FIELDS)},"
                          f"{_items('--fit-terms', args.fit_terms)[0]})")
+    if args.hold.strip():
+        raise ValueError("--hold keeps fields of a fit to measured runs at the profile's "
+                         "values; with --published only the fields --fit-fields names are "
+                         "fitted, so leave the held ones out of --fit-fields")
     if args.fit_policies is not None:
         raise ValueError("--fit-policies picks which measured runs are fitted; with "
                          "--published each row's split (fit or held_out) decides, so "
