@@ -10,7 +10,8 @@ from dataclasses import replace
 from analyses.cli import (SIM_TOKENS, SettingsHelp, add_stack_argument, emit_json, paragraph,
                          settings_help)
 from analyses.commands import COMMANDS
-from analyses.compare.best import baseline_name, best_per_policy, fastest, skipped_policies
+from analyses.compare.best import baseline_label, best_per_policy, fastest, skipped_policies
+from analyses.compare.crossover import crossovers
 from analyses.compare.sweep import (Point, SCENARIO_KEYS, expand_grid, grid_estimate,
                                     fixed_point, grid_settings, parse_sweeps,
                                     point_config, run_grid, run_point)
@@ -208,7 +209,7 @@ def _compare(args) -> int:
                                   platforms=platforms_of(base, sweeps))
     text = report.render_html(title, intro, sections)
     path = report.write_report(args.output, text)
-    summary = _summary(results, path)
+    summary = _summary(results, path, base)
     summary["notes"] = notes
     if args.json:
         emit_json(summary)
@@ -216,6 +217,8 @@ def _compare(args) -> int:
         print(summary["line"])
         for note in notes:
             print(f"  {note}")
+        for found in summary["crossover"]:
+            print(f"  {found['sentence']}")
     return 0 if summary["fastest"] else 1
 
 
@@ -370,16 +373,7 @@ def _replays(args):
     return replay_dir(args.runs, profile=args.profile)
 
 
-def _baseline_label(result) -> str:
-    """What a speedup is over: AR, or the streaming or pipelined AR a schedule is
-    measured against (ar_stream, AR through PPSD's stages)."""
-    name = baseline_name(result)
-    if name == "ar" and result.point.policy == "ppsd":
-        return "AR through the same stages"
-    return {"ar": "AR", "itself": "AR"}.get(name, name)
-
-
-def _summary(results, path) -> dict:
+def _summary(results, path, base: dict) -> dict:
     best = fastest(results)
     skipped = skipped_policies(results)
     line = f"wrote {path}: "
@@ -389,7 +383,7 @@ def _summary(results, path) -> dict:
         print(line, file=sys.stderr)
     else:
         line += (f"fastest is {best.point.label} at {best.metrics['tokens_per_s']:.1f} "
-                 f"tokens/s, {best.metrics['speedup_vs_ar']:.2f}x {_baseline_label(best)} "
+                 f"tokens/s, {best.metrics['speedup_vs_ar']:.2f}x {baseline_label(best)} "
                  f"({len(results)} runs"
                  + (f"; skipped {', '.join(skipped)}" if skipped else "") + ")")
     explained = {p: r for p, r in best_per_policy(results).items()
@@ -403,4 +397,6 @@ def _summary(results, path) -> dict:
             "tokens_per_s": best.metrics["tokens_per_s"] if best else None,
             "ttft_s": best.metrics.get("ttft_s") if best else None,
             "tpot_s": best.metrics.get("tpot_s") if best else None,
-            "skipped": skipped, "points": len(results)}
+            "skipped": skipped, "points": len(results),
+            # over a swept batch: where each schedule stops paying, and why
+            "crossover": [c.as_dict() for c in crossovers(results, base)]}

@@ -38,6 +38,35 @@ def baseline_name(result: PointResult) -> str:
     return "itself" if found is None else found[0]
 
 
+def baseline_label(result: PointResult) -> str:
+    """What a speedup is over, in words: AR, or the streaming or pipelined AR a
+    schedule is measured against (ar_stream, AR through PPSD's stages)."""
+    name = baseline_name(result)
+    if name == "ar" and result.point.policy == "ppsd":
+        return "AR through the same stages"
+    return {"ar": "AR", "itself": "AR"}.get(name, name)
+
+
+def scenario_of(result: PointResult, base: dict) -> tuple[str, int]:
+    """(platform, batch) a point runs at: its own settings, else the base's."""
+    sets = dict(result.point.sets)
+    return (str(sets.get("platform", base["platform"])), int(sets.get("batch",
+                                                                       base.get("batch", 1))))
+
+
+def best_per_scenario(results: list[PointResult], base: dict) -> dict[tuple, dict]:
+    """(platform, batch) -> policy -> its fastest point there (or, where none ran,
+    its first point, whose error says why)."""
+    out: dict[tuple, dict[str, PointResult]] = {}
+    for r in results:
+        mine = out.setdefault(scenario_of(r, base), {})
+        cur = mine.get(r.point.policy)
+        if cur is None or (r.metrics is not None and (
+                cur.metrics is None or r.metrics["tokens_per_s"] > cur.metrics["tokens_per_s"])):
+            mine[r.point.policy] = r
+    return out
+
+
 def fastest(results: list[PointResult]) -> PointResult | None:
     best = best_per_policy(results)
     return max(best.values(), key=lambda r: r.metrics["tokens_per_s"]) if best else None

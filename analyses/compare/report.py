@@ -17,11 +17,11 @@ from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from analyses.compare.best import baseline_name, best_per_policy, by_speed, skipped_policies
+from analyses.compare.crossover import add_breakdown
 from analyses.compare.lawviews import law_figures
 from analyses.compare.sections import Section
 from analyses.compare.sidebyside import section as side_by_side
-from analyses.compare.sweep import PointResult, point_config
-from analyses.run.api import metrics_of, run_schedule
+from analyses.compare.sweep import PointResult
 from hwprofiles import load_platform
 from hwprofiles.files import atomic_write_text
 from hwprofiles.schema import resolve
@@ -38,9 +38,7 @@ def explain(best: dict[str, PointResult], base: dict) -> None:
     """Add where its time went (``breakdown``) to each policy's fastest point: its
     seeded run again, with the same outcomes (a sweep leaves it out of the rest)."""
     for r in best.values():
-        if "breakdown" not in r.metrics:
-            config = point_config(r.point, base)
-            r.metrics["breakdown"] = metrics_of(config, run_schedule(config))["breakdown"]
+        add_breakdown(r, base)
 
 
 def summary_figure(best: dict[str, PointResult]) -> go.Figure:

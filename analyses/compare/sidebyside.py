@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from analyses.compare.best import best_per_scenario
+from analyses.compare.crossover import Crossover, crossovers
 from analyses.compare.sections import Section
 from analyses.compare.sweep import PointResult, SCENARIO_KEYS, point_config
 from analyses.run.capacity import breakdown
@@ -21,25 +23,6 @@ HEADER = ["platform", "batch", "policy", "setting", "tokens/s", "speedup", "step
 def swept_scenario(results: list[PointResult]) -> bool:
     """Whether the grid compares platforms or batches."""
     return any(k in SCENARIO_KEYS for r in results for k, _ in r.point.sets)
-
-
-def scenario_of(result: PointResult, base: dict) -> tuple:
-    sets = dict(result.point.sets)
-    return (str(sets.get("platform", base["platform"])), int(sets.get("batch",
-                                                                       base.get("batch", 1))))
-
-
-def best_per_scenario(results: list[PointResult], base: dict) -> dict[tuple, dict]:
-    """(platform, batch) -> policy -> its fastest point there (or, where none ran,
-    its first point, whose error says why)."""
-    out: dict[tuple, dict[str, PointResult]] = {}
-    for r in results:
-        mine = out.setdefault(scenario_of(r, base), {})
-        cur = mine.get(r.point.policy)
-        if cur is None or (r.metrics is not None and (
-                cur.metrics is None or r.metrics["tokens_per_s"] > cur.metrics["tokens_per_s"])):
-            mine[r.point.policy] = r
-    return out
 
 
 def fit_text(result: PointResult, base: dict) -> str:
@@ -96,13 +79,47 @@ def speed_figure(results: list[PointResult], base: dict) -> go.Figure:
     return fig
 
 
+def crossover_figure(found: list[Crossover]) -> go.Figure:
+    """Each schedule's speedup against batch (log axis), per platform, with the
+    break-even line and each crossover's interpolated batch marked."""
+    fig = go.Figure()
+    several = len({c.platform for c in found}) > 1
+    for i, c in enumerate(found):
+        name = f"{c.policy} on {c.platform}" if several else c.policy
+        fig.add_scatter(x=list(c.batches), y=list(c.speedups), mode="lines+markers",
+                        name=name, text=list(c.labels),
+                        hovertemplate="batch %{x}: %{y:.2f}x (%{text})<extra>" + name +
+                                      "</extra>")
+        if c.estimate is not None:
+            fig.add_scatter(x=[c.estimate], y=[1.0], mode="markers+text",
+                            marker=dict(symbol="x", size=12, color="black"),
+                            text=[f"{c.policy}: ~{c.estimate:.3g}"],
+                            # neighbours' labels alternate above and below the line
+                            textposition="top center" if i % 2 == 0 else "bottom center",
+                            showlegend=False,
+                            hovertemplate=f"{name} stops paying at about batch "
+                                          f"{c.estimate:.3g}<extra></extra>")
+    fig.add_hline(y=1.0, line_dash="dash", line_color="grey",
+                  annotation_text="no gain", annotation_position="bottom right")
+    fig.update_layout(title="speedup against batch: where speculation stops paying",
+                      xaxis=dict(title="batch", type="log"),
+                      yaxis_title="speedup over the baseline", height=440, **LAYOUT)
+    return fig
+
+
 def section(results: list[PointResult], base: dict):
-    """The report's 'Platforms and batches side by side' section, or None."""
+    """The report's 'Platforms and batches side by side' section, or None; over a
+    swept batch it opens with each schedule's speedup against batch and where it
+    stops paying (``crossover``)."""
     if not swept_scenario(results):
         return None
-    return Section("Platforms and batches side by side", [
-        ("speed per platform and batch", speed_figure(results, base)),
-        ("side by side", table_figure(rows(results, base)))],
-        ["Every platform runs with its own default placement; 'fits in memory' is the "
-         "memory check every run passes (weights, KV cache and activations on the "
-         "fullest device; hetspec fit finds the largest batch that fits)."])
+    found = crossovers(results, base)
+    figures = [("speed per platform and batch", speed_figure(results, base)),
+               ("side by side", table_figure(rows(results, base)))]
+    if found:
+        figures.insert(0, ("speedup against batch", crossover_figure(found)))
+    notes = [c.sentence[0].upper() + c.sentence[1:] + "." for c in found]
+    return Section("Platforms and batches side by side", figures, notes + [
+        "Every platform runs with its own default placement; 'fits in memory' is the "
+        "memory check every run passes (weights, KV cache and activations on the "
+        "fullest device; hetspec fit finds the largest batch that fits)."])

@@ -1,0 +1,91 @@
+"""Where speculation stops paying over a swept batch (analyses/compare/crossover.py):
+the crossover arithmetic, and compare --sweep batch=... reporting it in its
+summary, its JSON and its report."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from analyses.compare.crossover import stops_paying
+from tests.clicases import run_cli
+
+
+def test_the_crossover_is_interpolated_in_log_batch():
+    stops, until, estimate = stops_paying((1, 4, 16, 64), (2.0, 1.5, 1.2, 0.8))
+    assert (stops, until) == (64, 16)
+    # 1.2 -> 0.8 crosses 1 half way from log 16 to log 64: at batch 32
+    assert estimate == pytest.approx(32.0, rel=1e-12)
+
+
+@pytest.mark.parametrize("speedups, expected", [
+    ((2.0, 1.5, 1.01), (None, None, None)),  # pays at every batch
+    ((2.0, 0.9, 1.1), (None, None, None)),  # a dip it recovers from is no crossover
+    ((0.9, 0.8, 0.7), (1, None, None)),  # pays at none
+    ((2.0, 1.0, 0.5), (16, 4, None)),  # exactly 1 still pays: it stops after
+])
+def test_a_schedule_stops_paying_only_where_it_stays_below_1(speedups, expected):
+    stops, until, estimate = stops_paying((1, 4, 16), speedups)
+    assert (stops, until) == expected[:2]
+    if expected == (16, 4, None):
+        assert estimate == pytest.approx(4.0)
+    else:
+        assert estimate is None
+
+
+H100 = ["--platform", "h100-sxm-5x", "--target", "llama-3.1-70b", "--draft", "llama-3.2-1b",
+        "--policies", "ar,sd", "--sweep", "batch=1,64,256", "--tokens", "60", "--jobs", "1"]
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    """compare over a batch sweep wide enough for sd to stop paying on an H100 node:
+    its JSON summary and its report."""
+    folder = tmp_path_factory.mktemp("crossover")
+    result = run_cli("compare", *H100, "-o", folder / "report.html", "--json")
+    assert result.rc == 0, result.err
+    return json.loads(result.out), (folder / "report.html").read_text()
+
+
+def test_compare_states_each_schedules_crossover_batch(swept):
+    summary, _ = swept
+    (found,) = summary["crossover"]  # AR is its own baseline: it has none
+    assert found["policy"] == "sd" and found["batches"] == [1, 64, 256]
+    speedups = found["speedups"]
+    assert speedups[0] > 1 > speedups[-1]
+    assert found["stops_paying_at"] == 256 and found["pays_until"] == 64
+    # the interpolated batch is where the speedups' line in log(batch) meets 1
+    s0, s1 = speedups[1], speedups[2]
+    at = math.log(64) + (math.log(256) - math.log(64)) * (s0 - 1) / (s0 - s1)
+    assert found["crossover_batch"] == pytest.approx(math.exp(at), rel=1e-9)
+    assert 64 < found["crossover_batch"] < 256
+    # what grows: the breakdowns of the two runs around the crossover, beside AR's
+    per_token = found["per_token_s"]
+    assert per_token["verify"]["after"] > per_token["verify"]["before"] > 0
+    base = found["baseline_per_token_s"]
+    assert base["after"] > base["before"] > 0
+    assert "stops paying between batch 64" in found["sentence"]
+    assert "verify" in found["sentence"]
+
+
+def test_the_report_plots_speedup_against_batch_and_says_where_it_stops(swept):
+    _, report = swept
+    assert "speedup against batch: where speculation stops paying" in report
+    assert "On h100-sxm-5x, sd stops paying between batch 64" in report
+
+
+def test_the_text_summary_prints_the_crossover(tmp_path):
+    result = run_cli("compare", *H100, "-o", tmp_path / "r.html")
+    assert result.rc == 0, result.err
+    assert "on h100-sxm-5x, sd stops paying between batch 64" in result.out
+
+
+def test_a_compare_without_a_batch_sweep_reports_no_crossover(tmp_path):
+    result = run_cli("compare", "--platform", "h100-sxm-5x", "--target", "llama-3.1-70b",
+                     "--draft", "llama-3.2-1b", "--policies", "ar,sd", "--sweep",
+                     "gamma=2,4", "--tokens", "60", "--jobs", "1", "-o", tmp_path / "r.html",
+                     "--json")
+    assert result.rc == 0, result.err
+    assert json.loads(result.out)["crossover"] == []
