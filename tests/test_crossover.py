@@ -89,3 +89,35 @@ def test_a_compare_without_a_batch_sweep_reports_no_crossover(tmp_path):
                      "--json")
     assert result.rc == 0, result.err
     assert json.loads(result.out)["crossover"] == []
+
+
+def _span(flops: float, nbytes: float):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(name="verify", kind="forward", device="gpu4", start_s=0.0,
+                           end_s=0.01, flops=flops, nbytes=nbytes)
+
+
+def test_an_operation_is_compute_bound_past_the_devices_ridge():
+    from hwprofiles import load_platform
+    from policies.runs.breakdown import operator_table
+
+    platform = load_platform("h100-sxm-5x")
+    device = platform.device("gpu4")
+    peak = device.peak_flops["bf16"]
+    bandwidth = platform.tier(device.memory).bandwidth_gb_s * 1e9
+    ridge = peak / bandwidth  # FLOPs per byte where both take as long
+    for intensity, bound in ((ridge / 3, "memory"), (ridge * 3, "compute")):
+        (row,) = operator_table([_span(intensity * 1e9, 1e9)], platform, "bf16")
+        assert row["bound"] == bound
+        assert row["compute_to_memory"] == pytest.approx(intensity / ridge, rel=1e-12)
+
+
+def test_simulate_says_when_the_verify_is_compute_bound():
+    args = ["simulate", "--platform", "h100-sxm-5x", "--target", "llama-3.1-70b", "--draft",
+            "llama-3.2-1b", "--policy", "sd", "--set", "gamma=4", "--tokens", "60"]
+    narrow, wide = (run_cli(*args, "--batch", b) for b in ("1", "256"))
+    assert narrow.rc == wide.rc == 0
+    why = [line for line in wide.out.splitlines() if "why:" in line][0]
+    assert "'verify' on target_tp, compute-bound" in why
+    assert "compute-bound" not in narrow.out

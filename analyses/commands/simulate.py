@@ -59,7 +59,7 @@ def _simulate(args) -> int:
         print(f"  {config.prompt_tokens}-token prompt: time to first token "
               f"{_ms(m['ttft_s'])} (prefill {_ms(m['prefill_s'])}), "
               f"{_ms(m['tpot_s'])} per output token")
-        print_breakdown(config.policy, m.get("breakdown"))
+        print_breakdown(config.policy, m.get("breakdown"), m.get("operators"))
         print_operators(m.get("operators"), m["tokens"] / config.batch)
     for path, what in ((args.trace, "Chrome trace, open in Perfetto"),
                        (args.record, "run record")):
@@ -68,12 +68,13 @@ def _simulate(args) -> int:
     return 0
 
 
-def print_breakdown(policy: str, parts: dict | None) -> None:
-    """Why: one sentence, then each cost's time per output token on the critical
+def print_breakdown(policy: str, parts: dict | None, operators: list | None = None) -> None:
+    """Why: one sentence (whether its largest operation is compute-bound, from the
+    ``operators`` table), then each cost's time per output token on the critical
     path, then each device's utilisation."""
     if not parts:
         return
-    print(f"  why: {sentence(policy, parts)}")
+    print(f"  why: {sentence(policy, parts, operators)}")
     costs = ", ".join(f"{LABELS[c]} {t * 1e3:.3g} ms" for c, t in sorted(
         parts["per_token_s"].items(), key=lambda kv: -kv[1]))
     print(f"  per output token: {costs}")

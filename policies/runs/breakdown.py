@@ -151,9 +151,10 @@ LABELS = {"target": "target compute", "draft": "draft compute", "verify": "verif
           "wait": "waits"}
 
 
-def sentence(policy: str, parts: dict) -> str:
-    """One sentence naming a run's dominant cost and where it comes from, and the
-    largest phase the run hides under other work."""
+def sentence(policy: str, parts: dict, operators: list[dict] | None = None) -> str:
+    """One sentence naming a run's dominant cost and where it comes from (with
+    ``operators``, the rows of ``operator_table``: whether that operation is
+    compute-bound), and the largest phase the run hides under other work."""
     if not parts.get("share"):
         return f"{policy}: no spans recorded"
     cost, share = max(parts["share"].items(), key=lambda kv: kv[1])
@@ -162,6 +163,12 @@ def sentence(policy: str, parts: dict) -> str:
     if largest and cost != "wait":
         text += (f", {largest['share']:.0%} of it '{largest['name']}' on "
                  f"{largest['device']}")
+        row = next((r for r in operators or () if r["operation"] == largest["name"]
+                    and r["device"] == largest["device"]), None)
+        if row is not None and row.get("bound") == "compute":
+            text += (f", compute-bound: its FLOPs at the device's peak take "
+                     f"{row['compute_to_memory']:.2g}x as long as its bytes at full "
+                     f"bandwidth")
     hidden = parts.get("hidden_per_token_s", {})
     if hidden:
         phase, t = next(iter(hidden.items()))
@@ -191,8 +198,8 @@ def _capacity(platform, where: str, dtype: str) -> tuple[float, float]:
 
 
 def operator_table(spans, platform, dtype: str) -> list[dict]:
-    """Rows (operation, kind, device, count, time_s, flops, bytes, peak_fraction),
-    the longest total time first. An operation is a span's name without its layer
+    """Rows (operation, kind, device, count, time_s, flops, bytes, peak_fraction,
+    bound, compute_to_memory), the longest total time first. An operation is a span's name without its layer
     numbers; ``peak_fraction`` is None where the hardware gives no peak or the
     span records no work (a collective's time is its latency and transfer)."""
     rows = defaultdict(lambda: [0, 0.0, 0.0, 0.0])
@@ -206,11 +213,19 @@ def operator_table(spans, platform, dtype: str) -> list[dict]:
     out = []
     for (name, kind, device), (count, time_s, flops, nbytes) in rows.items():
         peak, bandwidth = _capacity(platform, device, dtype)
+        compute_s = flops / peak if peak and flops else None  # at the peak FLOP/s
+        memory_s = nbytes / bandwidth if bandwidth and nbytes else None  # at full bandwidth
         fractions = [x for x in (flops / (time_s * peak) if peak and time_s and flops
                                  else None,
                                  nbytes / (time_s * bandwidth) if bandwidth and time_s
                                  and nbytes else None) if x is not None]
+        ratio = compute_s / memory_s if compute_s and memory_s else None
+        bound = (None if compute_s is None and memory_s is None else
+                 "compute" if memory_s is None or (compute_s or 0.0) > memory_s else "memory")
         out.append({"operation": name, "kind": kind, "device": device, "count": count,
                     "time_s": time_s, "flops": flops, "bytes": nbytes,
-                    "peak_fraction": max(fractions) if fractions else None})
+                    "peak_fraction": max(fractions) if fractions else None,
+                    # which roofline it sits under: its FLOPs at peak against its bytes
+                    # at full bandwidth (the ridge is where the two take as long)
+                    "bound": bound, "compute_to_memory": ratio})
     return sorted(out, key=lambda r: -r["time_s"])
