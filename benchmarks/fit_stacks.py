@@ -7,14 +7,16 @@
         --fit ollama-agx-orin --fields layer_host_s     # one backend's entry
 
 Sources are ``benchmarks/stack_sources/NAME.yaml``: rows a paper or a public
-benchmark printed, each measured under the stack the file names (``stack:``):
-a decode speed (``tokens_per_s``) or a speedup over autoregressive decoding
-with the tokens committed per step it measured (``speedup`` and ``tau``). Every
-row is simulated deterministically on its shipped platform under the stack: a
-speed as is; a speedup as the schedule's tokens/s over AR's on the same
-hardware and stack, with an i.i.d. acceptance solved (bisection) so that the
-simulated tokens per step equal the printed tau (an input the source prints,
-not a fitted number).
+benchmark printed, each measured under the stack the file names (``stack:``),
+at its ``batch`` (default 1): a decode speed (``tokens_per_s``), a time per
+output token of one sequence (``time_per_token_ms``), the end-to-end seconds of
+a whole batch, its prefill and ``tokens`` decoding steps (``batch_latency_s``),
+or a speedup over autoregressive decoding with the tokens committed per step it
+measured (``speedup`` and ``tau``). Every row is simulated deterministically on
+its shipped platform under the stack: a speed, time or latency as is; a speedup
+as the schedule's tokens/s over AR's on the same hardware and stack, with an
+i.i.d. acceptance solved (bisection) so that the simulated tokens per step equal
+the printed tau (an input the source prints, not a fitted number).
 
 With ``--fit``, the named sources' rows fit the stack fields in ``--fields``
 (least squares on log(simulated / published), scipy), starting from the
@@ -66,6 +68,7 @@ def config(row: dict, policy: str | None = None, alpha: float = 0.8) -> RunConfi
                      params=row.get("params", {}) if policy != "ar" else {},
                      acceptance={"kind": "iid", "alpha": alpha},
                      tokens=row.get("tokens", TOKENS), weight_bits=row.get("weight_bits"),
+                     batch=row.get("batch", 1),
                      prompt_tokens=row.get("prompt_tokens", PROMPT), deterministic=True,
                      placement={"target": row["placement"]["target"]} if policy == "ar"
                      else row["placement"], memory_check=False)
@@ -75,6 +78,22 @@ def tokens_per_s(cfg: RunConfig, stack) -> float:
     result = run_schedule(cfg, stack=stack, prefill=False,
                           platform=load_platform(cfg.platform), record_spans=False)
     return result.tokens / result.time_s
+
+
+def batch_latency_s(cfg: RunConfig, stack) -> float:
+    """The whole batch end to end: its prefill, then its decoding steps."""
+    result = run_schedule(cfg, stack=stack, prefill=True,
+                          platform=load_platform(cfg.platform), record_spans=False)
+    return result.prefill_s + result.time_s
+
+
+MEASURES = ("tokens_per_s", "time_per_token_ms", "batch_latency_s", "speedup")
+UNITS = {"tokens_per_s": "tok/s", "time_per_token_ms": "ms", "batch_latency_s": "s",
+         "speedup": "x"}
+
+
+def measure(row: dict) -> str:
+    return next(m for m in MEASURES if m in row)
 
 
 def solved_alpha(row: dict) -> float:
@@ -88,16 +107,22 @@ def solved_alpha(row: dict) -> float:
 
 
 def simulated(row: dict, stack, alphas: dict) -> float:
-    """The row's simulated counterpart: tokens/s, or the speedup over AR."""
-    if "tokens_per_s" in row:
+    """The row's simulated counterpart: tokens/s, ms per token of one sequence,
+    the batch's end-to-end seconds, or the speedup over AR."""
+    kind = measure(row)
+    if kind == "tokens_per_s":
         return tokens_per_s(config(row), stack)
+    if kind == "time_per_token_ms":
+        return 1e3 * row.get("batch", 1) / tokens_per_s(config(row), stack)
+    if kind == "batch_latency_s":
+        return batch_latency_s(config(row), stack)
     alpha = alphas.setdefault(row["id"], solved_alpha(row))
     return (tokens_per_s(config(row, alpha=alpha), stack)
             / tokens_per_s(config(row, policy="ar"), stack))
 
 
 def published(row: dict) -> float:
-    return row["tokens_per_s"] if "tokens_per_s" in row else row["speedup"]
+    return row[measure(row)]
 
 
 def with_values(stack, fields: list[str], values, backend: str | None = None) -> object:
@@ -137,7 +162,7 @@ def report(stack, sources: dict, fitted_on: set[str], alphas: dict) -> None:
         for r in rows:
             sim, pub = simulated(r, stack, alphas), published(r)
             errors.append(sim / pub - 1)
-            unit = "tok/s" if "tokens_per_s" in r else "x"
+            unit = UNITS[measure(r)]
             print(f"  {split:8s} {r['id']:36s} published {pub:7.3g}{unit:5s} "
                   f"simulated {sim:7.3g}{unit:5s} {errors[-1]:+7.1%}")
         print(f"  {split:8s} {name}: median |error| {np.median(np.abs(errors)):.1%}, "

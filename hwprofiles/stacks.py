@@ -26,6 +26,11 @@ Fields (``simcore.costmodel`` and ``simcore.engine`` charge them):
 - ``head_sync_s`` (s per Forward with a head): the host waits for the logits
   and reads back the result (sampling, argmax, top-k): a device-to-host sync,
   always after the pass.
+- ``sequence_host_s`` (s per sequence per Forward with a head): what a serving
+  engine does on the host for each sequence of the batch every step (scheduling
+  it, preparing its inputs and block table, sampling and detokenising its
+  token), after the pass like the sync: the batch-dependent host work of a
+  serving step.
 - ``host_device_exponent`` (p): how a pass's host dispatch time (the layer,
   call and expert terms) and the device's time combine. None: they add (the
   host issues each kernel only once the one before it ran). p >= 1:
@@ -93,6 +98,7 @@ class Stack(Sourced):
     layer_host_s: float = Field(default=0.0, ge=0, le=MAX_HOST_S)
     call_host_s: float = Field(default=0.0, ge=0, le=MAX_HOST_S)
     head_sync_s: float = Field(default=0.0, ge=0, le=MAX_HOST_S)
+    sequence_host_s: float = Field(default=0.0, ge=0, le=MAX_HOST_S)
     verify_host_s: float = Field(default=0.0, ge=0, le=MAX_HOST_S)
     host_device_exponent: float | None = Field(default=None, ge=1.0, le=100.0)
     attention_context_factor: float = Field(default=1.0, ge=1.0, le=100.0)
@@ -129,7 +135,7 @@ COMPILED = Stack(name=DEFAULT_STACK)
 #
 #     dispatch  kernels * layer_host_s + call_host_s
 #               + n_layers * experts_run * expert_host_s   (a mixture of experts)
-#     sync      head_sync_s                         (a pass with a head)
+#     sync      head_sync_s + batch * sequence_host_s  (a pass with a head)
 #     pass      device + dispatch + sync            (host_device_exponent None)
 #               (dispatch^p + device^p)^(1/p) + sync  (p: asynchronous launches)
 #     context   flops_ctx, bytes_ctx * attention_context_factor
@@ -149,13 +155,17 @@ def experts_run(stack: Stack, spec: ModelSpec, rows: int) -> float:
 
 
 def host_s(stack: Stack, spec: ModelSpec, n_layers: int, kernels: int, rows: int,
-           head: str | None) -> tuple[float, float]:
-    """(dispatch_s, sync_s): the host seconds the stack adds to one Forward
-    (module docstring)."""
+           head: str | None, batch: int = 1) -> tuple[float, float]:
+    """(dispatch_s, sync_s): the host seconds the stack adds to one Forward over
+    ``batch`` sequences (``rows`` positions in all; module docstring)."""
     dispatch = kernels * stack.layer_host_s + stack.call_host_s
     if spec.is_moe and stack.expert_host_s:
         dispatch += n_layers * experts_run(stack, spec, rows) * stack.expert_host_s
-    return dispatch, stack.head_sync_s if head is not None else 0.0
+    if head is None:
+        return dispatch, 0.0
+    if stack.sequence_host_s:  # 0 adds nothing: the sync stays bit for bit
+        return dispatch, stack.head_sync_s + batch * stack.sequence_host_s
+    return dispatch, stack.head_sync_s
 
 
 def overlapped(dispatch_s: float, device_s: float, exponent: float) -> float:

@@ -387,7 +387,7 @@ class RooflineCost:
         factor = stack.attention_context_factor
         flops_ctx, bytes_ctx = flops_ctx * factor, bytes_ctx * factor
         bytes0 += stacks.extra_expert_bytes(stack, spec, n_layers, rows)
-        host, sync = stacks.host_s(stack, spec, n_layers, kernels, rows, head)
+        host, sync = stacks.host_s(stack, spec, n_layers, kernels, rows, head, batch)
         if len(members) > 1:
             count = COLLECTIVES_PER_LAYER * n_layers if collectives is None else collectives
             if spec.expert_parallel and collectives is None:

@@ -282,3 +282,55 @@ def test_the_jetson_entry_reproduces_the_row_it_was_fitted_on():
     for row in rows:
         assert fit_stacks.simulated(row, stack, {}) == pytest.approx(row["tokens_per_s"],
                                                                      rel=0.005)
+
+
+def test_a_serving_stack_adds_host_time_per_sequence_of_the_batch():
+    """sequence_host_s is the batch-dependent host work of a serving step: each
+    sequence of the batch adds it to a pass with a head (sampling its token), and
+    nothing to a pass without one; the device's terms do not move."""
+    plat = platform()
+    serving = Stack.model_validate({"name": "serving", "call_host_s": 1e-3,
+                                    "sequence_host_s": 5e-5,
+                                    "sources": {"call_host_s": "t", "sequence_host_s": "t"}})
+    bare, stack = RooflineCost(plat), RooflineCost(plat, serving)
+    for batch in (1, 8, 64):
+        for head, per_sequence in ((None, 0.0), ("lm", 5e-5)):
+            a = bare.forward(MODEL, "a", (0, 4), 4, batch, 100, head, None)
+            b = stack.forward(MODEL, "a", (0, 4), 4, batch, 100, head, None)
+            assert b.launch_s - a.launch_s == pytest.approx(1e-3 + batch * per_sequence,
+                                                            rel=1e-12)
+            assert (b.compute_s, b.memory_s) == (a.compute_s, a.memory_s)
+
+
+def test_a_batch_latency_row_is_the_batchs_prefill_and_decoding():
+    from analyses.run.api import run_schedule
+
+    fit_stacks = load_benchmark("fit_stacks")
+    row = fit_stacks.sources_of("vllm")["llm-inference-bench-vllm"][1]  # batch 16
+    assert row["batch"] > 1 and fit_stacks.measure(row) == "batch_latency_s"
+    stack = load_stack("vllm")
+    cfg = fit_stacks.config(row)
+    result = run_schedule(cfg, stack=stack, prefill=True, record_spans=False)
+    assert cfg.batch == row["batch"]
+    assert fit_stacks.simulated(row, stack, {}) == pytest.approx(
+        result.prefill_s + result.time_s, rel=1e-12)
+
+
+def test_the_vllm_stack_meets_its_sources_fitted_and_held_out():
+    """The shipped vllm stack against the rows it was fitted on (LLM-Inference-Bench)
+    and a whole source held out of its fit (GPUStack's vLLM sweep): the held-out rows
+    within 15%, as the batch regime asks of held-out sources."""
+    fit_stacks = load_benchmark("fit_stacks")
+    stack = load_stack("vllm")
+    sources = fit_stacks.sources_of("vllm")
+    assert set(stack.fitted_on) == {"llm-inference-bench-vllm"}
+    held = [name for name in sources if name not in stack.fitted_on]
+    assert held == ["gpustack-vllm-h100"]
+
+    def errors(name):
+        return [fit_stacks.simulated(r, stack, {}) / fit_stacks.published(r) - 1
+                for r in sources[name]]
+
+    fitted = errors("llm-inference-bench-vllm")
+    assert len(fitted) == 32 and sorted(abs(e) for e in fitted)[16] < 0.05
+    assert all(abs(e) < 0.15 for e in errors("gpustack-vllm-h100"))

@@ -56,7 +56,8 @@ def stack_line(stack) -> str:
     (what it adds; 'adds nothing' for a stack at its defaults)"""
     parts = [f"{label} {_us(getattr(stack, field))}" for field, label in (
         ("layer_host_s", "layer"), ("call_host_s", "call"), ("head_sync_s", "head sync"),
-        ("verify_host_s", "verify"), ("expert_host_s", "expert"))
+        ("sequence_host_s", "per sequence"), ("verify_host_s", "verify"),
+        ("expert_host_s", "expert"))
         if getattr(stack, field)]
     if stack.host_device_exponent is not None:
         parts.append(f"host/device overlap p={stack.host_device_exponent:g}")
