@@ -17,6 +17,7 @@ from analyses.cli import main
 from analyses.laws.forms import LAWS
 from hwprofiles import list_names, load_platform
 from policies import entry, names
+from tests.hangguard import HANG_S
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -25,7 +26,7 @@ def cli(*args, cwd=None, code: str | None = None) -> subprocess.CompletedProcess
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     argv = [sys.executable, "-c", code] if code else [sys.executable, "-m", "analyses.cli"]
     return subprocess.run([*argv, *args], capture_output=True, text=True, cwd=cwd, env=env,
-                          timeout=300)
+                          timeout=HANG_S)
 
 
 def test_version():
