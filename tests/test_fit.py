@@ -151,3 +151,25 @@ def test_every_shipped_platform_fits_a_model_it_ships_for(platform):
                    key=lambda m: m.weight_bytes)
     check_fit(plat, {"target": smallest}, plat.placement, Run(prompt_tokens=128,
                                                              tokens=2000))
+
+
+def test_every_sequence_reserves_kv_for_the_positions_a_verify_adds():
+    """A speculative verify feeds gamma + 1 positions per sequence, and each sequence
+    holds KV for them: the target's KV cache at batch B grows by B x gamma positions
+    over AR's, so the largest batch that fits shrinks as gamma grows."""
+    models = {"target": L70, "draft": load_model("llama-3.2-1b")}
+    kv_per_position = 80 * 2 * 8 * 128 * 2 / 4  # one of the target's four shards
+    ar = _needs(H100, models, {}, "ar", prompt_tokens=128, tokens=64, batch=32)["hbm0"]
+    for gamma in (4, 16):
+        sd = _needs(H100, models, {}, "sd", {"gamma": gamma}, prompt_tokens=128, tokens=64,
+                    batch=32)["hbm0"]
+        assert sd.kv - ar.kv == pytest.approx(32 * gamma * kv_per_position, rel=1e-12)
+    from analyses.run.capacity import largest_batch
+
+    def largest(gamma: int) -> int:
+        cfg = SimConfig(platform="h100-sxm-5x", target="llama-3.1-70b",
+                        draft="llama-3.2-1b", policy="sd", params={"gamma": gamma},
+                        tokens=64, prompt_tokens=128)
+        return largest_batch(cfg, H100, 128)
+
+    assert largest(2) > largest(16) > largest(32)
