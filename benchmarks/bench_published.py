@@ -12,7 +12,9 @@ and regime (stack x device class x AR/speculative) with median and worst
 |error| of absolute speeds and of speedups, the summary over held-out sources
 (median and worst |error|, share of absolute-speed rows within 25% and of
 speedups within 15%, ranking flips among held-out rows sharing a ``ranking``
-key), and with ``--rows`` every row. A row's unknowns (``{fit: KEY}``) are
+key), a table per source with rows at batch > 1 by band of batch (the
+batch regime: the fitted source's rows beside the held-out ones), and with
+``--rows`` every row. A row's unknowns (``{fit: KEY}``) are
 fitted on its platform's fitted rows with the shipped profile as it is.
 
     python benchmarks/bench_published.py [--markdown] [--rows] [--folder DIR]
@@ -72,7 +74,7 @@ def _pct(value) -> str:
 
 def _errs(rows, errors, measure) -> tuple[str, str, int]:
     """Median and worst |error| (and how many rows) of the absolute-speed rows
-    (``measure`` 'tokens/s': tokens/s and ms/token) or of the speedups."""
+    (``measure`` 'tokens/s': tokens/s, ms/token and s/batch) or of the speedups."""
     vals = [abs(errors[r.id]) for r in rows
             if (r.measure == "speedup") == (measure == "speedup")]
     if not vals:
@@ -112,6 +114,26 @@ def regime_lines(rows, fitted, errors) -> list[list[str]]:
     return out
 
 
+BATCHES = ((1, 1), (2, 8), (9, 32), (33, 128), (129, 10**9))  # the batch table's bands
+
+
+def batch_lines(rows, fitted, errors) -> list[list[str]]:
+    """Per source with rows at batch > 1: median and worst |error| by band of batch."""
+    out = []
+    for sid, mine in sorted(heldout.by_key(rows, lambda r: r.source_id).items()):
+        if all(r.batch == 1 for r in mine):
+            continue
+        for lo, hi in BATCHES:
+            band = [r for r in mine if lo <= r.batch <= hi]
+            if not band:
+                continue
+            vals = [abs(errors[r.id]) for r in band]
+            name = str(lo) if lo == hi else f"{lo}-{hi}" if hi < 10**9 else f">{lo - 1}"
+            out.append([sid, "fitted" if sid in fitted else "held out", name, str(len(band)),
+                        f"{statistics.median(vals):.1%}", f"{max(vals):.1%}"])
+    return out
+
+
 def summary_lines(rows, fitted, simulated) -> list[str]:
     held = [r for r in rows if r.source_id not in fitted]
     s = heldout.summarise(held, simulated)
@@ -119,7 +141,8 @@ def summary_lines(rows, fitted, simulated) -> list[str]:
     return [f"held-out sources: {', '.join(names) or 'none'} ({s.rows} rows)",
             f"held-out median |error|: {_pct(s.median_abs)}; worst: {_pct(s.worst_abs)}"
             f" ({s.worst_row or '-'})",
-            f"held-out absolute-speed rows (tokens/s, ms/token) within {heldout.TOKENS_GOAL:.0%}: "
+            f"held-out absolute-speed rows (tokens/s, ms/token, s/batch) within "
+            f"{heldout.TOKENS_GOAL:.0%}: "
             + s.share(s.tokens_within, s.tokens_rows),
             f"held-out speedup rows within {heldout.SPEEDUP_GOAL:.0%}: "
             + s.share(s.speedup_within, s.speedup_rows),
@@ -151,6 +174,10 @@ def report(markdown: bool, show_rows: bool, folder=None,
     out += _table(["source", "fitted?", "stack", "device class", "kind", "rows",
                    "speed median", "speed worst", "speedup median", "speedup worst"],
                   regime_lines(rows, fitted, errors), markdown) + [""]
+    by_batch = batch_lines(rows, fitted, errors)
+    if by_batch:
+        out += _table(["source", "fitted?", "batch", "rows", "median |error|", "worst"],
+                      by_batch, markdown) + [""]
     out += [("- " if markdown else "") + line for line in summary_lines(rows, fitted, simulated)]
     mismatched = [sid for sid, src in sources.items()
                   if (src.role == "fit") != (sid in fitted)]

@@ -89,8 +89,10 @@ def test_a_row_url_must_name_one_of_the_files_sources(tmp_path):
 
 
 @pytest.mark.parametrize("extra, message", [
-    ({"speedup": 1.5}, "exactly one of tokens_per_s, speedup and time_per_token_ms"),
+    ({"speedup": 1.5}, "exactly one of tokens_per_s, speedup, time_per_token_ms and "
+                       "batch_latency_s"),
     ({"time_per_token_ms": 20.0}, "exactly one of tokens_per_s, speedup"),
+    ({"batch_latency_s": 1.0}, "exactly one of tokens_per_s, speedup"),
     ({"tokens_per_s": None, "speedup": 1.5}, "an ar row has no speedup"),
     ({"tokens_per_s": None, "speedup": 1.5, "policy": "sd", "draft": "llama-3.2-1b"},
      "needs the acceptance"),
@@ -241,3 +243,23 @@ def test_the_phone_cpu_reproduces_the_rows_it_was_fitted_on():
     for r in rows:
         simulated = simulate_row_full(r, platform, {})[0]
         assert abs(simulated / r.published - 1) < 0.07, r.id
+
+
+def test_a_batch_latency_row_is_simulated_as_its_batchs_prefill_and_decoding():
+    """A row printing a batch's end-to-end seconds (batch_latency_s) is simulated as
+    the run's prefill plus its decoding steps, at the row's batch and under its stack;
+    bench_published counts it among the absolute measures."""
+    from analyses.run.api import run_schedule
+    from hwprofiles import load_platform
+
+    rows = [r for r in load_published(shipped_folder())
+            if r.source_id == "llm-inference-bench-vllm" and r.batch == 16]
+    row = rows[0]
+    assert row.measure == "s/batch" and row.published == row.batch_latency_s
+    platform = load_platform(row.platform)
+    config = row.config(None)
+    assert (config.batch, config.stack) == (16, "vllm")
+    result = run_schedule(config, record_spans=False, platform=platform)
+    simulated = simulate_row_full(row, platform)[0]
+    assert simulated == pytest.approx(result.prefill_s + result.time_s, rel=1e-12)
+    assert result.prefill_s > 0

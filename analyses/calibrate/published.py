@@ -79,6 +79,8 @@ class Measurement(StrictModel):
     tokens_per_s: float | None = Field(None, gt=0, le=1e9)
     speedup: float | None = Field(None, gt=0, le=1e3)
     time_per_token_ms: float | None = Field(None, gt=0, le=1e7)  # decode latency per token
+    # the whole batch end to end: its prefill and its ``tokens`` decoding steps, s
+    batch_latency_s: float | None = Field(None, gt=0, le=1e6)
     # tokens committed per target step as printed; the acceptance is matched to it
     mean_accepted_tokens: float | None = Field(None, ge=1, le=100)
     # the draft's time per round measured by the same run (analyses.calibrate.draftstep), s
@@ -94,10 +96,12 @@ class Measurement(StrictModel):
 
     @model_validator(mode="after")
     def _acceptance_for_speculation(self):
-        printed = [self.tokens_per_s, self.speedup, self.time_per_token_ms]
+        printed = [self.tokens_per_s, self.speedup, self.time_per_token_ms,
+                   self.batch_latency_s]
         if sum(v is not None for v in printed) != 1:
-            raise ValueError(f"row {self.id} needs exactly one of tokens_per_s, speedup and "
-                             "time_per_token_ms (what its source printed); give one of them")
+            raise ValueError(f"row {self.id} needs exactly one of tokens_per_s, speedup, "
+                             "time_per_token_ms and batch_latency_s (what its source "
+                             "printed); give one of them")
         if self.policy == "ar" and (self.speedup is not None
                                     or self.mean_accepted_tokens is not None):
             raise ValueError(f"row {self.id}: an ar row has no speedup or mean accepted "
@@ -125,14 +129,17 @@ class Measurement(StrictModel):
 
     @property
     def published(self) -> float:
-        """The printed number: tokens/s, the speedup over AR, or ms per token."""
-        return next(v for v in (self.tokens_per_s, self.speedup, self.time_per_token_ms)
-                    if v is not None)
+        """The printed number: tokens/s, the speedup over AR, ms per token, or the
+        batch's end-to-end seconds."""
+        return next(v for v in (self.tokens_per_s, self.speedup, self.time_per_token_ms,
+                                self.batch_latency_s) if v is not None)
 
     @property
     def measure(self) -> str:
         if self.speedup is not None:
             return "speedup"
+        if self.batch_latency_s is not None:
+            return "s/batch"
         return "tokens/s" if self.tokens_per_s is not None else "ms/token"
 
     @property
