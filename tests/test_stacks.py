@@ -316,21 +316,24 @@ def test_a_batch_latency_row_is_the_batchs_prefill_and_decoding():
         result.prefill_s + result.time_s, rel=1e-12)
 
 
-def test_the_vllm_stack_meets_its_sources_fitted_and_held_out():
-    """The shipped vllm stack against the rows it was fitted on (LLM-Inference-Bench)
-    and a whole source held out of its fit (GPUStack's vLLM sweep): the held-out rows
-    within 15%, as the batch regime asks of held-out sources."""
+@pytest.mark.parametrize("name, fitted_on, held_out", [
+    ("vllm", "llm-inference-bench-vllm", "gpustack-vllm-h100"),
+    ("tensorrt-llm", "llm-inference-bench-trtllm", "gpustack-trtllm-h100")])
+def test_a_serving_stack_meets_its_sources_fitted_and_held_out(name, fitted_on, held_out):
+    """A shipped serving-engine stack against the rows it was fitted on
+    (LLM-Inference-Bench, batch 1-64) and a whole source held out of its fit
+    (GPUStack's runs of another model and engine version): the held-out rows within
+    15%, as the batch regime asks of held-out sources."""
     fit_stacks = load_benchmark("fit_stacks")
-    stack = load_stack("vllm")
-    sources = fit_stacks.sources_of("vllm")
-    assert set(stack.fitted_on) == {"llm-inference-bench-vllm"}
-    held = [name for name in sources if name not in stack.fitted_on]
-    assert held == ["gpustack-vllm-h100"]
+    stack = load_stack(name)
+    sources = fit_stacks.sources_of(name)
+    assert set(stack.fitted_on) == {fitted_on}
+    assert [s for s in sources if s not in stack.fitted_on] == [held_out]
 
-    def errors(name):
+    def errors(source):
         return [fit_stacks.simulated(r, stack, {}) / fit_stacks.published(r) - 1
-                for r in sources[name]]
+                for r in sources[source]]
 
-    fitted = errors("llm-inference-bench-vllm")
+    fitted = errors(fitted_on)
     assert len(fitted) == 32 and sorted(abs(e) for e in fitted)[16] < 0.05
-    assert all(abs(e) < 0.15 for e in errors("gpustack-vllm-h100"))
+    assert all(abs(e) < 0.15 for e in errors(held_out))

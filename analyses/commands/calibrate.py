@@ -52,8 +52,9 @@ def register(sub) -> None:
                         "the draft steps are only compared")
     p.add_argument("--stack", metavar="NAME",
                    help="with --published: fit only the rows measured under this software "
-                        "stack (compiled, hf-eager, llama.cpp, vllm, or a stack YAML; see "
-                        "'hetspec profiles list'); default every row, each simulated under "
+                        "stack (compiled, hf-eager, llama.cpp, vllm, tensorrt-llm, or a "
+                        "stack YAML; see 'hetspec profiles list'); default every row, each "
+                        "simulated under "
                         "the stack it names, so the hardware is fitted once and the "
                         "stacks' own costs stay theirs")
     p.add_argument("--profile", required=True, help="platform to calibrate (name or YAML)")
