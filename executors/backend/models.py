@@ -13,6 +13,7 @@ Three sources, by the name given as ``--target`` / ``--draft``:
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -65,9 +66,7 @@ def converted_dir() -> Path:
     """Where the converted SmolLM2 checkpoint lives: one per transformers major
     version, since the tokenizer files one writes (transformers 5 names its
     tokenizer class TokenizersBackend) another cannot read."""
-    from importlib.metadata import version
-
-    major = version("transformers").split(".")[0]
+    major = importlib.metadata.version("transformers").split(".")[0]
     return cache_root() / f"smollm2-135m-instruct-fp32-transformers{major}"
 
 
