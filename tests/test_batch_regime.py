@@ -1,6 +1,7 @@
-"""Where speculation stops paying over a swept batch (analyses/compare/crossover.py):
-the crossover arithmetic, and compare --sweep batch=... reporting it in its
-summary, its JSON and its report."""
+"""The batch regime: a wide pass past the device's ridge, which operations are
+compute-bound, and where speculation stops paying over a swept batch
+(analyses/compare/crossover.py): the crossover arithmetic, and compare --sweep
+batch=... reporting it in its summary, its JSON and its report."""
 
 from __future__ import annotations
 
@@ -121,3 +122,26 @@ def test_simulate_says_when_the_verify_is_compute_bound():
     why = [line for line in wide.out.splitlines() if "why:" in line][0]
     assert "'verify' on target_tp, compute-bound" in why
     assert "compute-bound" not in narrow.out
+
+
+def test_a_verify_costs_linearly_in_rows_once_past_the_ridge():
+    """On a synthetic device (100 TFLOP/s over 1000 GB/s: its ridge at 100 FLOPs a
+    byte, about 100 rows of a pass over fp16 weights), a verify of five positions for
+    each of B sequences over 200 cached positions each costs about what one row
+    costs while B is small (the weights' bytes), and past the ridge every further
+    block of sequences adds the same time (its FLOPs at the device's rate, its KV
+    reads at the tier's): the cost grows linearly in rows."""
+    from simcore import RooflineCost
+    from tests.test_engine import MODEL, platform
+
+    cost = RooflineCost(platform())
+
+    def busy(batch: int, positions: int = 5) -> float:
+        return cost.forward(MODEL, "c", (0, 4), positions, batch, 200, "lm", None).busy_s
+
+    assert busy(4) < 1.2 * busy(1, positions=1)  # memory-bound: the weights cost alike
+    steps = [busy(b) for b in (256, 512, 768, 1024)]  # 1,280 to 5,120 rows
+    grows = [b - a for a, b in zip(steps, steps[1:])]
+    assert grows[0] > busy(1, positions=1)  # 1,280 more rows cost more than the weights
+    assert grows[1] == pytest.approx(grows[0], rel=1e-3)
+    assert grows[2] == pytest.approx(grows[0], rel=1e-3)
