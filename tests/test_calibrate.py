@@ -924,3 +924,30 @@ def test_hold_is_refused_with_published_rows(tmp_path, capsys):
                  str(tmp_path / "never.yaml"), "--hold", "alpha_s"]) == 2
     err = capsys.readouterr().err
     assert "--hold" in err and "--fit-fields" in err
+
+
+def test_a_refused_fit_names_the_fields_to_hold_and_holding_them_fits(tmp_path, capsys):
+    """The golden SD run alone cannot tell the DRAM's efficiency from the multi-row
+    factor, nor (memory-bound) measure the compute terms: each refusal names the
+    fields to hold (--hold FIELD), and holding what they name, one refusal after
+    another, ends in a profile written without --accept-poor-fit."""
+    import shutil
+    from pathlib import Path
+
+    runs = tmp_path / "runs"
+    shutil.copytree(Path(__file__).parent / "golden" / "measured-runs", runs)
+    out = tmp_path / "calibrated.yaml"
+    held: list[str] = []
+    for _ in range(6):
+        argv = ["calibrate", "--runs", str(runs), "--profile", "cpu-local", "-o", str(out),
+                "--fit-policies", "sd"] + (["--hold", ",".join(held)] if held else [])
+        if main(argv) == 0:
+            break
+        err = capsys.readouterr().err
+        assert "do not measure" in err and "--hold " in err, err
+        named = err.split("(--hold ", 1)[1].split(" ", 1)[0].rstrip("),")
+        assert named not in held
+        held.append(named)
+    assert out.exists() and held[0] in ("memory_efficiency", "multirow_memory_factor")
+    header = [line for line in out.read_text().splitlines() if "(held: not fitted)" in line]
+    assert all(any(f".{field}:" in line for line in header) for field in held)

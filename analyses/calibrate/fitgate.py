@@ -26,8 +26,10 @@ TOO_FAST = 100.0  # a row this many times faster than the roofline is a unit mis
 TOO_SLOW = 1e4  # ... and one this many times slower
 PUBLISHED_FIX = ("give more or other rows, fit fewer fields (--fit-fields) or check the "
                  "rows' units (tokens/s)")
-RUNS_FIX = ("record more or other runs (other batches, prompt lengths), fit fewer terms "
-            "(--fit-terms) or check that the runs were measured on this profile's hardware")
+RUNS_CHECK = ("record more or other runs (other batches, prompt lengths) or check that "
+              "the runs were measured on this profile's hardware")
+RUNS_FIX = ("hold a field the runs cannot measure at the profile's value (--hold FIELD), "
+            + RUNS_CHECK)
 
 
 def roofline_platform(platform: Platform) -> Platform:
@@ -166,7 +168,7 @@ def check_runs_fit(fit: Fit, accept_poor_fit: bool) -> list[str]:
     problems = [p for p in [sanity.error_problem(errors, "span", RUNS_FIX)] if p]
     problems += sanity.bound_problems(numbers, push, RUNS_FIX)
     problems += sanity.null_problems(numbers, np.asarray(fit.jac)[:, cols], len(fit.terms),
-                                     RUNS_FIX, rows="span")
+                                     RUNS_CHECK, rows="span", hold="--hold")
     return sanity.enforce(problems, accept_poor_fit)
 
 

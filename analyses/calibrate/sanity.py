@@ -103,9 +103,11 @@ def bound_problems(numbers: list[Fitted], push: Callable[[int, float], float],
 
 
 def null_problems(numbers: list[Fitted], jac: np.ndarray, n_rows: int, fix: str,
-                  rows: str = "row") -> list[str]:
+                  rows: str = "row", hold: str | None = None) -> list[str]:
     """Directions the ``rows`` (fitted rows, spans) do not measure along which the
-    fit moved anyway, or that hold a number whose start is a stand-in."""
+    fit moved anyway, or that hold a number whose start is a stand-in; ``hold``
+    names the option that keeps a field at the profile's value (the fix then
+    names the fields to hold first)."""
     if not numbers:
         return []
     jac = np.nan_to_num(np.asarray(jac, dtype=float).reshape(-1, len(numbers)))
@@ -127,10 +129,15 @@ def null_problems(numbers: list[Fitted], jac: np.ndarray, n_rows: int, fix: str,
                     f"would write {n.value:.4g}, which no {rows} supports: {fix}"]
         drift = float(vt[k] @ moved)
         if abs(drift) > NULL_MOVE:
+            fields = list(dict.fromkeys(numbers[j].field for j in order[:2]
+                                        if numbers[j].field))
+            held = (f"hold {'one of them' if len(fields) > 1 else 'it'} at the "
+                    f"profile's value ({' or '.join(f'{hold} {f}' for f in fields)}), "
+                    if hold and fields else "")
             return [f"the fitted {rows}s do not measure {names[0]}{apart} ({n_rows} "
                     f"fitted {rows}s for {len(numbers)} fitted numbers), yet the fit "
                     f"moved the profile {_factor(drift)} that way, so they do not "
-                    f"identify what it wrote: {fix}"]
+                    f"identify what it wrote: {held}{fix}"]
     return []
 
 
