@@ -74,16 +74,19 @@ def config(row: dict, policy: str | None = None, alpha: float = 0.8) -> RunConfi
                      else row["placement"], memory_check=False)
 
 
+def _run(cfg: RunConfig, stack, prefill: bool):
+    return run_schedule(cfg, stack=stack, prefill=prefill,
+                        platform=load_platform(cfg.platform), record_spans=False)
+
+
 def tokens_per_s(cfg: RunConfig, stack) -> float:
-    result = run_schedule(cfg, stack=stack, prefill=False,
-                          platform=load_platform(cfg.platform), record_spans=False)
+    result = _run(cfg, stack, prefill=False)
     return result.tokens / result.time_s
 
 
 def batch_latency_s(cfg: RunConfig, stack) -> float:
     """The whole batch end to end: its prefill, then its decoding steps."""
-    result = run_schedule(cfg, stack=stack, prefill=True,
-                          platform=load_platform(cfg.platform), record_spans=False)
+    result = _run(cfg, stack, prefill=True)
     return result.prefill_s + result.time_s
 
 

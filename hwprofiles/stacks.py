@@ -163,9 +163,7 @@ def host_s(stack: Stack, spec: ModelSpec, n_layers: int, kernels: int, rows: int
         dispatch += n_layers * experts_run(stack, spec, rows) * stack.expert_host_s
     if head is None:
         return dispatch, 0.0
-    if stack.sequence_host_s:  # 0 adds nothing: the sync stays bit for bit
-        return dispatch, stack.head_sync_s + batch * stack.sequence_host_s
-    return dispatch, stack.head_sync_s
+    return dispatch, stack.head_sync_s + batch * stack.sequence_host_s
 
 
 def overlapped(dispatch_s: float, device_s: float, exponent: float) -> float:

@@ -64,11 +64,9 @@ def test_last_digit_unit():
 
 def test_the_shipped_tolerance_files_load_and_name_written_files():
     golden = Path(__file__).parent / "golden"
-    found = [load_tolerance(folder) for folder in golden.iterdir() if folder.is_dir()]
-    named = [t for t in found if t is not None]
+    named = {folder: t for folder in golden.iterdir()
+             if folder.is_dir() and (t := load_tolerance(folder)) is not None}
     assert named, "no golden case is compared per number"
-    for folder in golden.iterdir():
-        t = load_tolerance(folder) if folder.is_dir() else None
-        if t is not None:
-            assert 0 < t.rtol <= 1e-6 and 0 < t.atol <= 1e-9
-            assert all((folder / name).exists() for name in t.files)
+    for folder, t in named.items():
+        assert 0 < t.rtol <= 1e-6 and 0 < t.atol <= 1e-9
+        assert all((folder / name).exists() for name in t.files)

@@ -199,7 +199,9 @@ def _compare(args) -> int:
                            backend=args.backend, allow_large=args.allow_large)
         sweep_keys, notes = [k for k, _ in sweeps], []
     notes += edge_notes(results, swept)
-    sections = report.build_sections(results, base, sweep_keys, replays, notes=notes)
+    found = crossovers(results, base)  # the summary's and the report's
+    sections = report.build_sections(results, base, sweep_keys, replays, notes=notes,
+                                     crossover=found)
     where = ", ".join(map(str, platforms_of(base, sweeps)))
     title = (f"hetspec: {base['target']} + {base['draft']} on {where}"
              if base["draft"] else f"hetspec: {base['target']} on {where}")
@@ -209,7 +211,7 @@ def _compare(args) -> int:
                                   platforms=platforms_of(base, sweeps))
     text = report.render_html(title, intro, sections)
     path = report.write_report(args.output, text)
-    summary = _summary(results, path, base)
+    summary = _summary(results, path, found)
     summary["notes"] = notes
     if args.json:
         emit_json(summary)
@@ -373,7 +375,7 @@ def _replays(args):
     return replay_dir(args.runs, profile=args.profile)
 
 
-def _summary(results, path, base: dict) -> dict:
+def _summary(results, path, found) -> dict:
     best = fastest(results)
     skipped = skipped_policies(results)
     line = f"wrote {path}: "
@@ -399,4 +401,4 @@ def _summary(results, path, base: dict) -> dict:
             "tpot_s": best.metrics.get("tpot_s") if best else None,
             "skipped": skipped, "points": len(results),
             # over a swept batch: where each schedule stops paying, and why
-            "crossover": [c.as_dict() for c in crossovers(results, base)]}
+            "crossover": [c.as_dict() for c in found]}

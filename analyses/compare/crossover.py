@@ -63,11 +63,10 @@ class Crossover:
     def _why(self) -> str:
         if not self.growth or self.baseline_per_token is None:
             return ""
-        grown = sorted(((after - before, kind) for kind, (before, after)
-                        in self.growth.items()), reverse=True)
+        grown = sorted(self.growth.items(), key=lambda kv: kv[1][1] - kv[1][0],
+                       reverse=True)
         parts = [f"{LABELS.get(kind, kind)} {_ms(before)} -> {_ms(after)} ms"
-                 for _, kind in grown[:2]
-                 for before, after in [self.growth[kind]]]
+                 for kind, (before, after) in grown[:2]]
         before, after = self.baseline_per_token
         return (f": from batch {self.pays_until} to {self.stops_at} its time per token "
                 f"grows most in {' and '.join(parts)}, while {self.baseline}'s grows "
@@ -159,7 +158,8 @@ def crossovers(results: list[PointResult], base: dict) -> list[Crossover]:
             stops, until, estimate = stops_paying(batches, speedups)
             growth, baseline = {}, None
             if until is not None:
-                before, after = (add_breakdown(dict(runs)[b], base) for b in (until, stops))
+                before, after = (add_breakdown(by_batch[b][policy], base)
+                                 for b in (until, stops))
                 was, now = _per_token(before), _per_token(after)
                 growth = {k: (was.get(k, 0.0), now.get(k, 0.0)) for k in {**was, **now}}
                 baseline = (_baseline_per_token(before, until),

@@ -327,14 +327,18 @@ def _measured_section(replays, steps: int) -> Section:
 
 
 def build_sections(results: list[PointResult], base: dict, sweep_keys: list[str],
-                   replays=None, steps: int = 4, notes: list[str] = ()) -> list[Section]:
+                   replays=None, steps: int = 4, notes: list[str] = (),
+                   crossover=None) -> list[Section]:
     """Every section of the comparison report, in reading order; ``notes`` (best
-    points on a sweep's edge or a valid bound) open the speed section."""
+    points on a sweep's edge or a valid bound) open the speed section;
+    ``crossover``: where each schedule stops paying over a swept batch, when the
+    caller has it (``crossover.crossovers``; None: found here)."""
     best = best_per_policy(results)
     explain(best, base)
     speed = _speed_section(results)
     speed.notes[:0] = list(notes)
-    sections = [speed] + [s for s in [side_by_side(results, base)] if s] + [_why_section(best)]
+    sections = ([speed] + [s for s in [side_by_side(results, base, crossover)] if s]
+                + [_why_section(best)])
     sweep = Section("Sweep")
     if sweep_keys and best:
         for metric in ("tokens_per_s", "speedup_vs_ar"):

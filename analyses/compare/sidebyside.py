@@ -107,13 +107,14 @@ def crossover_figure(found: list[Crossover]) -> go.Figure:
     return fig
 
 
-def section(results: list[PointResult], base: dict):
+def section(results: list[PointResult], base: dict, found: list[Crossover] | None = None):
     """The report's 'Platforms and batches side by side' section, or None; over a
     swept batch it opens with each schedule's speedup against batch and where it
-    stops paying (``crossover``)."""
+    stops paying (``found``, or ``crossover.crossovers`` of the results)."""
     if not swept_scenario(results):
         return None
-    found = crossovers(results, base)
+    if found is None:
+        found = crossovers(results, base)
     figures = [("speed per platform and batch", speed_figure(results, base)),
                ("side by side", table_figure(rows(results, base)))]
     if found:

@@ -221,8 +221,11 @@ def build_random(spec: ModelSpec, *, seed: int = 0):
 
 def _tokenizer_for(spec: ModelSpec):
     """The SmolLM2 tokenizer when its ids fit the vocabulary and it is cached."""
-    if spec.vocab < 49152 or not (converted_dir() / "tokenizer.json").is_file():
+    if spec.vocab < 49152:
+        return None
+    path = converted_dir()
+    if not (path / "tokenizer.json").is_file():
         return None
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(converted_dir(), local_files_only=True)
+    return AutoTokenizer.from_pretrained(path, local_files_only=True)
