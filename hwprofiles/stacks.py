@@ -39,6 +39,17 @@ Fields (``simcore.costmodel`` and ``simcore.engine`` charge them):
   and a pass takes about the longer of the two (p large: their max; p = 1:
   their sum; between: the partial overlap of a host that is sometimes ahead,
   sometimes behind).
+- ``scoring``: how the engine runs a pass that scores several positions per
+  sequence (a verify: a pass with a head over n_tokens > 1 positions of each of
+  B sequences). ``multi_query`` (the default): one pass of B sequences with
+  n_tokens query positions each, every sequence's cached positions read once.
+  ``batch_expansion``: the engine expands each sequence into n_tokens sequences
+  of one query position each and runs those B x n_tokens sequences as a decode
+  step (vLLM's first speculative path, ``vllm/spec_decode/batch_expansion.py``,
+  ``BatchExpansionTop1Scorer``): the same rows, but each expanded sequence reads
+  its own copy of the context (the KV bytes count n_tokens times, at the
+  context the expanded sequences hold on average) and pays the engine's
+  per-sequence host time (``sequence_host_s``) n_tokens times.
 - ``verify_host_s`` (s per Verify): verification bookkeeping on the host after
   the target's pass: comparing proposals, counting accepted tokens, cropping
   the KV caches past them; it holds the schedule, not a device.
@@ -100,6 +111,7 @@ class Stack(Sourced):
     head_sync_s: float = Field(default=0.0, ge=0, le=MAX_HOST_S)
     sequence_host_s: float = Field(default=0.0, ge=0, le=MAX_HOST_S)
     verify_host_s: float = Field(default=0.0, ge=0, le=MAX_HOST_S)
+    scoring: Literal["multi_query", "batch_expansion"] = "multi_query"
     host_device_exponent: float | None = Field(default=None, ge=1.0, le=100.0)
     attention_context_factor: float = Field(default=1.0, ge=1.0, le=100.0)
     moe_mode: Literal["grouped", "dense"] = "grouped"
@@ -139,12 +151,28 @@ COMPILED = Stack(name=DEFAULT_STACK)
 #     pass      device + dispatch + sync            (host_device_exponent None)
 #               (dispatch^p + device^p)^(1/p) + sync  (p: asynchronous launches)
 #     context   flops_ctx, bytes_ctx * attention_context_factor
+#     scoring   batch_expansion: a pass with a head over n > 1 positions of B
+#               sequences runs as n*B sequences of one position at context + (n-1)//2
 #     experts   grouped: the distinct experts the rows touch (the model's own
 #               expectation); dense: every expert, every pass
 #
 # ``experts_run`` is every expert for a ``dense`` stack and the distinct experts
 # the rows touch otherwise. Each term's default is 0 or 1, so the ``compiled``
 # stack leaves every cost bit for bit as it was (x + 0.0 and x * 1.0 are exact).
+
+
+def scored_shape(stack: Stack, n_tokens: int, batch: int, context: int, head: str | None,
+                 head_tokens: int | None) -> tuple[int, int, int]:
+    """(n_tokens, batch, context) of the pass the engine runs for a Forward of
+    ``n_tokens`` positions over ``batch`` sequences: itself, or under a
+    ``batch_expansion`` stack a scoring pass (a head on every one of several
+    positions) as ``batch * n_tokens`` sequences of one position each, whose
+    contexts run from ``context`` to ``context + n_tokens - 1`` (their mean,
+    rounded down, stands for them; the module docstring)."""
+    if (stack.scoring != "batch_expansion" or head is None or n_tokens == 1
+            or head_tokens is not None):
+        return n_tokens, batch, context
+    return 1, batch * n_tokens, context + (n_tokens - 1) // 2
 
 
 def experts_run(stack: Stack, spec: ModelSpec, rows: int) -> float:

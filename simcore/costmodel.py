@@ -365,6 +365,8 @@ class RooflineCost:
               batch: int, head: str | None, collectives: int | None,
               head_tokens: int | None = None) -> ForwardTerms:
         """The cost coefficients of a Forward on a device or group (cached)."""
+        n_tokens, batch, _ = stacks.scored_shape(self.stack, n_tokens, batch, 0, head,
+                                                 head_tokens)
         key = (spec.cost_key, where, layers, n_tokens, batch, head, collectives, head_tokens)
         found = self._terms.get(key)
         if found is None:
@@ -409,7 +411,10 @@ class RooflineCost:
                 n_tokens: int, batch: int, context: int, head: str | None,
                 collectives: int | None, head_tokens: int | None = None) -> ForwardCost:
         """Cost of running layers of spec over n_tokens new positions per row that
-        attend to ``context`` cached ones, on a device or a group."""
+        attend to ``context`` cached ones, on a device or a group (in the shape the
+        stack runs it: ``stacks.scored_shape``)."""
+        n_tokens, batch, context = stacks.scored_shape(self.stack, n_tokens, batch, context,
+                                                       head, head_tokens)
         key = (spec.cost_key, where, layers, n_tokens, batch, head, collectives, head_tokens)
         shape = self._cache.get(key)
         if shape is None:

@@ -145,3 +145,49 @@ def test_a_verify_costs_linearly_in_rows_once_past_the_ridge():
     assert grows[0] > busy(1, positions=1)  # 1,280 more rows cost more than the weights
     assert grows[1] == pytest.approx(grows[0], rel=1e-3)
     assert grows[2] == pytest.approx(grows[0], rel=1e-3)
+
+
+def test_a_batch_expansion_stack_scores_each_position_as_a_sequence_of_its_own():
+    """Under ``scoring: batch_expansion`` a pass with a head over n positions of B
+    sequences runs as B*n sequences of one position at the expanded sequences'
+    mean context; a pass without a head, of one position, or with a head on fewer
+    positions runs as written, and a multi-query stack changes nothing."""
+    from hwprofiles.stacks import Stack, scored_shape
+
+    expand, multi = Stack(name="e", scoring="batch_expansion"), Stack(name="m")
+    assert scored_shape(expand, 4, 64, 128, "lm", None) == (1, 256, 129)
+    assert scored_shape(expand, 5, 2, 100, "lm", None) == (1, 10, 102)
+    assert scored_shape(multi, 4, 64, 128, "lm", None) == (4, 64, 128)
+    assert scored_shape(expand, 4, 64, 128, None, None) == (4, 64, 128)  # hidden only
+    assert scored_shape(expand, 1, 64, 128, "lm", None) == (1, 64, 128)  # a decode step
+    assert scored_shape(expand, 4, 64, 128, "lm", 1) == (4, 64, 128)  # head on one
+
+
+def test_an_expanded_verify_pays_its_host_time_and_kv_reads_once_per_position():
+    """A verify of n = 4 positions for B = 8 sequences under a batch-expansion stack
+    pays the per-sequence host time 4 x 8 times (a multi-query stack: 8 times) and
+    reads every sequence's cached positions 4 times; its weights are read once
+    either way."""
+    from hwprofiles.stacks import Stack
+    from simcore import RooflineCost
+    from tests.test_engine import MODEL, platform
+
+    host = dict(sequence_host_s=1e-4, call_host_s=1e-3,
+                sources={"sequence_host_s": "test", "call_host_s": "test"})
+    expand = RooflineCost(platform(), Stack(name="e", scoring="batch_expansion", **host))
+    multi = RooflineCost(platform(), Stack(name="m", **host))
+
+    def cost(model, context):
+        return model.forward(MODEL, "c", (0, 4), 4, 8, context, "lm", None)
+
+    def terms(model):
+        return model.terms(MODEL, "c", (0, 4), 4, 8, "lm", None)
+
+    assert terms(expand).sync_s == pytest.approx(32 * 1e-4, rel=1e-12)
+    assert terms(multi).sync_s == pytest.approx(8 * 1e-4, rel=1e-12)
+    # the context's bytes: four reads of each sequence's cache against one
+    kv_expand = cost(expand, 1001).nbytes - cost(expand, 1).nbytes
+    kv_multi = cost(multi, 1001).nbytes - cost(multi, 1).nbytes
+    assert kv_expand == pytest.approx(4 * kv_multi, rel=1e-12)
+    # the weights: one read either way (a pass at no context, less the new KV rows)
+    assert terms(expand).bytes0 == pytest.approx(terms(multi).bytes0, rel=1e-12)

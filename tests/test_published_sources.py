@@ -187,9 +187,10 @@ def test_a_row_printing_ms_per_token_is_compared_in_ms():
 
 def test_the_held_out_sources_include_a_speculative_one_with_its_printed_tau():
     """The shipped set holds held-out sources of speculative speedups (EAGLE-3's
-    EAGLE-2 rows and the Spec-Bench leaderboard): nothing shipped is fitted on
-    them, and each row gives the tau it printed, so the summary counts speedups,
-    not only absolute speeds."""
+    EAGLE-2 rows and the Spec-Bench leaderboard at batch 1, LLM-Inference-Bench's
+    vLLM runs at batch 1 and 64): nothing shipped is fitted on them, and each
+    batch-1 row gives the tau it printed, so the summary counts speedups, not
+    only absolute speeds."""
     from hwprofiles import list_names, load_stack
     rows = load_published(shipped_folder())
     sources = sources_of(shipped_folder())
@@ -198,9 +199,12 @@ def test_the_held_out_sources_include_a_speculative_one_with_its_printed_tau():
     stacks = {n: load_stack(n).fitted_on for n in list_names("stacks")}
     fitted = heldout.fitted_sources(rows, sources, texts, stacks)
     spec = [r for r in rows if r.source_id not in fitted and r.measure == "speedup"]
-    assert {r.source_id for r in spec} == {"eagle3-paper", "spec-bench"}
+    assert {r.source_id for r in spec} == {"eagle3-paper", "spec-bench",
+                                           "llm-inference-bench-sd"}
     assert "eagle2-paper" in fitted  # what hf-eager is fitted on judges nothing
-    assert all(r.mean_accepted_tokens and r.stack == "hf-eager" for r in spec)
+    at_one = [r for r in spec if r.source_id != "llm-inference-bench-sd"]
+    assert all(r.mean_accepted_tokens and r.stack == "hf-eager" for r in at_one)
+    assert {r.batch for r in spec} == {1, 64}
     assert {r.params.get("temperature", 0) for r in spec if r.source_id == "eagle3-paper"} == {0, 1}
 
 
@@ -263,3 +267,26 @@ def test_a_batch_latency_row_is_simulated_as_its_batchs_prefill_and_decoding():
     simulated = simulate_row_full(row, platform)[0]
     assert simulated == pytest.approx(result.prefill_s + result.time_s, rel=1e-12)
     assert result.prefill_s > 0
+
+
+def test_an_end_to_end_speedup_divides_whole_runs_prefill_included():
+    """A row whose source printed whole-run throughputs (``speedup_of: end_to_end``)
+    is simulated as the AR run's prefill and decoding over the speculative run's;
+    the same row as a decode speedup divides decode rates, and at batch 64, where
+    the prefill is a tenth of the run, the two differ."""
+    from analyses.run.api import baseline_config, run_schedule
+
+    row = next(r for r in load_published(shipped_folder())
+               if r.id == "lib-sd-a100-llama2-7b-L128-b64")
+    platform = load_platform(row.platform)
+    sd = run_schedule(row.config(), record_spans=False, platform=platform)
+    ar = run_schedule(baseline_config(row.config()), record_spans=False, platform=platform)
+    whole = (ar.prefill_s + ar.time_s) / (sd.prefill_s + sd.time_s)
+    decode = (sd.tokens / sd.time_s) / (ar.tokens / ar.time_s)
+    assert simulate_row_full(row, platform)[0] == pytest.approx(whole, rel=1e-12)
+    as_decode = row.model_copy(update={"speedup_of": "decode"})
+    assert simulate_row_full(as_decode, platform)[0] == pytest.approx(decode, rel=1e-12)
+    assert abs(whole / decode - 1) > 0.01
+    with pytest.raises(ValueError, match="speedup_of without a speedup"):
+        Measurement.model_validate({**row.model_dump(), "speedup": None,
+                                    "tokens_per_s": 100.0, "speedup_of": "end_to_end"})

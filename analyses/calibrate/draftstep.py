@@ -42,7 +42,10 @@ def simulate_row_full(row, platform: Platform, values=None) -> tuple[float, floa
         value = result.prefill_s + result.time_s
     if getattr(row, "speedup", None) is not None:
         base = run_schedule(baseline_config(config), record_spans=False, platform=platform)
-        value /= base.tokens / base.time_s
+        if getattr(row, "speedup_of", "decode") == "end_to_end":  # prefill included
+            value = (base.prefill_s + base.time_s) / (result.prefill_s + result.time_s)
+        else:
+            value /= base.tokens / base.time_s
     if not wants_step:
         return value, None
     busy: dict[str, float] = {d: 0.0 for d in draft_devices(row, platform)}

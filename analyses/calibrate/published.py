@@ -78,6 +78,9 @@ class Measurement(StrictModel):
     # what was measured: decode tokens/s, or the speedup over the same stack's AR
     tokens_per_s: float | None = Field(None, gt=0, le=1e9)
     speedup: float | None = Field(None, gt=0, le=1e3)
+    # what the speedup divides: decode tokens/s (the default), or the batch's end-to-end
+    # time, its prefill included (a source that printed whole-run throughputs)
+    speedup_of: Literal["decode", "end_to_end"] = "decode"
     time_per_token_ms: float | None = Field(None, gt=0, le=1e7)  # decode latency per token
     # the whole batch end to end: its prefill and its ``tokens`` decoding steps, s
     batch_latency_s: float | None = Field(None, gt=0, le=1e6)
@@ -115,6 +118,9 @@ class Measurement(StrictModel):
                              "its source measured (alpha or a histogram of accepted "
                              "lengths, mean_accepted_tokens, or {fit: KEY} to fit it); "
                              "add an acceptance mapping")
+        if self.speedup_of != "decode" and self.speedup is None:
+            raise ValueError(f"row {self.id} gives speedup_of without a speedup; remove it "
+                             "or give the speedup its source printed")
         check_row(self.id, self.acceptance, self.params)
         if self.draft_step_s is not None and self.draft is None:
             raise ValueError(f"row {self.id} gives draft_step_s without a draft; name the "
