@@ -291,3 +291,16 @@ def test_an_end_to_end_speedup_divides_whole_runs_prefill_included():
     with pytest.raises(ValueError, match="speedup_of without a speedup"):
         Measurement.model_validate({**row.model_dump(), "speedup": None,
                                     "tokens_per_s": 100.0, "speedup_of": "end_to_end"})
+
+
+def test_docs_list_every_published_file_and_count_its_rows():
+    """docs/calibration.md's table of sources names every shipped published file, and
+    its count line says how many rows and sources the folder holds."""
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "docs" / "calibration.md").read_text()
+    files = sorted(p.name for p in shipped_folder().glob("*.yaml"))
+    assert [f for f in files if f"`{f}`" not in text] == []
+    rows = load_published(shipped_folder())
+    count = f"{len(rows)} rows, {len({r.source_id for r in rows})} sources"
+    assert count in " ".join(text.split())
