@@ -10,6 +10,7 @@ baseline on the same prompts), then writes under the run directory:
 
 from __future__ import annotations
 
+import os
 import statistics
 from pathlib import Path
 
@@ -177,12 +178,15 @@ def measure(config: RunSettings, options: Options, messages: list[list[dict]] | 
             "tokens": options.max_new_tokens})
         base = baseline_of(config.policy, config.params) if baseline else None
         bar = _progress(progress, len(prompts) * repeats, config.batch, 2 if base else 1)
+        load_before = _load_1m()
         rounds = interleaved(session, (config.policy, config.params), base, prompts,
                              config.batch, repeats, bar)
+        machine = machine_load(load_before, _load_1m(), options.threads)
         results = [r for own, _ in rounds for r in own]
         metrics = summarise(config, results, options.max_new_tokens)
         metrics.update(timeline_metrics(config.policy, results))
         metrics["breakdown"] = measured_breakdown(results)
+        metrics["machine"] = machine
         eos = getattr(session.tokenizer, "eos_token_id", None)
         outputs = outputs_of(rounds[0][0], options.max_new_tokens, eos)
         if base is None:
@@ -209,6 +213,35 @@ def measure(config: RunSettings, options: Options, messages: list[list[dict]] | 
     baseline = [r for _, ar in rounds for r in ar]  # empty without a baseline
     record = write_run(run_dir, inputs, metrics, results, outputs, texts, baseline)
     return {**metrics, "outputs": outputs, "texts": texts, "run_record": str(record)}
+
+
+CONTENDED_CORES = 0.5  # other work beyond the spare cores that marks a run contended
+
+
+def _load_1m() -> float | None:
+    """The machine's 1-minute load average (None where the system has none)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def machine_load(before: float | None, after: float | None, threads: int) -> dict:
+    """The machine while the run was measured: its cores, the run's threads, the
+    1-minute load average before and after decoding, and ``contended``: whether
+    other work wanted more than the cores the run left spare (by
+    ``CONTENDED_CORES``). Before decoding the load is other work's (and the
+    model's loading); after, it includes the run's own threads. None: unknown."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    known = [x for x in (before, None if after is None else after - threads) if x is not None]
+    other = max(known) if known else None
+    return {"cores": cores, "threads": threads, "load_1m_before": before,
+            "load_1m_after": after,
+            "contended": None if other is None
+            else other > max(cores - threads, 0) + CONTENDED_CORES}
 
 
 def simulable_models(config: RunSettings, specs: dict, run_dir: Path) -> dict:

@@ -208,7 +208,7 @@ def test_a_measured_record_is_written_byte_identical_to_the_recorded_one(tmp_pat
 # every operation's fields, every count and token, byte for byte; what the clock
 # decides is replaced by a marker (each span's start and end, the trace's times,
 # the metrics' floats, a Verify's logit margins, which the installed torch may
-# round otherwise) and the breakdown is kept as its sections' names.
+# round otherwise) and the breakdown and the machine's load are kept as their names.
 MEASURED_RUN = ["run", "--platform", "cpu-local", "--target", "smollm2-135m", "--policy",
                 "sd", "--set", "gamma=4", "--set", "draft_layers=15", "--max-new-tokens",
                 "6", "--no-baseline", "--inline", "--prompts", "prompt.jsonl", "--out", "run"]
@@ -238,6 +238,7 @@ def _measured_shape(name: str, data: bytes) -> bytes:
         record = json.loads(data)
         record["versions"] = "<installed versions>"
         record["metrics"]["breakdown"] = sorted(record["metrics"]["breakdown"])
+        record["metrics"]["machine"] = sorted(record["metrics"]["machine"])  # this machine's
         record["metrics"] = _marked(record["metrics"])
         _repo_relative(record["inputs"])
         return (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()

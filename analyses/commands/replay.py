@@ -7,6 +7,7 @@ from pathlib import Path
 
 from analyses.cli import emit_json
 from analyses.commands import COMMANDS
+from analyses.measured.evidence import contended_text
 from analyses.measured.replay import load_run, replay, replay_config, side_by_side_trace
 from analyses.run.budget import (SIM_BUDGET_UNITS, allow_large_argument, announce_estimate,
                                  check, config_shape, plural, readable, sim_estimate)
@@ -61,7 +62,14 @@ def _replay(args) -> int:
         emit_json(out)
         return 0
     print(f"{rep.label} on {rep.config.platform}:")
-    for key, err in rep.errors().items():
+    errors = rep.errors()
+    if "speedup_vs_ar" in errors:  # first: the figure a loaded machine leaves comparable
+        print(f"  {'speedup vs AR':18s} measured {rep.measured['speedup_vs_ar']:.3g}x  "
+              f"simulated {rep.predicted['speedup_vs_ar']:.3g}x  "
+              f"({errors.pop('speedup_vs_ar'):+.1%})")
+    if contended_text(rep.measured):
+        print(f"  {contended_text(rep.measured)}")
+    for key, err in errors.items():
         if key not in rep.measured:  # the median over steps of the per-step error
             print(f"  {key:18s} {err:+.1%}")
             continue

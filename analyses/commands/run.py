@@ -10,7 +10,7 @@ from pathlib import Path
 from analyses.cli import (SettingsHelp, add_run_arguments, config_from_args, emit_json, paragraph,
                          settings_help)
 from analyses.commands import COMMANDS
-from analyses.measured.evidence import SIMULATED_ONLY  # what a run cannot measure
+from analyses.measured.evidence import SIMULATED_ONLY, contended_text
 from analyses.run.api import check_used
 from analyses.run.budget import allow_large_argument, announce_estimate, check
 from analyses.run.measuredbudget import (MODEL_FREE_TOKENS_PER_S, RUN_TOKENS_BUDGET,
@@ -214,6 +214,8 @@ def _run(args) -> int:
             print(f"  time to first token {out['ttft_s'] * 1e3:.2f} ms (prefill "
                   f"{out['prefill_s'] * 1e3:.2f} ms), {out['tpot_s'] * 1e3:.2f} ms per "
                   "output token")
+        for line in run_notes(out):
+            print(f"  {line}")
         print(f"run record: {out['run_record']}")
     return 0
 
@@ -227,6 +229,21 @@ def default_repeats(no_baseline: bool, work) -> int:
     if no_baseline or work(DEFAULT_REPEATS).over:
         return 1
     return DEFAULT_REPEATS
+
+
+def run_notes(out: dict) -> list[str]:
+    """What a reader checks beside the speed: whether the outputs equal AR's, the
+    fitted lookup model of a prompt-lookup run, and a machine busy with other work."""
+    notes = []
+    if "matches_ar" in out:
+        notes.append("outputs equal AR's, token for token" if out["matches_ar"] else
+                     "outputs differ from AR's (sampled, or a numerical difference)")
+    if out.get("lookup_match") is not None:
+        notes.append(f"prompt lookup fitted: a match on {out['lookup_match']:.1%} of steps, "
+                     f"then each proposed token accepted with alpha {out['lookup_alpha']:.3f}")
+    if contended_text(out):
+        notes.append(contended_text(out))
+    return notes
 
 
 def spread_text(out: dict) -> str:

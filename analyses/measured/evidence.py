@@ -230,3 +230,16 @@ def check_evidence(run) -> None:
     platform = load_platform(run.platform)
     check_spans(run, platform)
     check_acceptance(run)
+
+
+def contended_text(metrics: dict) -> str:
+    """A sentence when the run was measured on a machine busy with other work."""
+    machine = metrics.get("machine") or {}
+    if not machine.get("contended"):
+        return ""
+    loads = [x for x in (machine.get("load_1m_before"), machine.get("load_1m_after"))
+             if x is not None]
+    return (f"measured on a busy machine (load average up to {max(loads):.1f} on "
+            f"{machine['cores']} cores, {machine['threads']} for this run): its absolute "
+            "speeds are lower than an idle machine's; its speedup, from interleaved "
+            "rounds, is the figure to compare")

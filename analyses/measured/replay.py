@@ -31,14 +31,18 @@ import numpy as np
 from analyses.measured.evidence import check_evidence, run_platform
 from analyses.measured.executorwork import ExecutorWork, STEP_END
 from analyses.measured.runrecord import check_record, run_file
-from analyses.run.api import metrics_of, run_schedule
+from analyses.run.api import baseline_config, metrics_of, run_schedule
 from analyses.run.config import RunConfig
 from hwprofiles import load_model, load_platform
 from hwprofiles.files import scratch_dir
-from policies.runs.files import Span, chrome_trace, elapsed_s, read_record
+from policies.base import baseline_of
+from policies.runs.files import Span, add_speedup, chrome_trace, elapsed_s, read_record
 from policies.runs.measured import MeasuredSpan, read_measured_spans
 from policies.traces import held_rows, numbered_acceptance
 from simcore import Outcomes
+from simcore.acceptance import default as acceptance_default
+
+IID_DEFAULT = acceptance_default()
 
 RUN_FIELDS = ("platform", "target", "draft", "policy", "params", "tokens", "batch", "seed",
               "prompt_tokens", "fixed_context", "contention", "placement")
@@ -271,7 +275,8 @@ class Replay:
         the median over steps of the per-step latency error when steps line up."""
         out = {} if self.median_step_error is None else {
             "median_step_latency": self.median_step_error}
-        for key in ("tokens_per_s", "step_latency_s", "simulated_time_s"):
+        for key in ("speedup_vs_ar", "tokens_per_s", "step_latency_s", "simulated_time_s",
+                    "mean_tokens_per_step"):
             m, p = self.measured.get(key), self.predicted.get(key)
             if key == "simulated_time_s":  # the run's time: measured wall time
                 m = elapsed_s(self.measured)
@@ -338,6 +343,7 @@ def replay(run: MeasuredRun, profile: str | None = None, *, steps: int = 4,
         offset_s += result.time_s
         measured, simulated = measured + steps_m, simulated + steps_s
     predicted = _predicted(run, parts, offset_s, metrics_of)
+    _add_predicted_speedup(predicted, [config for config, *_ in parts])
     step_error = _median_error(measured, simulated)
     config = parts[0][0]
     return Replay(f"{run.name} ({run.policy})", run.policy, dict(run.metrics), predicted,
@@ -365,10 +371,26 @@ def _predicted(run: MeasuredRun, parts, time_s: float, metrics_of) -> dict:
     kept = run.metrics.get("tokens")
     if steps == run.metrics.get("steps") and isinstance(kept, (int, float)):
         tokens = kept
+    batch = parts[0][0].batch
     out = {**first, "tokens": tokens, "simulated_time_s": time_s, "steps": steps,
            "tokens_per_s": tokens / time_s if time_s else 0.0,
-           "step_latency_s": time_s / max(steps, 1)}
+           "step_latency_s": time_s / max(steps, 1),
+           "mean_tokens_per_step": tokens / (max(steps, 1) * batch),
+           "tpot_s": time_s * batch / tokens if tokens else None}
     return out
+
+
+def _add_predicted_speedup(predicted: dict, configs: list[RunConfig]) -> None:
+    """The simulated speedup over AR: the prompt batches' baselines simulated on the
+    same profile (each from its own prompt length), their tokens over their time."""
+    if baseline_of(configs[0].policy, configs[0].params) is None:
+        add_speedup(predicted, own_baseline=True)
+        return
+    # AR reads no acceptance (the batches' traces are gone by now)
+    runs = [run_schedule(baseline_config(c.model_copy(update={"acceptance": IID_DEFAULT})),
+                         record_spans=False) for c in configs]
+    time_s = sum(r.time_s for r in runs)
+    add_speedup(predicted, sum(r.tokens for r in runs) / time_s if time_s else None)
 
 
 def replay_dir(directory, profile: str | None = None) -> list[Replay]:
