@@ -75,7 +75,7 @@ class LawView:
     one equal view share its figure (a view is frozen data, compared by value).
 
     ``drawing="curve"`` draws the law the run's terms give, ``terms.curve(x)`` for x
-    in [0, 1], and each run at (``metrics[x]``, ``metrics[y]``); ``heading``,
+    in ``x_range``, and each run at (``metrics[x]``, ``metrics[y]``); ``heading``,
     ``x_title`` and ``y_title`` label it, and runs that differ only in ``along``
     (settings that move a run along the curve) share a curve. ``law``: a closed form
     a drawing evaluates itself (the eq. 6 family of PPSD)."""
@@ -89,4 +89,5 @@ class LawView:
     x_title: str = ""
     y_title: str = ""
     along: tuple[str, ...] = ()
+    x_range: tuple[float, float] = (0.0, 1.0)
     law: Callable[..., dict] | None = None

@@ -259,14 +259,13 @@ def ppsd_figure(runs, base: dict, view: LawView) -> go.Figure:
 
 
 def curve_figure(runs, base: dict, view: LawView) -> go.Figure:
-    """A view's law as y(x) at each setup's terms (``terms.curve``), x in [0, 1],
-    and each run at (its ``view.x``, its ``view.y``); in deterministic mode the
-    runs sit on their curves."""
+    """A view's law as y(x) at each setup's terms (``terms.curve``) over the view's
+    ``x_range``, and each run at (its ``view.x``, its ``view.y``)."""
     fig = go.Figure()
     for s in setups(runs, view.along, base):
         key = f"{view.x} {s.name}"
         pts = [(r.metrics[view.x], r.metrics[view.y]) for r in s.runs if view.y in r.metrics]
-        x = _grid(0.0, 1.0, [a for a, _ in pts], n=51)
+        x = _grid(*view.x_range, [a for a, _ in pts], n=51)
         _curve(fig, x, [s.terms.curve(float(a)) for a in x], s.name, key, s.shown)
         _points(fig, pts, f"{s.name} (simulated)", key, s.shown,
                 [r.point.label for r in s.runs], symbol="circle")
