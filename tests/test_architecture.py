@@ -659,3 +659,12 @@ def drive_callers() -> set[str]:
 
 def test_one_module_dry_runs_a_schedule():
     assert drive_callers() == {"policies/dryrun.py"}
+
+
+# One pass-splitting rule (executors/passes.py), called by both sides: the
+# coordinator's commands sample by it, and calibration costs measured Forwards by it.
+def test_the_executor_and_calibration_call_one_pass_rule():
+    users = {str(rel) for package in ("executors", "analyses") for rel, module in
+             _modules(package)
+             if "executors.passes" in imported_modules((ROOT / rel).read_text(), module)}
+    assert {"executors/coordinate/coordinator.py", "analyses/calibrate/terms.py"} <= users
