@@ -30,7 +30,7 @@ from analyses.commands import COMMANDS
 from analyses.run.config import (MAX_BATCH, MAX_TOKENS, RUN_KEYS, SIM_TOKENS, RunConfig,
                                  parse_placement, parse_sets, split_sets)
 from hwprofiles import ProfileError
-from hwprofiles.files import WriteError, json_safe
+from hwprofiles.writing import WriteError, json_safe
 from hwprofiles.loader import printable
 from policies import PolicyError, entry, names
 from simcore import CostError

@@ -140,7 +140,7 @@ def _loaded_after(statement: str) -> set[str]:
 
 def test_policies_import_neither_simpy_nor_torch_at_run_time():
     loaded = _loaded_after("import policies, policies.base, "
-                           "policies.runs.files, policies.runs.config; "
+                           "policies.runs.files, policies.runs.metrics, policies.runs.config; "
                            "policies.names()")
     assert not {"simpy", "torch", "simcore", "executors", "analyses"} & loaded
 
@@ -331,8 +331,8 @@ def test_the_floor_plan_checker_sees_a_lower_package_importing_a_higher_one():
 # A schedule's parameters are its own typed model: code outside policies/ asks the
 # schedule (or reads a field every model has), it does not probe for a field by
 # name (``hasattr(params, "gamma")``, ``getattr(params, "k", None)``). Known
-# probes, each (module path, field), until the schedules answer for themselves
-# (issue 26, item 1): the memory check's and the executor's.
+# probes, each (module path, field), until the schedules answer for themselves:
+# the memory check's and the executor's.
 PARAMS_PROBES = {("executors/session/plan.py", "temperature")}
 
 
@@ -379,19 +379,7 @@ def test_the_probe_check_sees_hasattr_and_getattr_with_a_default():
 # hide a loop); function-local imports are for optional dependencies (torch,
 # transformers, ray, plotly, safetensors and the project modules that import
 # them at load), and the others are counted against a ceiling that only comes
-# down. Before issue 26: 5 loops, 223 function-local import statements, 182 of
-# them not for an optional dependency; then 61 (25). Now 37 (4): budget.py's moved
-# to its top once the measured runs' budget left it (analyses/run/measuredbudget.py),
-# calibration's to theirs (no loop), compare's notes read analyses/compare/best.py
-# (no plotly), and run's help takes the measured-only keys from its caller. Of
-# the 4 left, 3 sit in executors/measure.py, not yet reworked, and one keeps
-# ``hetspec simulate`` from loading the laws (analyses/run/api.py's ``law``).
-# Then 17 (4): executors/ held 30 statements before its session, workers and
-# training were split by job, 10 after: backend/models.py's seven (transformers,
-# safetensors and torch, since it loads without torch for the CLI's help) and
-# measure.py's three. Then 13 (0): measure.py imports at its top, and ``law``
-# (a closed form by name) lives with the laws in analyses/laws/forms.py, so the
-# API loads them only where it is imported from there.
+# down.
 OPTIONAL = {"torch", "transformers", "ray", "plotly", "safetensors"}
 LOCAL_IMPORTS_CEILING = 0  # statements not for an optional dependency
 ALL_LOCAL_IMPORTS_CEILING = 13  # every function-local import statement
@@ -621,7 +609,7 @@ def test_no_schedule_name_in_simcore_or_analyses():
                            '"""cats in a docstring"""', {"sd", "ssd", "cats"}) == {"sd", "ssd"}
 
 
-# Nor is a schedule's parameter named in analyses/run/ (issue 26, item 1): the
+# Nor is a schedule's parameter named in analyses/run/: the
 # work budget, the memory check and the run API ask the schedule (its dry run,
 # its registry entry, its parameter model) what its parameters mean. The one
 # module that names them is the CLI's run configuration, which parses --set and
@@ -643,7 +631,7 @@ def test_no_schedule_parameter_named_in_analyses_run():
                            parameter_names()) == {"tree", "gamma", "k"}
 
 
-# One dry run of a schedule (issue 26, item 1): only policies/dryrun.py drives a
+# One dry run of a schedule: only policies/dryrun.py drives a
 # schedule with stand-in results (``policies.ops.drive``); prefill, the executor's
 # footprint and the memory check ask it.
 def drive_callers() -> set[str]:

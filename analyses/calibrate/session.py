@@ -24,8 +24,8 @@ from analyses.measured.replay import (MeasuredRun, check_run_fits, find_runs, lo
                                       model_name, replay)
 from hwprofiles import Platform, load_platform
 from policies.base import entries
-from policies.runs.files import elapsed_s
-from hwprofiles.files import atomic_write_text, scratch_dir
+from policies.runs.metrics import elapsed_s
+from hwprofiles.writing import atomic_write_text, scratch_dir
 
 
 def _configuration(run: MeasuredRun) -> str:

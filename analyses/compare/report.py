@@ -23,7 +23,7 @@ from analyses.compare.sections import Section
 from analyses.compare.sidebyside import section as side_by_side
 from analyses.compare.sweep import PointResult
 from hwprofiles import load_platform
-from hwprofiles.files import atomic_write_text
+from hwprofiles.writing import atomic_write_text
 from hwprofiles.schema import resolve
 from policies import entry
 from policies.runs.breakdown import LABELS, sentence

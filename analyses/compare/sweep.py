@@ -36,7 +36,7 @@ from analyses.run.config import (RUN_KEYS, RunConfig, parse_value, refuse_repeat
                                  split_sets)
 from policies import PolicyError, entry
 from policies.base import AR, entries
-from policies.runs.files import add_speedup
+from policies.runs.metrics import add_speedup
 from simcore import Outcomes, acceptance
 
 # Settings of the scenario rather than of a schedule: every policy takes them, and a

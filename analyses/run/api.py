@@ -23,7 +23,8 @@ from policies import PolicyContext, build, build_prefill, entry, outcome_models
 from policies.base import baseline_of
 from policies.dryrun import held, uses_draft
 from policies.runs.breakdown import breakdown, operator_table
-from policies.runs.files import add_speedup, run_metrics, write_chrome_trace, write_record
+from policies.runs.files import write_chrome_trace, write_record
+from policies.runs.metrics import add_speedup, run_metrics
 from simcore import Outcomes, RooflineCost, SimResult, Simulator, acceptance
 
 
