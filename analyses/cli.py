@@ -27,13 +27,15 @@ from importlib.metadata import PackageNotFoundError, version
 from pydantic import ValidationError
 
 from analyses.commands import COMMANDS
-from analyses.run.config import (MAX_BATCH, MAX_TOKENS, RUN_KEYS, RunConfig, parse_placement,
-                                 parse_sets, split_sets)
+from analyses.run.config import (MAX_BATCH, MAX_TOKENS, RUN_KEYS, SIM_TOKENS, RunConfig,
+                                 parse_placement, parse_sets, split_sets)
 from hwprofiles import ProfileError
-from hwprofiles.files import WriteError, json_safe
+from hwprofiles.writing import WriteError, json_safe
 from hwprofiles.loader import printable
 from policies import PolicyError, entry, names
 from simcore import CostError
+
+DEFAULT_POLICY = "sd"  # the schedule a single run takes without --policy
 
 
 class UserError(Exception):
@@ -207,12 +209,6 @@ RUN_EXAMPLES = {"contention": "contention=on", "prompt_tokens": "prompt_tokens=1
                 "prefill_chunk": "prefill_chunk=512", "stack": "stack=hf-eager"}
 
 
-# Tokens generated per sequence when --tokens is not given: one default for the
-# simulated commands (simulate, compare); a measured run's is smaller (real decoding
-# on a CPU runs at tens of tokens a second).
-SIM_TOKENS = 1000
-
-
 def add_run_arguments(p, *, tokens_default: int = SIM_TOKENS,
                       token_flags: tuple[str, ...] = ("--tokens",), tokens_type=int,
                       measured: bool = False) -> None:
@@ -226,8 +222,8 @@ def add_run_arguments(p, *, tokens_default: int = SIM_TOKENS,
                                    "model (--policy sd: --set n, n_min, search, gamma; "
                                    "--policy tree: its continuations as siblings, --set "
                                    "width, depth, nodes)")
-    p.add_argument("--policy", default="sd", help=f"schedule: {', '.join(names())} "
-                   "(default: sd)")
+    p.add_argument("--policy", default=DEFAULT_POLICY, help=f"schedule: "
+                   f"{', '.join(names())} (default: {DEFAULT_POLICY})")
     set_help = ("policy parameter (gamma=5; --policy tree: tree=4,2,2,1, or width=4 "
                 "depth=5 nodes=32, rank_alphas=0.6,0.2), acceptance model (alpha=0.8, "
                 "alphas=0.9,0.8, histogram=0.2,0.3,0.5, trace=PATH) or run option "

@@ -21,7 +21,7 @@ import time
 
 from analyses.run.api import run_schedule, simulate
 from analyses.run.config import RunConfig
-from analyses.laws.forms import ppsd as ppsd_law
+from policies.ppsd import ppsd_law
 
 COMMANDS = {
     "ppsd": (RunConfig(platform="a100-sxm-8x", target="vicuna-7b", policy="ppsd",

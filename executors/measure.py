@@ -25,11 +25,11 @@ from policies import entry, ngram
 from policies.base import baseline_of
 from policies.runs.breakdown import breakdown
 from policies.runs.config import RunSettings
-from policies.runs.files import (Span, add_speedup, claim_new_dir, default_run_dir, retire_run,
-                                 run_metrics)
+from policies.runs.files import Span, claim_new_dir, default_run_dir, retire_run
+from policies.runs.metrics import add_speedup, run_metrics
 from hwprofiles import ProfileError, load_model
 from hwprofiles.loader import list_names
-from hwprofiles.files import atomic_write_text
+from hwprofiles.writing import atomic_write_text
 from policies.runs.measured import write_measured_run
 from policies.traces import held_rows
 

@@ -7,8 +7,8 @@ lacked, catch-up included), the others one each, unless it asks for
 ``head_tokens=1`` (one pass over its positions, one token sampled) or its one
 pass emits them through multi-token heads (``multi_token`` = k, whose k heads
 cost as k projected positions). A sampled or top-k head projects one position
-per row. The coordinator's commands sample ``n_tokens`` steps (``FwdCmd.steps``)
-or emit through the heads (``FwdCmd.ahead``) accordingly; calibration
+per row. The coordinator's commands sample ``sampled_steps`` steps
+(``FwdCmd.steps``) or emit through the heads (``FwdCmd.ahead``); calibration
 (``analyses.calibrate.terms``) costs measured Forwards by it, and a replay
 (``analyses.measured.executorwork``) rewrites simulated ones into it, both from
 the fields a measured span records (``n_fed``, ``multi_token``).
@@ -18,6 +18,13 @@ Pure Python: importing it loads no torch.
 from __future__ import annotations
 
 
+def sampled_steps(n_tokens: int, emit: str | None, head_tokens: int | None) -> int:
+    """The passes a Forward of ``n_tokens`` tokens runs to sample them one a pass:
+    ``n_tokens`` where it samples, unless its head projects one position
+    (``head_tokens=1``: one pass over its positions); one otherwise."""
+    return n_tokens if emit == "sample" and head_tokens != 1 else 1
+
+
 def executor_passes(n_tokens: int, n_fed: int, emit: str | None, head: str | None,
                     head_tokens: int | None,
                     multi_token: int = 0) -> tuple[tuple[int, ...], int | None]:
@@ -25,9 +32,8 @@ def executor_passes(n_tokens: int, n_fed: int, emit: str | None, head: str | Non
     a Forward of ``n_tokens`` tokens that fed ``n_fed`` positions per row."""
     if multi_token:
         return (n_fed,), multi_token
-    stepped = emit == "sample" and head_tokens != 1
     head_rows = 1 if head and emit in ("sample", "topk") else head_tokens
-    return (n_fed,) + (1,) * ((n_tokens - 1) if stepped else 0), head_rows
+    return (n_fed,) + (1,) * (sampled_steps(n_tokens, emit, head_tokens) - 1), head_rows
 
 
 def span_passes(op: dict) -> tuple[tuple[int, ...], int | None]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hwprofiles.files import regular_input
+from hwprofiles.reading import regular_input
 
 DATA = Path(__file__).resolve().parent / "data"
 

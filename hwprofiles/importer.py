@@ -17,8 +17,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from hwprofiles.files import (DuplicateKey, json_loads, refuse_long_integers,
-                                   regular_input)
+from hwprofiles.reading import DuplicateKey, json_loads, refuse_long_integers, regular_input
 from hwprofiles.loader import MAX_PROFILE_BYTES, ProfileError, printable
 from hwprofiles.models import BITS, ModelSpec
 

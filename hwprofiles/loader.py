@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from hwprofiles.files import YamlLoader, refuse_long_integers, regular_input
+from hwprofiles.reading import YamlLoader, refuse_long_integers, regular_input
 from hwprofiles.schema import ModelSpec, Platform
 from hwprofiles.stacks import Stack
 

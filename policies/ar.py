@@ -28,7 +28,7 @@ class ARParams(PolicyParams):
         return {"pipeline_layers": stage_layers}
 
 
-@register("ar", ARParams)
+@register("ar", ARParams, fits_profile=True)
 def ar(ctx: PolicyContext, params: ARParams):
     """Autoregressive baseline: one full target forward per token."""
     if params.pipeline_layers is not None:

@@ -34,13 +34,14 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pydantic import ValidationError
 
 from hwprofiles.numbers import StrictModel
 from hwprofiles.models import MAX_LAYERS, ModelSpec
+from policies.declared import Default, LawView, Tuned
 
 
 # all-reduces per draft step: two per layer of the deepest model a profile may hold
@@ -203,13 +204,22 @@ class PolicyEntry:
     timeline: Callable[[list], dict] | None = None
     outcome_models: Callable[[PolicyContext, PolicyParams], OutcomeModels] | None = None
     law_terms: Callable[[LawCosts, PolicyContext, PolicyParams], Any] | None = None
+    tuned: Tuned | None = None
+    laws: dict[str, Callable[..., dict]] = field(default_factory=dict)
+    law_views: tuple[LawView, ...] = ()
+    defaults: tuple[Default, ...] = ()
+    baseline_words: str = ""
+    fits_profile: bool = False
 
 
 REGISTRY: dict[str, PolicyEntry] = {}
 
 
+AR = "ar"  # the autoregressive schedule: the baseline a speedup is measured against
+
+
 def _plain_ar(_params: PolicyParams) -> tuple[str, dict]:
-    return "ar", {}
+    return AR, {}
 
 
 def register(name: str, params: type[PolicyParams], *, needs_draft: bool = False,
@@ -218,7 +228,8 @@ def register(name: str, params: type[PolicyParams], *, needs_draft: bool = False
              timeline: Callable[[list], dict] | None = None,
              outcome_models: Callable[[PolicyContext, PolicyParams], OutcomeModels]
              | None = None,
-             law_terms: Callable[[LawCosts, PolicyContext, PolicyParams], Any] | None = None):
+             law_terms: Callable[[LawCosts, PolicyContext, PolicyParams], Any] | None = None,
+             **declared):
     """Register ``fn(ctx, params) -> generator`` under a user-facing name.
 
     ``baseline(params)`` names the autoregressive run a speedup is measured
@@ -234,13 +245,18 @@ def register(name: str, params: type[PolicyParams], *, needs_draft: bool = False
     closed forms), whose ``metrics()`` are what a deterministic, fixed-context
     run at those terms measures (``tests/test_law_terms.py`` checks them);
     none: the schedule has no latency law to draw.
+    ``declared``: what comparing the schedule reads (``policies.declared``):
+    ``tuned`` (a ``Tuned``), ``laws`` (closed forms by name), ``law_views`` (its
+    ``LawView`` figures), ``defaults`` (``Default`` settings a comparison fills in),
+    ``baseline_words`` (its baseline in words, where not plain AR) and
+    ``fits_profile`` (calibration fits a profile to its runs by default).
     """
 
     def wrap(fn):
         summary = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
         REGISTRY[name] = PolicyEntry(name, fn, params, needs_draft, streams_weights,
                                      summary, baseline, timeline, outcome_models,
-                                     law_terms)
+                                     law_terms, **declared)
         return fn
 
     return wrap
@@ -324,12 +340,17 @@ def names() -> list[str]:
     return sorted(set(SCHEDULES) | set(REGISTRY))
 
 
+def entries() -> list[PolicyEntry]:
+    """Every schedule's entry, by name (each shipped schedule's module imported)."""
+    return [entry(name) for name in names()]
+
+
 # law terms -------------------------------------------------------------------
 # A schedule exports the terms its closed form takes next to the schedule
 # (``register(..., law_terms=fn)``, ``fn(costs, ctx, params)``): which passes,
-# messages and acceptance means make up its step, priced by ``costs``. The
-# schedules sit below the simulator's cost model and the closed-form laws, so
-# they receive both through this interface instead of importing them;
+# messages and acceptance means make up its step, priced by ``costs``, and its
+# closed form evaluates them. The schedules sit below the simulator's cost model,
+# so they receive it through this interface instead of importing it;
 # ``analyses.laws.terms.Scenario`` answers it over the roofline cost model for
 # one run's configuration. Times are seconds, sizes bytes.
 class LawCosts(Protocol):
@@ -364,6 +385,3 @@ class LawCosts(Protocol):
     def mean_accepted(self, gamma: int, scale: float | None = None) -> float:
         """The run's acceptance model's mean accepted drafts of gamma proposals,
         each acceptance multiplied by ``scale`` when given."""
-
-    def closed_form(self, name: str) -> Callable[..., dict]:
-        """The closed-form law of that name (``analyses.laws.forms``)."""

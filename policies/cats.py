@@ -59,8 +59,10 @@ from typing import Literal
 
 from pydantic import Field
 
+from hwprofiles.models import ModelSpec
 from policies.base import (LawCosts, OutcomeModels, PolicyContext, PolicyError, VerifyModel,
                            register)
+from policies.declared import Count, Default, LawView, Positive, Tuned, check
 from policies.flashstream import FlashStreamer, Plan, StreamParams, plan_memory, target_pass
 from policies.ops import SAMPLE, Feed, Forward, Head, TopK, Verify
 
@@ -113,6 +115,33 @@ class _Ledger:
                 "streamed_layers": self.plan.n_layers - self.plan.resident}
 
 
+# closed forms (``hetspec law``) ------------------------------------------------
+def cats_law(layer_gb: Positive, n_layers: Count, gamma: Count, l_dm: Count,
+         mean_accepted: Positive, l_sv: Count | None = None) -> dict:
+    """Bytes of decoder weights read per committed token:
+    CATS (gamma B_DM + B_SV + B_target)/(beta+1); without l_sv, Kangaroo
+    (gamma B_DM + B_all)/(beta+1). mean_accepted is beta+1."""
+    check(layer_gb > 0, "layer_gb must be > 0")
+    check(1 <= l_dm < n_layers, "l_dm must lie in [1, n_layers)")
+    check(gamma >= 1, "gamma (draft passes per cycle) must be >= 1")
+    check(1 <= mean_accepted <= gamma + 1,
+           "mean_accepted (tokens committed per cycle, bonus included) must lie in "
+           "[1, gamma + 1]")
+    b_dm = l_dm * layer_gb
+    if l_sv is None:
+        per_cycle = gamma * b_dm + n_layers * layer_gb
+    else:
+        check(l_dm < l_sv < n_layers, "l_sv must lie in (l_dm, n_layers)")
+        per_cycle = gamma * b_dm + (l_sv - l_dm) * layer_gb + (n_layers - l_sv) * layer_gb
+    return {"bytes_per_token_gb": per_cycle / mean_accepted, "bytes_per_cycle_gb": per_cycle}
+
+
+def kangaroo_law(layer_gb: Positive, n_layers: Count, gamma: Count, l_dm: Count,
+             mean_accepted: Positive) -> dict:
+    """Kangaroo's two-stage bytes per token (draft 1..L_DM, verify all N layers)."""
+    return cats_law(layer_gb, n_layers, gamma, l_dm, mean_accepted)
+
+
 # law terms ---------------------------------------------------------------------
 @dataclass(frozen=True)
 class StreamTerms:
@@ -151,31 +180,46 @@ def ar_stream_law_terms(costs: LawCosts, ctx: PolicyContext,
 
 
 def _staged_terms(costs: LawCosts, ctx: PolicyContext, params: KangarooParams, policy: str,
-                  law_args: tuple) -> StreamTerms:
-    """A staged schedule's terms: its law ``policy`` (``analyses.laws.forms``)
-    at the run's mean tokens per cycle, with ``law_args`` after it."""
+                  law, law_args: tuple) -> StreamTerms:
+    """A staged schedule's terms: its closed form ``law`` at the run's mean tokens
+    per cycle, with ``law_args`` after it."""
     n, layer_gb = ctx.target.n_layers, ctx.target.layer_bytes / 1e9
     mean = params.mean_accepted or 1 + costs.mean_accepted(params.gamma)
-    law = costs.closed_form(policy)(layer_gb, n, params.gamma, params.l_dm, mean, *law_args)
-    return StreamTerms(policy, params, ctx, layer_gb, mean, law["bytes_per_token_gb"])
+    found = law(layer_gb, n, params.gamma, params.l_dm, mean, *law_args)
+    return StreamTerms(policy, params, ctx, layer_gb, mean, found["bytes_per_token_gb"])
 
 
 def kangaroo_law_terms(costs: LawCosts, ctx: PolicyContext,
                        params: KangarooParams) -> StreamTerms:
     """Kangaroo's two stages: gamma drafts over 1..L_DM, a verify over all layers."""
-    return _staged_terms(costs, ctx, params, "kangaroo", ())
+    return _staged_terms(costs, ctx, params, "kangaroo", kangaroo_law, ())
 
 
 def cats_law_terms(costs: LawCosts, ctx: PolicyContext,
                    params: CATSParams) -> StreamTerms:
     """CATS' three stages; the law's total does not depend on L_SV (any valid
     one gives it)."""
-    return _staged_terms(costs, ctx, params, "cats", (params.l_sv or params.l_dm + 1,))
+    return _staged_terms(costs, ctx, params, "cats", cats_law, (params.l_sv or params.l_dm + 1,))
 
 
 # schedules ---------------------------------------------------------------------------
+# the three streaming schedules share their comparison's DRAM budget and law figure
+def _half_the_decoder_gb(target: ModelSpec) -> float:
+    """Half the target's decoder weights, in GB: the memory-limited regime."""
+    return round(0.5 * target.n_layers * target.layer_bytes / 1e9, 2)
+
+
+STREAM_BUDGET = Default("dram_budget_gb", _half_the_decoder_gb, meaning=(
+    "dram_budget_gb is the memory the weight-streaming schedules (cats, kangaroo, "
+    "ar_stream) keep resident: half the target's decoder weights unless --set gives it, "
+    "the memory-limited regime they are made for."))
+STREAM_VIEW = LawView("CATS: bytes per token vs DRAM budget", "dram_budget",
+                      along=("dram_budget_gb",))
+
+
 @register("ar_stream", StreamParams, streams_weights=True, baseline=_self_baseline,
-          law_terms=ar_stream_law_terms)
+          law_terms=ar_stream_law_terms, law_views=(STREAM_VIEW,), defaults=(STREAM_BUDGET,),
+          fits_profile=True)
 def ar_stream(ctx: PolicyContext, params: StreamParams):
     """Autoregressive decoding under a DRAM budget, streaming what does not fit."""
     plan = plan_memory(ctx, params, "ar_stream")
@@ -222,7 +266,8 @@ def _drafts(params: KangarooParams, batch: int, context: int):
 
 
 @register("kangaroo", KangarooParams, streams_weights=True, baseline=_stream_baseline,
-          outcome_models=stream_outcomes, law_terms=kangaroo_law_terms)
+          outcome_models=stream_outcomes, law_terms=kangaroo_law_terms, tuned=Tuned("gamma"),
+          laws={"kangaroo": kangaroo_law}, law_views=(STREAM_VIEW,), defaults=(STREAM_BUDGET,))
 def kangaroo(ctx: PolicyContext, params: KangarooParams):
     """Kangaroo: draft with layers 1..L_DM + adapter, verify with the whole model."""
     if params.l_dm >= ctx.target.n_layers:
@@ -252,7 +297,8 @@ def _kangaroo(ctx, params: KangarooParams, plan: Plan):
 
 
 @register("cats", CATSParams, streams_weights=True, baseline=_stream_baseline,
-          outcome_models=stream_outcomes, law_terms=cats_law_terms)
+          outcome_models=stream_outcomes, law_terms=cats_law_terms, tuned=Tuned("gamma"),
+          laws={"cats": cats_law}, law_views=(STREAM_VIEW,), defaults=(STREAM_BUDGET,))
 def cats(ctx: PolicyContext, params: CATSParams):
     """CATS: draft, shallow verifier and flash-streamed tree-masked target pass."""
     n = ctx.target.n_layers

@@ -93,6 +93,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from policies.base import EventModel, LawCosts, OutcomeModels, PolicyContext, register
+from policies.declared import LawView, NonNegative, Tuned, check
 from policies.ops import (ENTRY_BYTES, LM, SAMPLE, VERDICT_BYTES, Branch, Feed, Forward, Head,
                           OnTree, Outcome, Parallel, Roots, TopK, Transfer, Verify, rows_of)
 from policies.mirrorplan import MirrorParams, MirrorPlan, failing_rows, plan, skips
@@ -254,6 +255,32 @@ def mirror_outcomes(ctx: PolicyContext, params: MirrorParams) -> OutcomeModels:
     return {"reuse": EventModel(plan(ctx, params).omega)}
 
 
+# closed forms (``hetspec law``) ------------------------------------------------
+def mirror_law(t_prefix_s: NonNegative, t_suffix_s: NonNegative, t_draft_s: NonNegative,
+           t_rv_s: NonNegative | None = None, t_rv_ee_s: NonNegative = 0.0,
+           t_rv_fv_s: NonNegative = 0.0) -> dict:
+    """Mirror-SD eq. 10: T = T_t[1:le] + T_rv_ee + max(T_t[le+1:N], T_draft_gen) + T_rv_fv,
+    and appendix C's piecewise speedup over vanilla SD, T_SD = T_target + T_draft_gen."""
+    for name, v in (("t_prefix_s", t_prefix_s), ("t_suffix_s", t_suffix_s),
+                    ("t_draft_s", t_draft_s), ("t_rv_ee_s", t_rv_ee_s), ("t_rv_fv_s", t_rv_fv_s)):
+        check(v >= 0, f"{name} must be >= 0 seconds")
+    t_rv = t_rv_ee_s + t_rv_fv_s if t_rv_s is None else t_rv_s
+    check(t_rv >= 0, "t_rv_s must be >= 0 seconds")
+    check(t_prefix_s + t_suffix_s + t_draft_s + t_rv > 0,
+           "mirror needs a step that takes time: give t_prefix_s, t_suffix_s, t_draft_s "
+           "or t_rv_s a value > 0 seconds")
+    delta = t_suffix_s
+    t_target = t_prefix_s + t_suffix_s
+    t_mirror = t_prefix_s + max(delta, t_draft_s) + t_rv
+    if t_draft_s <= delta:
+        speedup = (t_target + t_draft_s) / (t_target + t_rv)
+    else:
+        speedup = (t_prefix_s + delta + t_draft_s) / (t_prefix_s + t_draft_s + t_rv)
+    return {"step_latency_s": t_mirror, "sd_step_latency_s": t_target + t_draft_s,
+            "speedup_vs_sd": speedup, "overlap_budget_s": delta,
+            "draft_hidden": t_draft_s <= delta, "mirror_wins": t_rv < min(delta, t_draft_s)}
+
+
 # law terms ---------------------------------------------------------------------
 @dataclass(frozen=True)
 class MirrorTerms:
@@ -268,7 +295,7 @@ class MirrorTerms:
     stall_share: float  # steps that wait for a fresh rollout (1 - Omega^B when stalling)
     plan: MirrorPlan
     shared: bool  # one device runs suffix and draft in turn: no overlap budget
-    closed_form: Callable[..., dict]  # eq. 10 (analyses.laws.forms.mirror)
+    closed_form: Callable[..., dict]  # eq. 10 (mirror_law above)
     startup_share: float = 0.0  # the start-up rollout spread over a run's steps
 
     @property
@@ -315,11 +342,13 @@ def mirror_law_terms(costs: LawCosts, ctx: PolicyContext,
                        rv_fv, rollout(b) + costs.trip_s("draft", "target",
                                                         b * g * ENTRY_BYTES),
                        (1 - p.omega ** b) if stall else 0.0, p, costs.shared(),
-                       costs.closed_form("mirror"))
+                       mirror_law)
 
 
 @register("mirror", MirrorParams, needs_draft=True, timeline=mirror_timeline,
-          outcome_models=mirror_outcomes, law_terms=mirror_law_terms)
+          outcome_models=mirror_outcomes, law_terms=mirror_law_terms, tuned=Tuned("gamma"),
+          laws={"mirror": mirror_law},
+          law_views=(LawView("Mirror-SD: the knee at Δ", "knee"),))
 def mirror(ctx: PolicyContext, params: MirrorParams):
     """Mirror-SD: a branch-complete draft window on a second accelerator, hidden
     under the target's suffix layers."""

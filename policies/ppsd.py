@@ -43,8 +43,9 @@ from typing import Literal
 from pydantic import Field
 
 from policies.base import LawCosts, PolicyContext, PolicyError, PolicyParams, register
+from policies.declared import Count, LawView, Positive, Probability, Tuned, check
 from policies.ops import LM, SAMPLE, TOKEN_BYTES, Feed, Forward, Head, Join, Spawn, Transfer, Verify
-from policies.sd import SDTerms
+from policies.sd import SDTerms, eesd_cost, expected_tokens
 
 EXIT_HEADS = {"norm": "exit", "transformer": "exit_layer"}
 
@@ -130,6 +131,38 @@ def _pipelined_baseline(p: PPSDParams) -> tuple[str, dict]:
     return "ar", {"pipeline_layers": p.exit_layer}
 
 
+# closed forms (``hetspec law``) ------------------------------------------------
+def ppsd_law(n_layers: Count, exit_layer: Count, alpha: Probability,
+         gamma: Count | None = None) -> dict:
+    """PPSD eq. 6 rho* = N / (aE + (1-a) ceil(N/E) E); with gamma also EESD eq. 4
+    rho = (1-a^(g+1)) N / ((1-a)(gE + N)), the eq. 5 bound on a_all and eq. 7 lambda."""
+    check(1 <= exit_layer <= n_layers, "exit_layer must lie in [1, n_layers]")
+    check(0 <= alpha <= 1, "alpha must lie in [0, 1]")
+    n, e = n_layers, exit_layer
+    rho_star = n / (alpha * e + (1 - alpha) * math.ceil(n / e) * e)
+    out = {"speedup": rho_star, "stages": math.ceil(n / e)}
+    if gamma is not None:
+        check(gamma >= 1, "gamma must be >= 1")
+        tokens = expected_tokens(alpha, gamma)
+        rho = tokens * n / (gamma * e + n)
+        bound = 1.0 if alpha == 1 else alpha * (1 - alpha ** gamma) / ((1 - alpha) * gamma)
+        out.update({"eesd_speedup": rho, "alpha_all_bound": bound, "lambda": rho_star / rho})
+    return out
+
+
+def ppsd_cost(alpha: Probability, t_ar_s: Positive, t_match_s: Positive,
+              t_flush_s: Positive) -> dict:
+    """PPSD eq. 6 with step times from the cost model: each token leaving the
+    pipeline commits one, one bottleneck stage time ``t_match_s`` after the one
+    before it on a match, the pipeline's refill ``t_flush_s`` (correction
+    message, every stage, every activation hop, the heads) on a mismatch:
+    rho* = T_AR / (a T_match + (1-a) T_flush). With layer times only (T_AR = N,
+    T_match = E, T_flush = ceil(N/E) E) it is eq. 6."""
+    check(0 <= alpha <= 1, "alpha must lie in [0, 1]")
+    per_token = alpha * t_match_s + (1 - alpha) * t_flush_s
+    return {"speedup": t_ar_s / per_token, "time_per_token_s": per_token}
+
+
 # law terms ---------------------------------------------------------------------
 @dataclass(frozen=True)
 class PPSDTerms:
@@ -140,12 +173,16 @@ class PPSDTerms:
     t_match_s: float  # between two outputs on a match (the bottleneck)
     t_flush_s: float  # from a mismatch to its correction's output
     match_rate: float  # every row's draft matches: alpha^batch
-    closed_form: Callable[..., dict]  # eq. 6 with step times (analyses.laws.forms.ppsd_cost)
+    closed_form: Callable[..., dict]  # eq. 6 with step times (ppsd_cost above)
 
     def ppsd(self, match_rate: float | None = None) -> dict:
         """Eq. 6 with these times, at the run's match rate or the one given."""
         rate = self.match_rate if match_rate is None else match_rate
         return self.closed_form(rate, self.t_ar_s, self.t_match_s, self.t_flush_s)
+
+    def curve(self, match_rate: float) -> float:
+        """The law view's curve (``COST_VIEW``): the speedup at a match rate."""
+        return self.ppsd(match_rate)["speedup"]
 
     def metrics(self) -> dict:
         """What a deterministic run at these terms measures: its speedup over its
@@ -195,7 +232,7 @@ def ppsd_law_terms(costs: LawCosts, ctx: PolicyContext, params: PPSDParams) -> P
     match, flush, t_ar = _pipeline_s(costs, ctx, params.exit_layer, head)
     alpha = costs.mean_accepted(1)  # P(one draft matches)
     return PPSDTerms(t_ar, match, flush, alpha ** costs.batch,
-                     costs.closed_form("ppsd_cost"))
+                     ppsd_cost)
 
 
 def eesd_law_terms(costs: LawCosts, ctx: PolicyContext, params: EESDParams) -> SDTerms:
@@ -207,11 +244,25 @@ def eesd_law_terms(costs: LawCosts, ctx: PolicyContext, params: EESDParams) -> S
                 for i in range(params.gamma))
     return SDTerms(costs.target_s((0, n), 1, "lm"), draft,
                    costs.target_s((0, n), params.gamma + 1, "lm"), params.gamma,
-                   costs.closed_form("eesd_cost"))
+                   eesd_cost)
 
 
-@register("ppsd", PPSDParams, baseline=_pipelined_baseline,
-          law_terms=ppsd_law_terms)
+EQ6_VIEW = LawView("PPSD: speedup vs α and E", "exit_family", law=ppsd_law, note=(
+    "PPSD's simulated runs are not plotted on eq. 6, which counts layer times only; they "
+    "also pay the exit head and the links between stages. The second PPSD figure draws "
+    "eq. 6 with the cost model's times, on which deterministic runs lie within 0.5%."))
+COST_VIEW = LawView(
+    "PPSD: speedup vs match rate, cost-model times", "curve", x="match_rate",
+    y="speedup_vs_ar", along=("alpha",),
+    heading="PPSD law with the cost model's times: speedup vs match rate<br><sup>T_AR / "
+            "(p T_match + (1-p) T_flush): stage 0 with the exit head, the last stage with "
+            "the LM head, activation hops and the refill after a mismatch</sup>",
+    x_title="match rate p (every row's draft matches)", y_title="speedup vs AR")
+
+
+@register("ppsd", PPSDParams, baseline=_pipelined_baseline, law_terms=ppsd_law_terms,
+          laws={"ppsd": ppsd_law, "ppsd_cost": ppsd_cost}, law_views=(EQ6_VIEW, COST_VIEW),
+          baseline_words="AR through the same stages")
 def ppsd(ctx: PolicyContext, params: PPSDParams):
     """Pipeline-parallel early-exit SD: verify-while-draft over ceil(N/E) stages."""
     _check_exit(ctx, params.exit_layer, "ppsd")
@@ -251,7 +302,8 @@ def ppsd(ctx: PolicyContext, params: PPSDParams):
             "flushed_tokens": flushed}
 
 
-@register("eesd", EESDParams, law_terms=eesd_law_terms)
+@register("eesd", EESDParams, law_terms=eesd_law_terms, tuned=Tuned("gamma"),
+          laws={"eesd_cost": eesd_cost})
 def eesd(ctx: PolicyContext, params: EESDParams):
     """Sequential early-exit SD: gamma drafts from the first E layers, one verify."""
     n = _check_exit(ctx, params.exit_layer, "eesd")

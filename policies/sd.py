@@ -39,6 +39,7 @@ from pydantic import Field, model_validator
 
 from policies.base import (MAX_COLLECTIVES, EventModel, LawCosts, OutcomeModels, PolicyContext,
                            PolicyError, PolicyParams, register)
+from policies.declared import Count, NonNegative, Positive, Probability, Tuned, check
 from policies.ops import (CATCH_UP, LM, OWN, SAMPLE, TOKEN_BYTES, VERDICT_BYTES, Branch, Forward,
                           Found, Head, LOOKUP_MAX_N, Lookup, Transfer, Verify)
 
@@ -114,6 +115,37 @@ def expected_tokens(alpha: float, gamma: int) -> float:
     return 1.0 + expected_accepted(alpha, gamma)
 
 
+# closed forms (``hetspec law``) ------------------------------------------------
+def leviathan(alpha: Probability, gamma: Count, c: NonNegative = 0.0,
+              c_hat: NonNegative | None = None) -> dict:
+    """Vanilla SD (Leviathan et al. 2023): expected tokens per step, walltime
+    speedup (1-a^(g+1))/((1-a)(g c+1)) and operations factor
+    (1-a)(g c_hat + g + 1)/(1-a^(g+1)); c_hat defaults to c."""
+    check(0 <= alpha <= 1, "alpha must lie in [0, 1]; set --set alpha=0.8 for example")
+    check(gamma >= 1 and int(gamma) == gamma, "gamma must be an integer >= 1")
+    check(c >= 0, "c (draft/target step-time ratio) must be >= 0")
+    check(c_hat is None or c_hat >= 0, "c_hat (draft/target cost ratio) must be >= 0")
+    gamma = int(gamma)
+    c_hat = c if c_hat is None else c_hat
+    expected = expected_tokens(alpha, gamma)
+    return {"expected_tokens_per_step": expected,
+            "speedup": expected / (gamma * c + 1),
+            "operations_factor": (gamma * c_hat + gamma + 1) / expected}
+
+
+def eesd_cost(alpha: Probability, gamma: Count, t_ar_s: Positive, t_draft_s: NonNegative,
+              t_verify_s: Positive) -> dict:
+    """EESD eq. 4 with step times from the cost model: gamma exit-head drafts (their
+    total ``t_draft_s``) and one verify of gamma + 1 positions per step:
+    rho = E[tokens] T_AR / (T_draft + T_verify). With layer times only
+    (T_draft = gamma E, T_verify = T_AR = N) it is eq. 4."""
+    check(0 <= alpha <= 1, "alpha must lie in [0, 1]")
+    tokens = expected_tokens(alpha, gamma)
+    step = t_draft_s + t_verify_s
+    return {"speedup": tokens * t_ar_s / step, "expected_tokens_per_step": tokens,
+            "step_latency_s": step}
+
+
 def draft_source(ctx: PolicyContext, draft_layers: int | None, policy: str):
     """(model role, layer range, head) of the draft: separate model or early exit."""
     if draft_layers is None:
@@ -140,7 +172,7 @@ class SDTerms:
     t_draft_s: float
     t_verify_s: float
     gamma: int
-    closed_form: Callable[..., dict]  # eq. 4 with step times (analyses.laws.forms.eesd_cost)
+    closed_form: Callable[..., dict]  # eq. 4 with step times (eesd_cost above)
 
     @property
     def c(self) -> float:
@@ -169,11 +201,11 @@ def sd_law_terms(costs: LawCosts, ctx: PolicyContext, params: SDParams) -> SDTer
     trips = (costs.trip_s("draft", "target", b * g * TOKEN_BYTES)
              + costs.trip_s("target", "draft", b * VERDICT_BYTES))
     return SDTerms(costs.target_s((0, n), 1, "lm"), drafts + trips,
-                   costs.target_s((0, n), g + 1, "lm"), g, costs.closed_form("eesd_cost"))
+                   costs.target_s((0, n), g + 1, "lm"), g, eesd_cost)
 
 
-@register("sd", SDParams, outcome_models=outcome_models,
-          law_terms=sd_law_terms)
+@register("sd", SDParams, outcome_models=outcome_models, law_terms=sd_law_terms,
+          tuned=Tuned("gamma"), laws={"leviathan": leviathan}, fits_profile=True)
 def sd(ctx: PolicyContext, params: SDParams):
     """Vanilla speculative decoding: gamma serial draft steps, one target verify."""
     if params.proposer == "ngram":

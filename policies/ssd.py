@@ -81,6 +81,7 @@ import numpy as np
 
 from policies.base import (EventModel, LawCosts, OutcomeModels, PolicyContext, VerifyModel,
                            register)
+from policies.declared import Count, Default, LawView, NonNegative, Probability, Tuned, check
 from policies.ops import (ENTRY_BYTES, LM, VERDICT_BYTES, Branch, Delay, Fanout, Feed, Forward,
                           Join, OnTree, Outcome, Sample, Spawn, Transfer, Verify, rows_of)
 from policies.ssdplan import SSDParams, SSDPlan, plan
@@ -250,6 +251,29 @@ def ssd_timeline(spans) -> dict:
             "fallback_time_s": fallback}
 
 
+# closed forms (``hetspec law``) ------------------------------------------------
+def ssd_law(hit_rate: Probability, e_hit: NonNegative, e_miss: NonNegative, t_p: NonNegative,
+        t_b: NonNegative, batch: Count = 1) -> dict:
+    """SSD expected speedup over AR, times normalised by the verify time, per row
+    hit rate p over a batch of B rows: a row that hits keeps its cached
+    speculation (E_hit tokens), a row that misses takes the backup's (E_miss),
+    and a round waits for a backup unless every row hit (chance p^B):
+    S = [p E_hit + (1-p) E_miss] / [p^B max(1, T_p) + (1-p^B)(1 + T_b)].
+    hit_rate: p, the chance one row's outcome was cached; e_hit, e_miss: tokens a
+    row commits per round (accepted + 1) from a cached or a backup speculation;
+    t_p: pre-speculation plus its trip back, t_b: the backup's latency, both in
+    verify times; batch: B rows per round."""
+    check(0 <= hit_rate <= 1, "hit_rate must lie in [0, 1]")
+    check(batch >= 1, "batch must be >= 1")
+    check(e_hit >= 0 and e_miss >= 0, "e_hit and e_miss must be >= 0 tokens")
+    check(t_p >= 0 and t_b >= 0, "t_p and t_b must be >= 0 (in verify times)")
+    p_all = hit_rate ** batch
+    tokens = hit_rate * e_hit + (1 - hit_rate) * e_miss
+    time = p_all * max(1.0, t_p) + (1 - p_all) * (1 + t_b)
+    return {"speedup": tokens / time, "all_hit_rate": p_all, "tokens_per_round": tokens,
+            "round_time_over_verify": time}
+
+
 # law terms ---------------------------------------------------------------------
 SSD_CONTEXTS = 32  # parts of a run whose round times are averaged (context grows)
 
@@ -276,7 +300,7 @@ class SSDTerms:
     batch: int
     shared: bool  # one device: no pre-speculation during the verify, no law to match
     hit_rate: float  # the run's per-row hit rate
-    closed_form: Callable[..., dict]  # the SSD law (analyses.laws.forms.ssd)
+    closed_form: Callable[..., dict]  # the SSD law (ssd_law above)
 
     def mean_t_b(self, hit_rate: float, backup: str | None = None,
                  at_once: bool = False) -> float:
@@ -349,11 +373,20 @@ def ssd_law_terms(costs: LawCosts, ctx: PolicyContext, params: SSDParams) -> SSD
                     {"jit": jit_now, "fast": fast_now},
                     {"jit": e_hit, "fast": e_fast}, e_hit, p.backup, p.partial_hits,
                     p.k, p.fanout, costs.batch, costs.shared(), p.hit_row,
-                    costs.closed_form("ssd"))
+                    ssd_law)
+
+
+# a comparison's assumed per-row hit rate of the speculation cache
+HIT_RATE = Default("hit_rate", 0.7, unless=("r", "hit_trace"), meaning=(
+    "hit_rate is the SSD cache's chance that a round's verify outcome was pre-speculated: "
+    "an assumption unless --set hit_rate, r or hit_trace gives it."))
 
 
 @register("ssd", SSDParams, needs_draft=True, timeline=ssd_timeline,
-          outcome_models=ssd_outcomes, law_terms=ssd_law_terms)
+          outcome_models=ssd_outcomes, law_terms=ssd_law_terms, tuned=Tuned("k"),
+          laws={"ssd": ssd_law}, law_views=(LawView("SSD: speedup vs hit rate", "hit_rate",
+                                                     along=("hit_rate", "hit_trace")),),
+          defaults=(HIT_RATE,))
 def ssd(ctx: PolicyContext, params: SSDParams):
     """SSD/SAGUARO: the draft pre-speculates next-round outcomes during the verify."""
     return _schedule(ctx, plan(ctx, params))

@@ -28,7 +28,7 @@ from typing import Annotated
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
 
-from hwprofiles.files import regular_input
+from hwprofiles.reading import regular_input
 from policies.base import PolicyError
 
 # A measured run's JSON-lines files are a few MB at most (a Verify line is

@@ -68,6 +68,7 @@ from pydantic import Field, field_validator, model_validator
 
 from policies.base import (MAX_COLLECTIVES, OutcomeModels, PolicyContext, PolicyError,
                            PolicyParams, VerifyModel, register, validate_params)
+from policies.declared import Probability
 from policies.ops import (CATCH_UP, LM, OWN, TOKEN_BYTES, VERDICT_BYTES, Branch, Children,
                           Forward, Head, LOOKUP_MAX_N, TopK, Transfer, Verify)
 from policies.sd import (LOOKUP_GAMMA, LOOKUP_NODES, LOOKUP_WIDTH, draft_source, lookup_outcomes,
@@ -320,7 +321,44 @@ def tree_outcomes(ctx: PolicyContext, params: TreeParams) -> OutcomeModels:
     return {} if form is None else {"verify": VerifyModel(expected=form["expected_accepted"])}
 
 
-@register("tree", TreeParams, outcome_models=tree_outcomes)
+# the law (``hetspec law tree``) ---------------------------------------------------
+def tree_law(alpha: Probability | None = None,
+             alphas: Annotated[tuple[float, ...], Field(min_length=1)] | float | None = None,
+             tree: tuple[int, ...] | int | None = None, width: int | None = None,
+             depth: int | None = None, nodes: int | None = None,
+             rank_alphas: tuple[float, ...] | float | None = None,
+             temperature: float | None = None, target_top_mass: float | None = None,
+             c: Annotated[float, Field(ge=0)] = 0.0,
+             v: Annotated[float, Field(gt=0)] = 1.0) -> dict:
+    """Token tree: E[accepted] = sum over nodes of the product of sibling-rank
+    acceptances along its path (greedy, or sampled at ``temperature`` with the
+    target's ``target_top_mass``); speedup (E+1)/(passes c + v), c one draft pass and v the
+    tree verify over one target step."""
+    given = {k: x for k, x in (("tree", tree), ("width", width), ("depth", depth),
+                               ("nodes", nodes), ("rank_alphas", rank_alphas),
+                               ("temperature", temperature),
+                               ("target_top_mass", target_top_mass))
+             if x is not None}
+    try:
+        params = validate_params("tree", TreeParams, given)
+    except PolicyError as err:
+        raise ValueError(str(err).replace("policy 'tree'", "law 'tree'", 1)) from None
+    if alpha is not None and alphas is not None:
+        raise ValueError("law 'tree' takes alpha or alphas, not both; keep one")
+    if alpha is None and alphas is None and rank_alphas is None:
+        raise ValueError("law 'tree' needs the acceptance: give alpha (i.i.d.) or alphas "
+                         "(per depth), e.g. --set alpha=0.8")
+    if isinstance(alphas, float):  # one depth's alpha: --set alphas=0.9
+        alphas = (alphas,)
+    per_depth = [alpha if alpha is not None else 1.0] if alphas is None else list(alphas)
+    if any(not 0 <= a <= 1 for a in per_depth):
+        raise ValueError("law 'tree' parameter 'alphas': every alpha must lie in [0, 1]")
+    out = closed_form(params, per_depth)
+    out["speedup"] = out["expected_tokens_per_step"] / (out["draft_passes"] * c + v)
+    return out
+
+
+@register("tree", TreeParams, outcome_models=tree_outcomes, laws={"tree": tree_law})
 def tree(ctx: PolicyContext, params: TreeParams):
     """Token-tree speculation: a static or dynamic draft tree, one tree-masked verify."""
     if params.proposer == "ngram":
@@ -361,43 +399,3 @@ def _steps(ctx: PolicyContext, params: TreeParams, source: tuple, shape: tuple):
         done += verdict.tokens
         steps += 1
     return {"steps": steps, "tokens": done, "tree_nodes": n_nodes}
-
-
-# the law (``hetspec law tree``) ---------------------------------------------------
-Probability = Annotated[float, Field(ge=0, le=1)]
-
-
-def tree_law(alpha: Probability | None = None,
-             alphas: Annotated[tuple[float, ...], Field(min_length=1)] | float | None = None,
-             tree: tuple[int, ...] | int | None = None, width: int | None = None,
-             depth: int | None = None, nodes: int | None = None,
-             rank_alphas: tuple[float, ...] | float | None = None,
-             temperature: float | None = None, target_top_mass: float | None = None,
-             c: Annotated[float, Field(ge=0)] = 0.0,
-             v: Annotated[float, Field(gt=0)] = 1.0) -> dict:
-    """Token tree: E[accepted] = sum over nodes of the product of sibling-rank
-    acceptances along its path (greedy, or sampled at ``temperature`` with the
-    target's ``target_top_mass``); speedup (E+1)/(passes c + v), c one draft pass and v the
-    tree verify over one target step."""
-    given = {k: x for k, x in (("tree", tree), ("width", width), ("depth", depth),
-                               ("nodes", nodes), ("rank_alphas", rank_alphas),
-                               ("temperature", temperature),
-                               ("target_top_mass", target_top_mass))
-             if x is not None}
-    try:
-        params = validate_params("tree", TreeParams, given)
-    except PolicyError as err:
-        raise ValueError(str(err).replace("policy 'tree'", "law 'tree'", 1)) from None
-    if alpha is not None and alphas is not None:
-        raise ValueError("law 'tree' takes alpha or alphas, not both; keep one")
-    if alpha is None and alphas is None and rank_alphas is None:
-        raise ValueError("law 'tree' needs the acceptance: give alpha (i.i.d.) or alphas "
-                         "(per depth), e.g. --set alpha=0.8")
-    if isinstance(alphas, float):  # one depth's alpha: --set alphas=0.9
-        alphas = (alphas,)
-    per_depth = [alpha if alpha is not None else 1.0] if alphas is None else list(alphas)
-    if any(not 0 <= a <= 1 for a in per_depth):
-        raise ValueError("law 'tree' parameter 'alphas': every alpha must lie in [0, 1]")
-    out = closed_form(params, per_depth)
-    out["speedup"] = out["expected_tokens_per_step"] / (out["draft_passes"] * c + v)
-    return out

@@ -305,13 +305,11 @@ class Simulator:
         stream_host_gb_s.
 
         The read overlaps compute as far as the tier's ``stream_overlap_fraction``
-        lets it (``_overlap_channels``; 1 by default: fully). In the executor's
-        cpu-local runs of ar_stream (3,464 streams of one layer) compute ran during
-        streams for 5.5 s of its 12.8 s, as far as the schedule's buffer lets
-        prefetches run ahead. The executor reads with O_DIRECT into reused buffers
-        and installs views of them (``executors.backend.streaming``), so the core's
-        share of a stream is the read's own kernel work, ~1 ms of CPU per 14 MB
-        layer; the host rate stands for that work. A device's
+        lets it (``_overlap_channels``; 1 by default: fully), as far as the
+        schedule's buffer lets prefetches run ahead. The executor reads with O_DIRECT
+        into reused buffers and installs views of them
+        (``executors.backend.streaming``), so the core's share of a stream is the
+        read's own kernel work; the host rate stands for that work. A device's
         ``stream_dispatch_s`` is issuing the read: it takes the device's compute
         stream (FIFO: the executor's worker first finishes the Forward sent with
         it) before the read; the span starts after it, where a measured stream's

@@ -4,7 +4,7 @@ platforms and models added with them."""
 import pytest
 
 from analyses.run.api import SimConfig, baseline_config, simulate
-from analyses.laws.forms import ppsd as ppsd_law
+from policies.ppsd import ppsd_law
 from hwprofiles import load_model, load_platform
 from policies import PolicyContext, PolicyError, build
 

@@ -61,7 +61,7 @@ def test_n3_caps_together_are_refused_naming_the_product(tmp_path, monkeypatch):
 
 
 def test_n2_grid_is_refused_before_it_is_built(tmp_path, monkeypatch):
-    import analyses.commands.compare as command  # patched where it is bound, so that
+    import analyses.compare.api as command  # patched where it is bound, so that
     import analyses.compare.sweep as sweep  # no later test keeps the patch
 
     monkeypatch.chdir(tmp_path)
@@ -311,10 +311,10 @@ def test_a_grid_bounds_every_point_it_holds(policy, fixed, key, values):
 # The README's first command is a bare `hetspec compare` (the built-in scenario,
 # an M2 Ultra with no flash tier). Its weight-streaming schedules cannot run there
 # and are skipped at the cost of that failure, so the work budget leaves them out
-# (analyses.commands.compare.runnable); counted, they alone put the estimate at 15
+# (analyses.compare.scenario.runnable); counted, they alone put the estimate at 15
 # minutes over the 10-minute budget for a comparison that takes seconds.
 def test_the_readme_compare_runs_within_its_budget(tmp_path):
-    from analyses.commands.compare import runnable
+    from analyses.compare.scenario import runnable
 
     result = run_cli("compare", "-o", tmp_path / "report.html", "--json")
     assert result.rc == 0, result.err

@@ -11,7 +11,7 @@ import yaml
 from analyses.run.api import run_schedule, simulate
 from analyses.cli import main
 from analyses.run.config import SimConfig
-from analyses.laws.forms import cats as cats_law
+from policies.cats import cats_law
 from hwprofiles import load_model, load_platform
 from policies import PolicyContext, PolicyError, build
 

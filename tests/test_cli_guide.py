@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from analyses.cli import main
-from analyses.laws.forms import LAWS
+from analyses.laws.forms import laws
 from hwprofiles import list_names, load_platform
 from policies import entry, names
 from tests.hangguard import HANG_S
@@ -64,7 +64,7 @@ def test_law_help_lists_every_law_with_every_parameter(capsys):
     with pytest.raises(SystemExit):
         main(["law", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    for name, fn in LAWS.items():
+    for name, fn in laws().items():
         part = text.split(f" {name} ", 1)[1]
         params = part.split("parameters:", 1)[1]
         for key in inspect.signature(fn).parameters:

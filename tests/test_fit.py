@@ -5,7 +5,8 @@ from dataclasses import replace
 import pytest
 
 from analyses.run.api import SimConfig, run_models, simulate
-from analyses.commands.compare import DEFAULTS, required_defaults
+from analyses.commands.compare import DEFAULTS
+from analyses.compare.scenario import declared_defaults
 from analyses.run.memory import Run, check_fit, tier_needs
 from hwprofiles import list_names, load_model, load_platform
 from policies import entry, names, parse_params
@@ -135,7 +136,7 @@ def test_the_default_compare_scenario_fits(policy):
     base = dict(DEFAULTS)
     plat = load_platform(base["platform"])
     models = {"target": load_model(base["target"]), "draft": load_model(base["draft"])}
-    params = {k: v for k, v in required_defaults([policy], set(), base).items()
+    params = {k: v for k, v in declared_defaults([policy], set(), base).items()
               if k in entry(policy).params.model_fields}
     run = Run(policy, parse_params(policy, params), prompt_tokens=128, tokens=1000,
               streams_weights=entry(policy).streams_weights)

@@ -317,7 +317,7 @@ def test_a_key_given_twice_in_an_input_file_is_refused(tmp_path):
 
 
 def test_yaml_merge_keys_still_override():
-    from hwprofiles.files import YamlLoader
+    from hwprofiles.reading import YamlLoader
     import yaml
 
     data = yaml.load("base: &b {x: 1, y: 2}\nother:\n  <<: *b\n  y: 3\n", Loader=YamlLoader)

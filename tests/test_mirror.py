@@ -10,7 +10,7 @@ import pytest
 
 from analyses.run.api import SimConfig, simulate
 from analyses.laws.terms import law_terms
-from analyses.laws.forms import mirror as mirror_law
+from policies.mirror import mirror_law
 from hwprofiles import load_model, load_platform
 from policies import PolicyContext, PolicyError, build
 from simcore.acceptance import IID

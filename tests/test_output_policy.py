@@ -32,8 +32,7 @@ from analyses.run import outputs as policy
 from analyses.run.outputs import check_outputs, check_run_dir
 from policies.runs import files as run_files
 from policies.runs.files import claim_new_dir, free_name, retire_run
-from hwprofiles.files import (atomic_write_bytes, atomic_write_text, remove_stale_temps,
-                                    temp_prefix)
+from hwprofiles.writing import atomic_write_bytes, atomic_write_text, remove_stale_temps, temp_prefix
 from tests.clicases import assert_refused, digest, run_cli
 from tests.test_calibrate import make_measured_run
 from tests.hangguard import HANG_S
@@ -413,7 +412,7 @@ def _writer_script(target: Path, size: int, hold: bool) -> str:
     stops for good before the rename (to be killed there)."""
     return (
         "import os, sys, time\n"
-        "from hwprofiles import files\n"
+        "from hwprofiles import writing as files\n"
         f"hold = {hold!r}\n"
         "real = os.fsync\n"
         "def fsync(fd):\n"

@@ -13,7 +13,7 @@ from analyses.laws.forms import law
 from analyses.run.api import simulate
 from analyses.cli import main
 from analyses.run.config import SimConfig
-from analyses.laws.forms import ppsd as ppsd_law
+from policies.ppsd import ppsd_law
 from analyses.laws.terms import law_terms
 from hwprofiles import Platform, load_model
 from policies import PolicyContext, build

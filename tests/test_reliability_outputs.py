@@ -460,7 +460,7 @@ def test_a_link_within_its_directory_is_written_through(work):
 
 
 def test_a_killed_writers_temp_file_is_removed_by_the_next_write(work):
-    from hwprofiles.files import _temp_prefix, atomic_write_text
+    from hwprofiles.writing import _temp_prefix, atomic_write_text
 
     out = work / "report.html"
     dead = _dead_pid()
@@ -478,7 +478,7 @@ def test_a_killed_calibrations_scratch_directory_is_removed_by_the_next(tmp_path
                                                                         monkeypatch):
     import tempfile
 
-    from hwprofiles.files import scratch_dir
+    from hwprofiles.writing import scratch_dir
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with scratch_dir("calibrate") as first:

@@ -239,7 +239,7 @@ def _points_on_curves(figures) -> list[tuple[str, str, float, float]]:
 @pytest.mark.parametrize("name", list(LAW_GRIDS))
 def test_every_simulated_point_lies_on_its_law_curve(name):
     base, results = _law_grid(name)
-    figures, _ = law_figures(results, base, 4, 0.8)
+    figures, _ = law_figures(results, base)
     found = _points_on_curves(figures)
     assert len(found) == sum(POINTS_PER_RUN[r.point.policy] for r in results)
     for caption, label, simulated, law in found:
@@ -248,7 +248,7 @@ def test_every_simulated_point_lies_on_its_law_curve(name):
 
 def test_law_view_titles_name_the_run_and_its_terms():
     base, results = _law_grid("m2 default models")
-    figures, notes = law_figures(results, base, 4, 0.8)
+    figures, notes = law_figures(results, base)
     assert notes == []  # deterministic outcomes: no sampling-noise caveat
     titles = {caption: fig.layout.title.text for caption, fig in figures}
     ssd, mirror = titles["SSD: speedup vs hit rate"], titles["Mirror-SD: the knee at Δ"]
@@ -259,7 +259,7 @@ def test_law_view_titles_name_the_run_and_its_terms():
     # CATS and PPSD did not run here: their law views are not drawn
     assert set(titles) == {"SSD: speedup vs hit rate", "Mirror-SD: the knee at Δ"}
     base, results = _law_grid("a100 pipeline, heads and links")
-    figures, _ = law_figures(results, base, 4, 0.8)
+    figures, _ = law_figures(results, base)
     titles = {caption: fig.layout.title.text for caption, fig in figures}
     assert set(titles) == {"PPSD: speedup vs α and E",
                            "PPSD: speedup vs match rate, cost-model times"}
@@ -292,7 +292,7 @@ def test_ssd_runs_with_the_draft_on_the_targets_device_are_not_drawn():
     overlaps, which the SSD law assumes, so the figure says so and draws no run."""
     base = {**JETSON_DET, "draft": "qwen3-0.6b"}
     results = run_grid(expand_grid(["ssd"], [], {"hit_rate": 0.7}), base, jobs=1, quiet=True)
-    fig = dict(law_figures(results, base, 4, 0.8)[0])["SSD: speedup vs hit rate"]
+    fig = dict(law_figures(results, base)[0])["SSD: speedup vs hit rate"]
     assert "share a device" in fig.layout.title.text
     assert not [t for t in fig.data if t.meta and "on_curve" in t.meta]
 

@@ -136,7 +136,7 @@ def test_the_settings_every_layer_reads_are_typed_at_the_bottom():
     narrowed in place: the runtimes and the run metrics read the bottom type, and a
     record's fields keep their order."""
     from policies.runs.config import RunSettings
-    from policies.runs.files import run_metrics
+    from policies.runs.metrics import run_metrics
 
     config = RunConfig(**H100, params={"gamma": 6})
     assert isinstance(config, RunSettings)

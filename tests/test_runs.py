@@ -4,7 +4,8 @@ speedup over AR, baselines, measured spans."""
 from types import SimpleNamespace
 
 from policies.base import baseline_of
-from policies.runs.files import Span, add_speedup, elapsed_s, run_metrics
+from policies.runs.files import Span
+from policies.runs.metrics import add_speedup, elapsed_s, run_metrics
 from policies.runs.measured import MeasuredSpan
 
 CONFIG = SimpleNamespace(policy="sd", platform="p", target="t", draft="d", batch=2, seed=1,

@@ -3,7 +3,7 @@
 import pytest
 
 from analyses.run.api import SimConfig, simulate
-from analyses.laws.forms import leviathan
+from policies.sd import leviathan
 from analyses.laws.terms import law_terms
 from hwprofiles import load_model, load_platform
 from simcore import RooflineCost

@@ -14,7 +14,7 @@ import yaml
 
 from analyses.run.api import SimConfig, simulate
 from analyses.laws.terms import law_terms
-from analyses.laws.forms import ssd as ssd_law
+from policies.ssd import ssd_law
 from hwprofiles import load_model, load_platform
 from policies import PolicyContext, PolicyError, build
 from simcore.acceptance import IID

@@ -15,7 +15,7 @@ import torch
 
 from analyses.laws.forms import law
 from analyses.run.api import SimConfig, simulate
-from analyses.laws.forms import leviathan
+from policies.sd import leviathan
 from executors.backend import models
 from executors.backend.layers import Positions, Stack
 from hwprofiles import load_model, load_platform

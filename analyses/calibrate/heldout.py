@@ -16,12 +16,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from policies.base import AR
+
 TOKENS_GOAL = 0.25  # |error| of an absolute speed (tokens/s, ms/token) counted as "within"
 SPEEDUP_GOAL = 0.15  # |error| of a speedup counted as "within"
 
 
 def kind_of(row) -> str:
-    return "AR" if row.policy == "ar" else "speculative"
+    return "AR" if row.policy == AR else "speculative"
 
 
 def regime_of(row) -> tuple[str, str, str]:

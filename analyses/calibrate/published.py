@@ -48,9 +48,11 @@ from analyses.calibrate.unknowns import Unknown, check_row, check_rows, row_unkn
 from hwprofiles import Platform
 from hwprofiles.models import Bits
 from hwprofiles.numbers import StrictModel
+from policies.base import AR
 from simcore.acceptance import default as acceptance_default
 
 from analyses.calibrate.sources import MAX_PUBLISHED_BYTES  # noqa: F401  (importable here)
+
 PRIOR_WEIGHT = 1e-3  # log-units residual per log-unit a knob moves from its start
 UNKNOWN_STEP = 0.01  # relative difference step of a fitted unknown's transform
 MAX_STEP_S = 10.0  # a draft round slower than this is a unit mistake (ms for s)
@@ -65,7 +67,7 @@ class Measurement(StrictModel):
     hardware: str = Field(min_length=1)  # what was measured, in words
     target: str = Field(min_length=1)
     draft: str | None = None
-    policy: str = "ar"
+    policy: str = AR
     params: dict[str, Any] = Field(default_factory=dict)
     acceptance: dict[str, Any] = Field(default_factory=acceptance_default)
     batch: int = Field(1, ge=1)
@@ -105,7 +107,7 @@ class Measurement(StrictModel):
             raise ValueError(f"row {self.id} needs exactly one of tokens_per_s, speedup, "
                              "time_per_token_ms and batch_latency_s (what its source "
                              "printed); give one of them")
-        if self.policy == "ar" and (self.speedup is not None
+        if self.policy == AR and (self.speedup is not None
                                     or self.mean_accepted_tokens is not None):
             raise ValueError(f"row {self.id}: an ar row has no speedup or mean accepted "
                              "tokens; give tokens_per_s, or name the speculative policy")
@@ -113,7 +115,7 @@ class Measurement(StrictModel):
         if self.mean_accepted_tokens is not None and given:
             raise ValueError(f"row {self.id} gives both an acceptance and "
                              "mean_accepted_tokens; keep the one its source printed")
-        if self.policy != "ar" and not given and self.mean_accepted_tokens is None:
+        if self.policy != AR and not given and self.mean_accepted_tokens is None:
             raise ValueError(f"row {self.id}: a {self.policy} row needs the acceptance "
                              "its source measured (alpha or a histogram of accepted "
                              "lengths, mean_accepted_tokens, or {fit: KEY} to fit it); "

@@ -13,7 +13,7 @@ from analyses.calibrate.published import (DEFAULT_FIELDS, Knob, PublishedFit, me
                                 ranking_flips, rows_for, shipped_folder)
 from analyses.calibrate.session import profile_text
 from hwprofiles import Platform, load_platform
-from hwprofiles.files import atomic_write_text
+from hwprofiles.writing import atomic_write_text
 
 
 def _sourced(fitted: Platform, original: Platform, knobs: list[Knob], source: str):

@@ -23,8 +23,9 @@ from analyses.calibrate.terms import (Terms, apply, check_hold, fit, initial_val
 from analyses.measured.replay import (MeasuredRun, check_run_fits, find_runs, load_run,
                                       model_name, replay)
 from hwprofiles import Platform, load_platform
-from policies.runs.files import elapsed_s
-from hwprofiles.files import atomic_write_text, scratch_dir
+from policies.base import entries
+from policies.runs.metrics import elapsed_s
+from hwprofiles.writing import atomic_write_text, scratch_dir
 
 
 def _configuration(run: MeasuredRun) -> str:
@@ -202,8 +203,14 @@ def profile_text(platform: Platform, header: str) -> str:
     return text
 
 
+def profile_fitters() -> tuple[str, ...]:
+    """The schedules whose measured runs a calibration fits by default (registered
+    with ``fits_profile``); the others' runs are held out to test the fit."""
+    return tuple(found.name for found in entries() if found.fits_profile)
+
+
 def calibrate(runs_dir, profile: str, output, *,
-              fit_policies: tuple[str, ...] = ("ar", "ar_stream", "sd"),
+              fit_policies: tuple[str, ...] | None = None,
               fit_terms: tuple[str, ...] = (), accept_poor_fit: bool = False,
               hold: tuple[str, ...] = (), hold_repeats: bool = True,
               pace_per_run: bool = False, hold_fields: tuple[str, ...] = ()) -> dict:
@@ -211,7 +218,8 @@ def calibrate(runs_dir, profile: str, output, *,
     optional efficiency terms named in ``fit_terms`` are fitted too; runs named in
     ``hold`` are held out whatever their policy; ``hold_repeats``: of repeats of
     one configuration, every other one is held out (``split_runs``);
-    ``pace_per_run``: each fitting run gets its own pace (``costfit.Paces``);
+    ``fit_policies``: the schedules whose runs are fitted (None: those registered
+    with ``fits_profile``); ``pace_per_run``: each fitting run gets its own pace (``costfit.Paces``);
     ``hold_fields``: profile fields kept at the profile's values, not fitted. A fit the
     sanity gate refuses (``analyses.calibrate.fitgate``) raises ValueError and
     writes nothing, unless ``accept_poor_fit`` (the summary's ``problems``)."""
@@ -221,7 +229,8 @@ def calibrate(runs_dir, profile: str, output, *,
     for run in runs:
         check_run_fits(run, platform.name)
     check_same_models(runs)
-    fitting, held = split_runs(runs, list(fit_policies), hold, hold_repeats)
+    fitting, held = split_runs(runs, list(fit_policies or profile_fitters()), hold,
+                               hold_repeats)
     terms = Terms(platform)
     result = fit(platform, [t for run in fitting for t in terms.of_run(run)],
                  fixed=frozenset(hold_fields), fit_terms=frozenset(fit_terms),

@@ -26,7 +26,7 @@ import yaml
 from pydantic import Field, ValidationError
 
 from hwprofiles import DEFAULT_STACK
-from hwprofiles.files import YamlLoader, refuse_long_integers
+from hwprofiles.reading import YamlLoader, refuse_long_integers
 from hwprofiles.loader import list_names
 from hwprofiles.numbers import StrictModel
 

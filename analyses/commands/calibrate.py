@@ -6,7 +6,7 @@ import sys
 
 from analyses.calibrate.published import DEFAULT_FIELDS, load_published, rows_for, shipped_folder
 from analyses.calibrate.publishedcal import calibrate_published, of_stack
-from analyses.calibrate.session import calibrate
+from analyses.calibrate.session import calibrate, profile_fitters
 from analyses.calibrate.terms import check_fit_terms, check_hold
 from analyses.calibrate.unknowns import at_start
 from analyses.cli import emit_json
@@ -15,8 +15,6 @@ from analyses.run.budget import SIM_BUDGET_UNITS, allow_large_argument, check, r
 from analyses.run.measuredbudget import SPANS_BUDGET, published_estimate, runs_estimate
 from analyses.run.outputs import check_outputs, profile_inputs, runs_inputs
 from hwprofiles import ProfileError, load_platform
-
-FIT_POLICIES = "ar,ar_stream,sd"
 
 
 def register(sub) -> None:
@@ -134,8 +132,8 @@ def _calibrate(args) -> int:
             raise ValueError(f"{flag} applies to published rows; use it with --published, "
                              "not --runs (measured runs fit every field their spans "
                              "measure; --fit-terms adds the optional ones)")
-    policies = _items("--fit-policies", FIT_POLICIES if args.fit_policies is None
-                      else args.fit_policies)
+    policies = _items("--fit-policies", ",".join(profile_fitters())
+                      if args.fit_policies is None else args.fit_policies)
     if not policies:
         raise ValueError("--fit-policies is empty; name at least one, e.g. ar,sd")
     fit_terms = _items("--fit-terms", args.fit_terms)

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import argparse
 
-from analyses.cli import SIM_TOKENS, config_from_args, emit_json, paragraph
+from analyses.cli import DEFAULT_POLICY, SIM_TOKENS, config_from_args, emit_json, paragraph
 from analyses.commands import COMMANDS
 from analyses.compare.sweep import progress_bar
 from analyses.run.budget import Estimate, allow_large_argument, check, readable
 from analyses.run.capacity import checks_count, fit_report, layouts
 from analyses.run.config import MAX_PROMPT_TOKENS, parse_value, split_items
 from hwprofiles import load_platform
+from policies.base import AR
 
 DEFAULT_CONTEXTS = "8192"
 DEFAULT_BATCHES = "1"
@@ -79,7 +80,7 @@ def _sizes(text: str, option: str) -> list[int]:
 
 def fit_config(args):
     """The RunConfig whose memory check the search runs (batch and prompt vary)."""
-    policy = args.policy or ("sd" if args.draft else "ar")
+    policy = args.policy or (DEFAULT_POLICY if args.draft else AR)
     ns = argparse.Namespace(**{**vars(args), "policy": policy, "acceptance": None,
                                "batch": 1, "seed": 0})
     return config_from_args(ns, fixed_context=args.fixed_context)

@@ -8,8 +8,7 @@ import textwrap
 
 from analyses.cli import emit_json
 from analyses.commands import COMMANDS
-from analyses.laws.forms import LAWS
-from analyses.laws.forms import law
+from analyses.laws.forms import law, laws
 from analyses.run.config import parse_sets
 
 
@@ -29,7 +28,8 @@ def law_description(name: str, fn) -> str:
 
 
 def register(sub) -> None:
-    lines = "\n\n".join(law_description(name, fn) for name, fn in LAWS.items())
+    found = laws()
+    lines = "\n\n".join(law_description(name, fn) for name, fn in found.items())
     p = sub.add_parser("law", help=COMMANDS["law"],
                        description="Evaluate one schedule's closed-form law, as its paper\n"
                                    "states it. Pass each parameter with --set KEY=VALUE; a\n"
@@ -38,7 +38,7 @@ def register(sub) -> None:
                        epilog="example: hetspec law leviathan --set alpha=0.8 "
                               "--set gamma=5 --set c=0 --json\n"
                               "         hetspec law tree --set alpha=0.8 --set tree=4,2,2,1")
-    p.add_argument("name", choices=sorted(LAWS), help="which law")
+    p.add_argument("name", choices=sorted(found), help="which law")
     p.add_argument("--set", dest="sets", action="append", metavar="KEY=VALUE",
                    help="a law parameter (repeat)")
     p.add_argument("--json", action="store_true", help="print one JSON object")

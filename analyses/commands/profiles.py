@@ -13,7 +13,7 @@ from analyses.run.outputs import check_outputs
 from hwprofiles import list_names, load_model, load_platform, load_stack, validate_path
 from hwprofiles.importer import import_config
 from hwprofiles.loader import ProfileError, printable
-from hwprofiles.files import atomic_write_text
+from hwprofiles.writing import atomic_write_text
 
 
 def register(sub) -> None:

@@ -13,7 +13,7 @@ from analyses.run.budget import (SIM_BUDGET_UNITS, allow_large_argument, announc
                                  check, config_shape, plural, readable, sim_estimate)
 from analyses.run.measuredbudget import SPANS_BUDGET, spans_estimate
 from analyses.run.outputs import check_outputs, profile_inputs, run_inputs
-from hwprofiles.files import atomic_write_text
+from hwprofiles.writing import atomic_write_text
 
 
 def register(sub) -> None:

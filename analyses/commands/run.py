@@ -20,6 +20,7 @@ from analyses.run.outputs import check_run_dir, profile_inputs, set_inputs
 from executors.backend.models import draft_spec, spec_of
 from executors.prompts import SETS, load
 from hwprofiles import DEFAULT_STACK
+from policies.base import AR
 from policies.runs.files import claim_new_dir, default_run_dir
 from simcore.acceptance import KEYS
 
@@ -177,7 +178,7 @@ def _run(args) -> int:
     _measurable(config)
     check_used(config, executor_models(config))
     messages = load(args.prompts)
-    model_free = config.policy == "ar" or config.params.proposes_by_lookup
+    model_free = config.policy == AR or config.params.proposes_by_lookup
 
     def work(rounds: int):
         return run_estimate(len(messages), max_new, not args.no_baseline,

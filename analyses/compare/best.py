@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from analyses.compare.sweep import PointResult
 from policies import entry
-from policies.base import baseline_of
+from policies.base import AR, baseline_of
 
 
 def best_per_policy(results: list[PointResult]) -> dict[str, PointResult]:
@@ -42,9 +42,10 @@ def baseline_label(result: PointResult) -> str:
     """What a speedup is over, in words: AR, or the streaming or pipelined AR a
     schedule is measured against (ar_stream, AR through PPSD's stages)."""
     name = baseline_name(result)
-    if name == "ar" and result.point.policy == "ppsd":
-        return "AR through the same stages"
-    return {"ar": "AR", "itself": "AR"}.get(name, name)
+    words = entry(result.point.policy).baseline_words  # where not plain AR
+    if name == AR and words:
+        return words
+    return {AR: "AR", "itself": "AR"}.get(name, name)
 
 
 def scenario_of(result: PointResult, base: dict) -> tuple[str, int]:

@@ -1,6 +1,8 @@
 """The latency-law view of a scenario: closed forms fed with a run's own costs.
 
-Each figure draws one law of ``analyses.laws.forms`` with the terms the roofline cost
+A schedule declares its figures (``register(..., law_views=...)``, a ``LawView`` of
+``policies.declared`` each); a view's ``drawing`` picks one of ``DRAWINGS`` here.
+Each figure draws one schedule's closed form with the terms the roofline cost
 model predicts for a simulated run of the grid (its platform, models, batch,
 parameters and contexts: the prompt plus half the tokens, or SSD's round times
 averaged over the run) and plots that run's metrics in the law's units, so in
@@ -8,10 +10,7 @@ deterministic mode each simulated point lies on its curve (the terms come from
 its schedule, ``analyses.laws.terms``). A curve's trace has
 ``meta={"curve": key}``, a simulated point's ``{"on_curve": key}``. The curves
 of each policy's fastest run are shown, the grid's other settings are in the
-legend (hidden until clicked); where the grid ran no such policy the curve uses
-the policy's defaults and no point is plotted. PPSD's eq. 6 counts layer times
-only, so simulated PPSD runs (which pay heads and links) are plotted on a second
-figure: eq. 6 with the cost model's stage, head and link times.
+legend (hidden until clicked). A view is drawn only for schedules that ran.
 """
 
 from __future__ import annotations
@@ -19,22 +18,22 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import plotly.graph_objects as go
 
-from typing import TYPE_CHECKING
-
-from analyses.laws import forms as laws
-from analyses.laws.terms import law_terms
 from analyses.compare.sweep import Point, point_config
+from analyses.laws.terms import law_terms
 from hwprofiles import load_model
+from policies import entry
+from policies.declared import LawView
 
 if TYPE_CHECKING:
     from policies.cats import StreamTerms
     from policies.mirror import MirrorTerms
     from policies.ssd import SSDTerms
 
-STREAMING = ("cats", "kangaroo", "ar_stream")  # drawn on one figure: bytes per token
 LAYOUT = dict(template="plotly_white", height=480, margin=dict(l=60, r=20, t=120, b=50))
 
 
@@ -77,12 +76,9 @@ class Setup:
         return f"{self.name} ({len(labels)} runs: {labels[0]} … {labels[-1]})"
 
 
-def setups(runs, drop: set[str], fallbacks: list[Point], base: dict) -> list:
+def setups(runs, drop, base: dict) -> list:
     """Runs grouped by their settings apart from ``drop``, the group of each
-    policy's fastest run shown; with no runs, one setup per fallback point."""
-    if not runs:
-        return [Setup(f"{f.policy} defaults", [], law_terms(point_config(f, base)), True)
-                for f in fallbacks]
+    policy's fastest run shown."""
     groups: dict[tuple, list] = {}
     for r in runs:
         key = (r.point.policy,) + tuple((k, v) for k, v in r.point.sets if k not in drop)
@@ -100,10 +96,10 @@ def setups(runs, drop: set[str], fallbacks: list[Point], base: dict) -> list:
 # SSD -----------------------------------------------------------------------------
 
 
-def ssd_figure(runs, fallback: Point, base: dict) -> go.Figure:
+def ssd_figure(runs, base: dict, view: LawView) -> go.Figure:
     """SSD speedup against the cache hit rate, each curve at one run's terms."""
     fig, title = go.Figure(), ""
-    for s in setups(runs, {"hit_rate", "hit_trace"}, [fallback], base):
+    for s in setups(runs, view.along, base):
         t = s.terms  # a run: (rounds that hit, tokens per T_v, start-up speculation aside)
         pts = [(r.metrics["cache_hit_rate"], r.metrics["mean_tokens_per_step"] * t.t_v_s /
                 r.metrics["round_time_s"]) for r in s.runs if not t.shared]
@@ -146,18 +142,18 @@ def _ssd_title(name: str, t: SSDTerms) -> str:
 # Mirror-SD ------------------------------------------------------------------------
 
 
-def mirror_figure(runs, fallback: Point, base: dict) -> go.Figure:
+def mirror_figure(runs, base: dict, view: LawView) -> go.Figure:
     """Mean step latency against draft time: SD, eq. 10 and each run on its line
     (eq. 10 plus its expected stalls); the knee at Delta."""
     fig, title = go.Figure(), ""
-    found = setups(runs, set(), [fallback], base)
+    found = setups(runs, view.along, base)
     pts = [[(r.metrics["step_draft_gen_s"], r.metrics["step_latency_s"]) for r in s.runs]
            for s in found]
     hi = max(max(3 * s.terms.suffix_s, 1.15 * max([s.terms.draft_s] + [x for x, _ in p]))
              for s, p in zip(found, pts))
     for s, p in zip(found, pts):
-        t = replace(s.terms, startup_share=1 / s.runs[0].metrics["steps"]) if s.runs \
-            else s.terms  # a setup holds one run: Mirror groups drop no setting
+        # a setup holds one run: Mirror groups drop no setting
+        t = replace(s.terms, startup_share=1 / s.runs[0].metrics["steps"])
         x = _grid(0.0, hi, [t.delta_s] + [a for a, _ in p])
         if s.shown and not title:
             title = _mirror_title(s.about, t)
@@ -197,17 +193,18 @@ def _mirror_title(name: str, t: MirrorTerms) -> str:
 # CATS / Kangaroo / AR under a DRAM budget ------------------------------------------
 
 
-def cats_figure(runs, fallbacks: list[Point], base: dict) -> go.Figure:
+def stream_figure(runs, base: dict, view: LawView) -> go.Figure:
     """Bytes per committed token against the DRAM budget for decoder layers:
     streamed from flash (steps as layers become resident) and, flat, the law's
-    decoder-weight bytes read per token."""
-    found = setups(runs, {"dram_budget_gb"}, fallbacks, base)
+    decoder-weight bytes read per token. The title is the first shown setup's
+    with draft stages, else the first shown setup's."""
+    found = setups(runs, view.along, base)
     layer_gb = found[0].terms.layer_gb
     budgets = [dict(r.point.sets)["dram_budget_gb"] for r in runs]
     hi = max([(found[0].terms.ctx.target.n_layers + 3) * layer_gb] + [1.05 * b for b in
                                                                         budgets])
     edges = [k * layer_gb * (1 + 1e-12) for k in range(1, int(hi / layer_gb) + 2)]
-    fig, title = go.Figure(), ""
+    fig, title, staged = go.Figure(), "", False
     for s in found:
         t, labels = s.terms, [r.point.label for r in s.runs]
         x = sorted(b for b in set(edges + budgets) if t.streamed_gb(b) is not None)
@@ -221,17 +218,21 @@ def cats_figure(runs, fallbacks: list[Point], base: dict) -> go.Figure:
         _points(fig, [(b, m["bytes_per_token_gb"]) for b, m in mine],
                 f"simulated {s.name}: read", s.name + " law", s.shown, labels,
                 symbol="square")
-        if s.shown and (not title or t.policy == "cats"):
-            title = _cats_title(s.about, t)
+        if s.shown and (not title or (_staged(t) and not staged)):
+            title, staged = _stream_title(s.about, t), _staged(t)
     fig.update_layout(title=title, xaxis_title="DRAM budget for decoder layers [GB]",
                       yaxis_title="decoder-weight bytes per committed token [GB]", **LAYOUT)
     return fig
 
 
-def _cats_title(name: str, t: StreamTerms) -> str:
+def _staged(t: StreamTerms) -> bool:
+    """Whether the schedule drafts with the target's first layers (its stages)."""
+    return "l_dm" in type(t.params).model_fields
+
+
+def _stream_title(name: str, t: StreamTerms) -> str:
     p = t.params
-    stages = (f"γ̄={p.gamma}, L_DM={p.l_dm}, β̄+1={t.mean:.2f}, " if t.policy != "ar_stream"
-              else "")
+    stages = f"γ̄={p.gamma}, L_DM={p.l_dm}, β̄+1={t.mean:.2f}, " if _staged(t) else ""
     return (f"CATS law: bytes per token vs DRAM budget, curves at the settings of {name}"
             f"<br><sup>{stages}N={t.ctx.target.n_layers} layers of {t.layer_gb:.3f} GB, "
             f"{p.chunk_layers * p.buffer_chunks}-layer stream buffer; the law's total does "
@@ -239,13 +240,15 @@ def _cats_title(name: str, t: StreamTerms) -> str:
 
 
 # PPSD --------------------------------------------------------------------------------
-def ppsd_figure(n: int) -> go.Figure:
-    """PPSD speedup rho* against the exit head's acceptance, one line per E."""
+def ppsd_figure(runs, base: dict, view: LawView) -> go.Figure:
+    """PPSD speedup rho* against the exit head's acceptance, one line per E: the
+    view's closed form (eq. 6) over the target's layers."""
+    n = load_model(base["target"]).n_layers
     exits = sorted({e for e in (1, 2, 4, 8, 16, n // 4, n // 2) if 1 <= e <= n})
     alpha = np.linspace(0.0, 1.0, 51)
     fig = go.Figure()
     for e in exits:
-        _curve(fig, alpha, [laws.ppsd(n, e, float(a))["speedup"] for a in alpha],
+        _curve(fig, alpha, [view.law(n, e, float(a))["speedup"] for a in alpha],
                f"E={e} ({math.ceil(n / e)} stages)", f"ppsd E={e}", True)
     fig.update_layout(title=f"PPSD law (eq. 6): speedup vs exit acceptance α and exit "
                             f"layer E<br><sup>N={n} layers of the target; counts layer times "
@@ -255,59 +258,55 @@ def ppsd_figure(n: int) -> go.Figure:
     return fig
 
 
-def ppsd_cost_figure(runs, base: dict) -> go.Figure:
-    """PPSD speedup against the match rate, eq. 6 with each run's cost-model times
-    (stage 0 + exit head, later stages + LM head, hops, the refill after a
-    mismatch); the runs sit on their curves in deterministic mode."""
+def curve_figure(runs, base: dict, view: LawView) -> go.Figure:
+    """A view's law as y(x) at each setup's terms (``terms.curve``) over the view's
+    ``x_range``, and each run at (its ``view.x``, its ``view.y``)."""
     fig = go.Figure()
-    for s in setups(runs, {"alpha"}, [], base):
-        t = s.terms
-        key = f"ppsd-cost {s.name}"
-        pts = [(r.metrics["match_rate"], r.metrics["speedup_vs_ar"]) for r in s.runs
-               if "speedup_vs_ar" in r.metrics]
-        rate = _grid(0.0, 1.0, [x for x, _ in pts], n=51)
-        _curve(fig, rate, [t.ppsd(float(p))["speedup"] for p in rate], s.name, key, s.shown)
+    for s in setups(runs, view.along, base):
+        key = f"{view.x} {s.name}"
+        pts = [(r.metrics[view.x], r.metrics[view.y]) for r in s.runs if view.y in r.metrics]
+        x = _grid(*view.x_range, [a for a, _ in pts], n=51)
+        _curve(fig, x, [s.terms.curve(float(a)) for a in x], s.name, key, s.shown)
         _points(fig, pts, f"{s.name} (simulated)", key, s.shown,
                 [r.point.label for r in s.runs], symbol="circle")
-    fig.update_layout(title="PPSD law with the cost model's times: speedup vs match rate"
-                            "<br><sup>T_AR / (p T_match + (1-p) T_flush): stage 0 with the "
-                            "exit head, the last stage with the LM head, activation hops and "
-                            "the refill after a mismatch</sup>",
-                      xaxis_title="match rate p (every row's draft matches)",
-                      yaxis_title="speedup vs AR", **LAYOUT)
+    fig.update_layout(title=view.heading, xaxis_title=view.x_title,
+                      yaxis_title=view.y_title, **LAYOUT)
     return fig
 
 
-def law_figures(results, base: dict, gamma: int, alpha: float) -> tuple[list, list[str]]:
+# the drawing a view names (``LawView.drawing``) -> its figure(runs, base, view)
+DRAWINGS = {"hit_rate": ssd_figure, "knee": mirror_figure, "dram_budget": stream_figure,
+            "exit_family": ppsd_figure, "curve": curve_figure}
+
+
+def views(results, base: dict) -> dict[LawView, list]:
+    """Each law view of the schedules that ran (in the order they first ran) with
+    the runs it draws: a view several schedules declare draws all of theirs."""
+    ran = {}
+    for r in results:
+        if r.metrics is not None:
+            ran.setdefault(r.point.policy, []).append(r)
+    out: dict[LawView, list] = {}
+    for policy, runs in ran.items():
+        found = entry(policy)
+        if found.needs_draft and not base.get("draft"):
+            continue
+        for view in found.law_views:
+            out.setdefault(view, []).extend(runs)
+    return out
+
+
+def law_figures(results, base: dict) -> tuple[list, list[str]]:
     """(titled figures, notes) of the latency-law view of a grid's results."""
-    runs = {p: [r for r in results if r.metrics is not None and r.point.policy == p]
-            for p in ("ssd", "mirror", *STREAMING, "ppsd")}
-    rate = () if "acceptance" in base else (("alpha", alpha),)
     figures, notes = [], []
-    # a law is drawn for the schedules that ran here, not for the skipped ones
-    if base.get("draft") and runs["mirror"]:
-        figures.append(("Mirror-SD: the knee at Δ", mirror_figure(
-            runs["mirror"], Point("mirror", (("gamma", gamma),) + rate), base)))
-    if base.get("draft") and runs["ssd"]:
-        figures.append(("SSD: speedup vs hit rate", ssd_figure(
-            runs["ssd"], Point("ssd", (("hit_rate", 0.5),) + rate), base)))
-    streaming = [r for p in STREAMING for r in runs[p]]
-    if streaming:
-        figures.append(("CATS: bytes per token vs DRAM budget", cats_figure(
-            streaming, [Point("cats", rate), Point("ar_stream", ())], base)))
-    if runs["ppsd"]:
-        figures.append(("PPSD: speedup vs α and E", ppsd_figure(load_model(base["target"])
-                                                                 .n_layers)))
-        figures.append(("PPSD: speedup vs match rate, cost-model times",
-                        ppsd_cost_figure(runs["ppsd"], base)))
-        notes.append("PPSD's simulated runs are not plotted on eq. 6, which counts layer "
-                     "times only; they also pay the exit head and the links between stages. "
-                     "The second PPSD figure draws eq. 6 with the cost model's times, on "
-                     "which deterministic runs lie within 0.5%.")
+    drawn = views(results, base)
+    for view, runs in drawn.items():
+        figures.append((view.title, DRAWINGS[view.drawing](runs, base, view)))
+        if view.note:
+            notes.append(view.note)
     if not figures:
-        notes.append("None of the schedules that ran here has a law view (Mirror-SD, SSD, "
-                     "CATS/Kangaroo and PPSD have one).")
-    return figures, notes + _run_notes([r for rs in runs.values() for r in rs], base)
+        notes.append("None of the schedules that ran here has a law view.")
+    return figures, notes + _run_notes([r for rs in drawn.values() for r in rs], base)
 
 
 def _run_notes(runs, base: dict) -> list[str]:

@@ -23,11 +23,10 @@ from analyses.compare.sections import Section
 from analyses.compare.sidebyside import section as side_by_side
 from analyses.compare.sweep import PointResult
 from hwprofiles import load_platform
-from hwprofiles.files import atomic_write_text
+from hwprofiles.writing import atomic_write_text
 from hwprofiles.schema import resolve
 from policies import entry
 from policies.runs.breakdown import LABELS, sentence
-from simcore import acceptance
 
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50))
 KIND_COLORS = {"compute": "#1f77b4", "collective": "#ff7f0e", "transfer": "#2ca02c",
@@ -306,15 +305,6 @@ def _speed_section(results: list[PointResult]) -> Section:
     return sec
 
 
-def _law_inputs(results: list[PointResult], base: dict) -> tuple[int, float]:
-    """The gamma and alpha the law views use where the grid ran no such policy."""
-    sd = best_per_policy(results).get("sd")
-    default_gamma = entry("sd").params().gamma  # written once, in sd's parameter model
-    gamma = int(dict(sd.point.sets).get("gamma", default_gamma)) if sd else default_gamma
-    alpha = float(base.get("acceptance", {}).get("alpha", acceptance.IID().alpha))
-    return gamma, alpha
-
-
 def _measured_section(replays, steps: int) -> Section:
     sec = Section("Simulation vs measured runs")
     sec.figures.append(("predicted vs measured", measured_scatter(replays)))
@@ -352,8 +342,7 @@ def build_sections(results: list[PointResult], base: dict, sweep_keys: list[str]
     else:
         sweep.notes.append("No --sweep was given: one point per policy.")
     sections.append(sweep)
-    gamma, alpha = _law_inputs(results, base)
-    figures, notes = law_figures(results, base, gamma, alpha)
+    figures, notes = law_figures(results, base)
     sections.append(Section("Latency laws on this platform", figures, notes))
     shown = [best[p] for p in by_speed(best) if best[p].spans]
     x_range = (0.0, max((s[4] for r in shown for s in r.spans), default=0.0) * 1e3)
@@ -381,15 +370,11 @@ def placement_note(base: dict) -> str:
             "with the target's own layers.</p>")
 
 
-# What a setting the comparison fills in for the user means (analyses.commands.compare).
-SET_MEANINGS = {
-    "hit_rate": "hit_rate is the SSD cache's chance that a round's verify outcome was "
-                "pre-speculated: an assumption unless --set hit_rate, r or hit_trace gives "
-                "it.",
-    "dram_budget_gb": "dram_budget_gb is the memory the weight-streaming schedules (cats, "
-                      "kangaroo, ar_stream) keep resident: half the target's decoder "
-                      "weights unless --set gives it, the memory-limited regime they are "
-                      "made for."}
+def set_meanings(results: list[PointResult]) -> dict[str, str]:
+    """What a setting a comparison fills in means, as the compared schedules declare
+    it (``register(..., defaults=...)``)."""
+    policies = dict.fromkeys(r.point.policy for r in results)
+    return {d.key: d.meaning for p in policies for d in entry(p).defaults if d.meaning}
 
 
 def scenario_intro(results: list[PointResult], base: dict, sets: dict | None = None,
@@ -413,7 +398,8 @@ def scenario_intro(results: list[PointResult], base: dict, sets: dict | None = N
     if sets:
         head += ("<p>Settings for every policy that takes them: " + html.escape(", ".join(
             f"{k}={v}" for k, v in sets.items())) + ".</p>")
-        meaning = [SET_MEANINGS[k] for k in sets if k in SET_MEANINGS]
+        meanings = set_meanings(results)
+        meaning = [meanings[k] for k in sets if k in meanings]
         if meaning:
             head += f"<p>{html.escape(' '.join(meaning))}</p>"
     return head + _table(rows, ["policy", "fastest setting", "tokens/s", "speedup vs",

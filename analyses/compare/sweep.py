@@ -19,6 +19,8 @@ import math
 import multiprocessing
 import os
 import sys
+import types
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +35,8 @@ from analyses.run.budget import check
 from analyses.run.config import (RUN_KEYS, RunConfig, parse_value, refuse_repeats, split_items,
                                  split_sets)
 from policies import PolicyError, entry
-from policies.runs.files import add_speedup
+from policies.base import AR, entries
+from policies.runs.metrics import add_speedup
 from simcore import Outcomes, acceptance
 
 # Settings of the scenario rather than of a schedule: every policy takes them, and a
@@ -86,9 +89,19 @@ def _finite_values(values: list, spec: str) -> list:
     return values
 
 
-# Settings whose one value is a comma list (a tree's shape, per-rank acceptances):
-# --sweep tree=4,2,2,1 is that one tree; ';' separates the values swept.
-LIST_KEYS = ("tree", "rank_alphas")
+def list_keys() -> set[str]:
+    """Settings whose one value is a comma list: the parameters that hold only a
+    tuple (a tree's shape, per-rank acceptances), so --sweep tree=4,2,2,1 is that
+    one tree; ';' separates the values swept."""
+    out = set()
+    for found in entries():
+        for key, f in found.params.model_fields.items():
+            kinds = (typing.get_args(f.annotation) if typing.get_origin(f.annotation)
+                     in (typing.Union, types.UnionType) else (f.annotation,))
+            kinds = [k for k in kinds if k is not type(None)]
+            if kinds and all(typing.get_origin(k) is tuple for k in kinds):
+                out.add(key)
+    return out
 
 
 def parse_sweep(spec: str) -> tuple[str, list]:
@@ -101,9 +114,10 @@ def parse_sweep(spec: str) -> tuple[str, list]:
         raise ValueError(f"--sweep expects KEY=RANGE, got '{spec}'; write e.g. "
                          "--sweep gamma=2..6")
     where = f"--sweep {spec}"
-    if ";" in text or key in LIST_KEYS:
+    listed = key in list_keys()
+    if ";" in text or listed:
         values = [parse_value(part, where) for part in split_items(text, where, ";")]
-        if key in LIST_KEYS or any(isinstance(v, tuple) for v in values):
+        if listed or any(isinstance(v, tuple) for v in values):
             values = [v if isinstance(v, tuple) else (v,) for v in values]  # one kind
             for value in values:
                 _finite_values(list(value), spec)
@@ -228,7 +242,7 @@ def grid_estimate(by_policy: dict[str, tuple[int, dict]], base: dict,
         widest = max(widest, rows)
         run, own = budget.point_units(policy, values, tokens, rows, models)
         per_point = run + own
-        if policy != "ar":  # the baselines the points share are run once: at most one each
+        if policy != AR:  # the baselines the points share are run once: at most one each
             baselines += count
         units += count * per_point
         total += count
@@ -253,7 +267,7 @@ def point_config(point: Point, base: dict) -> RunConfig:
               "acceptance": acc, **run}
     if "acceptance" in base and not any(k in acceptance.KEYS for k, _ in point.sets):
         fields["acceptance"] = base["acceptance"]
-    if point.policy == "ar":
+    if point.policy == AR:
         fields["draft"] = None
     return RunConfig(**fields)
 

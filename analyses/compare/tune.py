@@ -1,7 +1,8 @@
 """Each schedule at its best setting: an integer search over its own parameter.
 
 ``hetspec compare`` without ``--sweep`` tunes every schedule's main integer
-parameter (gamma, SSD's k) over its whole valid range instead of a fixed grid
+parameter, the one its registration names (``register(..., tuned=Tuned(key))``,
+``policies.declared``), over its whole valid range instead of a fixed grid
 whose edge may hold the winner. The search runs in rounds so that each round's
 points run in parallel: first a ladder around the default (x0 ± 1, 2, 4, 8, ...),
 then, round by round, the midpoints between the best value and its evaluated
@@ -12,18 +13,10 @@ are the valid bounds); a best value on a bound is reported as such.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-# The parameter each schedule is tuned over (its own main integer knob).
-TUNED = {"sd": "gamma", "mirror": "gamma", "eesd": "gamma", "cats": "gamma",
-         "kangaroo": "gamma", "ssd": "k"}
-# The search's top, below the parameters' valid 64: drafts past 32 tokens a step
-# are beyond every published configuration, and the work estimate must count the
-# refinement rounds at the top of the range. A best value there is reported, and
-# --sweep KEY=32..64 looks further.
-TUNE_MAX = 32
-import math
 from analyses.run import budget
 from policies import entry
 
@@ -107,13 +100,13 @@ def searches(policies: list[str], fixed: set[str]) -> list[Search]:
     """A search for every policy whose tuned parameter the user neither set nor swept."""
     out = []
     for policy in policies:
-        key = TUNED.get(policy)
-        if key is None or key in fixed:
+        tuned = entry(policy).tuned
+        if tuned is None or tuned.key in fixed:
             continue
-        f = entry(policy).params.model_fields[key]
+        f = entry(policy).params.model_fields[tuned.key]
         lo = next(m.ge for m in f.metadata if hasattr(m, "ge"))
         hi = next(m.le for m in f.metadata if hasattr(m, "le"))
-        out.append(Search(policy, key, lo, min(hi, TUNE_MAX), f.default, valid_hi=hi))
+        out.append(Search(policy, tuned.key, lo, min(hi, tuned.top), f.default, valid_hi=hi))
     return out
 
 

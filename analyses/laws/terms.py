@@ -4,14 +4,13 @@ Each schedule prices the terms its closed form takes next to the schedule
 (``register(..., law_terms=...)``, ``policies.base.LawCosts``); ``law_terms`` hands
 it a ``Scenario``: the roofline cost model's times for the run's configuration
 (passes at the run's contexts, messages along the platform's routes), the
-run's acceptance means and the closed forms of ``analyses.laws.forms``.
+run's acceptance means; each schedule evaluates its own closed forms.
 ``analyses.compare.lawviews`` draws the laws with these terms and places the
 simulated runs on them.
 """
 
 from __future__ import annotations
 
-from analyses.laws import forms
 from hwprofiles import load_model, load_platform, load_stack
 from hwprofiles.schema import resolve
 from policies import PolicyContext
@@ -89,7 +88,3 @@ class Scenario:
         if scale is None:
             return self.acceptance.expected(gamma)
         return scaled_expected(self.acceptance, gamma, 0, scale)
-
-    @staticmethod
-    def closed_form(name: str):
-        return getattr(forms, name)

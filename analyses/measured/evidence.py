@@ -35,7 +35,7 @@ from hwprofiles import Platform, load_platform
 from hwprofiles.loader import list_names
 from hwprofiles.schema import check_overrides, resolve
 from policies.runs.measured import CORRUPT, MeasuredSpan
-from policies.runs.files import elapsed_s
+from policies.runs.metrics import elapsed_s
 from policies.traces import MAX_ACCEPTED, field_error
 
 # The executor stops its clock when the last row is done, then drains the work in

@@ -34,9 +34,10 @@ from analyses.measured.runrecord import check_record, run_file
 from analyses.run.api import baseline_config, metrics_of, run_schedule
 from analyses.run.config import RunConfig
 from hwprofiles import load_model, load_platform
-from hwprofiles.files import scratch_dir
+from hwprofiles.writing import scratch_dir
 from policies.base import baseline_of
-from policies.runs.files import Span, add_speedup, chrome_trace, elapsed_s, read_record
+from policies.runs.files import Span, chrome_trace, read_record
+from policies.runs.metrics import add_speedup, elapsed_s
 from policies.runs.measured import MeasuredSpan, read_measured_spans
 from policies.traces import held_rows, numbered_acceptance
 from simcore import Outcomes

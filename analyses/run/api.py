@@ -12,7 +12,7 @@ from a notebook::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from analyses.run.config import RunConfig, SimConfig  # noqa: F401 (SimConfig: the API's old name)
@@ -21,9 +21,10 @@ from hwprofiles import ModelSpec, Platform, Stack, load_model, load_platform, lo
 from hwprofiles.schema import check_overrides, resolve
 from policies import PolicyContext, build, build_prefill, entry, outcome_models
 from policies.base import baseline_of
-from policies.dryrun import uses_draft
+from policies.dryrun import held, uses_draft
 from policies.runs.breakdown import breakdown, operator_table
-from policies.runs.files import add_speedup, run_metrics, write_chrome_trace, write_record
+from policies.runs.files import write_chrome_trace, write_record
+from policies.runs.metrics import add_speedup, run_metrics
 from simcore import Outcomes, RooflineCost, SimResult, Simulator, acceptance
 
 
@@ -125,6 +126,47 @@ def check_schedule(policy: str, ctx: PolicyContext, params) -> None:
         schedule.close()
 
 
+def _context(config: RunConfig, models: dict[str, ModelSpec], acc) -> PolicyContext:
+    return PolicyContext(target=models["target"], draft=models.get("draft"),
+                         tokens=config.tokens, batch=config.batch,
+                         prompt_tokens=config.prompt_tokens,
+                         fixed_context=config.fixed_context,
+                         expected_outcomes=config.deterministic,
+                         prefill_chunk=config.prefill_chunk, acceptance=acc)
+
+
+def _check_before(config: RunConfig, platform: Platform, models: dict[str, ModelSpec],
+                  checks=()) -> None:
+    """What a run checks before it simulates: the placement, the schedule's own
+    checks of its parameters, ``checks`` and the memory check."""
+    check_overrides(platform, config.placement)
+    # its own acceptance copy: the check's first steps move no cursor of the run's
+    ctx = _context(config, models, config.acceptance.model_copy())
+    check_schedule(config.policy, ctx, config.params)
+    for check in checks:
+        check(config)
+    if config.memory_check:
+        check_fit(platform, models, resolve(platform, config.placement),
+                  memory_request(config))
+
+
+def check_runnable(config: RunConfig) -> None:
+    """Raise ValueError, one sentence, where ``run_schedule`` would refuse ``config``
+    without simulating it: the checks a run makes before it simulates, and a
+    device a streaming schedule streams weights to that has no storage tier (the
+    schedule's dry run names its devices, ``policies.dryrun``)."""
+    platform = load_platform(config.platform)
+    models = run_models(config)
+    _check_before(config, platform, models)
+    placement = resolve(platform, config.placement)
+    answer = held(config.policy, config.params, models, config.prompt_tokens)
+    for role in sorted({s.device for s in answer.segments if s.streamed}):
+        device = platform.device(platform.members(placement[role])[0])
+        if device.storage is None:
+            raise ValueError(f"device {device.name} of platform {platform.name} has no "
+                             "storage tier to stream weights from; set its 'storage'")
+
+
 def memory_request(config: RunConfig) -> Run:
     """What sizes the run's memory for the check every run passes: the KV cache
     holds the context the run models (with fixed_context every step sees
@@ -161,22 +203,10 @@ def run_schedule(config: RunConfig, *, record_spans: bool = True,
     platform = platform if platform is not None else load_platform(config.platform)
     models = run_models(config)
     params = config.params
-    check_overrides(platform, config.placement)
-    placement = resolve(platform, config.placement)
     # a copy per run: a trace's replay cursor starts at its first step every run
     acc = config.acceptance.model_copy()
-    ctx = PolicyContext(target=models["target"], draft=models.get("draft"),
-                        tokens=config.tokens, batch=config.batch,
-                        prompt_tokens=config.prompt_tokens,
-                        fixed_context=config.fixed_context,
-                        expected_outcomes=config.deterministic,
-                        prefill_chunk=config.prefill_chunk, acceptance=acc)
-    # its own acceptance copy: the check's first steps move no cursor of the run's
-    check_schedule(config.policy, replace(ctx, acceptance=acc.model_copy()), params)
-    for check in checks:
-        check(config)
-    if config.memory_check:
-        check_fit(platform, models, placement, memory_request(config))
+    ctx = _context(config, models, acc)
+    _check_before(config, platform, models, checks)
     schedule = build(config.policy, ctx, params)
     if rewrite is not None:
         schedule = rewrite(schedule)

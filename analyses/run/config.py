@@ -13,6 +13,11 @@ from policies.runs.config import (MAX_BATCH, MAX_PROMPT_TOKENS,  # noqa: F401 (r
 from policies.runs.config import plain_setting as _plain
 from simcore import acceptance
 
+# Tokens generated per sequence when --tokens is not given: one default for the
+# simulated commands (simulate, compare); a measured run's is smaller (real decoding
+# on a CPU runs at tens of tokens a second).
+SIM_TOKENS = 1000
+
 RUN_KEYS = {"contention": "fair-share memory tiers among concurrent readers (on/off)",
             "prompt_tokens": "KV-cache positions before decoding starts (at most 1e7, "
                              "the longest context windows)",

@@ -8,7 +8,7 @@ acceptance trace, a measured run's record, spans or acceptance lines, any file
 of a run under ``--runs``); two outputs must not be one file; it must not lie in
 hetspec's shipped data folders (``hwprofiles/data/``, ``executors/data/``); it
 must not replace a file of a measured run (only ``hetspec run --force`` does);
-and it must be writable (``hwprofiles.files.check_writable``).
+and it must be writable (``hwprofiles.writing.check_writable``).
 
 Folders (``check_run_dir``, ``hetspec run --out``): the same shipped-data and
 input rules for every file a run writes, and a folder that is not empty (a
@@ -18,7 +18,7 @@ sentence names the next free numbered folder. Default run folders are claimed
 new (``policies.runs.files.claim_new_dir``) and never collide.
 
 Temp files of killed writers are removed by the next write of the same output
-(``hwprofiles.files.atomic_write_bytes``).
+(``hwprofiles.writing.atomic_write_bytes``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from hwprofiles import ProfileError
 from hwprofiles.loader import _data_dir, _resolve, printable
-from hwprofiles.files import check_writable
+from hwprofiles.writing import check_writable
 from policies.runs.files import DERIVED_RUN_FILES, RUN_FILES, free_name, holds_run, read_record
 
 MAX_RUN_FILES = 10_000  # files looked at under --runs before giving up the walk

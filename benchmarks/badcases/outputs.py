@@ -178,6 +178,6 @@ def _current_temp(h, name: str, pid: int) -> str:
         sys.path.insert(0, str(h.REPO))
     from pathlib import Path
 
-    from hwprofiles.files import temp_prefix
+    from hwprofiles.writing import temp_prefix
 
     return f"{temp_prefix(Path(name), pid)}k1ll3d.tmp"

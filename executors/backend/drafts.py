@@ -44,7 +44,7 @@ from safetensors import safe_open
 from safetensors.torch import save as to_bytes
 
 from executors.backend import models
-from hwprofiles.files import atomic_write_bytes
+from hwprofiles.writing import atomic_write_bytes
 
 DATA_DIR = Path(str(resources.files("executors") / "data"))  # package data, wherever this module is
 SHIPPED = {models.REAL_NAME: DATA_DIR / "smollm2-135m-drafts.safetensors"}

@@ -29,6 +29,7 @@ from executors.coordinate.trees import Wait, start_tree
 from executors.coordinate.feeds import (Handle, HandleInfo, hidden_command, hidden_inputs,
                                         multi_token, token_command)
 from executors.coordinate.loop import Loop, Pending
+from executors.passes import sampled_steps
 from policies.cachebook import PositionBook
 from policies.runs.measured import MeasuredSpan, op_fields
 from policies.traces import EventLine, VerifyLine
@@ -142,7 +143,8 @@ class Coordinator:
         caught = self.positions.extra_positions(op)
         self.positions.ran(op)
         extra = {"temperature": self.temperature, "width": width,
-                 "steps": op.n_tokens if sampled else 1,
+                 "steps": sampled_steps(op.n_tokens, op.emit and op.emit.name,
+                                        op.head and op.head.tokens),
                  "top": op.emit.alternatives if sampled else ALTERNATIVES,
                  "ahead": multi_token(op, self.ahead.get(op.model, {}), self.adapters,
                                       self.handles)}

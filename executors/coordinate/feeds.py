@@ -122,10 +122,8 @@ def token_command(op: Forward, handle: int, book, seqs: list[tuple],
     A sampled Forward whose head projects one position (``Head.tokens=1``)
     samples one token from one pass over its positions (a draft catching up on
     positions it never fed)."""
-    sampled = type(op.emit) is Sample
-    if sampled and op.head.tokens == 1:
-        extra["steps"] = 1
-    elif sampled and op.n_tokens > 1 and not extra.get("ahead"):
+    sampled = type(op.emit) is Sample  # its steps: executors.passes.sampled_steps
+    if sampled and op.n_tokens > 1 and op.head.tokens != 1 and not extra.get("ahead"):
         raise ValueError(f"Forward '{op.label}' asks one pass to emit {op.n_tokens} tokens "
                          "per row (multi-token prediction, mirror's eta), but this model has "
                          "no multi-token heads after that layer; run it with eta=1, or train "

@@ -5,7 +5,7 @@ of its acceptance model (the simulator's own, ``simcore.acceptance``): the
 platform, the models, the schedule and its typed parameters, the token and batch
 sizes, the seed, the placement, widths and switches, the software stack. The
 runtimes and the run vocabulary read it by this type (``executors.measure``,
-``policies.runs.files.run_metrics``); ``analyses.run.config.RunConfig`` narrows
+``policies.runs.metrics.run_metrics``); ``analyses.run.config.RunConfig`` narrows
 ``acceptance`` to the union of the acceptance models and is what callers build.
 
 Frozen, no unknown fields, finite numbers (no true/false for a number), sizes

@@ -1,13 +1,11 @@
-"""A run's files, simulated or measured: its spans, its record (with its
-metrics) and its folder.
+"""A run's files, simulated or measured: its spans, its record and its folder.
 
 - ``Span``: one operation on one track (what ran, where, when, what it moved), the
   span every timeline is made of, and its Chrome trace-event (Perfetto) export.
 - The run record: every run's inputs and outputs in one JSON file (schema
-  ``hetspec.run/1``), written whole or not at all through ``hwprofiles.files``
-  (the file plumbing every output shares) and read back with one-sentence errors.
-- The run's metrics (``run_metrics``, ``add_speedup``: the one ``speedup_vs_ar``,
-  ``elapsed_s``), what the record's ``metrics`` holds.
+  ``hetspec.run/1``), written whole or not at all through ``hwprofiles.writing``
+  and read back with one-sentence errors; its ``metrics`` are
+  ``policies.runs.metrics``'.
 - The run folder: what a measured run writes into it (``RUN_FILES``; ``record.json``
   is written last, so a folder with a record holds a whole run) and, once replayed,
   ``DERIVED_RUN_FILES``; the next free folder name; and the replacement of a
@@ -17,9 +15,8 @@ metrics) and its folder.
   kept.
 
 One module because these are one format: the record names its spans and trace
-files and holds the metrics, the folder is the record's and those files' home,
-and every reader of a run (replay, calibration, the output guard) reads them
-together.
+files, the folder is the record's and those files' home, and every reader of a
+run (replay, calibration, the output guard) reads them together.
 """
 
 from __future__ import annotations
@@ -32,9 +29,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import NamedTuple
 
-from hwprofiles.files import (DuplicateKey, atomic_write_text, json_loads, json_safe,
-                              refuse_long_integers, regular_input)
-from policies.runs.config import RunSettings
+from hwprofiles.reading import DuplicateKey, json_loads, refuse_long_integers, regular_input
+from hwprofiles.writing import atomic_write_text, json_safe
 
 
 class Span(NamedTuple):
@@ -146,53 +142,6 @@ def read_record(path) -> dict:
         raise ValueError(f"{path} is not a hetspec run record (schema {RUN_SCHEMA}); "
                          "pass a file written by 'hetspec run --json'")
     return record
-
-
-# The run's metrics, the record's ``metrics``. ``run_metrics`` is the common part of
-# every run's metrics (what ran, tokens, time, steps); the simulator
-# (analyses.run.api) and the executor (executors.measure) add their own (prefill,
-# outcome rates, acceptance). ``add_speedup`` is the only place ``speedup_vs_ar`` is
-# computed (against the run ``policies.base.baseline_of`` names). Time: a simulated
-# run's decoding time is ``simulated_time_s``; a measured run's is ``wall_s``
-# (records written before the rename also carry it as ``simulated_time_s``:
-# ``elapsed_s`` reads both).
-
-def run_metrics(config: RunSettings, *, tokens: float, time_s: float, steps: int,
-                rows_per_step: float, measured: bool = False) -> dict:
-    """What ran and how fast: tokens, decoding time, tokens/s, steps, tokens per
-    step of one row, step latency."""
-    out = {"policy": config.policy, "platform": config.platform, "target": config.target,
-           "draft": config.draft, "batch": config.batch, "seed": config.seed,
-           "deterministic": False if measured else config.deterministic}
-    if measured:
-        out["measured"] = True
-    whole = isinstance(tokens, float) and tokens.is_integer()
-    out.update({"tokens": int(tokens) if whole else tokens,
-                ("wall_s" if measured else "simulated_time_s"): time_s,
-                "tokens_per_s": tokens / time_s if time_s else 0.0, "steps": steps,
-                "mean_tokens_per_step": tokens / (steps * rows_per_step),
-                "step_latency_s": time_s / steps})
-    return out
-
-
-def elapsed_s(metrics: dict) -> float | None:
-    """A run's decoding time: ``wall_s`` when measured, ``simulated_time_s`` when
-    simulated or measured before the rename."""
-    value = metrics.get("wall_s", metrics.get("simulated_time_s"))
-    return None if value is None else float(value)
-
-
-def add_speedup(metrics: dict, ar_tokens_per_s: float | None = None, *,
-                own_baseline: bool = False) -> dict:
-    """Add ``speedup_vs_ar``: tokens/s over the baseline's (which is added as
-    ``ar_tokens_per_s``); 1.0 for a run that is its own baseline; None when no
-    baseline ran."""
-    if ar_tokens_per_s is not None:
-        metrics["ar_tokens_per_s"] = ar_tokens_per_s
-        metrics["speedup_vs_ar"] = metrics["tokens_per_s"] / ar_tokens_per_s
-    else:
-        metrics["speedup_vs_ar"] = 1.0 if own_baseline else None
-    return metrics
 
 
 # The run folder.

@@ -41,7 +41,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
 
-from hwprofiles.files import atomic_write_text
+from hwprofiles.writing import atomic_write_text
 from policies import ops
 from policies.runs.files import RUN_SCHEMA, Span, write_chrome_trace, write_record
 from policies.traces import MAX_SPANS_BYTES, field_error, read_jsonl
