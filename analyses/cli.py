@@ -246,7 +246,9 @@ def add_run_arguments(p, *, tokens_default: int = SIM_TOKENS,
                         "serving batch)")
     p.add_argument("--seed", type=int, default=0,
                    help="random seed, an integer >= 0 (same seed, same output)")
-    p.add_argument("--placement", help="role=device overrides, e.g. draft=gpu4,target=target_tp")
+    p.add_argument("--placement", help="role=device overrides, e.g. draft=gpu4,target=target_tp; "
+                   "a draft the platform places with the target follows the target "
+                   "unless placed too")
     if not measured:
         add_stack_argument(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -489,6 +489,14 @@ def check_overrides(platform: Platform, overrides: dict[str, str]) -> None:
 
 
 def resolve(platform: Platform, overrides: dict[str, str] | None = None) -> Placement:
-    """The platform's placement, a run's overrides winning."""
-    return Placement({**platform.placement, **(overrides or {})})
+    """The platform's placement, a run's overrides winning. One rule for every
+    command: where the platform places the draft with the target (the same device
+    or group), a run that moves the target and does not place the draft moves the
+    draft with it (``--placement target=tp2`` runs both on tp2)."""
+    overrides = dict(overrides or {})
+    base = platform.placement
+    if ("target" in overrides and "draft" not in overrides
+            and base.get("draft") is not None and base.get("draft") == base.get("target")):
+        overrides["draft"] = overrides["target"]
+    return Placement({**base, **overrides})
 
