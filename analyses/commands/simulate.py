@@ -11,6 +11,7 @@ from analyses.run.config import parse_sets
 from analyses.run.outputs import check_outputs, profile_inputs, set_inputs
 from hwprofiles import DEFAULT_STACK
 from policies.runs.breakdown import LABELS, sentence
+from policies.traces import read_acceptance
 
 
 def register(sub) -> None:
@@ -61,11 +62,37 @@ def _simulate(args) -> int:
               f"{_ms(m['tpot_s'])} per output token")
         print_breakdown(config.policy, m.get("breakdown"), m.get("operators"))
         print_operators(m.get("operators"), m["tokens"] / config.batch)
+        note = trace_note(config, m)
+        if note:
+            print(f"  note: {note}")
     for path, what in ((args.trace, "Chrome trace, open in Perfetto"),
                        (args.record, "run record")):
         if path:
             announce(path, what, json_mode=args.json)
     return 0
+
+
+def trace_note(config, metrics: dict) -> str:
+    """A sentence when the run read another part of its acceptance trace than the
+    whole: the first steps of a longer trace (a measured run's first prompts), or
+    the trace again from its start."""
+    if getattr(config.acceptance, "kind", None) != "trace":
+        return ""
+    lines = [d for d in read_acceptance(config.acceptance.path) if "accepted" in d]
+    batches = len({d.get("prompt_batch", 0) for d in lines})
+    rows = max(len(lines[0]["accepted"]), 1)
+    tokens = sum(sum(d.get("committed") or [a + 1 for a in d["accepted"]]) for d in lines)
+    held = (f"the acceptance trace holds {len(lines):,} steps"
+            + (f" over {batches} prompt batches" if batches > 1 else "")
+            + f" ({tokens // rows:,} tokens a row)")
+    steps = metrics.get("steps", 0)
+    if steps < len(lines):
+        return (f"{held}; this run read its first {steps:,}: --tokens {tokens // rows:,} "
+                "reads it all, and hetspec replay RECORD replays a measured run prompt "
+                "batch by prompt batch")
+    if steps > len(lines):
+        return f"{held}; this run read it {steps / len(lines):.1f} times over, from the start"
+    return ""
 
 
 def print_breakdown(policy: str, parts: dict | None, operators: list | None = None) -> None:

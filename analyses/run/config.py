@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 from typing import Annotated, Any, Union
 
@@ -222,8 +223,10 @@ def split_sets(policy: str, sets: dict[str, Any], acceptance_kind: str | None = 
             run[key] = value
         else:
             known = sorted([*fields, *acceptance.KEYS, *RUN_KEYS])
-            raise ValueError(f"unknown setting '{key}' for policy '{policy}'; valid keys "
-                             f"are {', '.join(known)}")
+            near = difflib.get_close_matches(key, known, n=1)
+            hint = f"did you mean '{near[0]}'? " if near else ""
+            raise ValueError(f"unknown setting '{key}' for policy '{policy}'; {hint}valid "
+                             f"keys are {', '.join(known)}")
     if acceptance_kind and acc and acc["kind"] != acceptance_kind:
         raise ValueError(f"--acceptance {acceptance_kind} does not take the settings of "
                          f"model '{acc['kind']}'; drop one of them")
