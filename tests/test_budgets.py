@@ -325,3 +325,17 @@ def test_the_readme_compare_runs_within_its_budget(tmp_path):
     assert runnable(["ar", "cats", "sd"], {"dram_budget_gb": 20.0}, base) == ["ar", "sd"]
     flash = {**base, "platform": "jetson-agx-orin-64gb", "target": "vicuna-7b", "draft": None}
     assert "ar_stream" in runnable(["ar_stream"], {"dram_budget_gb": 4.0}, flash)
+
+
+@pytest.mark.parametrize("load, expected", [
+    ((0.4, 2), ""),  # idle: one core for the command
+    ((0.9, 2), ""),  # a second thread busy: 1.45x, not yet said
+    ((2.1, 2), "; the machine is busy (load average 2.1 on 2 cores), so expect about 3 min"),
+    ((7.0, 2), "; the machine is busy (load average 7.0 on 2 cores), so expect about 8 min"),
+    ((7.0, 16), ""),  # the same load on sixteen cores leaves cores free
+    (None, ""),  # no load average on this system
+])
+def test_an_estimate_on_a_busy_machine_says_what_the_load_makes_of_it(load, expected):
+    from analyses.run.budget import busy_clause
+
+    assert busy_clause(120.0, load) == expected

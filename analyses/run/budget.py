@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any, Iterable, NamedTuple
@@ -167,9 +168,41 @@ def check(estimate: Estimate, allow_large: bool = False, *, announce: bool = Tru
 def announce_estimate(estimate: Estimate) -> None:
     """Print the estimate's line on stderr when the work is long (LONG_S); a
     command that checks its budget before its outputs prints it after them, so
-    that a refusal stays its only line."""
+    that a refusal stays its only line. On a terminal, a machine busy with other
+    work adds what it makes of the estimate (``busy_clause``)."""
     if estimate.seconds >= LONG_S:
-        print(estimate.line(), file=sys.stderr, flush=True)
+        busy = busy_clause(estimate.seconds, machine_load()) if sys.stderr.isatty() else ""
+        print(estimate.line() + busy, file=sys.stderr, flush=True)
+
+
+BUSY_FACTOR = 1.5  # the slowdown from other work past which an estimate says so
+
+
+def machine_load() -> tuple[float, int] | None:
+    """(1-minute load average, cores this process may use); None where unknown."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return load, cores
+
+
+def busy_clause(seconds: float, load: tuple[float, int] | None) -> str:
+    """'; the machine is busy (...), so expect about N': the estimates are measured
+    on idle cores, and a command's one busy thread beside ``load`` other runnable
+    threads on ``cores`` gets about cores / (load + 1) of a core."""
+    if load is None:
+        return ""
+    other, cores = load
+    factor = (other + 1) / cores
+    if factor < BUSY_FACTOR:
+        return ""
+    return (f"; the machine is busy (load average {other:.1f} on {cores} cores), so "
+            f"expect about {duration(seconds * factor)}")
 
 
 def allow_large_argument(p, budget: str) -> None:
