@@ -577,8 +577,10 @@ def test_the_local_import_counter_sees_nested_and_dynamic_imports():
 # the commands share joined the command line (analyses/cli.py, where the commands
 # already took emit_json from); 38 once every platform and stack a command loads
 # passes the plausibility gate (hwprofiles/plausible.py: physical ranges per field,
-# a unit slip named as one). The goal is 30.
-SIMULATE_MODULES_CEILING = 38
+# a unit slip named as one); 39 once every JSON and JSON-lines input is read by one
+# reader (hwprofiles/jsonin.py), which the trace and run-record modules import. The
+# issue's goal is 30.
+SIMULATE_MODULES_CEILING = 39
 
 SIMULATE_SD = ("simulate", "--platform", "h100-sxm-5x", "--target", "llama-3.1-70b",
                "--draft", "llama-3.2-1b", "--policy", "sd", "--tokens", "20", "--json")
