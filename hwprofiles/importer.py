@@ -72,6 +72,8 @@ def import_config(path: str | Path, name: str, hf_id: str | None = None,
              "head has its own keys and values)")
     if config.get("head_dim") is not None:
         take("head_dim", "head_dim")
+    if config.get("max_position_embeddings") is not None:
+        take("max_positions", "max_position_embeddings")
     fields.update(_dtype(config, shown, sources))
     fields.update(quantized_width(config, shown, sources, weight_bits))
     fields.update(_embeddings(config, arch, shown, sources))

@@ -33,6 +33,11 @@ _WIDE_BOMS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
               (codecs.BOM_UTF16_LE, "UTF-16"), (codecs.BOM_UTF16_BE, "UTF-16"))
 
 
+def _size(nbytes: float, limit: int) -> str:
+    """Bytes in the unit the limit is a whole number of: MiB or MB."""
+    return f"{nbytes / 2**20:.3g} MiB" if limit % 2**20 == 0 else f"{nbytes / 1e6:.3g} MB"
+
+
 def read_text(path, what: str, fix: str, max_bytes: int, error=ValueError,
               empty: bool = False) -> str:
     """The text of the file at ``path`` (``what``: 'prompts file', 'run record'),
@@ -43,16 +48,16 @@ def read_text(path, what: str, fix: str, max_bytes: int, error=ValueError,
     if size == 0 and not empty:
         raise error(f"{what} {shown} is empty; {fix}")
     if size > max_bytes:
-        raise error(f"{what} {shown} holds {size / 2**20:.1f} MiB, over its "
-                    f"{max_bytes / 2**20:g} MiB limit; {fix}")
+        raise error(f"{what} {shown} holds {_size(size, max_bytes)}, over its "
+                    f"{_size(max_bytes, max_bytes)} limit; {fix}")
     try:
         with path.open("rb") as f:
             raw = f.read(max_bytes + 1)
     except OSError as exc:
         raise error(f"{what} {shown} cannot be read ({exc.strerror}); {fix}") from None
     if len(raw) > max_bytes:
-        raise error(f"{what} {shown} grew past its {max_bytes / 2**20:g} MiB limit while "
-                    f"being read; {fix}")
+        raise error(f"{what} {shown} grew past its {_size(max_bytes, max_bytes)} limit "
+                    f"while being read; {fix}")
     wide = next((name for bom, name in _WIDE_BOMS if raw.startswith(bom)), None)
     if wide:
         raise error(f"{what} {shown} starts with a {wide} byte-order mark ({wide} text); "
