@@ -14,14 +14,14 @@ vocabulary) gets the UTF-8 bytes of the text as token ids.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from hwprofiles.reading import regular_input
+from hwprofiles.jsonin import read_jsonl
 
 DATA = Path(__file__).resolve().parent / "data"
 
-MAX_PROMPTS_BYTES = 16_000_000  # prompts for a measured run, not a data set
+MAX_PROMPTS_BYTES = 16 * 2**20  # prompts for a measured run, not a data set
+FIX = "pass a JSONL file of chat messages (one list of messages per line) with --prompts"
 
 BUILTIN = (
     [{"role": "user", "content": "What is the capital of France?"}],
@@ -39,35 +39,19 @@ def load(name_or_path: str | None) -> list[list[dict]]:
     file; None: the chat set."""
     if name_or_path is None or name_or_path == "chat":
         return list(BUILTIN)
+    if not str(name_or_path).strip():
+        raise ValueError(f"--prompts is empty; give a built-in set ({', '.join(SETS)}) "
+                         "or the path of a JSONL file of chat messages")
     if name_or_path in SETS:
         return load_jsonl(SETS[name_or_path])
     return load_jsonl(name_or_path)
 
 
 def load_jsonl(path) -> list[list[dict]]:
-    path = Path(path)
-    st = regular_input(path, "prompts file", "pass a JSONL file of chat messages with "
-                       "--prompts")
-    if st.st_size == 0:
-        raise ValueError(f"prompts file {path} is empty; add one JSON line of chat "
-                         "messages per prompt")
-    if st.st_size > MAX_PROMPTS_BYTES:
-        raise ValueError(f"prompts file {path} is {path.stat().st_size / 1e6:.1f} MB, over "
-                         f"the {MAX_PROMPTS_BYTES / 1e6:.0f} MB limit; pass fewer prompts")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"prompts file {path} is not UTF-8 text (byte {exc.start} cannot "
-                         "be decoded); save it as UTF-8 JSON lines") from None
+    """The prompts of a JSONL file (``hwprofiles.jsonin`` reads it: size,
+    encoding, nesting and keys given twice are refused as for every JSON input)."""
     out = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError:
-            raise ValueError(f"prompts file {path} line {n} is not JSON; write one list "
-                             "of chat messages per line") from None
+    for n, item in read_jsonl(path, "prompts file", FIX, MAX_PROMPTS_BYTES):
         messages = item.get("messages") if isinstance(item, dict) else item
         if not isinstance(messages, list) or not all(
                 isinstance(m, dict) and "content" in m for m in messages):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from hwprofiles.reading import DuplicateKey, json_loads, refuse_long_integers, regular_input
+from hwprofiles import jsonin
 from hwprofiles.loader import MAX_PROFILE_BYTES, ProfileError, printable
 from hwprofiles.models import BITS, ModelSpec
 
@@ -72,6 +72,8 @@ def import_config(path: str | Path, name: str, hf_id: str | None = None,
              "head has its own keys and values)")
     if config.get("head_dim") is not None:
         take("head_dim", "head_dim")
+    if config.get("max_position_embeddings") is not None:
+        take("max_positions", "max_position_embeddings")
     fields.update(_dtype(config, shown, sources))
     fields.update(quantized_width(config, shown, sources, weight_bits))
     fields.update(_embeddings(config, arch, shown, sources))
@@ -85,25 +87,14 @@ def import_config(path: str | Path, name: str, hf_id: str | None = None,
 
 
 def read_config(path: Path) -> dict:
+    """A Hugging Face config.json's object (``hwprofiles.jsonin`` reads it, as every
+    JSON input)."""
     shown = printable(str(path))
-    st = regular_input(path, "config file", "give the path of a Hugging Face config.json",
-                       ProfileError, shown)
-    if st.st_size > MAX_PROFILE_BYTES:
-        raise ProfileError(f"config file {shown} is over {MAX_PROFILE_BYTES / 1e6:.0f} MB "
-                           "(a config.json is a few KB); check that it is the right file")
-    try:
-        config = json_loads(path.read_bytes().decode("utf-8-sig"))
-    except DuplicateKey as exc:
-        raise ProfileError(f"{shown}: {exc}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ProfileError(f"{shown} is not JSON text ({exc.__class__.__name__}); give "
-                           "a Hugging Face config.json") from None
-    except RecursionError:  # json recurses once per nesting level
-        raise ProfileError(f"{shown} nests its JSON too deeply to be a config.json; give "
-                           "a Hugging Face config.json") from None
+    config = jsonin.read_json(path, "config file", "give a Hugging Face config.json",
+                              MAX_PROFILE_BYTES, ProfileError)
     if not isinstance(config, dict):
         raise ProfileError(f"{shown} must hold a JSON object of config fields")
-    return refuse_long_integers(config, shown, ProfileError)
+    return config
 
 
 def _architecture(config: dict, shown: str) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from hwprofiles import plausible
 from hwprofiles.reading import YamlLoader, refuse_long_integers, regular_input
 from hwprofiles.schema import ModelSpec, Platform
 from hwprofiles.stacks import Stack
@@ -117,9 +118,17 @@ def _validate(kind: str | None, path: Path, raw: bytes):
         kind = ("platforms" if "devices" in data
                 else "stacks" if _STACK_FIELDS & set(data) else "models")
     try:
-        return _KINDS[kind].model_validate(data)
+        obj = _KINDS[kind].model_validate(data)
     except ValidationError as err:
-        raise ProfileError(_format_error(path, err)) from None
+        first = err.errors()[0]
+        found = plausible.explain(kind, data, tuple(first["loc"]), first.get("input"))
+        if found is None:
+            raise ProfileError(_format_error(path, err)) from None
+        raise ProfileError(printable(f"{path.name}: {found.text}; {plausible.FIX}")) from None
+    found = plausible.problems(obj)
+    if found:
+        raise ProfileError(printable(f"{path.name}: {found[0].text}; {plausible.FIX}"))
+    return obj
 
 
 def _read_bytes(path: Path) -> bytes:

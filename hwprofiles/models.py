@@ -28,6 +28,7 @@ MAX_FFN = 10_000_000
 MAX_HEADS = 100_000
 MAX_VOCAB = 100_000_000  # the largest vocabularies hold about a million tokens
 MAX_EXPERTS = 100_000  # published mixtures of experts route among a few hundred
+MAX_POSITIONS = 100_000_000  # the longest trained contexts hold a few million tokens
 
 
 class ModelSpec(Sourced):
@@ -55,6 +56,9 @@ class ModelSpec(Sourced):
     n_kv_heads: int = Field(gt=0, le=MAX_HEADS)
     head_dim: int | None = Field(default=None, gt=0, le=MAX_WIDTH)
     vocab: int = Field(gt=0, le=MAX_VOCAB)
+    # the positions the model was trained for (config.json: max_position_embeddings):
+    # a run's prompt and generated tokens together may not pass it; None: unknown
+    max_positions: int | None = Field(default=None, gt=0, le=MAX_POSITIONS)
     dtype: Dtype = "bf16"
     gated_mlp: bool = True
     tied_embeddings: bool = False

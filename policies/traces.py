@@ -28,7 +28,7 @@ from typing import Annotated
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
 
-from hwprofiles.reading import regular_input
+from hwprofiles import jsonin
 from policies.base import PolicyError
 
 # A measured run's JSON-lines files are a few MB at most (a Verify line is
@@ -130,40 +130,25 @@ def held_rows(line: dict) -> list[bool]:
     return [bool(h) for h in held] if isinstance(held, list) else [bool(held)]
 
 
-def _file_bytes(path: Path, what: str, fix: str, max_bytes: int) -> bytes:
-    size = regular_input(path, f"the {what}", fix, TraceError).st_size
-    try:
-        if size > max_bytes:
-            raise TraceError(f"the {what} {path} holds {size / 2**20:.1f} MiB, over the "
-                             f"{max_bytes // 2**20} MiB a measured run writes; {fix}")
-        return path.read_bytes()
-    except OSError as exc:
-        raise TraceError(f"the {what} {path} cannot be read ({exc.strerror}); {fix}") from None
-
-
 def read_jsonl(path, what: str, fix: str, max_bytes: int = MAX_TRACE_BYTES,
                check=None) -> list[tuple[int, dict]]:
     """(line number, object) of every non-blank line of a JSON-lines file, read
-    whole; a file too big, not UTF-8 text, or with a line that is not one JSON
-    object is refused (TraceError naming the line). ``check(obj, n)`` runs on
-    each line in turn, so the first bad line in the file is the one named."""
+    whole by the reader of every JSON input (``hwprofiles.jsonin``: size,
+    encoding, nesting, keys given twice); a line that is not one JSON object is
+    refused (TraceError naming the line). ``check(obj, n)`` runs on each line in
+    turn, so the first bad line in the file is the one named."""
     path = Path(path)
-    try:
-        text = _file_bytes(path, what, fix, max_bytes).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise TraceError(f"the {what} {path} is not UTF-8 text (byte {exc.start} is "
-                         f"{exc.object[exc.start]:#04x}; a binary file?); {fix}") from None
+    text = jsonin.read_text(path, f"the {what}", fix, max_bytes, TraceError, empty=True)
     out = []
     for n, line in enumerate(text.split("\n"), 1):  # JSON lines end at \n alone
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except (ValueError, RecursionError):  # cut off, not JSON, or a number too long
-            obj = None
-        if not isinstance(obj, dict):
-            raise TraceError(f"line {n} of {path} is not a JSON object, so the {what} is "
-                             f"corrupt; {fix}")
+        obj, problem = jsonin.parsed(line)
+        if problem is None and not isinstance(obj, dict):
+            problem = "is not a JSON object"
+        if problem:
+            raise TraceError(f"line {n} of {path} {problem}, so the {what} is corrupt; "
+                             f"{fix}")
         if check is not None:
             check(obj, n)
         out.append((n, obj))

@@ -498,7 +498,7 @@ def test_bad_runs_get_one_sentence(runs_dir, tmp_path, capsys):
     with open(corrupt / "ar-0" / "spans.jsonl", "a") as fh:
         fh.write('{"op": {"type": "Forward"}, "start_s": 1.0, "end_')
     cases = [(other, "calibrate runs of one target at a time"),
-             (corrupt, "is not a JSON object"), (tmp_path / "nothing", "not a directory")]
+             (corrupt, "is not JSON"), (tmp_path / "nothing", "not a directory")]
     for runs, message in cases:
         rc = main(["calibrate", "--runs", str(runs), "--profile", "cpu-local", "-o",
                    str(out)])

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from analyses.run.api import RunConfig, memory_request, run_models, run_schedule
+from analyses.run.api import (RunConfig, check_positions, memory_request, run_models,
+                             run_schedule)
 from analyses.run.memory import check_fit
 from hwprofiles import load_platform
 from hwprofiles.schema import resolve
@@ -16,8 +17,10 @@ H100_8X = load_platform("h100-sxm-8x")
 
 
 def _check(config: RunConfig) -> None:
-    """The memory check exactly as run_schedule calls it."""
+    """The model's positions and the memory check exactly as run_schedule calls
+    them (a context at the model's max_positions ends the search before memory)."""
     platform = load_platform(config.platform)
+    check_positions(config)
     check_fit(platform, run_models(config), resolve(platform, config.placement),
               memory_request(config))
 

@@ -286,7 +286,7 @@ def test_a_5000_digit_integer_names_its_file_and_field(tmp_path):
     path.write_text(json.dumps(LLAMA).replace('"vocab_size": 128256',
                                               '"vocab_size": ' + "9" * 5000))
     result = run_cli("profiles", "import", path)
-    assert_refused(result, str(path), "field 'vocab_size': integer too large")
+    assert_refused(result, str(path), "field 'vocab_size' holds an integer of")
     assert "4300" not in result.sentence
 
 
@@ -309,7 +309,7 @@ def test_prompts_that_are_not_a_file_are_named_as_what_they_are(kind, fragment, 
 def test_a_key_given_twice_in_an_input_file_is_refused(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(LLAMA)[:-1] + ', "hidden_size": 4096}')
-    assert_refused(run_cli("profiles", "import", path), "'hidden_size' appears twice")
+    assert_refused(run_cli("profiles", "import", path), "gives 'hidden_size' twice")
     model = tmp_path / "m.yaml"
     shipped = (REPO / "hwprofiles/data/models/smollm2-135m.yaml").read_text()
     model.write_text(shipped.replace("n_layers: 30", "n_layers: 30\nn_layers: 3", 1))

@@ -139,11 +139,12 @@ def test_ppsd_stages_form_one_lane_and_chunks_pipeline_through_it():
     lanes = lanes_of(segments_of(build("ppsd", ctx, {"exit_layer": 8})))
     assert [[(s.device, s.start, s.stop) for s in lane] for lane in lanes] == [
         [("stage0", 0, 8), ("stage1", 8, 16), ("stage2", 16, 24), ("stage3", 24, 32)]]
-    whole = run_schedule(_config("ppsd", prompt_tokens=4096))
-    chunked = run_schedule(_config("ppsd", prompt_tokens=4096, prefill_chunk=512))
+    # vicuna-7b has 2,048 positions: a 1,536-token prompt in 8 chunks of 192
+    whole = run_schedule(_config("ppsd", prompt_tokens=1536))
+    chunked = run_schedule(_config("ppsd", prompt_tokens=1536, prefill_chunk=192))
     hops = [s for s in chunked.prefill_spans if s.kind == "transfer"]
     assert len(hops) == 8 * 3  # every chunk crosses every stage boundary once
-    stage_s = _forward_s("a100-sxm-8x", "vicuna-7b", "gpu0", (0, 8), 4096, 1, 0)
+    stage_s = _forward_s("a100-sxm-8x", "vicuna-7b", "gpu0", (0, 8), 1536, 1, 0)
     assert whole.prefill_s > 4 * stage_s  # one pass: the stages wait for each other
     assert chunked.prefill_s < 0.5 * whole.prefill_s  # chunks keep every stage busy
 
@@ -189,7 +190,8 @@ def test_every_policy_reports_ttft_and_time_per_output_token(policy):
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_the_prefill_leaves_every_decode_metric_as_it_was(policy, deterministic):
     """Same numbers, bit for bit, as the decoding simulated without a prologue."""
-    config = _config(policy, prompt_tokens=2048, prefill_chunk=512,
+    # 1,536 + the generated tokens stay within vicuna-7b's 2,048 positions
+    config = _config(policy, prompt_tokens=1536, prefill_chunk=512,
                      deterministic=deterministic, fixed_context=deterministic)
     with_prefill = run_schedule(config)
     without = run_schedule(config, prefill=False)

@@ -15,7 +15,7 @@ import math
 import numpy as np
 import yaml
 
-from analyses.calibrate import sanity
+from analyses.calibrate import sanity, unitslip
 from analyses.calibrate.costfit import BOUNDS, Fit
 from analyses.calibrate.knobs import _start, objects_of
 from analyses.calibrate.published import simulate_row, start_values
@@ -117,10 +117,12 @@ def _median_abs(residuals) -> float:
     return float(np.median(np.abs(residuals)))
 
 
-def check_published_fit(result, platform: Platform, table,
-                        accept_poor_fit: bool) -> list[str]:
+def check_published_fit(result, platform: Platform, table, accept_poor_fit: bool,
+                        path=None) -> list[str]:
     """The gate on a published fit (``analyses.calibrate.published.PublishedFit``)
-    and its table of rows; the problems it let pass with ``accept_poor_fit``."""
+    and its table of rows (of the file at ``path``); the problems it let pass with
+    ``accept_poor_fit``. Rows in a wrong unit and fitted fields no hardware has
+    (``analyses.calibrate.unitslip``) come first."""
     s = result.solved
     numbers = _published_numbers(result, platform)
     base = _median_abs(s.residuals(s.z))
@@ -131,7 +133,10 @@ def check_published_fit(result, platform: Platform, table,
         return base - _median_abs(s.residuals(z))
 
     errors = [(t["id"], t["error_after"]) for t in table if t["split"] == "fit"]
-    problems = [p for p in [sanity.error_problem(errors, "row", PUBLISHED_FIX)] if p]
+    problems = unitslip.row_slips(path, table, platform.name, row_lines(path)) \
+        if path is not None else []
+    problems += unitslip.fitted_slips(result.platform, platform, PUBLISHED_FIX)
+    problems += [p for p in [sanity.error_problem(errors, "row", PUBLISHED_FIX)] if p]
     problems += sanity.bound_problems(numbers, push, PUBLISHED_FIX)
     problems += sanity.null_problems(numbers, s.jac, result.rows, PUBLISHED_FIX)
     return sanity.enforce(problems, accept_poor_fit)
@@ -170,6 +175,14 @@ def check_runs_fit(fit: Fit, accept_poor_fit: bool) -> list[str]:
     problems += sanity.null_problems(numbers, np.asarray(fit.jac)[:, cols], len(fit.terms),
                                      RUNS_CHECK, rows="span", hold="--hold")
     return sanity.enforce(problems, accept_poor_fit)
+
+
+def enforce_plausible(fitted: Platform, original: Platform, accept_poor_fit: bool
+                      ) -> list[str]:
+    """The gate on a runs fit's fitted profile: a field outside its physical range
+    (``analyses.calibrate.unitslip``) is refused unless ``accept_poor_fit``."""
+    return sanity.enforce(unitslip.fitted_slips(fitted, original, RUNS_CHECK),
+                          accept_poor_fit)
 
 
 def poor_fit_lines(problems: list[str]) -> str:

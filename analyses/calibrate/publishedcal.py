@@ -12,7 +12,7 @@ from analyses.calibrate.published import (DEFAULT_FIELDS, Knob, PublishedFit, me
                                 evaluate, fit_rows, fit_unknowns, load_published,
                                 ranking_flips, rows_for, shipped_folder)
 from analyses.calibrate.session import profile_text
-from hwprofiles import Platform, load_platform
+from hwprofiles import Platform, load_platform, plausible
 from hwprofiles.writing import atomic_write_text
 
 
@@ -120,7 +120,7 @@ def calibrate_published(path, profile: str, output, *, fields=DEFAULT_FIELDS,
     result = fit_rows(platform, fitting, fields, steps=steps)
     table = evaluate(result.platform, platform, rows, result.values,
                      fit_unknowns(platform, rows))
-    problems = check_published_fit(result, platform, table, accept_poor_fit)
+    problems = check_published_fit(result, platform, table, accept_poor_fit, path)
     after = {t["id"]: t["after_tokens_per_s"] for t in table}
     flips = ranking_flips(rows, after)
     held = median_abs_error(table, "held_out")
@@ -129,6 +129,7 @@ def calibrate_published(path, profile: str, output, *, fields=DEFAULT_FIELDS,
               + f"{', '.join(r.id for r in fitting)}; held-out median |error| "
               + ("n/a" if held is None else f"{held:.1%}"))
     fitted = _sourced(result.platform, platform, result.knobs, source)
+    fitted = plausible.accept(fitted, plausible.problems(fitted), "--accept-poor-fit")
     fitted = fitted.model_copy(update={"description": (
         f"{platform.description.strip()} Calibrated against published measurements "
         f"({', '.join(r.id for r in fitting)}).").strip()})

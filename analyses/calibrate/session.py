@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from analyses.calibrate.fitgate import check_runs_fit, poor_fit_lines
+from analyses.calibrate.fitgate import (check_runs_fit, enforce_plausible,
+                                        poor_fit_lines)
 from analyses.calibrate.terms import (Terms, apply, check_hold, fit, initial_values,
                                       op_kind_errors, stepped)
 from analyses.measured.replay import (MeasuredRun, check_run_fits, find_runs, load_run,
@@ -25,6 +26,7 @@ from analyses.measured.replay import (MeasuredRun, check_run_fits, find_runs, lo
 from hwprofiles import Platform, load_platform
 from policies.base import entries
 from policies.runs.metrics import elapsed_s
+from hwprofiles import plausible
 from hwprofiles.writing import atomic_write_text, scratch_dir
 
 
@@ -243,6 +245,8 @@ def calibrate(runs_dir, profile: str, output, *,
     changed = {p: v for p, v in result.values.items()
                if p not in result.unconstrained and p not in result.held}
     fitted = apply(platform, changed, source)
+    problems += enforce_plausible(fitted, platform, accept_poor_fit)
+    fitted = plausible.accept(fitted, plausible.problems(fitted), "--accept-poor-fit")
     fitted = fitted.model_copy(update={"description": (
         f"{platform.description.strip()} Calibrated by hetspec calibrate on {date} "
         f"from measured runs {', '.join(r.name for r in fitting)}.").strip()})

@@ -9,8 +9,11 @@ from analyses.cli import DEFAULT_POLICY, SIM_TOKENS, config_from_args, emit_json
 from analyses.commands import COMMANDS
 from analyses.compare.sweep import progress_bar
 from analyses.run.budget import Estimate, allow_large_argument, check, readable
-from analyses.run.capacity import checks_count, fit_report, layouts
-from analyses.run.config import MAX_PROMPT_TOKENS, parse_value, split_items
+from analyses.run.api import check_positions
+from analyses.run.capacity import at, checks_count, fit_report, layouts
+from analyses.run.config import (MAX_PROMPT_TOKENS, parse_sets, parse_value, split_items,
+                                 split_sets)
+from simcore import acceptance
 from hwprofiles import load_platform
 from policies.base import AR
 
@@ -21,6 +24,15 @@ DEFAULT_BATCHES = "1"
 # counted at 1,000 so that the time estimated stays an upper bound
 CHECKS_PER_S = 1_000
 CHECKS_BUDGET = CHECKS_PER_S * 600
+# run options the memory check does not read: given to fit, they are refused, not
+# dropped (an answer that looks like it took them)
+IGNORED = {"memory_check": "fit is the memory check itself",
+           "contention": "it changes time, not memory",
+           "stack": "a stack prices host time, not memory",
+           "prompt_tokens": "fit varies the context itself; give the contexts with "
+                            "--contexts",
+           "expert_parallel": "fit tries every mixture-of-experts layout both "
+                              "tensor- and expert-parallel: its EP rows"}
 
 
 def register(sub) -> None:
@@ -78,9 +90,23 @@ def _sizes(text: str, option: str) -> list[int]:
     return out
 
 
+def check_read(sets: list[str], policy: str) -> None:
+    """Refuse a --set key the memory check does not read (``IGNORED``, and every
+    acceptance setting) in one sentence naming it."""
+    given = parse_sets(sets)
+    params, _, run = split_sets(policy, given)
+    for key in run:
+        if key in IGNORED:
+            raise ValueError(f"--set {key} has no effect on fit ({IGNORED[key]}); drop it")
+    for key in (k for k in given if k not in params and k in acceptance.KEYS):
+        raise ValueError(f"--set {key} sets the acceptance, which no memory check reads "
+                         "(fit counts weights, KV cache and activations); drop it")
+
+
 def fit_config(args):
     """The RunConfig whose memory check the search runs (batch and prompt vary)."""
     policy = args.policy or (DEFAULT_POLICY if args.draft else AR)
+    check_read(args.sets, policy)
     ns = argparse.Namespace(**{**vars(args), "policy": policy, "acceptance": None,
                                "batch": 1, "seed": 0})
     return config_from_args(ns, fixed_context=args.fixed_context)
@@ -102,6 +128,7 @@ def _fit(args) -> int:
         raise ValueError(f"--batches takes batches of 1 or more and --contexts at most "
                          f"{MAX_PROMPT_TOKENS:,} positions; fix the list")
     config = fit_config(args)
+    check_positions(at(config, prompt_tokens=max(contexts)), prompt="--contexts")
     check_budget(config, contexts, batches, args.allow_large)
     total = len(layouts(load_platform(config.platform), config))
     with progress_bar(total, args.json or total < 8) as bar:
@@ -121,11 +148,15 @@ def print_report(r: dict) -> None:
     heads = [f"batch @{c:,}" for c in r["contexts"]] + \
         [f"context @batch {b}" for b in r["batches"]]
     print(f"  {'layout':22} " + " ".join(f"{h:>18}" for h in heads))
+    capped = False
     for row in r["layouts"]:
-        cells = [row["largest_batch"][c] for c in r["contexts"]] + \
-            [row["longest_context"][b] for b in r["batches"]]
-        text = " ".join(f"{_size(v):>18}" for v in cells)
-        print(f"  {row['layout']:22} {text}")
+        cells = [_size(row["largest_batch"][c]) for c in r["contexts"]] + \
+            [_size(row["longest_context"][b], r["context_cap"]) for b in r["batches"]]
+        capped = capped or any(c.endswith("*") for c in cells)
+        print(f"  {row['layout']:22} " + " ".join(f"{c:>18}" for c in cells))
+    if capped:
+        print(f"  * the models' trained positions end there (max_positions less the "
+              f"generated tokens: {r['context_cap']:,}); memory would hold more")
     fewest = r["fewest_devices"]
     if fewest is None:
         print(f"  no layout holds batch {r['batches'][0]} at {r['contexts'][0]:,} positions")
@@ -137,11 +168,14 @@ def print_report(r: dict) -> None:
         _print_memory(row)
 
 
-def _size(value: int | None) -> str:
-    """'-' where nothing fits; a context at the cap is a lower bound."""
+def _size(value: int | None, cap: int | None = None) -> str:
+    """'-' where nothing fits; a context at the models' positions ends in '*', one
+    at the cap on every context is a lower bound ('+')."""
     if value is None:
         return "-"
-    return f"{value:,}+" if value >= MAX_PROMPT_TOKENS else f"{value:,}"
+    if value >= MAX_PROMPT_TOKENS:
+        return f"{value:,}+"
+    return f"{value:,}*" if cap is not None and value >= cap else f"{value:,}"
 
 
 def _print_memory(row: dict) -> None:

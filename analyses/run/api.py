@@ -26,6 +26,7 @@ from policies.runs.breakdown import breakdown, operator_table
 from policies.runs.files import write_chrome_trace, write_record
 from policies.runs.metrics import add_speedup, run_metrics
 from simcore import Outcomes, RooflineCost, SimResult, Simulator, acceptance
+from simcore.costmodel import compute_peak
 
 
 @dataclass
@@ -73,6 +74,42 @@ def check_used(config: RunConfig, models: dict[str, ModelSpec] | None = None) ->
         raise ValueError(f"--draft {config.draft} has no effect with policy "
                          f"'{config.policy}' (it drafts from the target's own layers, or "
                          "not at all); drop --draft")
+
+
+def check_positions(config: RunConfig, models: dict[str, ModelSpec] | None = None,
+                    prompt: str = "prompt_tokens") -> None:
+    """A run whose context (its prompt, and the tokens it generates unless
+    fixed_context) passes a model's trained positions (``ModelSpec.max_positions``)
+    is refused: the model has no position for them. ``models``: the run's specs
+    (default ``run_models``); ``prompt``: what the prompt is called in the sentence."""
+    grown = 0 if config.fixed_context else config.tokens
+    context = config.prompt_tokens + grown
+    for role, spec in (models or run_models(config)).items():
+        if spec.max_positions is not None and context > spec.max_positions:
+            tokens = f" + {grown:,} generated tokens" if grown else ""
+            raise ValueError(
+                f"{prompt} {config.prompt_tokens:,}{tokens} = {context:,} positions pass the "
+                f"{spec.max_positions:,} the {role} model {spec.name} was trained for "
+                f"(its max_positions); lower {prompt}{' or --tokens' if grown else ''}")
+
+
+def check_platform(config: RunConfig, platform: Platform,
+                   models: dict[str, ModelSpec] | None = None) -> None:
+    """What the devices the run is placed on must offer whatever its size: the
+    peak its matrix products are priced at (``compute_bits=8`` needs an 8-bit one,
+    ``simcore.costmodel.compute_peak``). ``simulate`` and ``fit`` (each of its
+    layouts) ask this one check, so that they accept the same runs."""
+    placement = resolve(platform, config.placement)
+    models = models or run_models(config)
+    roles = {"target": models["target"], "draft": models.get("draft", models["target"])}
+    roles.update({r: models["target"] for r in placement if r.startswith("stage")})
+    for role, spec in roles.items():
+        try:
+            members = platform.members(placement[role])
+        except (KeyError, ValueError):  # a role this platform places nowhere
+            continue
+        for name in members:
+            compute_peak(platform.device(name), spec)
 
 
 def moe_roles(config: RunConfig, platform: Platform) -> dict[str, str]:
@@ -145,6 +182,8 @@ def _check_before(config: RunConfig, platform: Platform, models: dict[str, Model
     check_schedule(config.policy, ctx, config.params)
     for check in checks:
         check(config)
+    check_positions(config, models)
+    check_platform(config, platform, models)
     if config.memory_check:
         check_fit(platform, models, resolve(platform, config.placement),
                   memory_request(config))

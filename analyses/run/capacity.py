@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analyses.run.api import memory_request, run_models
+from analyses.run.api import check_platform, memory_request, run_models
 from analyses.run.config import MAX_BATCH, MAX_PROMPT_TOKENS, RunConfig
 from analyses.run.memory import TierNeed, largest, moved, overflow, tier_needs
 from hwprofiles import Platform, load_model, load_platform
@@ -120,10 +120,20 @@ def largest_batch(config: RunConfig, platform: Platform, context: int) -> int | 
                    1, MAX_BATCH)
 
 
+def context_cap(config: RunConfig) -> int:
+    """The longest prompt the run's models have positions for (``max_positions``
+    less the generated tokens, unless fixed_context), at most ``MAX_PROMPT_TOKENS``."""
+    grown = 0 if config.fixed_context else config.tokens
+    limits = [s.max_positions - grown for s in run_models(config).values()
+              if s.max_positions is not None]
+    return max(0, min([MAX_PROMPT_TOKENS, *limits]))
+
+
 def longest_context(config: RunConfig, platform: Platform, batch: int) -> int | None:
-    """The longest prompt (context before decoding) the check accepts at ``batch``."""
+    """The longest prompt (context before decoding) the check accepts at ``batch``,
+    within the models' trained positions (``context_cap``)."""
     return largest(lambda c: accepted(at(config, batch=batch, prompt_tokens=c), platform),
-                   0, MAX_PROMPT_TOKENS)
+                   0, context_cap(config))
 
 
 def breakdown(config: RunConfig, platform: Platform) -> list[dict]:
@@ -165,6 +175,7 @@ def fit_report(config: RunConfig, contexts: list[int], batches: list[int],
     return {"platform": platform.name, "target": config.target, "draft": config.draft,
             "policy": config.policy, "tokens": config.tokens,
             "fixed_context": config.fixed_context, "contexts": contexts,
+            "context_cap": context_cap(config),
             "batches": batches, "layouts": rows,
             "fewest_devices": None if fewest is None else {
                 "devices": fewest["devices"], "layout": fewest["layout"],
@@ -173,6 +184,7 @@ def fit_report(config: RunConfig, contexts: list[int], batches: list[int],
 
 def _layout_row(config, platform, layout, contexts, batches) -> dict:
     config = layout.config(config)
+    check_platform(config, platform)  # what simulate refuses whatever the batch
     largest_batches = {c: largest_batch(config, platform, c) for c in contexts}
     longest = {b: longest_context(config, platform, b) for b in batches}
     edge = largest_batches[contexts[0]]

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hwprofiles import load_model
+from hwprofiles.importer import read_config
 from hwprofiles.models import ModelSpec
 
 REAL_NAME = "smollm2-135m"
@@ -146,7 +147,7 @@ def spec_of(name: str) -> ModelSpec:
         return load_model(name[len(RANDOM_PREFIX):]).model_copy(update=UNTRAINED)
     path = Path(name)
     if path.is_dir():
-        return spec_from_config(json.loads((path / "config.json").read_text()), path.name)
+        return spec_from_config(read_config(path / "config.json"), path.name)
     return load_model(name)
 
 

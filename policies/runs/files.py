@@ -29,8 +29,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import NamedTuple
 
-from hwprofiles.reading import DuplicateKey, json_loads, refuse_long_integers, regular_input
+from hwprofiles import jsonin
 from hwprofiles.writing import atomic_write_text, json_safe
+from policies.runs.config import RunSettings
 
 
 class Span(NamedTuple):
@@ -106,37 +107,14 @@ def write_record(path, *, kind: str, inputs: dict, metrics: dict, **extra) -> Pa
 MAX_RECORD_BYTES = 16 * 2**20
 
 
-def _record_text(path: Path) -> str:
-    fix = "pass the record.json that 'hetspec run' wrote"
-    # stat only first: a pipe is never opened (a read would block)
-    size = regular_input(path, "run record", fix).st_size
-    try:
-        if size > MAX_RECORD_BYTES:
-            raise ValueError(f"run record {path} holds {size / 2**20:.1f} MiB, over the "
-                             f"{MAX_RECORD_BYTES // 2**20} MiB a run record takes; {fix}")
-        return path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError:
-        raise ValueError(f"run record {path} is not UTF-8 text (a binary file?); "
-                         f"{fix}") from None
-    except OSError as exc:
-        raise ValueError(f"run record {path} cannot be read ({exc.strerror}); "
-                         f"{fix}") from None
-
-
 def read_record(path) -> dict:
     """A run record's JSON object, of any version of the run schema (the reader of
     a measured run reads it by its version: ``policies.runs.measured``); one-sentence
-    ValueError when the file is not one."""
+    ValueError when the file is not one (``hwprofiles.jsonin`` reads it, as every
+    JSON input)."""
     path = Path(path)
-    text = _record_text(path)
-    try:
-        record = json_loads(text)
-    except DuplicateKey as exc:
-        raise ValueError(f"run record {path}: {exc}") from None
-    except (ValueError, RecursionError) as exc:
-        raise ValueError(f"run record {path} cannot be read ({exc.__class__.__name__}); "
-                         "pass a file written by 'hetspec run --json'") from None
-    refuse_long_integers(record, f"run record {path}")
+    fix = "pass the record.json that 'hetspec run' wrote"
+    record = jsonin.read_json(path, "run record", fix, MAX_RECORD_BYTES)
     if not isinstance(record, dict) or not str(record.get("schema", "")).startswith(
             RUN_SCHEMA_FAMILY):
         raise ValueError(f"{path} is not a hetspec run record (schema {RUN_SCHEMA}); "

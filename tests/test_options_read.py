@@ -1,0 +1,120 @@
+"""Every option of fit and simulate changes the answer or is refused, never
+dropped in silence; fit and simulate share one check of what a platform can run,
+and both refuse contexts beyond the model's trained positions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from analyses.cli import main
+from analyses.commands.fit import IGNORED
+from analyses.run.config import RUN_KEYS
+from hwprofiles import load_model, list_names
+
+FIT = ["fit", "--platform", "h100-sxm-8x", "--target", "llama-3.1-70b", "--contexts",
+       "8192", "--batches", "1", "--json"]
+MOE_FIT = ["fit", "--platform", "h100-sxm-8x", "--target", "qwen3-30b-a3b", "--contexts",
+           "8192", "--batches", "1", "--json"]
+SIM = ["simulate", "--platform", "h100-sxm-5x", "--target", "llama-3.1-70b", "--draft",
+       "llama-3.2-1b", "--policy", "sd", "--tokens", "50", "--json"]
+# a batch whose KV cache overflows the target's GPUs: memory_check=off lets it run
+SIM_FULL = SIM + ["--batch", "4096"]
+# a system on chip whose tiers its engines share: contention slows them
+SIM_SOC = ["simulate", "--platform", "jetson-agx-orin-64gb", "--target", "llama-3.2-1b",
+           "--policy", "ar", "--tokens", "20", "--json"]
+SIM_MOE = ["simulate", "--platform", "h100-sxm-8x", "--target", "qwen3-30b-a3b",
+           "--policy", "ar", "--tokens", "20", "--placement", "target=tp8", "--json"]
+
+# --set KEY=VALUE per run key: (simulate's base command, value)
+SIM_SETS = {"contention": (SIM_SOC, "on"), "prompt_tokens": (SIM, "4096"),
+            "weight_bits": (SIM, "8"), "kv_bits": (SIM, "8"), "compute_bits": (SIM, "8"),
+            "memory_check": (SIM_FULL, "off"), "expert_parallel": (SIM_MOE, "on"),
+            "prefill_chunk": (SIM + ["--set", "prompt_tokens=4096"], "512"),
+            "stack": (SIM, "hf-eager")}
+FIT_SETS = {"contention": (FIT, "on"), "prompt_tokens": (FIT, "4096"),
+            "weight_bits": (FIT, "8"), "kv_bits": (FIT, "8"), "compute_bits": (FIT, "8"),
+            "memory_check": (FIT, "off"), "expert_parallel": (MOE_FIT, "on"),
+            "prefill_chunk": (FIT, "512"), "stack": (FIT, "hf-eager")}
+FIT_OPTIONS = {"--draft": ["--draft", "llama-3.2-1b"], "--policy": ["--policy", "eesd"],
+               "--contexts": ["--contexts", "4096"], "--batches": ["--batches", "8"],
+               "--tokens": ["--tokens", "20000"], "--fixed-context": ["--fixed-context"],
+               "--placement": ["--placement", "draft=gpu7"]}
+
+
+def _answer(capsys, argv) -> tuple[int, str]:
+    rc = main(argv)
+    captured = capsys.readouterr()
+    return rc, captured.out if rc == 0 else captured.err.strip().splitlines()[-1]
+
+
+def _changes_or_refused(capsys, base, extra):
+    before = _answer(capsys, base)
+    rc, after = _answer(capsys, base + extra)
+    if rc == 2:
+        assert after.startswith("hetspec: error:") and extra[-1].split("=")[0] in after
+        return "refused"
+    assert rc in (0, 1) and (rc, after) != before, f"{extra} changed nothing"
+    return "changed"
+
+
+def test_every_run_key_is_enumerated():
+    assert set(SIM_SETS) == set(RUN_KEYS) == set(FIT_SETS)
+
+
+@pytest.mark.parametrize("key", sorted(RUN_KEYS))
+def test_each_set_key_changes_simulate_or_is_refused(capsys, key):
+    base, value = SIM_SETS[key]
+    assert _changes_or_refused(capsys, base, ["--set", f"{key}={value}"]) == "changed"
+
+
+@pytest.mark.parametrize("key", sorted(RUN_KEYS))
+def test_each_set_key_changes_fit_or_is_refused(capsys, key):
+    base, value = FIT_SETS[key]
+    outcome = _changes_or_refused(capsys, base, ["--set", f"{key}={value}"])
+    assert outcome == ("refused" if key in IGNORED else "changed")
+
+
+def test_an_acceptance_setting_is_refused_by_fit(capsys):
+    rc, err = _answer(capsys, FIT + ["--set", "alpha=0.8"])
+    assert rc == 2 and "--set alpha sets the acceptance" in err
+
+
+@pytest.mark.parametrize("option", sorted(FIT_OPTIONS))
+def test_each_fit_option_changes_the_answer(capsys, option):
+    assert _changes_or_refused(capsys, FIT, FIT_OPTIONS[option]) == "changed"
+
+
+def test_fit_refuses_what_simulate_refuses_on_the_platform(capsys):
+    """m2-ultra-8x has no 8-bit peak: both commands say so in the same sentence."""
+    fit = _answer(capsys, ["fit", "--platform", "m2-ultra-8x", "--target", "qwen3-32b",
+                           "--set", "compute_bits=8"])
+    sim = _answer(capsys, ["simulate", "--platform", "m2-ultra-8x", "--target",
+                           "qwen3-32b", "--policy", "ar", "--set", "compute_bits=8"])
+    assert fit[0] == sim[0] == 2 and fit[1] == sim[1] and "8-bit peak" in fit[1]
+
+
+def test_every_shipped_model_carries_its_positions_with_a_source():
+    for name in list_names("models"):
+        spec = load_model(name)
+        assert spec.max_positions and "max_position" in spec.sources["max_positions"] \
+            or "context_length" in spec.sources["max_positions"]
+
+
+def test_fit_answers_no_context_past_the_positions_and_refuses_one(capsys):
+    rc, out = _answer(capsys, FIT[:-5] + ["--batches", "1", "--json"])
+    report = json.loads(out)
+    positions = load_model("llama-3.1-70b").max_positions
+    assert report["context_cap"] == positions - report["tokens"]
+    assert max(r["longest_context"]["1"] or 0 for r in report["layouts"]) \
+        == report["context_cap"]
+    rc, err = _answer(capsys, FIT[:-5] + ["--contexts", str(positions)])
+    assert rc == 2 and f"{positions:,} the target model llama-3.1-70b" in err
+
+
+def test_simulate_refuses_a_context_past_the_positions(capsys):
+    positions = load_model("llama-3.1-70b").max_positions
+    ok = _answer(capsys, SIM + ["--set", f"prompt_tokens={positions - 50}"])
+    refused = _answer(capsys, SIM + ["--set", f"prompt_tokens={positions - 49}"])
+    assert ok[0] == 0 and refused[0] == 2 and "max_positions" in refused[1]
