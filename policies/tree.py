@@ -299,8 +299,7 @@ def closed_form(params: TreeParams, alphas: list[float]) -> dict:
     e = expected_accepted(nodes)
     return {"expected_accepted": e, "expected_tokens_per_step": e + 1, "nodes": len(nodes),
             "depth": depth, "scored_depth": max(d for _, d, _, _ in nodes),
-            "draft_passes": len(passes),
-            "draft_positions": sum(n for n, _ in passes)}
+            "draft_passes": len(passes), "draft_positions": sum(n for n, _ in passes)}
 
 
 # the schedule --------------------------------------------------------------------

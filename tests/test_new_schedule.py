@@ -35,10 +35,12 @@ NAME = "shallow_pair"
 ROOT = Path(__file__).resolve().parents[1]
 H100 = ["--platform", "h100-sxm-5x", "--target", "llama-3.1-70b"]
 MOST_GAMMA = 12
-# one short run of a tiny random model measures mostly the time of each call: the fit
-# holds what its spans cannot identify, memory efficiency among them (fitted to such a
-# run it comes out far below any real device's and the plausibility gate refuses it)
-HELD = "compute_efficiency,roofline_exponent,memory_efficiency,multirow_memory_factor"
+# one short run of a tiny random model measures memory time alone: the fit holds what
+# its spans cannot identify, as the stored calibration case does (tests/test_golden.py),
+# and is written whatever its quality, which depends on the machine's load while the
+# run was measured (--accept-poor-fit): what is tested is that calibration prices the
+# new schedule's measured spans, not how well a few of them fit
+HELD = "compute_efficiency,roofline_exponent,call_overhead_s,multirow_memory_factor"
 
 
 class PairParams(PolicyParams):
@@ -169,6 +171,9 @@ def test_a_new_schedule_runs_in_the_executor_is_replayed_and_calibrated(shallow_
     assert replayed["predicted"]["policy"] == NAME and replayed["predicted"]["tokens_per_s"] > 0
     out = tmp_path / "calibrated.yaml"
     assert main(["calibrate", "--runs", str(tmp_path / "runs"), "--profile", "cpu-local",
-                 "-o", str(out), "--fit-policies", NAME, "--hold", HELD, "--json"]) == 0
+                 "-o", str(out), "--fit-policies", NAME, "--hold", HELD, "--accept-poor-fit",
+                 "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["fitted_runs"] == ["pair"] and load_platform(out)
+    # the run's measured spans, its draft and verify passes, were priced and fitted
+    assert summary["spans"] > 0 and summary["fit_op_kinds"]

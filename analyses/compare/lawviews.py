@@ -301,6 +301,9 @@ def law_figures(results, base: dict) -> tuple[list, list[str]]:
     figures, notes = [], []
     drawn = views(results, base)
     for view, runs in drawn.items():
+        if view.drawing not in DRAWINGS:
+            raise ValueError(f"law view '{view.title}' names drawing '{view.drawing}'; "
+                             f"choose one of {', '.join(DRAWINGS)}")
         figures.append((view.title, DRAWINGS[view.drawing](runs, base, view)))
         if view.note:
             notes.append(view.note)

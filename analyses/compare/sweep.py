@@ -114,8 +114,7 @@ def parse_sweep(spec: str) -> tuple[str, list]:
         raise ValueError(f"--sweep expects KEY=RANGE, got '{spec}'; write e.g. "
                          "--sweep gamma=2..6")
     where = f"--sweep {spec}"
-    listed = key in list_keys()
-    if ";" in text or listed:
+    if (listed := key in list_keys()) or ";" in text:
         values = [parse_value(part, where) for part in split_items(text, where, ";")]
         if listed or any(isinstance(v, tuple) for v in values):
             values = [v if isinstance(v, tuple) else (v,) for v in values]  # one kind
