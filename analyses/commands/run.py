@@ -18,10 +18,11 @@ from analyses.run.measuredbudget import (MODEL_FREE_TOKENS_PER_S, RUN_TOKENS_BUD
                                          RUN_TOKENS_PER_S, run_estimate)
 from analyses.run.config import MAX_TOKENS, parse_placement, parse_sets
 from analyses.run.outputs import check_run_dir, profile_inputs, set_inputs
-from executors.backend.models import draft_spec, spec_of
+from executors.backend.models import default_draft, draft_spec, spec_of
 from executors.prompts import SETS, load, token_floor
 from hwprofiles import DEFAULT_STACK, load_platform
 from hwprofiles.schema import resolve
+from policies import entry
 from policies.runs.files import claim_new_dir, default_run_dir
 from simcore.acceptance import KEYS
 
@@ -173,6 +174,8 @@ def check_prompts(config, messages) -> None:
     tokens to generate against the models' trained positions, and the run's
     memory on its platform."""
     longest = max(token_floor(m) for m in messages)
+    if entry(config.policy).needs_draft and config.draft is None:  # as measure runs it
+        config = config.model_copy(update={"draft": default_draft(config.target)})
     sized = config.model_copy(update={"prompt_tokens": longest})
     models = executor_models(config)
     check_positions(sized, models, prompt="the longest --prompts prompt, in words (at "
