@@ -377,7 +377,10 @@ GROUPS = [("s", "simulate"), ("t", "simulate-trace"), ("o", "simulate-out"),
           ("k", "calibrate-runs"), ("r", "replay"), ("x", "run"),
           # the second review's classes (benchmarks/badcases/, one module each)
           ("w", "outputs"), ("b", "budgets"), ("f", "fit-sanity"), ("e", "evidence"),
-          ("i", "inputs")]
+          ("i", "inputs"),
+          # the third review's classes (benchmarks/badcases/reliability3.py)
+          ("u", "plausibility"), ("j", "json-inputs"), ("n", "positions"),
+          ("q", "options-read")]
 # Expectations a class module sets by case id ("accept", "refuse" or "either"),
 # over the id rule below (an id ending in 'v' is a valid input).
 EXPECT: dict[str, str] = {}

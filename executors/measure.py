@@ -151,6 +151,20 @@ def outputs_of(results: list[BatchResult], max_new: int, eos: int | None = None)
     return out
 
 
+def fits_positions(prompts: list[list[int]], specs: dict, max_new_tokens: int) -> None:
+    """The tokenized prompts, checked before any decoding: the longest and the
+    tokens to generate within each model's trained positions (the command checked
+    a floor, the prompts' words, before the models loaded)."""
+    longest = max(map(len, prompts))
+    for role, spec in specs.items():
+        if spec.max_positions is not None and longest + max_new_tokens > spec.max_positions:
+            raise ValueError(f"the longest prompt is {longest:,} tokens, + {max_new_tokens:,} "
+                             f"new tokens = {longest + max_new_tokens:,} positions pass the "
+                             f"{spec.max_positions:,} the {role} model {spec.name} was "
+                             "trained for (its max_positions); shorten the prompt or lower "
+                             "--max-new-tokens")
+
+
 def measure(config: RunSettings, options: Options, messages: list[list[dict]] | None = None, *,
             out_dir=None, baseline: bool = True, progress: bool = False,
             replace: bool = False, repeats: int = 1) -> dict:
@@ -173,6 +187,7 @@ def measure(config: RunSettings, options: Options, messages: list[list[dict]] | 
             config = config.revised(params={**config.given("params"), **pinned})
         vocab = session.specs["target"].vocab
         prompts = [encode(m, session.tokenizer, vocab) for m in messages]
+        fits_positions(prompts, session.specs, options.max_new_tokens)
         config = config.model_copy(update={  # the mean prompt really in the caches
             "prompt_tokens": sum(map(len, prompts)) // len(prompts),
             "tokens": options.max_new_tokens})

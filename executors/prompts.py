@@ -74,3 +74,12 @@ def encode(messages: list[dict], tokenizer, vocab: int) -> list[int]:
         return [int(i) for i in ids]
     text = "\n".join(f"{m.get('role', 'user')}: {m['content']}" for m in messages)
     return [b % vocab for b in text.encode("utf-8")] + [vocab - 1]
+
+
+def token_floor(messages: list[dict]) -> int:
+    """Tokens a chat prompt takes at least, known before any tokenizer loads: its
+    words (runs of non-space characters). Every tokenizer a run uses splits text
+    at whitespace before it merges (byte-level BPE's pre-tokenizer, SentencePiece's
+    whitespace split), so no token spans two words; a model without a tokenizer
+    takes a token per byte (``encode``), more still."""
+    return sum(len(str(m.get("content", "")).split()) for m in messages)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from analyses.cli import main
 from analyses.commands.fit import IGNORED
@@ -118,3 +119,28 @@ def test_simulate_refuses_a_context_past_the_positions(capsys):
     ok = _answer(capsys, SIM + ["--set", f"prompt_tokens={positions - 50}"])
     refused = _answer(capsys, SIM + ["--set", f"prompt_tokens={positions - 49}"])
     assert ok[0] == 0 and refused[0] == 2 and "max_positions" in refused[1]
+
+
+# ---------------------------------------------------------------- property
+FIT_VALUES = {"contention": "on", "prompt_tokens": "4096", "weight_bits": "8",
+              "kv_bits": "8", "compute_bits": "8", "memory_check": "off",
+              "expert_parallel": "on", "prefill_chunk": "512", "stack": "hf-eager",
+              "alpha": "0.8", "histogram": "0.5,0.5"}
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(keys=st.lists(st.sampled_from(sorted(FIT_VALUES)), min_size=1, max_size=4,
+                     unique=True))
+def test_fit_refuses_any_mix_of_set_keys_with_one_it_does_not_read(capsys, keys):
+    """Any set of --set keys: refused, naming a key, exactly when one of them is a
+    key fit does not read (or an acceptance setting); answered otherwise."""
+    unread = [k for k in keys if k in IGNORED or k in ("alpha", "histogram")]
+    if "alpha" in keys and "histogram" in keys:
+        return  # two acceptance models: refused as a conflict before fit looks
+    argv = FIT + [a for k in keys for a in ("--set", f"{k}={FIT_VALUES[k]}")]
+    rc, answer = _answer(capsys, argv)
+    if unread:
+        assert rc == 2 and any(f"--set {k} " in answer for k in unread), answer
+    else:
+        assert rc in (0, 1) and json.loads(answer)["layouts"]

@@ -193,17 +193,19 @@ def test_pipeline_spans_cover_every_stage_and_link():
 
 
 @pytest.mark.parametrize("argv", [
+    # the issue's 2,000 tokens after a 128-token prompt passed vicuna-7b's 2,048
+    # positions (now refused): 1,900 stay within them
     ["simulate", "--platform", "a100-sxm-8x", "--target", "vicuna-7b", "--policy", "ppsd",
      "--set", "exit_layer=8", "--set", "alpha=0.6738", "--set", "exit_head=transformer",
-     "--tokens", "2000", "--seed", "1", "--json"],
+     "--tokens", "1900", "--seed", "1", "--json"],
     ["simulate", "--platform", "a100-sxm-8x", "--target", "vicuna-7b", "--policy", "eesd",
      "--set", "exit_layer=8", "--set", "gamma=5", "--set", "alpha=0.6738", "--tokens",
-     "2000", "--seed", "1", "--json"],
+     "1900", "--seed", "1", "--json"],
 ])
 def test_issue_command_lines(argv, capsys):
     assert main(argv) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["tokens"] >= 2000 and data["speedup_vs_ar"] > 1
+    assert data["tokens"] >= 1900 and data["speedup_vs_ar"] > 1
 
 
 def test_law_command_line(capsys):

@@ -11,15 +11,18 @@ from analyses.cli import (SettingsHelp, add_run_arguments, config_from_args, emi
                          settings_help)
 from analyses.commands import COMMANDS
 from analyses.measured.evidence import SIMULATED_ONLY, contended_text
-from analyses.run.api import check_used
+from analyses.run.api import check_positions, check_used, memory_request
+from analyses.run.memory import check_fit
 from analyses.run.budget import allow_large_argument, announce_estimate, check
 from analyses.run.measuredbudget import (MODEL_FREE_TOKENS_PER_S, RUN_TOKENS_BUDGET,
                                          RUN_TOKENS_PER_S, run_estimate)
 from analyses.run.config import MAX_TOKENS, parse_placement, parse_sets
 from analyses.run.outputs import check_run_dir, profile_inputs, set_inputs
-from executors.backend.models import draft_spec, spec_of
-from executors.prompts import SETS, load
-from hwprofiles import DEFAULT_STACK
+from executors.backend.models import default_draft, draft_spec, spec_of
+from executors.prompts import SETS, load, token_floor
+from hwprofiles import DEFAULT_STACK, load_platform
+from hwprofiles.schema import resolve
+from policies import entry
 from policies.base import AR
 from policies.runs.files import claim_new_dir, default_run_dir
 from simcore.acceptance import KEYS
@@ -166,6 +169,23 @@ def executor_models(config) -> dict:
     return models
 
 
+def check_prompts(config, messages) -> None:
+    """Real prompts checked before any model loads, as simulate checks its
+    prompt_tokens: the longest prompt (at least its words: ``token_floor``) and the
+    tokens to generate against the models' trained positions, and the run's
+    memory on its platform."""
+    longest = max(token_floor(m) for m in messages)
+    if entry(config.policy).needs_draft and config.draft is None:  # as measure runs it
+        config = config.model_copy(update={"draft": default_draft(config.target)})
+    sized = config.model_copy(update={"prompt_tokens": longest})
+    models = executor_models(config)
+    check_positions(sized, models, prompt="the longest --prompts prompt, in words (at "
+                                          "least one token each),",
+                    fix="shorten the prompt or lower --max-new-tokens")
+    platform = load_platform(config.platform)
+    check_fit(platform, models, resolve(platform, config.placement), memory_request(sized))
+
+
 def _run(args) -> int:
 
     max_new = args.tokens
@@ -178,6 +198,7 @@ def _run(args) -> int:
     _measurable(config)
     check_used(config, executor_models(config))
     messages = load(args.prompts)
+    check_prompts(config, messages)
     model_free = config.policy == AR or config.params.proposes_by_lookup
 
     def work(rounds: int):

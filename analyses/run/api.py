@@ -77,20 +77,22 @@ def check_used(config: RunConfig, models: dict[str, ModelSpec] | None = None) ->
 
 
 def check_positions(config: RunConfig, models: dict[str, ModelSpec] | None = None,
-                    prompt: str = "prompt_tokens") -> None:
+                    prompt: str = "prompt_tokens", fix: str | None = None) -> None:
     """A run whose context (its prompt, and the tokens it generates unless
     fixed_context) passes a model's trained positions (``ModelSpec.max_positions``)
     is refused: the model has no position for them. ``models``: the run's specs
-    (default ``run_models``); ``prompt``: what the prompt is called in the sentence."""
+    (default ``run_models``); ``prompt`` names the prompt in the sentence and
+    ``fix`` says what to change (default: lower it or --tokens)."""
     grown = 0 if config.fixed_context else config.tokens
     context = config.prompt_tokens + grown
     for role, spec in (models or run_models(config)).items():
         if spec.max_positions is not None and context > spec.max_positions:
             tokens = f" + {grown:,} generated tokens" if grown else ""
+            fix = fix or f"lower {prompt}{' or --tokens' if grown else ''}"
             raise ValueError(
                 f"{prompt} {config.prompt_tokens:,}{tokens} = {context:,} positions pass the "
                 f"{spec.max_positions:,} the {role} model {spec.name} was trained for "
-                f"(its max_positions); lower {prompt}{' or --tokens' if grown else ''}")
+                f"(its max_positions); {fix}")
 
 
 def check_platform(config: RunConfig, platform: Platform,
