@@ -56,3 +56,32 @@ def test_calibration_terms_keep_the_base_fixed_and_sum_to_the_closed_form():
     terms = allreduce_terms(group, 65536, count=3)
     assert terms.fixed_s == pytest.approx(3 * group.base_s, rel=1e-12)
     assert terms.seconds(platform) == pytest.approx(3 * group.allreduce_s(65536), rel=1e-12)
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("calibrated: hetspec calibrate --published shipped ...; was 1.0 (uncalibrated)", "fitted"),
+    ("uncalibrated default: ideal roofline", "default"),
+    ("measured: python benchmarks/measure_cpu.py ...", "measured"),
+    ("estimate: the Mirror-SD paper's measured 4-GPU H100 all-reduce", "estimate"),
+    ("carried from the h100-sxm-5x fit (same H100 SXM GPU): calibrated: ...", "fitted"),
+    ("NVIDIA H200 Tensor Core GPU datasheet: 4.8 TB/s", "datasheet"),
+    ("NCCL latency model (src/graph/tuning.cc): ...", "model"),
+    (None, "default"),
+    ("as group tp8", "other"),
+])
+def test_a_sources_kind_is_read_from_its_words(source, expected):
+    from hwprofiles.provenance import kind
+
+    assert kind(source) == expected
+
+
+def test_platforms_priced_from_like_sources_draw_no_warning_and_unlike_ones_do():
+    from hwprofiles.provenance import unlike
+
+    h200, mi300x, h100 = (load_platform(n) for n in ("h200-sxm-8x", "mi300x-8x", "h100-sxm-8x"))
+    assert unlike([h200, mi300x]) == []  # datasheet memory and compute, measured collectives
+    said = unlike([h100, mi300x])  # the H100 node's memory is fitted to published runs
+    assert said and said[0].startswith("memory numbers come from different kinds of source "
+                                       "(h100-sxm-8x: datasheet, fitted; mi300x-8x: datasheet, "
+                                       "default)")
+    assert unlike([h100]) == []
