@@ -82,7 +82,7 @@ BOUNDS = {
              "memory_efficiency": _EFFICIENCY, "capacity_bytes": _CAPACITY,
              "host_copy_gb_s": _ENGINE_GB_S},
     "link": {"latency_s": _LATENCY, "bandwidth_gb_s": _LINK_GB_S},
-    "group": {"alpha_s": _LATENCY, "bandwidth_gb_s": _LINK_GB_S},
+    "group": {"alpha_s": _LATENCY, "base_s": _LATENCY, "bandwidth_gb_s": _LINK_GB_S},
     "platform": {"host_lookup_s": _LATENCY},
     "stack": {"layer_host_s": _HOST, "call_host_s": _CALL, "head_sync_s": _LATENCY,
               "sequence_host_s": _HOST, "verify_host_s": _CALL, "expert_host_s": _HOST},

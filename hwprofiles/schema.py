@@ -292,13 +292,15 @@ class Link(Sourced):
 
 
 def allreduce_s(algorithm: str, alpha_s: float, bandwidth_bytes_s: float, group: int,
-                nbytes: float) -> float:
+                nbytes: float, base_s: float = 0.0) -> float:
     """One all-reduce of nbytes over ``group`` members: the closed form that
     ``CollectiveGroup.allreduce_s`` prices and ``simcore.costmodel`` splits into
     the terms calibration fits, written once so that the two cannot drift.
 
     ``alpha_beta``: alpha log2 G + M / bandwidth (the Mirror-SD model);
-    ``ring``: 2(G-1) alpha + 2(G-1)/G M / bandwidth;
+    ``ring``: base + 2(G-1) alpha + 2(G-1)/G M / bandwidth: NCCL's own latency
+    model (a base latency and one per hop) with the bytes at the bus bandwidth
+    nccl-tests reports (its busbw is 2(G-1)/G M over the time);
     ``tree``: 2 log2 G (alpha + M / bandwidth).
     """
     g = group
@@ -308,7 +310,7 @@ def allreduce_s(algorithm: str, alpha_s: float, bandwidth_bytes_s: float, group:
     if algorithm == "alpha_beta":
         return alpha_s * math.log2(g) + nbytes / bw
     if algorithm == "ring":
-        return 2 * (g - 1) * alpha_s + 2 * (g - 1) / g * nbytes / bw
+        return base_s + 2 * (g - 1) * alpha_s + 2 * (g - 1) / g * nbytes / bw
     return 2 * math.log2(g) * (alpha_s + nbytes / bw)
 
 
@@ -316,8 +318,11 @@ class CollectiveGroup(Sourced):
     """Devices that act as one (tensor parallel), and how they all-reduce.
 
     ``alpha_beta``: cost = alpha_s * log2(G) + M / bandwidth (the Mirror-SD model).
-    ``ring``: 2(G-1) * alpha_s + 2(G-1)/G * M / bandwidth.
+    ``ring``: base_s + 2(G-1) * alpha_s + 2(G-1)/G * M / bandwidth (NCCL's latency
+    model; the shipped GPU profiles' datasheet versions take its three numbers from
+    nccl-tests and rccl-tests measurements).
     ``tree``: 2 * log2(G) * (alpha_s + M / bandwidth).
+    ``base_s`` (ring only): the fixed part of one all-reduce, whatever the hops.
     """
 
     name: str
@@ -325,10 +330,14 @@ class CollectiveGroup(Sourced):
     algorithm: Literal["alpha_beta", "ring", "tree"] = "alpha_beta"
     alpha_s: float = Field(default=0.0, ge=0, le=MAX_TIME_S)
     bandwidth_gb_s: float = Field(default=1e9, ge=MIN_GB_S, le=MAX_GB_S)
+    base_s: float = Field(default=0.0, ge=0, le=MAX_TIME_S)
 
     @model_validator(mode="after")
     def _costed(self):
         _unique(f"group {self.name} members", list(self.members))
+        if self.base_s and self.algorithm != "ring":
+            raise ValueError(f"group {self.name} sets base_s, which only the ring "
+                             f"algorithm reads; drop it or set algorithm: ring")
         if len(self.members) > 1:
             for name in ("alpha_s", "bandwidth_gb_s"):
                 if name not in self.model_fields_set:
@@ -342,7 +351,7 @@ class CollectiveGroup(Sourced):
 
     def allreduce_s(self, nbytes: float) -> float:
         return allreduce_s(self.algorithm, self.alpha_s, self.bandwidth_gb_s * 1e9,
-                           self.size, nbytes)
+                           self.size, nbytes, self.base_s)
 
     def alltoall_s(self, nbytes_sent: float) -> float:
         """One all-to-all in which each member sends ``nbytes_sent`` to the others

@@ -318,11 +318,12 @@ def hop_terms(link: Link, nbytes: float) -> LinearTerms:
 
 def allreduce_terms(group: CollectiveGroup, nbytes: float, count: float = 1) -> LinearTerms:
     """count all-reduces of nbytes: the group's algorithm split into its alpha part
-    and its per-byte part (``hwprofiles.schema.allreduce_s``)."""
+    and its per-byte part (``hwprofiles.schema.allreduce_s``), its base as given."""
     g, alg = group.size, group.algorithm
     alpha_coef = count * allreduce_s(alg, 1.0, math.inf, g, nbytes)
     beta_coef = count * allreduce_s(alg, 0.0, 1e9, g, nbytes)  # seconds at 1 GB/s
-    return LinearTerms(0.0, (("group", group.name, "alpha_s", alpha_coef),),
+    base_s = count * group.base_s if g > 1 else 0.0
+    return LinearTerms(base_s, (("group", group.name, "alpha_s", alpha_coef),),
                        (("group", group.name, "bandwidth_gb_s", beta_coef),))
 
 
