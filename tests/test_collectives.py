@@ -85,3 +85,31 @@ def test_platforms_priced_from_like_sources_draw_no_warning_and_unlike_ones_do()
                                        "(h100-sxm-8x: datasheet, fitted; mi300x-8x: datasheet, "
                                        "default)")
     assert unlike([h100]) == []
+
+
+def test_compare_over_platforms_says_where_their_numbers_come_from(tmp_path):
+    """hetspec compare over a calibrated H100 node and a datasheet MI300X says, in its
+    summary, JSON and report, which aspects the two take from different kinds of
+    source; the report leads with the platforms side by side."""
+    import json
+    import re
+
+    from tests.clicases import run_cli
+
+    args = ["compare", "--platform", "h100-sxm-8x,mi300x-8x", "--target", "llama-3.1-70b",
+            "--draft", "llama-3.2-1b", "--policies", "ar,sd", "--sweep", "gamma=4",
+            "--tokens", "40", "--jobs", "1"]
+    out = run_cli(*args, "-o", tmp_path / "r.html")
+    assert out.rc == 0, out.err
+    notes = [line for line in out.out.splitlines() if line.startswith("  note: memory")]
+    assert notes and "h100-sxm-8x: datasheet, fitted; mi300x-8x: datasheet, default" in notes[0]
+    summary = json.loads(run_cli(*args, "-o", tmp_path / "j.html", "--json").out)
+    assert [s.split(" numbers")[0] for s in summary["sources"]][:1] == ["memory"]
+    html = (tmp_path / "r.html").read_text()
+    headings = re.findall(r"<h2[^>]*>([^<]+)</h2>", html)
+    assert headings[0] == "Platforms and batches side by side"
+    assert "where each platform's numbers come from" in html
+    alike = run_cli("compare", "--platform", "h200-sxm-8x,mi300x-8x", "--target",
+                    "llama-3.1-70b", "--policies", "ar", "--tokens", "40", "--jobs", "1",
+                    "-o", tmp_path / "a.html")
+    assert alike.rc == 0 and "note: " not in alike.out

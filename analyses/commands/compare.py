@@ -122,6 +122,8 @@ def _compare(args) -> int:
             print(f"  {note}")
         for crossing in summary["crossover"]:
             print(f"  {crossing['sentence']}")
+        for sentence in summary["sources"]:
+            print(f"  note: {sentence}")
     return 0 if summary["fastest"] else 1
 
 

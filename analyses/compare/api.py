@@ -29,6 +29,8 @@ from analyses.compare.scenario import Resolved, Scenario, check_budget, resolve
 from analyses.compare.sweep import Point, expand_grid, run_grid
 from analyses.compare.tune import run_searches, searches
 from analyses.measured.replay import replay_dir
+from hwprofiles import load_platform
+from hwprofiles.provenance import unlike
 from policies.runs.breakdown import sentence
 
 __all__ = ["Comparison", "Scenario", "compare", "prepare"]
@@ -88,7 +90,15 @@ class Comparison:
                 "ttft_s": best.metrics.get("ttft_s") if best else None,
                 "tpot_s": best.metrics.get("tpot_s") if best else None,
                 "skipped": skipped_policies(self.points), "points": len(self.points),
-                "crossover": [c.as_dict() for c in self.crossover], "notes": self.notes}
+                "crossover": [c.as_dict() for c in self.crossover], "notes": self.notes,
+                "sources": self.sources}
+
+    @property
+    def sources(self) -> list[str]:
+        """A sentence per aspect (memory, compute, overheads, collectives) the compared
+        platforms take from different kinds of source (``hwprofiles.provenance``)."""
+        names = list(dict.fromkeys(map(str, self.scenario.platforms)))
+        return unlike([load_platform(n) for n in names])
 
     def line(self) -> str:
         """The summary in one line: the fastest point, or why none applies."""

@@ -20,7 +20,7 @@ from analyses.compare.best import baseline_name, best_per_policy, by_speed, skip
 from analyses.compare.crossover import add_breakdown
 from analyses.compare.lawviews import law_figures
 from analyses.compare.sections import Section
-from analyses.compare.sidebyside import section as side_by_side
+from analyses.compare.sidebyside import platforms_of, section as side_by_side
 from analyses.compare.sweep import PointResult
 from hwprofiles import load_platform
 from hwprofiles.writing import atomic_write_text
@@ -327,8 +327,10 @@ def build_sections(results: list[PointResult], base: dict, sweep_keys: list[str]
     explain(best, base)
     speed = _speed_section(results)
     speed.notes[:0] = list(notes)
-    sections = ([speed] + [s for s in [side_by_side(results, base, crossover)] if s]
-                + [_why_section(best)])
+    sides = [s for s in [side_by_side(results, base, crossover)] if s]
+    # platforms compared: the side-by-side table of every platform leads
+    several = len(platforms_of(results, base)) > 1
+    sections = (sides + [speed] if several else [speed] + sides) + [_why_section(best)]
     sweep = Section("Sweep")
     if sweep_keys and best:
         for metric in ("tokens_per_s", "speedup_vs_ar"):

@@ -14,6 +14,7 @@ from analyses.compare.sections import Section
 from analyses.compare.sweep import PointResult, SCENARIO_KEYS, point_config
 from analyses.run.capacity import breakdown
 from hwprofiles import load_platform
+from hwprofiles.provenance import ASPECTS, kinds, unlike
 
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50))
 HEADER = ["platform", "batch", "policy", "setting", "tokens/s", "speedup", "step [ms]",
@@ -54,9 +55,12 @@ def rows(results: list[PointResult], base: dict) -> list[list]:
     return out
 
 
+WIDTHS = [110, 45, 60, 190, 70, 60, 65, 70, 80, 150]  # the setting column is read whole
+
+
 def table_figure(table: list[list]) -> go.Figure:
     columns = [list(col) for col in zip(*table)] if table else [[] for _ in HEADER]
-    fig = go.Figure(go.Table(header=dict(values=HEADER, align="left"),
+    fig = go.Figure(go.Table(columnwidth=WIDTHS, header=dict(values=HEADER, align="left"),
                              cells=dict(values=columns, align="left")))
     fig.update_layout(title="each schedule's fastest point per platform and batch",
                       height=120 + 28 * max(1, len(table)), **LAYOUT)
@@ -107,6 +111,24 @@ def crossover_figure(found: list[Crossover]) -> go.Figure:
     return fig
 
 
+def platforms_of(results: list[PointResult], base: dict) -> list[str]:
+    """The platforms the grid ran on, in its order."""
+    return list(dict.fromkeys(p for p, _ in best_per_scenario(results, base)))
+
+
+def sources_figure(names: list[str]) -> go.Figure:
+    """Per platform, the kinds of source its numbers come from, by aspect
+    (``hwprofiles.provenance``)."""
+    found = {name: kinds(load_platform(name)) for name in names}
+    columns = [names] + [[", ".join(found[n].get(a, ("-",))) for n in names]
+                         for a in ASPECTS]
+    fig = go.Figure(go.Table(header=dict(values=["platform", *ASPECTS], align="left"),
+                             cells=dict(values=columns, align="left")))
+    fig.update_layout(title="where each platform's numbers come from",
+                      height=120 + 28 * len(names), **LAYOUT)
+    return fig
+
+
 def section(results: list[PointResult], base: dict, found: list[Crossover] | None = None):
     """The report's 'Platforms and batches side by side' section, or None; over a
     swept batch it opens with each schedule's speedup against batch and where it
@@ -120,6 +142,13 @@ def section(results: list[PointResult], base: dict, found: list[Crossover] | Non
     if found:
         figures.insert(0, ("speedup against batch", crossover_figure(found)))
     notes = [c.sentence[0].upper() + c.sentence[1:] + "." for c in found]
+    names = platforms_of(results, base)
+    if len(names) > 1:
+        figures.append(("number sources", sources_figure(names)))
+        said = unlike([load_platform(n) for n in names])
+        notes += [s[0].upper() + s[1:] + "." for s in said] or [
+            "Every platform's numbers come from the same kinds of source "
+            "(measured, fitted, datasheet, ...), aspect by aspect."]
     return Section("Platforms and batches side by side", figures, notes + [
         "Every platform runs with its own default placement; 'fits in memory' is the "
         "memory check every run passes (weights, KV cache and activations on the "
