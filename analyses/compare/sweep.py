@@ -18,6 +18,7 @@ import itertools
 import math
 import multiprocessing
 import os
+import re
 import sys
 import types
 import typing
@@ -300,9 +301,20 @@ def check_points(points: list[Point], base: dict) -> list[RunConfig]:
             check_expert_parallel(config.model_copy(update={"draft": base.get("draft")}))
         except (ValidationError, PolicyError, ValueError) as exc:
             raise ValueError(f"{point.label} is not a valid setting ({_why_invalid(exc)}); "
-                             "fix the --sweep or --set value") from None
+                             f"fix the --sweep or --set value{_range_hint(point)}") from None
         configs.append(config)
     return configs
+
+
+def _range_hint(point: Point) -> str:
+    """' (a range is written KEY=A..B, e.g. gamma=2..8)' where a value reads as a
+    range in another notation (2-8, 2:8, 2 to 8)."""
+    for key, value in point.sets:
+        found = re.fullmatch(r"\s*(-?[\d.]+)\s*(?:-|:|to|\.\.\.)\s*(-?[\d.]+)\s*", str(value))
+        if found:
+            return (f" (a range is written {key}=A..B, e.g. {key}={found[1]}..{found[2]}; "
+                    "a list A,B,C)")
+    return ""
 
 
 def _recording_outcomes():
