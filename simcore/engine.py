@@ -127,10 +127,13 @@ class Simulator:
             try:
                 found = self.platform.members(name)
             except KeyError:
+                roles = ", ".join(sorted(self.platform.placement)) or "none"
+                device = self.platform.devices[0].name
                 raise CostError(
-                    f"'{role}' is neither a placement role nor a device of platform "
-                    f"{self.platform.name}; set placement.{role} in the profile or "
-                    "pass --placement") from None
+                    f"the schedule runs on role '{role}', which platform "
+                    f"{self.platform.name} does not place (its roles: {roles}); pass "
+                    f"--placement {role}={device} (a device or group) or set "
+                    f"placement.{role} in the profile") from None
             self._members[role] = found
         return found
 

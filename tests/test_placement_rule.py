@@ -33,3 +33,15 @@ def test_simulate_runs_the_draft_where_fit_moves_it():
     assert out.rc == 0, out.err
     busy = json.loads(out.out)["breakdown"]["utilisation"]
     assert set(busy) == {"tp4"}  # before the rule: tp4 and tp8 (the draft on all eight)
+
+
+def test_a_schedule_on_a_role_the_platform_does_not_place_is_skipped_saying_how_to_place_it(
+        tmp_path):
+    out = run_cli("compare", "--platform", "h100-sxm-5x", "--target", "llama-3.1-70b",
+                  "--draft", "llama-3.2-1b", "--policies", "ar,ppsd", "--tokens", "30",
+                  "--jobs", "1", "--json", "-o", tmp_path / "r.html")
+    assert out.rc == 0, out.err
+    why = json.loads(out.out)["skipped"]["ppsd"]
+    assert why == ("the schedule runs on role 'stage0', which platform h100-sxm-5x does not "
+                   "place (its roles: draft, target); pass --placement stage0=gpu0 (a device "
+                   "or group) or set placement.stage0 in the profile")
