@@ -4,7 +4,9 @@ before it starts and refuses work over its budget unless --allow-large
 validation, a model's load, a spans file's parse), in well under 10 s.
 
 Edges: the simulate budget is 240,000,000 row-steps; AR on smollm2-135m at
---batch 16384 estimates 239,994,896 for 14,591 tokens and 240,011,344 for 14,592.
+--batch 16384 estimates 239,994,896 for 14,591 tokens and 240,011,344 for 14,592
+(with --fixed-context, which keeps the 128-token prompt's context within the
+model's 8,192 positions).
 The run budget is 1,000 generated tokens; the replay budget 50,000 spans.
 """
 
@@ -42,7 +44,7 @@ CASES = [
      f"{OFF}"),
     ("b07", "AR at both caps", f"{CPU} ar --tokens 1000000 --batch 16384 {OFF}"),
     ("b08", "budget edge: AR at batch 16384, 14,592 tokens (just over)",
-     f"{CPU} ar --tokens 14592 --batch 16384 {OFF}"),
+     f"{CPU} ar --tokens 14592 --batch 16384 --fixed-context {OFF}"),
     ("b09", "mirror gamma 64 at a million tokens",
      "simulate --platform m2-ultra-8x --target qwen3-32b --draft qwen3-0.6b --policy mirror "
      "--set gamma=64 --tokens 1000000"),
@@ -102,7 +104,7 @@ CASES = [
     ("b36", "calibrate the shipped A100 rows with --allow-large",
      "calibrate --published shipped --profile a100-sxm-8x -o cal.yaml --allow-large"),
     ("b37", "budget edge: AR at batch 16384, 14,591 tokens (just under)",
-     f"{CPU} ar --tokens 14591 --batch 16384 {OFF}"),
+     f"{CPU} ar --tokens 14591 --batch 16384 --fixed-context {OFF}"),
     ("b38", "a 1e9-point grid with --allow-large is still refused by the per-key cap",
      f"{CMP} --tokens 50 --sweep gamma=1..1e180 --allow-large"),
 ]
