@@ -44,3 +44,15 @@ def test_the_budget_is_counted_before_any_simulation(sweeps, monkeypatch):
     with pytest.raises(ValueError, match="over the budget"):
         compare(Scenario(**H100, policies=["ar", "sd", "cats"], sweeps=sweeps, tokens=20,
                          jobs=1))
+
+
+def test_a_scenario_past_the_targets_positions_is_refused_before_any_report(tmp_path):
+    """Every run of it would pass the target's trained positions: one refusal of the
+    scenario, and no report in which no schedule applies."""
+    from tests.clicases import run_cli
+
+    out = run_cli("compare", "--tokens", "1000000", "-o", tmp_path / "r.html")
+    assert out.rc == 2
+    assert ("1,000,128 positions pass the 40,960 the target model qwen3-32b was trained "
+            "for") in out.err
+    assert not (tmp_path / "r.html").exists()

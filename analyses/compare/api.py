@@ -29,8 +29,11 @@ from analyses.compare.scenario import Resolved, Scenario, check_budget, resolve
 from analyses.compare.sweep import Point, expand_grid, run_grid
 from analyses.compare.tune import run_searches, searches
 from analyses.measured.replay import replay_dir
-from hwprofiles import load_platform
+from analyses.run.api import check_positions
+from analyses.run.config import RunConfig
+from hwprofiles import load_model, load_platform
 from hwprofiles.provenance import unlike
+from policies.base import AR
 from policies.runs.breakdown import sentence
 
 __all__ = ["Comparison", "Scenario", "compare", "prepare"]
@@ -146,7 +149,23 @@ def prepare(scenario: Scenario) -> Prepared:
     if scenario.jobs is not None and scenario.backend == "ray":
         raise ValueError(f"--jobs {scenario.jobs} has no effect with --backend ray (the "
                          "cluster schedules the points); drop --jobs")
-    return Prepared(scenario, resolve(scenario))
+    resolved = resolve(scenario)
+    _check_positions(resolved)
+    return Prepared(scenario, resolved)
+
+
+def _check_positions(resolved: Resolved) -> None:
+    """Refuse a scenario whose every run would pass the target's trained positions
+    (its prompt and tokens, unless a sweep varies them): a refusal of the scenario,
+    not a report in which no schedule applies."""
+    base, swept = resolved.base, {k for k, _ in resolved.sweeps}
+    if swept & {"tokens", "prompt_tokens", "fixed_context"}:
+        return
+    sets = {k: v for k, v in dict(resolved.sets).items()
+            if k in ("prompt_tokens", "fixed_context")}
+    config = RunConfig(**{**base, **sets, "policy": AR, "draft": None, "params": {}})
+    check_positions(config, {"target": load_model(base["target"])},
+                    fix="lower --tokens or --set prompt_tokens")
 
 
 def compare(scenario: Scenario) -> Comparison:
