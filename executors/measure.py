@@ -10,7 +10,6 @@ baseline on the same prompts), then writes under the run directory:
 
 from __future__ import annotations
 
-import os
 import statistics
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from policies.base import baseline_of
 from policies.runs.breakdown import breakdown
 from policies.runs.config import RunSettings
 from policies.runs.files import Span, claim_new_dir, default_run_dir, retire_run
-from policies.runs.metrics import add_speedup, run_metrics
+from policies.runs.metrics import add_speedup, load_1m, run_metrics, usable_cores
 from hwprofiles import ProfileError, load_model
 from hwprofiles.loader import list_names
 from hwprofiles.writing import atomic_write_text
@@ -193,10 +192,10 @@ def measure(config: RunSettings, options: Options, messages: list[list[dict]] | 
             "tokens": options.max_new_tokens})
         base = baseline_of(config.policy, config.params) if baseline else None
         bar = _progress(progress, len(prompts) * repeats, config.batch, 2 if base else 1)
-        load_before = _load_1m()
+        load_before = load_1m()
         rounds = interleaved(session, (config.policy, config.params), base, prompts,
                              config.batch, repeats, bar)
-        machine = machine_load(load_before, _load_1m(), options.threads)
+        machine = machine_load(load_before, load_1m(), options.threads)
         results = [r for own, _ in rounds for r in own]
         metrics = summarise(config, results, options.max_new_tokens)
         metrics.update(timeline_metrics(config.policy, results))
@@ -233,24 +232,13 @@ def measure(config: RunSettings, options: Options, messages: list[list[dict]] | 
 CONTENDED_CORES = 0.5  # other work beyond the spare cores that marks a run contended
 
 
-def _load_1m() -> float | None:
-    """The machine's 1-minute load average (None where the system has none)."""
-    try:
-        return os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return None
-
-
 def machine_load(before: float | None, after: float | None, threads: int) -> dict:
     """The machine while the run was measured: its cores, the run's threads, the
     1-minute load average before and after decoding, and ``contended``: whether
     other work wanted more than the cores the run left spare (by
     ``CONTENDED_CORES``). Before decoding the load is other work's (and the
     model's loading); after, it includes the run's own threads. None: unknown."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
+    cores = usable_cores()
     known = [x for x in (before, None if after is None else after - threads) if x is not None]
     other = max(known) if known else None
     return {"cores": cores, "threads": threads, "load_1m_before": before,

@@ -6,6 +6,7 @@ when it was contended (executors.measure.machine_load)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -78,8 +79,7 @@ def test_replay_prints_the_speedup_first_and_flags_a_contended_run(tmp_path):
 def test_a_run_is_contended_when_other_work_wants_more_than_its_spare_cores(
         monkeypatch, before, after, threads, cores, contended):
     measure = pytest.importorskip("executors.measure")
-    monkeypatch.setattr(measure.os, "sched_getaffinity", lambda pid: set(range(cores)),
-                        raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
     machine = measure.machine_load(before, after, threads)
     assert machine["contended"] is contended
     assert machine["cores"] == cores and machine["threads"] == threads

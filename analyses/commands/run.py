@@ -263,9 +263,8 @@ def run_notes(out: dict) -> list[str]:
     if out.get("lookup_match") is not None:
         notes.append(f"prompt lookup fitted: a match on {out['lookup_match']:.1%} of steps, "
                      f"then each proposed token accepted with alpha {out['lookup_alpha']:.3f}")
-    if contended_text(out):
-        notes.append(contended_text(out))
-    return notes
+    busy = contended_text(out)
+    return notes + [busy] if busy else notes
 
 
 def spread_text(out: dict) -> str:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import os
 import sys
 from dataclasses import dataclass
 from typing import Any, Iterable, NamedTuple
@@ -44,6 +43,7 @@ from policies import entry
 from policies.base import baseline_of
 from policies.dryrun import StepWork, held
 from policies.prefill import MAX_PREFILL_PASSES
+from policies.runs.metrics import load_1m, usable_cores
 
 # Work units of a step: each operation the schedule yields costs as much as this
 # many rows (measured: ~11-70 us an op against ~2.2 us a row).
@@ -180,15 +180,8 @@ BUSY_FACTOR = 1.5  # the slowdown from other work past which an estimate says so
 
 def machine_load() -> tuple[float, int] | None:
     """(1-minute load average, cores this process may use); None where unknown."""
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return None
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    return load, cores
+    load = load_1m()
+    return None if load is None else (load, usable_cores())
 
 
 def busy_clause(seconds: float, load: tuple[float, int] | None) -> str:

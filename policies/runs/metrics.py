@@ -11,6 +11,8 @@ run's is ``wall_s`` (records written before the rename also carry it as
 
 from __future__ import annotations
 
+import os
+
 from policies.runs.config import RunSettings
 
 
@@ -50,3 +52,19 @@ def add_speedup(metrics: dict, ar_tokens_per_s: float | None = None, *,
     else:
         metrics["speedup_vs_ar"] = 1.0 if own_baseline else None
     return metrics
+
+
+def load_1m() -> float | None:
+    """The machine's 1-minute load average (None where the system has none)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
