@@ -116,12 +116,12 @@ def platforms_of(results: list[PointResult], base: dict) -> list[str]:
     return list(dict.fromkeys(p for p, _ in best_per_scenario(results, base)))
 
 
-def sources_figure(names: list[str]) -> go.Figure:
-    """Per platform, the kinds of source its numbers come from, by aspect
-    (``hwprofiles.provenance``)."""
-    found = {name: kinds(load_platform(name)) for name in names}
-    columns = [names] + [[", ".join(found[n].get(a, ("-",))) for n in names]
-                         for a in ASPECTS]
+def sources_figure(platforms: dict) -> go.Figure:
+    """Per platform (``{name as compared: Platform}``), the kinds of source its
+    numbers come from, by aspect (``hwprofiles.provenance``)."""
+    names = list(platforms)
+    found = [kinds(p) for p in platforms.values()]
+    columns = [names] + [[", ".join(k.get(a, ("-",))) for k in found] for a in ASPECTS]
     fig = go.Figure(go.Table(header=dict(values=["platform", *ASPECTS], align="left"),
                              cells=dict(values=columns, align="left")))
     fig.update_layout(title="where each platform's numbers come from",
@@ -144,8 +144,9 @@ def section(results: list[PointResult], base: dict, found: list[Crossover] | Non
     notes = [c.sentence[0].upper() + c.sentence[1:] + "." for c in found]
     names = platforms_of(results, base)
     if len(names) > 1:
-        figures.append(("number sources", sources_figure(names)))
-        said = unlike([load_platform(n) for n in names])
+        platforms = {n: load_platform(n) for n in names}
+        figures.append(("number sources", sources_figure(platforms)))
+        said = unlike(list(platforms.values()))
         notes += [s[0].upper() + s[1:] + "." for s in said] or [
             "Every platform's numbers come from the same kinds of source "
             "(measured, fitted, datasheet, ...), aspect by aspect."]
