@@ -15,6 +15,7 @@ COMMANDS = {
     "profiles": "list, show, validate or import hardware, model and software-stack profiles",
     "replay": "re-simulate a measured run and compare the two",
     "run": "run one schedule for real with torch on this machine's devices",
+    "serve": "simulate a serving engine under load: arrivals, continuous batching, SLOs",
     "simulate": "simulate one schedule on a hardware profile",
     "train-draft": "train the target's own draft heads (early exits, adapters, multi-token "
                    "heads)",

@@ -219,7 +219,7 @@ def reserved_positions(config: RunConfig) -> int:
 def kv_capacity(config: RunConfig, platform: Platform, max_batch: int, chunk: int) -> int:
     """KV positions per request-token the platform holds for the run: per memory
     tier, its capacity less the weights and the widest step's activations (at
-    ``max_batch`` rows and a ``chunk``-position prefill), over the bytes one
+    ``max_batch`` decoding rows, or one ``chunk``-position prefill pass), over the bytes one
     more position of context costs there; the smallest tier's answer."""
     models = run_models(config)
     placement = resolve(platform, config.placement)
@@ -231,14 +231,14 @@ def kv_capacity(config: RunConfig, platform: Platform, max_batch: int, chunk: in
     base = needs(0, 1)
     probe = 4096
     grown = needs(probe, 1)
-    wide = needs(chunk, max_batch)
+    prefill, decode = needs(chunk, 1), needs(0, max_batch)  # a chunk is the step's, not a row's
     best = math.inf
     for tier, need in base.items():
         per_position = (grown[tier].kv - need.kv) / probe
         if per_position <= 0:
             continue
         free = (platform.tier(tier).capacity_bytes - need.weights
-                - max(wide[tier].activations, need.activations))
+                - max(prefill[tier].activations, decode[tier].activations))
         best = min(best, free / per_position)
     if best is math.inf:
         raise ValueError("the run's models keep no KV cache on any memory tier")
