@@ -265,10 +265,14 @@ EXECUTORS_TOP = ("executors/session", "executors/measure", "executors/prompts",
                  "executors/train")
 SUBLAYERS = {
     "analyses/laws": ("analyses/run", "analyses/measured", "analyses/compare",
-                      "analyses/calibrate") + ANALYSES_TOP,
-    "analyses/run": ("analyses/measured", "analyses/compare", "analyses/calibrate")
-                    + ANALYSES_TOP,
-    "analyses/measured": ("analyses/compare", "analyses/calibrate") + ANALYSES_TOP,
+                      "analyses/calibrate", "analyses/serve") + ANALYSES_TOP,
+    "analyses/run": ("analyses/measured", "analyses/compare", "analyses/calibrate",
+                     "analyses/serve") + ANALYSES_TOP,
+    "analyses/measured": ("analyses/compare", "analyses/calibrate", "analyses/serve")
+                         + ANALYSES_TOP,
+    # serving drives the schedules as a run does, and the comparison sweeps it
+    "analyses/serve": ("analyses/measured", "analyses/compare", "analyses/calibrate")
+                      + ANALYSES_TOP,
     "analyses/compare": ("analyses/calibrate",) + ANALYSES_TOP,
     "analyses/calibrate": ("analyses/compare",) + ANALYSES_TOP,
     "analyses/commands": (),

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
-from analyses.cli import (SettingsHelp, add_stack_argument, announce, emit_json, paragraph)
+from tqdm import tqdm
+
+from analyses.cli import (DEFAULT_POLICY, SettingsHelp, add_stack_argument, announce,
+                          emit_json, paragraph)
 from analyses.commands import COMMANDS
 from analyses.run.budget import Estimate, allow_large_argument, check, readable
 from analyses.run.config import parse_placement, parse_sets
 from analyses.run.outputs import check_outputs, profile_inputs
-from analyses.serve.api import (MAX_BATCH, SERVE_KEYS, TOKEN_BUDGET, ServeConfig, capacity,
-                                requests_of, serve)
+from analyses.serve.api import (MAX_BATCH, SERVE_KEYS, TOKEN_BUDGET, Prepared, ServeConfig,
+                                capacity, prepare, serve)
 from analyses.serve.workload import LENGTHS, TRACE_CV
 from policies import names
 
@@ -42,8 +46,8 @@ def register(sub) -> None:
     p.add_argument("--platform", required=True, help="shipped platform name or YAML path")
     p.add_argument("--target", required=True, help="target model name or YAML path")
     p.add_argument("--draft", help="draft model name or YAML path, or ngram (prompt lookup)")
-    p.add_argument("--policy", default="sd", help=f"schedule: {', '.join(names())} "
-                   "(default sd; those that stream layers from storage serve no batches "
+    p.add_argument("--policy", default=DEFAULT_POLICY, help=f"schedule: "
+                   f"{', '.join(names())} (default {DEFAULT_POLICY}; those that stream layers from storage serve no batches "
                    "and are refused)")
     p.add_argument("--set", dest="sets", action="append", metavar="KEY=VALUE", default=[],
                    help="policy parameter (gamma=4, gamma=auto: chosen each step from the "
@@ -126,8 +130,8 @@ def config_of(args) -> ServeConfig:
                              **workload)
 
 
-def estimate(config: ServeConfig, runs: int = 1) -> Estimate:
-    requests = requests_of(config)
+def estimate(ready: Prepared, runs: int = 1) -> Estimate:
+    requests = ready.requests
     tokens = sum(r.output_tokens for r in requests) * runs
     what = (f"{runs} serving runs of " if runs > 1 else "") + \
         f"{len(requests):,} requests ({readable(tokens / runs)} output tokens)"
@@ -144,13 +148,14 @@ def _serve(args) -> int:
     if args.capacity and (args.trace or args.record):
         raise ValueError("--capacity runs many rates; --trace and --record write one run: "
                          "run serve at the rate it finds to write them")
-    check(estimate(config, CAPACITY_RUNS if args.capacity else 1), args.allow_large)
+    ready = prepare(config)
+    check(estimate(ready, CAPACITY_RUNS if args.capacity else 1), args.allow_large)
     if args.capacity:
         return _capacity(config, args)
-    bar = _bar(len(requests_of(config)), args.json)
+    bar = _bar(len(ready.requests), args.json)
     try:
         out = serve(config, progress=bar.update if bar else None, trace_path=args.trace,
-                    record_path=args.record)
+                    record_path=args.record, prepared=ready)
     finally:
         if bar:
             bar.close()
@@ -168,7 +173,6 @@ def _serve(args) -> int:
 def _bar(total: int, json_mode: bool):
     if json_mode or not sys.stderr.isatty() or total < 2000:
         return None
-    from tqdm import tqdm
     return tqdm(total=total, desc="serving", unit="request", file=sys.stderr, leave=False)
 
 
@@ -189,13 +193,8 @@ def _capacity(config: ServeConfig, args) -> int:
     print(f"{config.run.policy} on {config.run.platform}: capacity "
           f"{found['rate']:.3g} requests/s with {config.slo.words()} "
           f"({len(found['tried'])} serving runs)")
-    print_serving(replace_rate(config, found["rate"]), found["metrics"], header=False)
+    print_serving(replace(config, rate=found["rate"]), found["metrics"], header=False)
     return 0
-
-
-def replace_rate(config: ServeConfig, rate: float) -> ServeConfig:
-    from dataclasses import replace
-    return replace(config, rate=rate)
 
 
 def _ms(seconds) -> str:

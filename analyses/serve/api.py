@@ -15,11 +15,13 @@ figures. ``capacity`` bisects the highest arrival rate whose run meets the SLO.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from analyses.run.api import baseline_config, check_platform, check_positions, check_used
+from analyses.run.api import (baseline_config, check_platform, check_positions, check_used,
+                              run_models)
 from analyses.run.config import RunConfig, split_sets
 from analyses.run.memory import Run, check_fit
 from analyses.serve.engine import Engine, Mode, Served
@@ -29,9 +31,10 @@ from analyses.serve.workload import (LENGTHS, Request, check_count, check_rate, 
                                      synthetic)
 from hwprofiles import load_platform, load_stack
 from hwprofiles.schema import check_overrides, resolve
-from policies import entry
+from hwprofiles.writing import atomic_write_text
+from policies import entry, names
+from policies.base import AR
 from policies.runs.files import write_record
-from analyses.run.api import run_models
 
 SERVE_STACK = "vllm"  # serving engines pay host work per step; hwprofiles/data/stacks
 MAX_BATCH = 256  # vLLM's default max_num_seqs
@@ -72,7 +75,7 @@ class ServeConfig:
 
     @classmethod
     def build(cls, *, platform: str, target: str, draft: str | None = None,
-              policy: str = "sd", sets: dict | None = None, slo: str | None = None,
+              policy: str, sets: dict | None = None, slo: str | None = None,
               slo_percentile: float = 90.0, seed: int = 0, deterministic: bool = False,
               placement: dict | None = None, stack: str | None = None, **workload):
         """A config from the command's words: ``sets`` as --set gives them (policy
@@ -159,7 +162,7 @@ def _mode(label: str, run: RunConfig, config: ServeConfig, top_context: int,
                         chunk=config.token_budget, exact=config.exact,
                         platform=platform, stack=stack)
     reserve = reserved_positions(run)
-    if reserve == 1 and entry(run.policy).name == "ar":
+    if reserve == 1 and run.policy == AR:
         return Mode(label, pricer, 1, 1, lambda _alpha: 1.0)
     cap = max(1, int(round(pricer.tokens_per_step(1.0)))) if _iid(run) else \
         max(1, reserve)
@@ -197,10 +200,11 @@ def check_serve(config: ServeConfig, requests: list[Request], platform) -> int:
     run = config.run
     e = entry(run.policy)
     if e.streams_weights:
+        serving = [n for n in names() if not entry(n).streams_weights]
         raise ValueError(f"policy '{run.policy}' streams layers from storage every step "
                          "for one request on a memory-limited device; serving batches "
-                         "requests on devices that hold the model: pick ar, sd, tree, ssd, "
-                         "mirror or ppsd")
+                         "requests on devices that hold the model: pick one of "
+                         f"{', '.join(serving)}")
     if config.auto and e.tuned is None:
         raise ValueError(f"policy '{run.policy}' has no tuned parameter for auto")
     check_used(run)
@@ -227,14 +231,31 @@ def check_serve(config: ServeConfig, requests: list[Request], platform) -> int:
     return capacity
 
 
-def serve(config: ServeConfig, *, progress=None, trace_path=None,
-          record_path=None) -> Serving:
-    """Simulate the serving run; write a Chrome trace and a run record when paths
-    are given."""
+@dataclass(frozen=True)
+class Prepared:
+    """A serving run's checked inputs: its requests, platform, stack and KV capacity."""
+
+    requests: list[Request]
+    platform: object
+    stack: object
+    kv_capacity: int
+
+
+def prepare(config: ServeConfig) -> Prepared:
+    """The workload read and every check passed, before anything is simulated."""
     requests = requests_of(config)
     platform = load_platform(config.run.platform)
     stack = load_stack(config.run.stack)
-    capacity = check_serve(config, requests, platform)
+    return Prepared(requests, platform, stack, check_serve(config, requests, platform))
+
+
+def serve(config: ServeConfig, *, progress=None, trace_path=None,
+          record_path=None, prepared: Prepared | None = None) -> Serving:
+    """Simulate the serving run; write a Chrome trace and a run record when paths
+    are given. ``prepared``: ``prepare(config)``'s answer, where the caller has it."""
+    ready = prepared or prepare(config)
+    requests, platform, stack, capacity = (ready.requests, ready.platform, ready.stack,
+                                           ready.kv_capacity)
     top = max(r.prompt_tokens + r.output_tokens for r in requests) + 64
     modes = modes_of(config, top, platform, stack)
     engine = Engine(requests, modes, max_batch=config.max_batch,
@@ -332,9 +353,6 @@ def capacity(config: ServeConfig, *, low: float = 0.05, high: float | None = Non
 def write_serve_trace(path, served: Served, config: ServeConfig) -> None:
     """Steps on the engine's track and every request's queue, prefill and decode
     as async spans, in the Chrome trace-event format (open it in Perfetto)."""
-    import json
-
-    from hwprofiles.writing import atomic_write_text
     events = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0,
                "args": {"name": f"served {config.run.policy}"}},
               {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1,

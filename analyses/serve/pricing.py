@@ -44,6 +44,7 @@ from hwprofiles import Platform, Stack, load_platform, load_stack
 from hwprofiles.schema import resolve
 from policies import entry
 from policies.dryrun import held
+from simcore.acceptance import MODELS as ACCEPTANCE_MODELS
 
 GRID_ERROR = 0.01  # interpolation on the grid against exact pricing (tests hold it)
 CONTEXT_FLOOR = 64
@@ -202,8 +203,7 @@ class StepPricer:
 
 
 def _iid(alpha: float):
-    from simcore.acceptance import MODELS
-    return MODELS["iid"].model_validate({"kind": "iid", "alpha": alpha})
+    return ACCEPTANCE_MODELS["iid"].model_validate({"kind": "iid", "alpha": alpha})
 
 
 # What a request holds ------------------------------------------------------------

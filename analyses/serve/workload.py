@@ -19,9 +19,10 @@ Every request is checked before anything is simulated: a trace's rows sorted by
 arrival, none negative, none a copy of the row before it, lengths within the
 run caps; each refusal is one sentence naming the row and the fix.
 
-The length distributions are log-normal fits (mean and standard deviation of
-the natural log) to public traces, each with its source; draws are clipped to
-[1, the trace's largest value]. Same seed, same requests.
+The length distributions are log-normal, fitted to public traces by their
+median and 90th percentile (mu = ln median, sigma = ln(p90 / p50) / 1.2816), each
+with its source; draws are clipped to [1, the trace's largest value]. Same
+seed, same requests.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import numpy as np
 
 from hwprofiles.jsonin import parse, read_text
 from hwprofiles.loader import printable
+from hwprofiles.writing import atomic_write_text
 from policies.runs.config import MAX_PROMPT_TOKENS, MAX_TOKENS
 
 MAX_REQUESTS = 1_000_000  # a day of traffic at ~10 requests/s; beyond it, a typo
@@ -74,26 +76,26 @@ class LengthModel:
                 np.clip(np.rint(o), 1, self.output_max).astype(int))
 
 
-# Fitted by hetspec to the traces (ln of each row's tokens, its mean and standard
-# deviation; the largest row): Azure LLM inference trace 2023 (Patel et al.,
+# Fitted by hetspec to the traces (each column's median and 90th percentile; the
+# largest row): Azure LLM inference trace 2023 (Patel et al.,
 # "Splitwise", ISCA 2024; github.com/Azure/AzurePublicDataset, data/
 # AzureLLMInferenceTrace_{conv,code}.csv, CC-BY 4.0), 19,366 conversation and
-# 8,819 code requests. Medians: conversation 1,020 prompt / 129 output tokens,
-# code 1,469 / 13 (the paper's own figures). The summarisation lengths are
+# 8,819 code requests: conversation prompts p50 1,020 / p90 2,734.5 tokens, outputs
+# 129 / 424; code prompts 1,469 / 5,187.6, outputs 13 / 55. The summarisation lengths are
 # CNN/DailyMail's (See et al. 2017, "Get To The Point", Table 1 of its data
 # description: articles 781 tokens, summaries 56 on average), spread as the
 # conversation trace's.
 LENGTHS = {
-    "chat": LengthModel(prompt=(6.633, 0.985), output=(5.019, 0.859), prompt_max=14_050,
+    "chat": LengthModel(prompt=(6.928, 0.769), output=(4.860, 0.929), prompt_max=14_050,
                         output_max=1_000,
                         source="Azure LLM inference trace 2023, conversation (Splitwise, "
-                               "ISCA 2024): ln-tokens fitted by hetspec"),
-    "code": LengthModel(prompt=(6.999, 1.360), output=(2.788, 0.847), prompt_max=7_437,
+                               "ISCA 2024): p50 and p90 fitted by hetspec"),
+    "code": LengthModel(prompt=(7.292, 0.985), output=(2.565, 1.125), prompt_max=7_437,
                         output_max=1_899,
                         source="Azure LLM inference trace 2023, code (Splitwise, "
-                               "ISCA 2024): ln-tokens fitted by hetspec"),
-    "summarisation": LengthModel(prompt=(math.log(781) - 0.985 ** 2 / 2, 0.985),
-                                 output=(math.log(56) - 0.859 ** 2 / 2, 0.859),
+                               "ISCA 2024): p50 and p90 fitted by hetspec"),
+    "summarisation": LengthModel(prompt=(math.log(781) - 0.769 ** 2 / 2, 0.769),
+                                 output=(math.log(56) - 0.929 ** 2 / 2, 0.929),
                                  prompt_max=8_192, output_max=512,
                                  source="CNN/DailyMail means (See et al. 2017: 781 "
                                         "article, 56 summary tokens), the conversation "
@@ -315,7 +317,6 @@ def _is_number(value) -> bool:
 
 def write_trace(path, requests: list[Request]) -> None:
     """The requests as hetspec's CSV trace (``read_trace`` reads it back)."""
-    from hwprofiles.writing import atomic_write_text
     lines = ["arrival_s,prompt_tokens,output_tokens,alpha"]
     for r in requests:
         lines.append(f"{r.arrival_s!r},{r.prompt_tokens},{r.output_tokens},"

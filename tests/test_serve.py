@@ -1,0 +1,265 @@
+"""hetspec serve: the serving simulation against simulate, the cost model and
+queueing's identities; its workload, SLO and refusals."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from analyses.cli import main
+from analyses.run.api import run_schedule
+from analyses.run.config import RunConfig
+from analyses.serve.api import ServeConfig, capacity, serve
+from analyses.serve.metrics import parse_slo
+from analyses.serve.pricing import GRID_ERROR, StepPricer, kv_capacity, reserved_positions
+from analyses.serve.workload import read_trace, synthetic
+from hwprofiles import load_platform
+
+PLATFORM, TARGET, DRAFT = "h100-sxm-8x", "llama-3.1-70b", "llama-3.2-1b"
+
+
+def _config(policy="sd", sets=None, **kw):
+    draft = None if policy == "ar" else DRAFT
+    return ServeConfig.build(platform=PLATFORM, target=TARGET, draft=draft, policy=policy,
+                             sets={"alpha": 0.8, **(sets or {})}, **kw)
+
+
+@pytest.mark.parametrize("policy,sets", [("ar", {}), ("sd", {"gamma": 4}), ("tree", {})])
+def test_low_rate_requests_equal_simulate(tmp_path, policy, sets):
+    """Requests that never overlap are each one simulate run: TTFT and end-to-end
+    latency equal its time to first token and its prefill plus decoding."""
+    arrivals = _write(tmp_path, "arrival_s,prompt_tokens,output_tokens\n"
+                      "0,128,64\n50,128,64\n100.5,128,64\n")
+    config = _config(policy, sets, trace=str(arrivals), deterministic=True, exact=True)
+    out = serve(config)
+    run = RunConfig(platform=PLATFORM, target=TARGET, draft=config.run.draft, policy=policy,
+                    params=sets, acceptance={"kind": "iid", "alpha": 0.8}, tokens=64,
+                    prompt_tokens=128, deterministic=True, stack=config.run.stack)
+    sim = run_schedule(run, record_spans=False)
+    gaps = np.diff([r.request.arrival_s for r in out.served.requests])
+    assert gaps.min() > 2 * (sim.prefill_s + sim.time_s)  # they never overlap
+    for r in out.served.requests:
+        assert r.first_token_s - r.request.arrival_s == pytest.approx(
+            sim.prefill_s + sim.first_token_s, rel=1e-9)
+        assert r.finish_s - r.request.arrival_s == pytest.approx(
+            sim.prefill_s + sim.time_s, rel=1e-9)
+
+
+def test_saturated_throughput_is_the_batch_step():
+    """Requests arriving together, equal lengths, the batch capped at B: each wave
+    of B decodes in lockstep, its decode steps exactly a simulate run of batch B,
+    so the served throughput is the cost model's batch-B step's."""
+    import dataclasses
+
+    from analyses.serve.api import prepare
+    from analyses.serve.workload import Request
+    batch, waves = 8, 4
+    config = _config("sd", {"gamma": 3, "max_batch": batch}, rate=1, requests=1,
+                     prompt_tokens=256, output_tokens=96, deterministic=True, exact=True)
+    ready = dataclasses.replace(prepare(config),
+                                requests=[Request(0.0, 256, 96)] * (waves * batch))
+    out = serve(config, prepared=ready)
+    decoding = [s.decoding for s in out.served.steps if s.decoding]
+    assert set(decoding) == {batch}
+    run = RunConfig(platform=PLATFORM, target=TARGET, draft=DRAFT, policy="sd",
+                    params={"gamma": 3}, acceptance={"kind": "iid", "alpha": 0.8},
+                    tokens=96, batch=batch, prompt_tokens=256, deterministic=True,
+                    stack=config.run.stack)
+    sim = run_schedule(run, record_spans=False, prefill=False)
+    decode_s = sum(s.decode_s for s in out.served.steps)
+    assert decode_s == pytest.approx(waves * sim.time_s, rel=1e-9)
+    served = waves * batch * 96 / decode_s
+    assert served == pytest.approx(batch * 96 / sim.time_s, rel=1e-9)
+
+
+def test_littles_law_and_request_order():
+    out = serve(_config("sd", {"gamma": 4}, rate=6, requests=300, seed=3))
+    law = out.metrics["littles_law"]
+    rows = out.served.requests
+    # L integrated independently on a fine grid of instants
+    start = min(r.request.arrival_s for r in rows)
+    end = max(r.finish_s for r in rows)
+    t = np.linspace(start, end, 200_001)[:-1] + (end - start) / 400_000
+    arrivals = np.sort([r.request.arrival_s for r in rows])
+    finishes = np.sort([r.finish_s for r in rows])
+    in_system = np.searchsorted(arrivals, t, "right") - np.searchsorted(finishes, t, "right")
+    assert in_system.mean() == pytest.approx(law["lambda_w"], rel=0.01)
+    assert law["in_system_mean"] == pytest.approx(law["lambda_w"], rel=1e-9)
+    for r in rows:
+        assert r.request.arrival_s <= r.admitted_s <= r.first_token_s <= r.finish_s
+        assert r.generated == r.request.output_tokens
+
+
+def test_grid_pricing_is_within_its_error_of_exact():
+    run = _config("sd", {"gamma": 4}, rate=1, requests=1).run
+    grid = StepPricer(run, max_batch=256, max_context=8192, chunk=2048)
+    exact = StepPricer(run, max_batch=256, max_context=8192, chunk=2048, exact=True)
+    for batch, context in ((3, 700), (13, 1500), (50, 3000), (200, 6000)):
+        assert grid.step_s(batch, context) == pytest.approx(exact.step_s(batch, context),
+                                                            rel=GRID_ERROR)
+    # the grid interpolates linearly: off-grid batches fall between their neighbours
+    assert grid.step_s(12, 1024) < grid.step_s(13, 1024) < grid.step_s(16, 1024)
+
+
+def test_kv_reserves_proposed_positions():
+    """A chain of K drafts holds K+1 positions a step; a tree its nodes; and the
+    engine's cache never holds more than its capacity, preempting to stay inside."""
+    assert reserved_positions(_config("ar", rate=1, requests=1).run) == 1
+    assert reserved_positions(_config("sd", {"gamma": 7}, rate=1, requests=1).run) == 8
+    platform = load_platform(PLATFORM)
+    sd = _config("sd", {"gamma": 7}, rate=1, requests=1).run
+    assert kv_capacity(sd, platform, 256, 8192) > 1e6  # 70B on 8 x 80 GB holds ~1.5M
+    config = _config("sd", {"gamma": 7}, rate=50, requests=60, prompt_tokens=1000,
+                     output_tokens=300, seed=2)
+    from analyses.serve import api
+    real = api.kv_capacity
+    try:
+        api.kv_capacity = lambda *a: 6000  # a small cache: room for about four requests
+        out = serve(config)
+    finally:
+        api.kv_capacity = real
+    assert out.metrics["preemptions"] > 0
+    assert max(s.kv_used for s in out.served.steps) <= 6000
+    assert all(r.generated == r.request.output_tokens for r in out.served.requests)
+
+
+def test_speculation_stops_paying_under_load():
+    """At low load speculation cuts TPOT; saturated, its wide verifies cost more
+    than the tokens they add (the batch regime), so AR serves more."""
+    low = {p: serve(_config(p, {"gamma": 4} if p == "sd" else {}, rate=0.5,
+                            requests=40, seed=1)).metrics for p in ("ar", "sd")}
+    assert low["sd"]["tpot_s"]["p50"] < 0.7 * low["ar"]["tpot_s"]["p50"]
+    high = {p: serve(_config(p, {"gamma": 4} if p == "sd" else {}, rate=200,
+                             requests=600, seed=1)).metrics for p in ("ar", "sd")}
+    assert high["sd"]["throughput_tokens_per_s"] < high["ar"]["throughput_tokens_per_s"]
+
+
+def test_capacity_bisects_to_the_slo_edge():
+    config = _config("sd", {"gamma": 4}, rate=1, requests=150, seed=1,
+                     slo="ttft=0.5,tpot=0.03")
+    found = capacity(config, low=1.0, tolerance=0.05)
+    assert found["rate"] is not None
+    held = [t["rate"] for t in found["tried"] if t["holds"]]
+    missed = [t["rate"] for t in found["tried"] if not t["holds"]]
+    assert found["rate"] == max(held)
+    assert min(r for r in missed if r > found["rate"]) <= found["rate"] * 1.05 + 1e-9
+
+
+def test_auto_gamma_picks_per_step_and_beats_a_bad_fixed_gamma():
+    auto = serve(_config("sd", {"gamma": "auto"}, rate=4, requests=150, seed=1,
+                         prompt_tokens=512, output_tokens=128)).metrics
+    assert sum(v > 0 for v in auto["mode_steps"].values()) >= 1
+    fixed = serve(_config("sd", {"gamma": 8}, rate=4, requests=150, seed=1,
+                          prompt_tokens=512, output_tokens=128)).metrics
+    assert auto["tpot_s"]["mean"] <= fixed["tpot_s"]["mean"] * 1.001
+    with pytest.raises(ValueError, match="switch_s prices"):
+        _config("sd", {"gamma": 4, "switch_s": 0.001}, rate=1, requests=1)
+
+
+def test_per_request_acceptance_spreads_tpot():
+    one = serve(_config("sd", {"gamma": 4}, rate=0.2, requests=60, seed=4,
+                        prompt_tokens=256, output_tokens=128)).metrics
+    spread = serve(_config("sd", {"gamma": 4, "alpha_spread": 0.15}, rate=0.2,
+                           requests=60, seed=4, prompt_tokens=256,
+                           output_tokens=128)).metrics
+    width = lambda m: m["tpot_s"]["p90"] - m["tpot_s"]["p50"]  # noqa: E731
+    assert width(spread) > 1.5 * width(one)
+
+
+# the workload ------------------------------------------------------------------
+def test_synthetic_workload_is_seeded_and_shaped():
+    a = synthetic(2000, 5.0, seed=7)
+    assert a == synthetic(2000, 5.0, seed=7) and a != synthetic(2000, 5.0, seed=8)
+    gaps = np.diff([r.arrival_s for r in a])
+    assert gaps.mean() == pytest.approx(1 / 5.0, rel=0.1)
+    assert gaps.std() / gaps.mean() == pytest.approx(1.0, rel=0.1)
+    bursty = np.diff([r.arrival_s for r in synthetic(4000, 5.0, seed=7, cv=4.0)])
+    assert bursty.std() / bursty.mean() == pytest.approx(4.0, rel=0.2)
+    # the Azure conversation trace's medians (prompt 1,020, output 129 tokens)
+    assert np.median([r.output_tokens for r in a]) == pytest.approx(129, rel=0.08)
+    assert np.median([r.prompt_tokens for r in a]) == pytest.approx(1020, rel=0.08)
+
+
+def _write(tmp_path, text, name="t.csv"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_trace_formats(tmp_path):
+    azure = _write(tmp_path, "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                   "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,109\n")
+    rows = read_trace(azure)
+    assert rows[0].arrival_s == 0 and rows[1].arrival_s == pytest.approx(4.314579, abs=1e-5)
+    jsonl = _write(tmp_path, '{"arrival_s": 0.5, "prompt_tokens": 10, "output_tokens": 5, '
+                   '"alpha": 0.7}\n', "t.jsonl")
+    assert read_trace(jsonl)[0].alpha == 0.7
+
+
+@pytest.mark.parametrize("body,words", [
+    ("arrival_s,prompt_tokens,output_tokens\n1,10,5\n0.5,10,5\n", "sort the trace"),
+    ("arrival_s,prompt_tokens,output_tokens\n-1,10,5\n", "negative"),
+    ("arrival_s,prompt_tokens,output_tokens\n1,10,5\n1,10,5\n", "repeats the row above"),
+    ("arrival_s,prompt_tokens,output_tokens\n0,10,5\n1e9,10,5\n", "ms or us"),
+    ("arrival_s,prompt_tokens,output_tokens\n0,0,5\n", "outside 1.."),
+    ("arrival_s,prompt_tokens,output_tokens\n0,2.5,5\n", "whole number"),
+    ("arrival_s,prompt_tokens\n0,10\n", "no output_tokens"),
+    ("arrival_s,prompt_tokens,output_tokens,alpha\n0,10,5,1.5\n", "not a probability"),
+])
+def test_bad_traces_are_refused_in_a_sentence(tmp_path, body, words):
+    with pytest.raises(ValueError, match=words):
+        read_trace(_write(tmp_path, body))
+
+
+def test_slo_units():
+    assert parse_slo("ttft=500ms,tpot=50ms").ttft_s == pytest.approx(0.5)
+    assert parse_slo("ttft=0.5,tpot=0.05").tpot_s == pytest.approx(0.05)
+    with pytest.raises(ValueError, match="milliseconds"):
+        parse_slo("ttft=500,tpot=50")
+    with pytest.raises(ValueError, match="twice"):
+        parse_slo("ttft=1,ttft=2")
+
+
+# the command ---------------------------------------------------------------------
+ARGS = ["serve", "--platform", PLATFORM, "--target", TARGET, "--draft", DRAFT,
+        "--policy", "sd", "--rate", "4", "--requests", "200", "--seed", "1",
+        "--slo", "ttft=0.5,tpot=0.05"]
+
+
+def test_serve_prints_percentiles_goodput_and_the_slo(capsys):
+    assert main(ARGS) == 0
+    text = capsys.readouterr().out
+    for words in ("TTFT", "TPOT", "p99", "goodput", "SLO (TTFT <= 500 ms and TPOT <= 50 ms",
+                  "holds"):
+        assert words in text
+
+
+def test_serve_json_and_outputs(tmp_path, capsys):
+    trace, record = tmp_path / "s.json", tmp_path / "r.json"
+    assert main(ARGS + ["--json", "--trace", str(trace), "--record", str(record)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("ttft_s", "tpot_s", "e2e_s", "queue_s", "throughput_tokens_per_s", "slo",
+                "preemptions", "timeline", "littles_law", "breakdown"):
+        assert key in out
+    assert set(out["ttft_s"]) == {"mean", "p50", "p90", "p99"}
+    assert out["slo"]["goodput_tokens_per_s"] > 0
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert any(e.get("cat") == "step" for e in events)
+    assert len(json.loads(record.read_text())["requests"]) == 200
+
+
+@pytest.mark.parametrize("extra,words", [
+    (["--policy", "cats", "--draft", DRAFT], "streams layers"),
+    (["--rate", "0"], "not a positive number"),
+    (["--rate", "1e9"], "above any hardware"),
+    (["--slo", "ttft=500,tpot=0.05"], "milliseconds"),
+    (["--output-tokens", "200000", "--prompt-tokens", "100"], "trained for"),
+    (["--set", "prompt_tokens=100"], "each request has its own prompt"),
+])
+def test_serve_refusals(capsys, extra, words):
+    assert main(ARGS + extra) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1
