@@ -15,6 +15,10 @@ from analyses.compare.sweep import parse_sweeps
 from analyses.run.budget import SIM_BUDGET_UNITS, allow_large_argument, readable
 from analyses.run.config import SIM_TOKENS, parse_placement, parse_sets, split_items
 from analyses.run.outputs import check_outputs, profile_inputs, runs_inputs, set_inputs
+from analyses.compare.serving import compare_serving, write_serving_report
+from analyses.serve.api import ServeConfig
+from policies import entry, names
+from policies.base import AR
 
 DEFAULTS = {key: getattr(Scenario, key) for key in ("platform", "target", "draft")}
 DEFAULT_OUTPUT = "hetspec-report.html"
@@ -75,6 +79,22 @@ def register(sub) -> None:
     p.add_argument("-o", "--output", default=DEFAULT_OUTPUT,
                    help=f"HTML report path (default ./{DEFAULT_OUTPUT})")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    serving = p.add_argument_group(
+        "schedules under load (--serve)",
+        "serve one workload with every schedule at each swept arrival rate "
+        "(--sweep rate=1..16, required) and report latency against load, capacities "
+        "and where speculation stops paying; see 'hetspec serve --help'")
+    serving.add_argument("--serve", action="store_true",
+                         help="compare the schedules serving requests (hetspec serve) "
+                              "instead of decoding one batch")
+    serving.add_argument("--requests", type=int, default=500,
+                         help="requests per serving run (default 500)")
+    serving.add_argument("--workload", default="chat",
+                         help="request lengths: chat, code or summarisation (default chat)")
+    serving.add_argument("--slo", help="e.g. ttft=0.5,tpot=0.05 (adds SLO attainment and "
+                                       "each schedule's capacity)")
+    serving.add_argument("--slo-percentile", type=float, default=90.0,
+                         help="share of requests that must meet the SLO, percent")
     allow_large_argument(p, COMPARE_BUDGET)
     p.set_defaults(func=_compare)
 
@@ -106,6 +126,15 @@ def scenario_of(args) -> Scenario:
 
 
 def _compare(args) -> int:
+    if args.serve:
+        return compare_serve(args)
+    serving_only = [flag for flag, given in (
+        ("--requests", args.requests != 500), ("--workload", args.workload != "chat"),
+        ("--slo", args.slo is not None), ("--slo-percentile", args.slo_percentile != 90.0))
+        if given]
+    if serving_only:
+        raise ValueError(f"{serving_only[0]} shapes a serving comparison; add --serve or "
+                         "drop it")
     prepared = prepare(scenario_of(args))
     _check_output(args, prepared.resolved)
     found = prepared.run()
@@ -137,3 +166,73 @@ def _check_output(args, resolved) -> None:
     check_outputs({"--output": args.output},
                   inputs + (runs_inputs(args.runs) if args.runs else []),
                   names={"--output": DEFAULT_OUTPUT})
+
+
+def compare_serve(args) -> int:
+    """--serve: the schedules under load (analyses.compare.serving)."""
+    found = serving_comparison(args)
+    path = write_serving_report(args.output, found)
+    summary = {"report": str(path), "line": f"wrote {path}: {found.line()}",
+               **found.summary()}
+    if args.json:
+        emit_json(summary)
+    else:
+        print(summary["line"])
+        for crossing in found.crossovers:
+            print(f"  {crossing['sentence']}")
+        for policy, rate in found.capacities.items():
+            if found.config.slo.given:
+                print(f"  {policy}: capacity "
+                      + (f"{rate:.3g} requests/s" if rate is not None else
+                         "none (misses the SLO at the lowest rate)"))
+    return 0
+
+
+SERVE_REFUSED = (("--tokens", "tokens", SIM_TOKENS, "each request's output is its own"),
+                 ("--batch", "batch", 1, "the engine forms each step's batch"),
+                 ("--runs", "runs", None, "measured runs are not served"),
+                 ("--profile", "profile", None, "measured runs are not served"),
+                 ("--no-tune", "no_tune", False, "each schedule serves at its --set "
+                                                 "gamma (or gamma=auto)"))
+
+
+def serving_comparison(args):
+    for flag, attr, default, why in SERVE_REFUSED:
+        if getattr(args, attr) != default:
+            raise ValueError(f"{flag} does not apply to --serve ({why}); drop it")
+    sweeps = dict(parse_sweeps(args.sweep))
+    if set(sweeps) != {"rate"}:
+        extra = sorted(set(sweeps) - {"rate"})
+        raise ValueError("--serve sweeps the arrival rate alone: give --sweep rate=1..16"
+                         + (f" and drop --sweep {extra[0]}" if extra else ""))
+    rates = [float(r) for r in sweeps["rate"]]
+    if len(set(rates)) != len(rates):
+        raise ValueError("--sweep rate= gives a rate twice; give each once")
+    policies = split_items(args.policies or "ar,sd", f"--policies {args.policies}",
+                           unique=True)
+    if AR not in policies:
+        policies = [AR, *policies]
+    sets = parse_sets(args.sets)
+    draft = None if args.draft in (None, "none") else args.draft
+    configs = {}
+    for policy in policies:
+        own = {k: v for k, v in sets.items() if k not in entry_fields(policy)
+               or k in entry(policy).params.model_fields}
+        configs[policy] = ServeConfig.build(
+            platform=args.platform, target=args.target,
+            draft=None if policy == AR else draft, policy=policy, sets=own,
+            slo=args.slo, slo_percentile=args.slo_percentile, seed=args.seed,
+            placement=parse_placement(args.placement), stack=args.stack,
+            rate=min(rates), requests=args.requests, workload=args.workload)
+    check_outputs({"--output": args.output},
+                  profile_inputs(platform=args.platform, target=args.target, draft=draft),
+                  names={"--output": DEFAULT_OUTPUT})
+    return compare_serving(configs, rates, jobs=args.jobs, backend=args.backend,
+                           quiet=args.json, allow_large=args.allow_large)
+
+
+def entry_fields(policy: str) -> set[str]:
+    """Every policy's parameter names but ``policy``'s own: a --set key another
+    schedule takes is left out of this one's configuration."""
+    return {k for name in names() if name != policy
+            for k in entry(name).params.model_fields}
