@@ -1,0 +1,84 @@
+"""Speculation under load, measured against predicted: the vLLM team's Llama-3-70B
+measurements (hwprofiles/data/published/serving/vllm-blog-2024-spec-decode.yaml,
+held out of every fit) beside hetspec serve's prediction of the same sweep.
+
+    python benchmarks/serve_evidence.py [--requests 400] [--markdown]
+
+The source states neither the draft's acceptance nor the prompt and output
+lengths, so nothing is fitted to it: the prediction is printed for a band of
+acceptances (alpha 0.6, 0.7, 0.8) on the chat workload (the Azure conversation
+trace's lengths), with the draft model series' own setting (k=4, Llama-3-70B on
+four H100s, a 0.5B draft: hetspec's qwen3-0.6b, on the target's GPUs, the vllm
+stack). Judged: the sign of the gain at each rate and the rate where it ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import yaml
+
+from analyses.compare.serving import compare_serving, crossovers
+from analyses.serve.api import ServeConfig
+
+SOURCE = (Path(__file__).resolve().parents[1] / "hwprofiles" / "data" / "published" / "serving"
+          / "vllm-blog-2024-spec-decode.yaml")
+ALPHAS = (0.6, 0.7, 0.8)
+
+
+def measured_crossover(rows: list[dict]) -> float | None:
+    for a, b in zip(rows, rows[1:]):
+        if a["speedup"] > 1 >= b["speedup"]:
+            return a["load"] + (a["speedup"] - 1) / (a["speedup"] - b["speedup"]) * (
+                b["load"] - a["load"])
+    return None
+
+
+def predict(alpha: float, rates: list[float], requests: int) -> list[float]:
+    configs = {policy: ServeConfig.build(
+        platform="h100-sxm-8x", target="llama-3.1-70b",
+        draft=None if policy == "ar" else "qwen3-0.6b", policy=policy,
+        sets={"alpha": alpha, **({"gamma": 4} if policy == "sd" else {})},
+        placement={"target": "tp4"}, rate=rates[0], requests=requests, seed=1)
+        for policy in ("ar", "sd")}
+    found = compare_serving(configs, rates, jobs=1, quiet=True)
+    return crossovers(found.figures, rates)[0]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--requests", type=int, default=400)
+    p.add_argument("--markdown", action="store_true")
+    args = p.parse_args()
+    source = yaml.safe_load(SOURCE.read_text())
+    rows = [r for r in source["rows"] if r["series"] == "draft-sharegpt"]
+    rates = [float(r["load"]) for r in rows]
+    predicted = {a: predict(a, rates, args.requests) for a in ALPHAS}
+    header = ["rate (req/s)", "measured", *(f"alpha {a}" for a in ALPHAS)]
+    lines = [header]
+    for i, r in enumerate(rows):
+        lines.append([f"{r['load']:g}", f"{r['speedup']:.2f}x",
+                      *(f"{predicted[a]['speedup'][i]:.2f}x" for a in ALPHAS)])
+    cross = measured_crossover(rows)
+    lines.append(["stops paying at", f"{cross:.3g}/s" if cross else "never",
+                  *(f"{predicted[a]['rate']:.3g}/s" if predicted[a]["rate"] else "never"
+                    for a in ALPHAS)])
+    signs = {a: sum((p > 1) == (r["speedup"] > 1) for p, r in zip(predicted[a]["speedup"], rows))
+             for a in ALPHAS}
+    if args.markdown:
+        print("| " + " | ".join(header) + " |")
+        print("|" + "---|" * len(header))
+        for line in lines[1:]:
+            print("| " + " | ".join(line) + " |")
+    else:
+        for line in lines:
+            print("  ".join(f"{c:>15}" for c in line))
+    print(f"sign of the gain right at {', '.join(f'{signs[a]}/{len(rows)} rates (alpha {a})' for a in ALPHAS)}; "
+          f"measured crossover {cross:.3g} requests/s, predicted "
+          + ", ".join(f"{predicted[a]['rate']:.3g}" if predicted[a]["rate"] else "none"
+                      for a in ALPHAS))
+
+
+if __name__ == "__main__":
+    main()
