@@ -118,6 +118,10 @@ def _compare(args) -> int:
         emit_json(summary)
     else:
         print(summary["line"])
+        for platform, found in summary.get("per_platform", {}).items():
+            print(f"  on {platform}: {found['line']}")
+            for why in found["why"].values():
+                print(f"    why: {why}")
         for note in summary["notes"]:
             print(f"  {note}")
         for crossing in summary["crossover"]:

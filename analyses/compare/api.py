@@ -30,6 +30,7 @@ from analyses.compare.crossover import crossovers
 from analyses.compare.scenario import Resolved, Scenario, check_budget, resolve
 from analyses.compare.sweep import Point, expand_grid, run_grid
 from analyses.compare.tune import run_searches, searches
+from analyses.compare.why import platform_summaries
 from analyses.measured.replay import replay_dir
 from analyses.run.api import check_positions
 from analyses.run.config import RunConfig
@@ -82,11 +83,13 @@ class Comparison:
 
     def summary(self) -> dict:
         """The fastest point, its speedup and latencies, why each schedule's best
-        point spends its time where it does, and what was skipped."""
+        point spends its time where it does, and what was skipped; over several
+        platforms also ``per_platform``: each one's fastest point and Why."""
         best = fastest(self.points)
         explained = {p: r for p, r in best_per_policy(self.points).items()
                      if r.metrics.get("breakdown")}
-        return {"why": {p: sentence(r.point.label, r.metrics["breakdown"])
+        several = platform_summaries(self.points, self.scenario.base)
+        return {**({"per_platform": several} if several else {}), "why": {p: sentence(r.point.label, r.metrics["breakdown"])
                         for p, r in explained.items()},
                 "breakdown": {p: r.metrics["breakdown"] for p, r in explained.items()},
                 "fastest": best.point.label if best else None,

@@ -17,27 +17,20 @@ from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from analyses.compare.best import baseline_name, best_per_policy, by_speed, skipped_policies
-from analyses.compare.crossover import add_breakdown
 from analyses.compare.lawviews import law_figures
 from analyses.compare.sections import Section
 from analyses.compare.sidebyside import platforms_of, section as side_by_side
 from analyses.compare.sweep import PointResult
+from analyses.compare.why import explain, per_platform, platform_line, whys
 from hwprofiles import load_platform
 from hwprofiles.writing import atomic_write_text
 from hwprofiles.schema import resolve
 from policies import entry
-from policies.runs.breakdown import LABELS, sentence
+from policies.runs.breakdown import LABELS
 
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50))
 KIND_COLORS = {"compute": "#1f77b4", "collective": "#ff7f0e", "transfer": "#2ca02c",
                "stream": "#9467bd", "delay": "#7f7f7f"}
-
-
-def explain(best: dict[str, PointResult], base: dict) -> None:
-    """Add where its time went (``breakdown``) to each policy's fastest point: its
-    seeded run again, with the same outcomes (a sweep leaves it out of the rest)."""
-    for r in best.values():
-        add_breakdown(r, base)
 
 
 def summary_figure(best: dict[str, PointResult]) -> go.Figure:
@@ -259,9 +252,10 @@ COST_COLORS = {"target": "#1f77b4", "draft": "#17becf", "verify": "#2ca02c",
                "wait": "#7f7f7f"}
 
 
-def why_figure(best: dict[str, PointResult]) -> go.Figure:
+def why_figure(best: dict[str, PointResult], platform: str | None = None) -> go.Figure:
     """Each policy's time per output token split by cost on its critical path
-    (policies.runs.breakdown), one stacked bar per policy, fastest on top."""
+    (policies.runs.breakdown), one stacked bar per policy, fastest on top;
+    ``platform``: the one of several compared platforms the points ran on."""
     names = [p for p in by_speed(best) if best[p].metrics.get("breakdown")][::-1]
     fig = go.Figure()
     for cost, color in COST_COLORS.items():
@@ -272,20 +266,36 @@ def why_figure(best: dict[str, PointResult]) -> go.Figure:
                         marker_color=color,
                         hovertemplate="%{y}: %{x:.3g} ms a token<extra>" + LABELS[cost]
                                       + "</extra>")
-    fig.update_layout(title="Where each output token's time goes (critical path)",
+    where = f" on {platform}" if platform else ""
+    fig.update_layout(title=f"Where each output token's time goes{where} (critical path)",
                       xaxis_title="time per output token [ms]", barmode="stack",
                       height=max(260, 80 + 40 * len(names)), **LAYOUT)
     return fig
 
 
-def _why_section(best: dict[str, PointResult]) -> Section:
-    sec = Section("Why")
-    ranked = [p for p in by_speed(best) if best[p].metrics.get("breakdown")]
-    if ranked:
-        sec.figures.append(("time per output token by cost", why_figure(best)))
-    sec.notes += [sentence(best[p].point.label, best[p].metrics["breakdown"])
-                  for p in ranked]
+def _why_section(best: dict[str, PointResult], platform: str | None = None) -> Section:
+    """Each schedule's Why; on one of several compared platforms, led by its
+    fastest point there."""
+    sec = Section("Why" if platform is None else f"Why on {platform}")
+    if platform is not None:
+        sec.notes.append(f"On {platform}: {platform_line(best)}.")
+    said = whys(best)
+    if said:
+        caption = "time per output token by cost"
+        sec.figures.append((caption if platform is None else f"{caption} on {platform}",
+                            why_figure(best, platform)))
+    sec.notes += list(said.values())
     return sec
+
+
+def why_sections(results: list[PointResult], base: dict,
+                 best: dict[str, PointResult]) -> list[Section]:
+    """'Why' for each schedule's fastest point; with several platforms compared,
+    one 'Why on PLATFORM' each (``why.per_platform``)."""
+    found = per_platform(results, base)
+    if not found:
+        return [_why_section(best)]
+    return [_why_section(mine, platform) for platform, mine in found.items()]
 
 
 def _speed_section(results: list[PointResult]) -> Section:
@@ -330,7 +340,8 @@ def build_sections(results: list[PointResult], base: dict, sweep_keys: list[str]
     sides = [s for s in [side_by_side(results, base, crossover)] if s]
     # platforms compared: the side-by-side table of every platform leads
     several = len(platforms_of(results, base)) > 1
-    sections = (sides + [speed] if several else [speed] + sides) + [_why_section(best)]
+    sections = (sides + [speed] if several else [speed] + sides)
+    sections += why_sections(results, base, best)
     sweep = Section("Sweep")
     if sweep_keys and best:
         for metric in ("tokens_per_s", "speedup_vs_ar"):
