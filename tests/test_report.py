@@ -86,6 +86,32 @@ def test_report_says_why_in_order_of_speed_and_keeps_ar_out_of_acceptance():
     assert not any(y.startswith("link:") for f in timelines for t in f.data for y in t.y)
 
 
+def test_a_schedule_off_the_sweeps_axis_is_a_legend_entry_not_a_label_on_the_plot():
+    """SSD takes no gamma: on a gamma axis each of its k is a flat line. Their
+    labels used to be annotations at the plot's right edge, one over another; now
+    each is a named legend entry (which plotly lays out one under another), one
+    drawn per schedule (its best k) and the rest listed until clicked."""
+    from analyses.compare.sweep import Point
+    from analyses.compare.sweepfigure import sweep_figure
+
+    points = [Point("sd", (("gamma", g),)) for g in (2, 3)] + [
+        Point("ssd", (("k", k), ("hit_rate", 0.7))) for k in (2, 3, 4)]
+    results = run_grid(points, BASE, jobs=1, quiet=True)
+    ssd = {dict(r.point.sets)["k"]: r.metrics for r in results if r.point.policy == "ssd"}
+    for metric, pick in (("tokens_per_s", max), ("tpot_s", min)):
+        fig = sweep_figure(results, ["gamma", "k"], metric)
+        assert not fig.layout.annotations and not fig.layout.shapes
+        flat = {t.name: t for t in fig.data if t.name.startswith("ssd")}
+        assert sorted(flat) == ["ssd (k=2)", "ssd (k=3)", "ssd (k=4)"]
+        best = pick(ssd, key=lambda k: ssd[k][metric])
+        assert [n for n, t in flat.items() if t.visible is True] == [f"ssd (k={best})"]
+        for k, t in flat.items():
+            value = ssd[int(k[7])][metric] * (1e3 if metric == "tpot_s" else 1)
+            assert list(t.x) == [2, 3] and list(t.y) == pytest.approx([value, value])
+            assert t.legendgroup == "ssd" and t.showlegend is not False
+        assert [t.name for t in fig.data if t.mode == "lines+markers"] == ["sd"]
+
+
 def test_policy_that_does_not_apply_is_skipped_with_a_note():
     base = {**BASE, "draft": None}
     points = expand_grid(["ar", "sd"], [parse_sweep("gamma=2..3")])

@@ -21,6 +21,7 @@ from analyses.compare.lawviews import law_figures
 from analyses.compare.sections import Section
 from analyses.compare.sidebyside import platforms_of, section as side_by_side
 from analyses.compare.sweep import PointResult
+from analyses.compare.sweepfigure import sweep_figure
 from analyses.compare.why import explain, per_platform, platform_line, whys
 from hwprofiles import load_platform
 from hwprofiles.writing import atomic_write_text
@@ -70,42 +71,6 @@ def latency_figure(best: dict[str, PointResult]) -> go.Figure:
 
 def _ms(seconds) -> float | None:
     return None if seconds is None else seconds * 1e3
-
-
-METRICS = {"tokens_per_s": ("tokens/s", 1.0), "speedup_vs_ar": ("speedup vs AR", 1.0),
-           "ttft_s": ("time to first token [ms]", 1e3),
-           "tpot_s": ("time per output token [ms]", 1e3)}
-
-
-def sweep_figure(results: list[PointResult], keys: list[str], metric: str) -> go.Figure:
-    """One line per policy (and per setting of the other swept keys) over keys[0]."""
-    x_key = keys[0]
-    lines: dict[str, list[tuple]] = {}
-    for r in results:
-        if r.metrics is None:
-            continue
-        sets = dict(r.point.sets)
-        rest = ", ".join(f"{k}={sets[k]}" for k in keys[1:] if k in sets)
-        name = f"{r.point.policy} ({rest})" if rest else r.point.policy
-        value = r.metrics[metric]
-        lines.setdefault(name, []).append(
-            (sets.get(x_key), None if value is None else value * METRICS[metric][1]))
-    fig = go.Figure()
-    for name, pts in lines.items():
-        swept = [p for p in pts if p[0] is not None]
-        if swept:
-            swept.sort()
-            fig.add_scatter(x=[p[0] for p in swept], y=[p[1] for p in swept],
-                            mode="lines+markers", name=name)
-        else:  # a policy that does not take the key: a flat line at its best
-            fig.add_hline(y=max(p[1] for p in pts if p[1] is not None), line_dash="dot",
-                          annotation_text=name)
-    title = METRICS[metric][0]
-    fig.update_layout(title=f"{title} over {x_key}", xaxis_title=x_key,
-                      yaxis_title=title, height=420, **LAYOUT)
-    if x_key == "prompt_tokens":  # prompts span orders of magnitude
-        fig.update_xaxes(type="log")
-    return fig
 
 
 def lane(device: str) -> str:
