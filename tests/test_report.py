@@ -112,6 +112,47 @@ def test_a_schedule_off_the_sweeps_axis_is_a_legend_entry_not_a_label_on_the_plo
         assert [t.name for t in fig.data if t.mode == "lines+markers"] == ["sd"]
 
 
+def _legend(fig) -> dict[str, str]:
+    """kind -> colour of every trace the figure's legend names."""
+    assert fig.layout.showlegend is True
+    return {t.name: t.marker.color for t in fig.data if t.showlegend is not False}
+
+
+def test_every_timeline_colour_is_named_in_the_legend():
+    """Each span kind is drawn (a prompt lookup's 'lookup' spans were dropped) in a
+    colour of its own that the legend names, an unlisted kind too, with no white
+    outline (which turned short bars into pale stripes no entry matched); a
+    one-kind timeline still shows its legend."""
+    from analyses.compare.sweep import Point
+
+    base = dict(platform="cpu-local", target="smollm2-135m", draft="ngram", tokens=20,
+                acceptance={"kind": "iid", "alpha": 0.8})
+    run = run_grid([Point("sd", (("gamma", 4), ("match", 0.5)))], base, jobs=1,
+                   quiet=True)[0]
+    spans = list(run.spans) + [("odd", "newkind", "cpu0", 0.0, 1e-3)]
+    fig = report.gantt_figure(spans, "t")
+    legend = _legend(fig)
+    assert set(legend) == {s[1] for s in spans} == {"compute", "lookup", "newkind"}
+    assert len(set(legend.values())) == len(legend)
+    assert sum(len(t.x) for t in fig.data) == len(spans)
+    assert all(t.marker.line.width == 0 for t in fig.data)
+    assert _legend(report.gantt_figure([s for s in spans if s[1] == "compute"], "t")) == {
+        "compute": report.KIND_COLORS["compute"]}
+
+
+def test_measured_and_simulated_timelines_name_each_kind_once():
+    """A kind only the simulated timeline has is named in the legend all the same."""
+    from types import SimpleNamespace
+
+    measured = [("target", "compute", "cpu0", 0.0, 0.01)]
+    simulated = measured + [("lookup", "lookup", "host", 0.01, 0.011)]
+    rep = SimpleNamespace(measured_spans=measured, predicted_spans=simulated, label="r")
+    fig = report.sim_vs_real_figure(rep, 4)
+    assert sorted(t.name for t in fig.data if t.showlegend is not False) == [
+        "compute", "lookup"]
+    assert len(_legend(fig)) == 2 and len(fig.data) == 3
+
+
 def test_policy_that_does_not_apply_is_skipped_with_a_note():
     base = {**BASE, "draft": None}
     points = expand_grid(["ar", "sd"], [parse_sweep("gamma=2..3")])

@@ -31,7 +31,8 @@ from policies.runs.breakdown import LABELS
 
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50))
 KIND_COLORS = {"compute": "#1f77b4", "collective": "#ff7f0e", "transfer": "#2ca02c",
-               "stream": "#9467bd", "delay": "#7f7f7f"}
+               "stream": "#9467bd", "delay": "#7f7f7f", "lookup": "#e377c2"}
+OTHER_COLORS = ("#8c564b", "#bcbd22", "#17becf")  # span kinds not listed above
 
 
 def summary_figure(best: dict[str, PointResult]) -> go.Figure:
@@ -79,20 +80,34 @@ def lane(device: str) -> str:
     return f"{device[5:]} (link)" if device.startswith("link:") else device
 
 
-def gantt_traces(spans, *, legend: bool = True) -> list[go.Bar]:
-    """Bars of spans (name, kind, device, start_s, end_s), one trace per kind; the
-    hover gives each bar's operation, start and duration."""
+def kind_colors(spans) -> dict[str, str]:
+    """Each span kind present, in a fixed order, with its bar colour: a kind not
+    in KIND_COLORS takes one of OTHER_COLORS, and is still drawn and named."""
+    present = dict.fromkeys(s[1] for s in spans)
+    known = {k: c for k, c in KIND_COLORS.items() if k in present}
+    others = sorted(k for k in present if k not in KIND_COLORS)
+    return known | {k: OTHER_COLORS[i % len(OTHER_COLORS)] for i, k in enumerate(others)}
+
+
+def gantt_traces(spans, *, named: set[str] | None = None) -> list[go.Bar]:
+    """Bars of spans (name, kind, device, start_s, end_s), one trace per kind, each
+    named in the legend unless ``named`` (the kinds a figure's legend already
+    names; updated here) holds it; the hover gives each bar's operation, start
+    and duration. Bars have no outline: the template's white one turned a short
+    bar into a pale stripe of a colour no legend entry shows."""
+    named = set() if named is None else named
     out = []
-    for kind, color in KIND_COLORS.items():
+    for kind, color in kind_colors(spans).items():
         mine = [s for s in spans if s[1] == kind]
-        if mine:
-            out.append(go.Bar(y=[lane(s[2]) for s in mine],
-                              x=[(s[4] - s[3]) * 1e3 for s in mine],
-                              base=[s[3] * 1e3 for s in mine], orientation="h", name=kind,
-                              marker_color=color, legendgroup=kind, showlegend=legend,
-                              customdata=[[s[0], s[3] * 1e3] for s in mine],
-                              hovertemplate="%{customdata[0]}<br>starts %{customdata[1]:.4g}"
-                                            " ms, takes %{x:.4g} ms<extra>%{y}</extra>"))
+        out.append(go.Bar(y=[lane(s[2]) for s in mine],
+                          x=[(s[4] - s[3]) * 1e3 for s in mine],
+                          base=[s[3] * 1e3 for s in mine], orientation="h", name=kind,
+                          marker=dict(color=color, line=dict(width=0)), legendgroup=kind,
+                          showlegend=kind not in named,
+                          customdata=[[s[0], s[3] * 1e3] for s in mine],
+                          hovertemplate="%{customdata[0]}<br>starts %{customdata[1]:.4g}"
+                                        " ms, takes %{x:.4g} ms<extra>%{y}</extra>"))
+        named.add(kind)
     return out
 
 
@@ -102,6 +117,7 @@ def gantt_figure(spans, title: str, x_range_ms: tuple[float, float] | None = Non
     fig = go.Figure(gantt_traces(spans))
     tracks = sorted({lane(s[2]) for s in spans})
     fig.update_layout(title=title, xaxis_title="time [ms]", barmode="overlay",
+                      showlegend=True, legend_title_text="operation kind",
                       yaxis=dict(categoryorder="array", categoryarray=tracks),
                       height=max(260, 60 + 28 * len(tracks)), **LAYOUT)
     if x_range_ms:
@@ -158,14 +174,17 @@ def sim_vs_real_figure(replay, steps: int) -> go.Figure:
     """The measured and the simulated timeline of one run, first steps, stacked."""
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
                         subplot_titles=("measured", "simulated"))
+    named: set[str] = set()  # a kind first drawn in either timeline is named once
     for row, spans in ((1, replay.measured_spans), (2, replay.predicted_spans)):
-        for trace in gantt_traces(spans, legend=row == 1):
+        for trace in gantt_traces(spans, named=named):
             fig.add_trace(trace, row=row, col=1)
     tracks = len({s[2] for s in replay.measured_spans} | {s[2] for s in
                                                             replay.predicted_spans})
     fig.update_xaxes(title_text="time [ms]", row=2, col=1)
     fig.update_layout(title=f"{replay.label}: first {steps} steps, measured vs simulated",
-                      barmode="overlay", height=max(380, 120 + 56 * tracks), **LAYOUT)
+                      barmode="overlay", showlegend=True,
+                      legend_title_text="operation kind",
+                      height=max(380, 120 + 56 * tracks), **LAYOUT)
     return fig
 
 
