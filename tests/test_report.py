@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analyses.compare import report
+from analyses.compare import report, timelines
 from analyses.compare.best import fastest, skipped_policies
 from analyses.laws.terms import law_terms
 from analyses.compare.lawviews import law_figures
@@ -130,14 +130,14 @@ def test_every_timeline_colour_is_named_in_the_legend():
     run = run_grid([Point("sd", (("gamma", 4), ("match", 0.5)))], base, jobs=1,
                    quiet=True)[0]
     spans = list(run.spans) + [("odd", "newkind", "cpu0", 0.0, 1e-3)]
-    fig = report.gantt_figure(spans, "t")
+    fig = timelines.gantt_figure(spans, "t")
     legend = _legend(fig)
     assert set(legend) == {s[1] for s in spans} == {"compute", "lookup", "newkind"}
     assert len(set(legend.values())) == len(legend)
     assert sum(len(t.x) for t in fig.data) == len(spans)
     assert all(t.marker.line.width == 0 for t in fig.data)
-    assert _legend(report.gantt_figure([s for s in spans if s[1] == "compute"], "t")) == {
-        "compute": report.KIND_COLORS["compute"]}
+    assert _legend(timelines.gantt_figure([s for s in spans if s[1] == "compute"], "t")) == {
+        "compute": timelines.KIND_COLORS["compute"]}
 
 
 def test_measured_and_simulated_timelines_name_each_kind_once():

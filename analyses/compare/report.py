@@ -22,7 +22,9 @@ from analyses.compare.sections import Section
 from analyses.compare.sidebyside import platforms_of, section as side_by_side
 from analyses.compare.sweep import PointResult
 from analyses.compare.sweepfigure import sweep_figure
+from analyses.compare.timelines import gantt_figure, gantt_traces
 from analyses.compare.why import explain, per_platform, platform_line, whys
+from analyses.measured.speedups import own_baseline, run_line
 from hwprofiles import load_platform
 from hwprofiles.writing import atomic_write_text
 from hwprofiles.schema import resolve
@@ -30,9 +32,6 @@ from policies import entry
 from policies.runs.breakdown import LABELS
 
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50))
-KIND_COLORS = {"compute": "#1f77b4", "collective": "#ff7f0e", "transfer": "#2ca02c",
-               "stream": "#9467bd", "delay": "#7f7f7f", "lookup": "#e377c2"}
-OTHER_COLORS = ("#8c564b", "#bcbd22", "#17becf")  # span kinds not listed above
 
 
 def summary_figure(best: dict[str, PointResult]) -> go.Figure:
@@ -74,57 +73,6 @@ def _ms(seconds) -> float | None:
     return None if seconds is None else seconds * 1e3
 
 
-def lane(device: str) -> str:
-    """A timeline lane's name: 'uf-cpu0-ane0 (link)' for the simulator's
-    'link:uf-cpu0-ane0'."""
-    return f"{device[5:]} (link)" if device.startswith("link:") else device
-
-
-def kind_colors(spans) -> dict[str, str]:
-    """Each span kind present, in a fixed order, with its bar colour: a kind not
-    in KIND_COLORS takes one of OTHER_COLORS, and is still drawn and named."""
-    present = dict.fromkeys(s[1] for s in spans)
-    known = {k: c for k, c in KIND_COLORS.items() if k in present}
-    others = sorted(k for k in present if k not in KIND_COLORS)
-    return known | {k: OTHER_COLORS[i % len(OTHER_COLORS)] for i, k in enumerate(others)}
-
-
-def gantt_traces(spans, *, named: set[str] | None = None) -> list[go.Bar]:
-    """Bars of spans (name, kind, device, start_s, end_s), one trace per kind, each
-    named in the legend unless ``named`` (the kinds a figure's legend already
-    names; updated here) holds it; the hover gives each bar's operation, start
-    and duration. Bars have no outline: the template's white one turned a short
-    bar into a pale stripe of a colour no legend entry shows."""
-    named = set() if named is None else named
-    out = []
-    for kind, color in kind_colors(spans).items():
-        mine = [s for s in spans if s[1] == kind]
-        out.append(go.Bar(y=[lane(s[2]) for s in mine],
-                          x=[(s[4] - s[3]) * 1e3 for s in mine],
-                          base=[s[3] * 1e3 for s in mine], orientation="h", name=kind,
-                          marker=dict(color=color, line=dict(width=0)), legendgroup=kind,
-                          showlegend=kind not in named,
-                          customdata=[[s[0], s[3] * 1e3] for s in mine],
-                          hovertemplate="%{customdata[0]}<br>starts %{customdata[1]:.4g}"
-                                        " ms, takes %{x:.4g} ms<extra>%{y}</extra>"))
-        named.add(kind)
-    return out
-
-
-def gantt_figure(spans, title: str, x_range_ms: tuple[float, float] | None = None) -> go.Figure:
-    """Horizontal bars per device track: a few decoding steps of one run; timelines
-    of one report share ``x_range_ms``, so their lengths compare."""
-    fig = go.Figure(gantt_traces(spans))
-    tracks = sorted({lane(s[2]) for s in spans})
-    fig.update_layout(title=title, xaxis_title="time [ms]", barmode="overlay",
-                      showlegend=True, legend_title_text="operation kind",
-                      yaxis=dict(categoryorder="array", categoryarray=tracks),
-                      height=max(260, 60 + 28 * len(tracks)), **LAYOUT)
-    if x_range_ms:
-        fig.update_xaxes(range=list(x_range_ms))
-    return fig
-
-
 def drafting(best: dict[str, PointResult]) -> dict[str, PointResult]:
     """The policies that verified drafted tokens (AR decoding has none to show)."""
     return {p: r for p, r in best.items() if any(k > 0 for k in r.accepted)}
@@ -142,23 +90,32 @@ def acceptance_figure(best: dict[str, PointResult]) -> go.Figure:
     return fig
 
 
-MEASURED_VIEWS = (("tokens_per_s", 1.0, "tokens/s"),
+MEASURED_VIEWS = (("speedup_vs_ar", 1.0, "speedup vs AR"),
+                  ("tokens_per_s", 1.0, "tokens/s"),
                   ("step_latency_s", 1e3, "step latency [ms]"),
                   ("ttft_s", 1e3, "time to first token [ms]"))
 
 
+def _view_runs(replays, key: str) -> list:
+    """The runs with a measured and a simulated value of ``key`` (runs recorded
+    without AR rounds lack a measured speedup, older ones a TTFT); an AR run,
+    its own baseline at 1x, is left out of the speedup view."""
+    return [r for r in replays if isinstance(r.measured.get(key), (int, float))
+            and isinstance(r.predicted.get(key), (int, float))
+            and not (key == "speedup_vs_ar" and own_baseline(r))]
+
+
 def measured_scatter(replays) -> go.Figure:
-    """Predicted against measured tokens/s, step latency and, where every run
-    recorded it (runs measured before TTFT was recorded lack it), time to first
-    token; one point per run."""
-    views = [v for v in MEASURED_VIEWS if all(
-        isinstance(r.measured.get(v[0]), (int, float))
-        and isinstance(r.predicted.get(v[0]), (int, float)) for r in replays)]
-    fig = make_subplots(rows=1, cols=len(views), subplot_titles=[v[2] for v in views])
-    for col, (key, scale, _title) in enumerate(views, start=1):
-        xs = [r.measured[key] * scale for r in replays]
-        ys = [r.predicted[key] * scale for r in replays]
-        fig.add_scatter(x=xs, y=ys, mode="markers", text=[r.label for r in replays],
+    """Predicted against measured: the speedup against each run's own AR first (a
+    machine busy with other work leaves it comparable, not absolute speeds), then
+    tokens/s, step latency and time to first token; one point per run."""
+    views = [(v, runs) for v in MEASURED_VIEWS if (runs := _view_runs(replays, v[0]))]
+    fig = make_subplots(rows=1, cols=max(1, len(views)),
+                        subplot_titles=[v[2] for v, _ in views])
+    for col, ((key, scale, _title), runs) in enumerate(views, start=1):
+        xs = [r.measured[key] * scale for r in runs]
+        ys = [r.predicted[key] * scale for r in runs]
+        fig.add_scatter(x=xs, y=ys, mode="markers", text=[r.label for r in runs],
                         marker=dict(size=10), name=key, row=1, col=col)
         lo, hi = min(xs + ys) * 0.9, max(xs + ys) * 1.1
         fig.add_scatter(x=[lo, hi], y=[lo, hi], mode="lines", line_dash="dot",
@@ -300,7 +257,7 @@ def _speed_section(results: list[PointResult]) -> Section:
 
 
 def _measured_section(replays, steps: int) -> Section:
-    sec = Section("Simulation vs measured runs")
+    sec = Section("Simulation vs measured runs", notes=[run_line(rep) for rep in replays])
     sec.figures.append(("predicted vs measured", measured_scatter(replays)))
     seen = set()
     for rep in replays:
