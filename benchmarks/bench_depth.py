@@ -11,7 +11,7 @@ first N layers and its LM head for each depth, the depths interleaved over
 each depth's median pass, the time per layer between neighbouring depths, and
 the LM head alone. Passes of 8-, 15- and 30-layer models measured in separate
 runs minutes apart disagree with a line through them by 10-25% on this machine
-(docs/calibration.md, "Measured in mirrored passes"); measured side by side
+(docs/calibration-notes.md, "Measured in mirrored passes"); measured side by side
 they do not, which says the disagreement is the machine's drift, not a cost
 term the model lacks.
 """

@@ -35,7 +35,7 @@ Inputs (data, each with its source):
     python benchmarks/specbench_prefill.py
 
 Deterministic; about 17 s on 2 cores, no GPU. A what-if, not a fit: nothing here is
-fitted and no shipped row or stack changes (docs/calibration.md, "What
+fitted and no shipped row or stack changes (docs/calibration-notes.md, "What
 Spec-Bench times").
 """
 

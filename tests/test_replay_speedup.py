@@ -113,3 +113,68 @@ def test_simulate_says_which_part_of_a_longer_trace_it_read():
     assert "--tokens 36 reads it all" in note[0]
     assert "note:" not in run_cli(*args, "--tokens", "36").out
     assert "times over, from the start" in run_cli(*args, "--tokens", "100").out
+
+
+def _two_runs(tmp_path: Path) -> Path:
+    """An AR run and an SD run whose record says it measured 2x its own AR on a
+    busy machine, in one --runs folder."""
+    runs = tmp_path / "runs"
+    shutil.copytree(RUN.parent / "ar-1", runs / "ar-1")
+    sd = _copy_with(tmp_path, speedup_vs_ar=2.0, ar_tokens_per_s=3.5, machine=BUSY)
+    shutil.move(sd.parent, runs / "sd-1")
+    return runs
+
+
+COMPARE = ["compare", "--platform", "cpu-local", "--target", "smollm2-135m", "--draft",
+           "none", "--policies", "ar", "--tokens", "8", "--jobs", "1"]
+
+
+def test_compare_runs_leads_each_run_with_its_speedup_against_its_own_ar(tmp_path):
+    from analyses.measured.replay import load_run, replay
+
+    runs = _two_runs(tmp_path)
+    out = run_cli(*COMPARE, "--runs", runs, "-o", tmp_path / "r.html")
+    assert out.rc == 0, out.err
+    lines = out.out.splitlines()
+    at = lines.index("  measured runs replayed (speedup against each run's own AR first):")
+    ar, sd = lines[at + 1], lines[at + 2]
+    assert ar.startswith("    ar-1 (ar): its own AR baseline; tokens/s measured 17.42, ")
+    simulated = replay(load_run(runs / "sd-1")).predicted["speedup_vs_ar"]
+    assert sd.startswith(f"    sd-1 (sd): speedup vs AR measured 2x, simulated "
+                         f"{simulated:.3g}x ({simulated / 2.0 - 1:+.1%}); tokens/s measured")
+    assert "busy machine (load average up to 3.9 on 2 cores" in sd and "busy" not in ar
+    report = (tmp_path / "r.html").read_text()
+    assert sd.strip().split(";")[0] in report  # the report's measured section says it too
+    summary = json.loads(run_cli(*COMPARE, "--runs", runs, "-o", tmp_path / "r.html",
+                                 "--json").out)
+    by_run = {r["run"]: r for r in summary["runs"]}
+    assert by_run["sd-1 (sd)"]["speedup_vs_ar"] == {
+        "measured": 2.0, "simulated": pytest.approx(simulated),
+        "error": pytest.approx(simulated / 2.0 - 1)}
+    assert by_run["ar-1 (ar)"]["own_baseline"] and by_run["sd-1 (sd)"]["contended"]
+    assert "runs" not in json.loads(run_cli(*COMPARE, "-o", tmp_path / "q.html",
+                                            "--json").out)
+
+
+def test_a_run_without_ar_rounds_says_its_speedup_was_not_measured():
+    from analyses.measured.replay import load_run, replay
+    from analyses.measured.speedups import run_line
+
+    line = run_line(replay(load_run(RUN)))  # sd-1 was recorded with --no-baseline
+    assert line.startswith("sd-1 (sd): speedup vs AR not measured (recorded without its "
+                           "AR rounds: 'hetspec run' without --no-baseline measures it), "
+                           "simulated ")
+
+
+def test_the_measured_scatter_draws_the_speedup_first_without_the_ar_run(tmp_path):
+    from analyses.compare.report import measured_scatter
+    from analyses.measured.replay import load_run, replay
+
+    runs = _two_runs(tmp_path)
+    reps = [replay(load_run(runs / name)) for name in ("ar-1", "sd-1")]
+    fig = measured_scatter(reps)
+    titles = [a.text for a in fig.layout.annotations]
+    assert titles[:2] == ["speedup vs AR", "tokens/s"]
+    speedup, tokens = fig.data[0], fig.data[2]
+    assert list(speedup.text) == ["sd-1 (sd)"] and list(speedup.x) == [2.0]
+    assert list(tokens.text) == ["ar-1 (ar)", "sd-1 (sd)"]

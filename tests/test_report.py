@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analyses.compare import report
+from analyses.compare import report, timelines
 from analyses.compare.best import fastest, skipped_policies
 from analyses.laws.terms import law_terms
 from analyses.compare.lawviews import law_figures
@@ -84,6 +84,73 @@ def test_report_says_why_in_order_of_speed_and_keeps_ar_out_of_acceptance():
     timelines = [fig for _, fig in sections["Per-device timelines"].figures]
     assert len({tuple(f.layout.xaxis.range) for f in timelines}) == 1
     assert not any(y.startswith("link:") for f in timelines for t in f.data for y in t.y)
+
+
+def test_a_schedule_off_the_sweeps_axis_is_a_legend_entry_not_a_label_on_the_plot():
+    """SSD takes no gamma: on a gamma axis each of its k is a flat line. Their
+    labels used to be annotations at the plot's right edge, one over another; now
+    each is a named legend entry (which plotly lays out one under another), one
+    drawn per schedule (its best k) and the rest listed until clicked."""
+    from analyses.compare.sweep import Point
+    from analyses.compare.sweepfigure import sweep_figure
+
+    points = [Point("sd", (("gamma", g),)) for g in (2, 3)] + [
+        Point("ssd", (("k", k), ("hit_rate", 0.7))) for k in (2, 3, 4)]
+    results = run_grid(points, BASE, jobs=1, quiet=True)
+    ssd = {dict(r.point.sets)["k"]: r.metrics for r in results if r.point.policy == "ssd"}
+    for metric, pick in (("tokens_per_s", max), ("tpot_s", min)):
+        fig = sweep_figure(results, ["gamma", "k"], metric)
+        assert not fig.layout.annotations and not fig.layout.shapes
+        flat = {t.name: t for t in fig.data if t.name.startswith("ssd")}
+        assert sorted(flat) == ["ssd (k=2)", "ssd (k=3)", "ssd (k=4)"]
+        best = pick(ssd, key=lambda k: ssd[k][metric])
+        assert [n for n, t in flat.items() if t.visible is True] == [f"ssd (k={best})"]
+        for k, t in flat.items():
+            value = ssd[int(k[7])][metric] * (1e3 if metric == "tpot_s" else 1)
+            assert list(t.x) == [2, 3] and list(t.y) == pytest.approx([value, value])
+            assert t.legendgroup == "ssd" and t.showlegend is not False
+        assert [t.name for t in fig.data if t.mode == "lines+markers"] == ["sd"]
+
+
+def _legend(fig) -> dict[str, str]:
+    """kind -> colour of every trace the figure's legend names."""
+    assert fig.layout.showlegend is True
+    return {t.name: t.marker.color for t in fig.data if t.showlegend is not False}
+
+
+def test_every_timeline_colour_is_named_in_the_legend():
+    """Each span kind is drawn (a prompt lookup's 'lookup' spans were dropped) in a
+    colour of its own that the legend names, an unlisted kind too, with no white
+    outline (which turned short bars into pale stripes no entry matched); a
+    one-kind timeline still shows its legend."""
+    from analyses.compare.sweep import Point
+
+    base = dict(platform="cpu-local", target="smollm2-135m", draft="ngram", tokens=20,
+                acceptance={"kind": "iid", "alpha": 0.8})
+    run = run_grid([Point("sd", (("gamma", 4), ("match", 0.5)))], base, jobs=1,
+                   quiet=True)[0]
+    spans = list(run.spans) + [("odd", "newkind", "cpu0", 0.0, 1e-3)]
+    fig = timelines.gantt_figure(spans, "t")
+    legend = _legend(fig)
+    assert set(legend) == {s[1] for s in spans} == {"compute", "lookup", "newkind"}
+    assert len(set(legend.values())) == len(legend)
+    assert sum(len(t.x) for t in fig.data) == len(spans)
+    assert all(t.marker.line.width == 0 for t in fig.data)
+    assert _legend(timelines.gantt_figure([s for s in spans if s[1] == "compute"], "t")) == {
+        "compute": timelines.KIND_COLORS["compute"]}
+
+
+def test_measured_and_simulated_timelines_name_each_kind_once():
+    """A kind only the simulated timeline has is named in the legend all the same."""
+    from types import SimpleNamespace
+
+    measured = [("target", "compute", "cpu0", 0.0, 0.01)]
+    simulated = measured + [("lookup", "lookup", "host", 0.01, 0.011)]
+    rep = SimpleNamespace(measured_spans=measured, predicted_spans=simulated, label="r")
+    fig = report.sim_vs_real_figure(rep, 4)
+    assert sorted(t.name for t in fig.data if t.showlegend is not False) == [
+        "compute", "lookup"]
+    assert len(_legend(fig)) == 2 and len(fig.data) == 3
 
 
 def test_policy_that_does_not_apply_is_skipped_with_a_note():

@@ -1,6 +1,7 @@
 """Several platforms and batches in one comparison: --platform a,b and --sweep
 batch=..., each point on its own platform and batch, side by side in the report."""
 
+import html
 import json
 
 import pytest
@@ -81,6 +82,32 @@ def test_compare_takes_several_platforms_and_a_batch_sweep(tmp_path, capsys):
     assert "Platforms and batches side by side" in text
     assert "h100-sxm-8x, a100-sxm-8x" in text  # the title and the intro name both
     assert "platform=" in summary["fastest"] and "batch=" in summary["fastest"]
+
+
+def test_every_compared_platform_says_why_in_the_report_and_the_summary(tmp_path, capsys):
+    """The Why of each platform, not only of the fastest one: the report has a
+    'Why on PLATFORM' section per platform, holding that platform's points only,
+    and the printed summary gives each platform's fastest point and its Whys."""
+    import re
+
+    platforms = ["h200-sxm-8x", "mi300x-8x"]
+    out = tmp_path / "r.html"
+    assert main(["compare", "--platform", ",".join(platforms), "--target", "llama-3.1-70b",
+                 "--policies", "ar,sd", "--draft", "llama-3.2-1b", "--tokens", "40",
+                 "--jobs", "1", "-o", str(out)]) == 0
+    text = out.read_text()
+    chunks = dict(re.findall(r"<h2>Why on ([^<]+)</h2>(.*?)(?=<h2>)", text, re.S))
+    assert list(chunks) == platforms and "<h2>Why</h2>" not in text
+    printed = capsys.readouterr().out.splitlines()
+    for mine, other in (platforms, platforms[::-1]):
+        notes = re.findall(r'<p class="note">(.*?)</p>', chunks[mine])
+        assert notes[0].startswith(f"On {mine}: fastest sd(gamma=")
+        whys = notes[1:]
+        assert len(whys) == 2 and all(f"platform={mine})" in n for n in whys)
+        assert f"platform={other}" not in chunks[mine]
+        assert f"time per output token by cost on {mine}" in chunks[mine]
+        at = printed.index(next(line for line in printed if line.startswith(f"  on {mine}: ")))
+        assert printed[at + 1:at + 3] == [f"    why: {html.unescape(n)}" for n in whys]
 
 
 def test_platform_given_twice_is_refused(capsys):

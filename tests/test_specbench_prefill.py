@@ -1,5 +1,5 @@
 """benchmarks/specbench_prefill.py: Spec-Bench's rows priced end to end, as its
-harness times them (docs/calibration.md, "What Spec-Bench times")."""
+harness times them (docs/calibration-notes.md, "What Spec-Bench times")."""
 
 from __future__ import annotations
 

@@ -147,6 +147,14 @@ def _compare(args) -> int:
         emit_json(summary)
     else:
         print(summary["line"])
+        for platform, found in summary.get("per_platform", {}).items():
+            print(f"  on {platform}: {found['line']}")
+            for why in found["why"].values():
+                print(f"    why: {why}")
+        if summary.get("runs"):
+            print("  measured runs replayed (speedup against each run's own AR first):")
+            for run in summary["runs"]:
+                print(f"    {run['line']}")
         for note in summary["notes"]:
             print(f"  {note}")
         for crossing in summary["crossover"]:

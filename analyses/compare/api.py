@@ -30,7 +30,9 @@ from analyses.compare.crossover import crossovers
 from analyses.compare.scenario import Resolved, Scenario, check_budget, resolve
 from analyses.compare.sweep import Point, expand_grid, run_grid
 from analyses.compare.tune import run_searches, searches
+from analyses.compare.why import platform_summaries
 from analyses.measured.replay import replay_dir
+from analyses.measured.speedups import run_summary
 from analyses.run.api import check_positions
 from analyses.run.config import RunConfig
 from hwprofiles import load_model, load_platform
@@ -82,11 +84,17 @@ class Comparison:
 
     def summary(self) -> dict:
         """The fastest point, its speedup and latencies, why each schedule's best
-        point spends its time where it does, and what was skipped."""
+        point spends its time where it does, and what was skipped; over several
+        platforms also ``per_platform``: each one's fastest point and Why; with
+        measured runs ``runs``: each one's speedup against its own AR, measured
+        and simulated, then its tokens/s (``measured.speedups``)."""
         best = fastest(self.points)
         explained = {p: r for p, r in best_per_policy(self.points).items()
                      if r.metrics.get("breakdown")}
-        return {"why": {p: sentence(r.point.label, r.metrics["breakdown"])
+        several = platform_summaries(self.points, self.scenario.base)
+        runs = [run_summary(r) for r in self.replays or ()]
+        return {**({"per_platform": several} if several else {}),
+                **({"runs": runs} if runs else {}), "why": {p: sentence(r.point.label, r.metrics["breakdown"])
                         for p, r in explained.items()},
                 "breakdown": {p: r.metrics["breakdown"] for p, r in explained.items()},
                 "fastest": best.point.label if best else None,

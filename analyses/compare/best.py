@@ -68,6 +68,16 @@ def best_per_scenario(results: list[PointResult], base: dict) -> dict[tuple, dic
     return out
 
 
+def best_per_platform(results: list[PointResult], base: dict) -> dict[str, dict]:
+    """platform -> policy -> its fastest point on that platform (over every batch
+    run there), platforms in the grid's order; a platform where nothing ran maps
+    to an empty dict."""
+    by_platform: dict[str, list[PointResult]] = {}
+    for r in results:
+        by_platform.setdefault(scenario_of(r, base)[0], []).append(r)
+    return {p: best_per_policy(rs) for p, rs in by_platform.items()}
+
+
 def fastest(results: list[PointResult]) -> PointResult | None:
     best = best_per_policy(results)
     return max(best.values(), key=lambda r: r.metrics["tokens_per_s"]) if best else None

@@ -17,27 +17,21 @@ from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from analyses.compare.best import baseline_name, best_per_policy, by_speed, skipped_policies
-from analyses.compare.crossover import add_breakdown
 from analyses.compare.lawviews import law_figures
 from analyses.compare.sections import Section
 from analyses.compare.sidebyside import platforms_of, section as side_by_side
 from analyses.compare.sweep import PointResult
+from analyses.compare.sweepfigure import sweep_figure
+from analyses.compare.timelines import gantt_figure, gantt_traces
+from analyses.compare.why import explain, per_platform, platform_line, whys
+from analyses.measured.speedups import own_baseline, run_line
 from hwprofiles import load_platform
 from hwprofiles.writing import atomic_write_text
 from hwprofiles.schema import resolve
 from policies import entry
-from policies.runs.breakdown import LABELS, sentence
+from policies.runs.breakdown import LABELS
 
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50))
-KIND_COLORS = {"compute": "#1f77b4", "collective": "#ff7f0e", "transfer": "#2ca02c",
-               "stream": "#9467bd", "delay": "#7f7f7f"}
-
-
-def explain(best: dict[str, PointResult], base: dict) -> None:
-    """Add where its time went (``breakdown``) to each policy's fastest point: its
-    seeded run again, with the same outcomes (a sweep leaves it out of the rest)."""
-    for r in best.values():
-        add_breakdown(r, base)
 
 
 def summary_figure(best: dict[str, PointResult]) -> go.Figure:
@@ -79,78 +73,6 @@ def _ms(seconds) -> float | None:
     return None if seconds is None else seconds * 1e3
 
 
-METRICS = {"tokens_per_s": ("tokens/s", 1.0), "speedup_vs_ar": ("speedup vs AR", 1.0),
-           "ttft_s": ("time to first token [ms]", 1e3),
-           "tpot_s": ("time per output token [ms]", 1e3)}
-
-
-def sweep_figure(results: list[PointResult], keys: list[str], metric: str) -> go.Figure:
-    """One line per policy (and per setting of the other swept keys) over keys[0]."""
-    x_key = keys[0]
-    lines: dict[str, list[tuple]] = {}
-    for r in results:
-        if r.metrics is None:
-            continue
-        sets = dict(r.point.sets)
-        rest = ", ".join(f"{k}={sets[k]}" for k in keys[1:] if k in sets)
-        name = f"{r.point.policy} ({rest})" if rest else r.point.policy
-        value = r.metrics[metric]
-        lines.setdefault(name, []).append(
-            (sets.get(x_key), None if value is None else value * METRICS[metric][1]))
-    fig = go.Figure()
-    for name, pts in lines.items():
-        swept = [p for p in pts if p[0] is not None]
-        if swept:
-            swept.sort()
-            fig.add_scatter(x=[p[0] for p in swept], y=[p[1] for p in swept],
-                            mode="lines+markers", name=name)
-        else:  # a policy that does not take the key: a flat line at its best
-            fig.add_hline(y=max(p[1] for p in pts if p[1] is not None), line_dash="dot",
-                          annotation_text=name)
-    title = METRICS[metric][0]
-    fig.update_layout(title=f"{title} over {x_key}", xaxis_title=x_key,
-                      yaxis_title=title, height=420, **LAYOUT)
-    if x_key == "prompt_tokens":  # prompts span orders of magnitude
-        fig.update_xaxes(type="log")
-    return fig
-
-
-def lane(device: str) -> str:
-    """A timeline lane's name: 'uf-cpu0-ane0 (link)' for the simulator's
-    'link:uf-cpu0-ane0'."""
-    return f"{device[5:]} (link)" if device.startswith("link:") else device
-
-
-def gantt_traces(spans, *, legend: bool = True) -> list[go.Bar]:
-    """Bars of spans (name, kind, device, start_s, end_s), one trace per kind; the
-    hover gives each bar's operation, start and duration."""
-    out = []
-    for kind, color in KIND_COLORS.items():
-        mine = [s for s in spans if s[1] == kind]
-        if mine:
-            out.append(go.Bar(y=[lane(s[2]) for s in mine],
-                              x=[(s[4] - s[3]) * 1e3 for s in mine],
-                              base=[s[3] * 1e3 for s in mine], orientation="h", name=kind,
-                              marker_color=color, legendgroup=kind, showlegend=legend,
-                              customdata=[[s[0], s[3] * 1e3] for s in mine],
-                              hovertemplate="%{customdata[0]}<br>starts %{customdata[1]:.4g}"
-                                            " ms, takes %{x:.4g} ms<extra>%{y}</extra>"))
-    return out
-
-
-def gantt_figure(spans, title: str, x_range_ms: tuple[float, float] | None = None) -> go.Figure:
-    """Horizontal bars per device track: a few decoding steps of one run; timelines
-    of one report share ``x_range_ms``, so their lengths compare."""
-    fig = go.Figure(gantt_traces(spans))
-    tracks = sorted({lane(s[2]) for s in spans})
-    fig.update_layout(title=title, xaxis_title="time [ms]", barmode="overlay",
-                      yaxis=dict(categoryorder="array", categoryarray=tracks),
-                      height=max(260, 60 + 28 * len(tracks)), **LAYOUT)
-    if x_range_ms:
-        fig.update_xaxes(range=list(x_range_ms))
-    return fig
-
-
 def drafting(best: dict[str, PointResult]) -> dict[str, PointResult]:
     """The policies that verified drafted tokens (AR decoding has none to show)."""
     return {p: r for p, r in best.items() if any(k > 0 for k in r.accepted)}
@@ -168,23 +90,32 @@ def acceptance_figure(best: dict[str, PointResult]) -> go.Figure:
     return fig
 
 
-MEASURED_VIEWS = (("tokens_per_s", 1.0, "tokens/s"),
+MEASURED_VIEWS = (("speedup_vs_ar", 1.0, "speedup vs AR"),
+                  ("tokens_per_s", 1.0, "tokens/s"),
                   ("step_latency_s", 1e3, "step latency [ms]"),
                   ("ttft_s", 1e3, "time to first token [ms]"))
 
 
+def _view_runs(replays, key: str) -> list:
+    """The runs with a measured and a simulated value of ``key`` (runs recorded
+    without AR rounds lack a measured speedup, older ones a TTFT); an AR run,
+    its own baseline at 1x, is left out of the speedup view."""
+    return [r for r in replays if isinstance(r.measured.get(key), (int, float))
+            and isinstance(r.predicted.get(key), (int, float))
+            and not (key == "speedup_vs_ar" and own_baseline(r))]
+
+
 def measured_scatter(replays) -> go.Figure:
-    """Predicted against measured tokens/s, step latency and, where every run
-    recorded it (runs measured before TTFT was recorded lack it), time to first
-    token; one point per run."""
-    views = [v for v in MEASURED_VIEWS if all(
-        isinstance(r.measured.get(v[0]), (int, float))
-        and isinstance(r.predicted.get(v[0]), (int, float)) for r in replays)]
-    fig = make_subplots(rows=1, cols=len(views), subplot_titles=[v[2] for v in views])
-    for col, (key, scale, _title) in enumerate(views, start=1):
-        xs = [r.measured[key] * scale for r in replays]
-        ys = [r.predicted[key] * scale for r in replays]
-        fig.add_scatter(x=xs, y=ys, mode="markers", text=[r.label for r in replays],
+    """Predicted against measured: the speedup against each run's own AR first (a
+    machine busy with other work leaves it comparable, not absolute speeds), then
+    tokens/s, step latency and time to first token; one point per run."""
+    views = [(v, runs) for v in MEASURED_VIEWS if (runs := _view_runs(replays, v[0]))]
+    fig = make_subplots(rows=1, cols=max(1, len(views)),
+                        subplot_titles=[v[2] for v, _ in views])
+    for col, ((key, scale, _title), runs) in enumerate(views, start=1):
+        xs = [r.measured[key] * scale for r in runs]
+        ys = [r.predicted[key] * scale for r in runs]
+        fig.add_scatter(x=xs, y=ys, mode="markers", text=[r.label for r in runs],
                         marker=dict(size=10), name=key, row=1, col=col)
         lo, hi = min(xs + ys) * 0.9, max(xs + ys) * 1.1
         fig.add_scatter(x=[lo, hi], y=[lo, hi], mode="lines", line_dash="dot",
@@ -200,14 +131,17 @@ def sim_vs_real_figure(replay, steps: int) -> go.Figure:
     """The measured and the simulated timeline of one run, first steps, stacked."""
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
                         subplot_titles=("measured", "simulated"))
+    named: set[str] = set()  # a kind first drawn in either timeline is named once
     for row, spans in ((1, replay.measured_spans), (2, replay.predicted_spans)):
-        for trace in gantt_traces(spans, legend=row == 1):
+        for trace in gantt_traces(spans, named=named):
             fig.add_trace(trace, row=row, col=1)
     tracks = len({s[2] for s in replay.measured_spans} | {s[2] for s in
                                                             replay.predicted_spans})
     fig.update_xaxes(title_text="time [ms]", row=2, col=1)
     fig.update_layout(title=f"{replay.label}: first {steps} steps, measured vs simulated",
-                      barmode="overlay", height=max(380, 120 + 56 * tracks), **LAYOUT)
+                      barmode="overlay", showlegend=True,
+                      legend_title_text="operation kind",
+                      height=max(380, 120 + 56 * tracks), **LAYOUT)
     return fig
 
 
@@ -259,9 +193,10 @@ COST_COLORS = {"target": "#1f77b4", "draft": "#17becf", "verify": "#2ca02c",
                "wait": "#7f7f7f"}
 
 
-def why_figure(best: dict[str, PointResult]) -> go.Figure:
+def why_figure(best: dict[str, PointResult], platform: str | None = None) -> go.Figure:
     """Each policy's time per output token split by cost on its critical path
-    (policies.runs.breakdown), one stacked bar per policy, fastest on top."""
+    (policies.runs.breakdown), one stacked bar per policy, fastest on top;
+    ``platform``: the one of several compared platforms the points ran on."""
     names = [p for p in by_speed(best) if best[p].metrics.get("breakdown")][::-1]
     fig = go.Figure()
     for cost, color in COST_COLORS.items():
@@ -272,20 +207,36 @@ def why_figure(best: dict[str, PointResult]) -> go.Figure:
                         marker_color=color,
                         hovertemplate="%{y}: %{x:.3g} ms a token<extra>" + LABELS[cost]
                                       + "</extra>")
-    fig.update_layout(title="Where each output token's time goes (critical path)",
+    where = f" on {platform}" if platform else ""
+    fig.update_layout(title=f"Where each output token's time goes{where} (critical path)",
                       xaxis_title="time per output token [ms]", barmode="stack",
                       height=max(260, 80 + 40 * len(names)), **LAYOUT)
     return fig
 
 
-def _why_section(best: dict[str, PointResult]) -> Section:
-    sec = Section("Why")
-    ranked = [p for p in by_speed(best) if best[p].metrics.get("breakdown")]
-    if ranked:
-        sec.figures.append(("time per output token by cost", why_figure(best)))
-    sec.notes += [sentence(best[p].point.label, best[p].metrics["breakdown"])
-                  for p in ranked]
+def _why_section(best: dict[str, PointResult], platform: str | None = None) -> Section:
+    """Each schedule's Why; on one of several compared platforms, led by its
+    fastest point there."""
+    sec = Section("Why" if platform is None else f"Why on {platform}")
+    if platform is not None:
+        sec.notes.append(f"On {platform}: {platform_line(best)}.")
+    said = whys(best)
+    if said:
+        caption = "time per output token by cost"
+        sec.figures.append((caption if platform is None else f"{caption} on {platform}",
+                            why_figure(best, platform)))
+    sec.notes += list(said.values())
     return sec
+
+
+def why_sections(results: list[PointResult], base: dict,
+                 best: dict[str, PointResult]) -> list[Section]:
+    """'Why' for each schedule's fastest point; with several platforms compared,
+    one 'Why on PLATFORM' each (``why.per_platform``)."""
+    found = per_platform(results, base)
+    if not found:
+        return [_why_section(best)]
+    return [_why_section(mine, platform) for platform, mine in found.items()]
 
 
 def _speed_section(results: list[PointResult]) -> Section:
@@ -306,7 +257,7 @@ def _speed_section(results: list[PointResult]) -> Section:
 
 
 def _measured_section(replays, steps: int) -> Section:
-    sec = Section("Simulation vs measured runs")
+    sec = Section("Simulation vs measured runs", notes=[run_line(rep) for rep in replays])
     sec.figures.append(("predicted vs measured", measured_scatter(replays)))
     seen = set()
     for rep in replays:
@@ -330,7 +281,8 @@ def build_sections(results: list[PointResult], base: dict, sweep_keys: list[str]
     sides = [s for s in [side_by_side(results, base, crossover)] if s]
     # platforms compared: the side-by-side table of every platform leads
     several = len(platforms_of(results, base)) > 1
-    sections = (sides + [speed] if several else [speed] + sides) + [_why_section(best)]
+    sections = (sides + [speed] if several else [speed] + sides)
+    sections += why_sections(results, base, best)
     sweep = Section("Sweep")
     if sweep_keys and best:
         for metric in ("tokens_per_s", "speedup_vs_ar"):
