@@ -263,3 +263,21 @@ def test_serve_refusals(capsys, extra, words):
     assert main(ARGS + extra) == 2
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1
+
+
+def test_compare_serve_reports_curves_capacities_and_the_crossover(tmp_path, capsys):
+    report = tmp_path / "serve.html"
+    assert main(["compare", "--serve", "--platform", PLATFORM, "--target", TARGET,
+                 "--draft", DRAFT, "--policies", "sd", "--set", "gamma=4",
+                 "--sweep", "rate=1,12,32", "--requests", "200", "--slo",
+                 "ttft=0.5,tpot=0.05", "--jobs", "1", "-o", str(report), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["policies"] == ["ar", "sd"]  # AR joins as the baseline
+    assert set(out["capacity_requests_per_s"]) == {"ar", "sd"}
+    crossing = out["crossover"][0]
+    assert crossing["speedup"][0] > 1 > crossing["speedup"][-1]
+    assert 1 < crossing["rate"] < 32 and "stops paying" in crossing["sentence"]
+    html = report.read_text()
+    for words in ("Latency against load", "Speedup over AR against load",
+                  "SLO attainment and capacity", "stops paying"):
+        assert words in html

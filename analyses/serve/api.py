@@ -136,7 +136,7 @@ def requests_of(config: ServeConfig) -> list[Request]:
     alpha = getattr(config.run.acceptance, "alpha", None)
     if config.trace is not None:
         if config.rate is not None:
-            raise ValueError("--rate and --trace both set the arrivals; keep one")
+            raise ValueError("--rate and --arrivals both set the arrivals; keep one")
         requests = read_trace(config.trace)
         if config.alpha_spread:
             raise ValueError("alpha_spread draws acceptances for synthetic requests; a "

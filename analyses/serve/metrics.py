@@ -85,8 +85,9 @@ def parse_slo(text: str | None, percentile: float = 90.0) -> SLO:
             raise ValueError(f"--slo {key} must be a positive number of seconds")
         top = {"ttft": 60.0, "tpot": 1.0}[key]
         if seconds > top:
-            raise ValueError(f"--slo {key}={seconds:g} s is over {top:g} s, no serving "
-                             f"SLO's; is it in milliseconds? write {key}={seconds:g}ms")
+            raise ValueError(f"--slo {key}={seconds:g} s is over {top:g} s, longer than "
+                             f"any serving SLO; is it in milliseconds? write "
+                             f"{key}={seconds:g}ms")
         bounds[f"{key}_s"] = seconds
     return SLO(percentile=percentile, **bounds)
 
