@@ -382,7 +382,7 @@ GROUPS = [("s", "simulate"), ("t", "simulate-trace"), ("o", "simulate-out"),
           ("u", "plausibility"), ("j", "json-inputs"), ("n", "positions"),
           ("q", "options-read"),
           # the serving simulation (benchmarks/badcases/serving.py)
-          ("g", "serving")]
+          ("a", "serving")]
 # Expectations a class module sets by case id ("accept", "refuse" or "either"),
 # over the id rule below (an id ending in 'v' is a valid input).
 EXPECT: dict[str, str] = {}
