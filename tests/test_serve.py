@@ -281,3 +281,66 @@ def test_compare_serve_reports_curves_capacities_and_the_crossover(tmp_path, cap
     for words in ("Latency against load", "Speedup over AR against load",
                   "SLO attainment and capacity", "stops paying"):
         assert words in html
+
+
+# a served workload measured for real, and its replay -----------------------------
+def _served_record(tmp_path, rows, policy="ar"):
+    from analyses.serve.real import KIND, served_of
+    from analyses.serve.metrics import SLO, serve_metrics
+    from policies.runs.files import RUN_SCHEMA
+    inputs = {"platform": PLATFORM, "target": TARGET, "draft": None, "policy": policy,
+              "params": {}, "seed": 0, "stack": "vllm", "max_batch": 1}
+    record = {"schema": RUN_SCHEMA, "kind": KIND, "inputs": inputs,
+              "metrics": serve_metrics(served_of(rows), SLO()), "requests": rows}
+    path = tmp_path / "served.json"
+    path.write_text(json.dumps(record))
+    return path
+
+
+def test_replay_of_a_served_record_predicts_what_the_engine_serves(tmp_path):
+    """A record whose times are the simulated engine's own (batch cap 1, one token a
+    step) replays with no error: the replay serves the same requests the same way."""
+    from analyses.serve.real import replay_serving
+    config = _config("ar", {"max_batch": 1}, trace=str(_write(
+        tmp_path, "arrival_s,prompt_tokens,output_tokens\n0,300,40\n0.1,200,30\n"
+                  "0.15,250,20\n3,100,25\n")), deterministic=True, exact=True)
+    out = serve(config)
+    rows = [{"arrival_s": r.request.arrival_s, "started_s": r.admitted_s,
+             "first_token_s": r.first_token_s, "finish_s": r.finish_s,
+             "prompt_tokens": r.request.prompt_tokens,
+             "output_tokens": r.request.output_tokens,
+             "committed_per_step": [1] * r.request.output_tokens,
+             "proposed_per_step": [], "accepted_per_step": []}
+            for r in out.served.requests]
+    assert rows[1]["started_s"] > rows[1]["arrival_s"]  # it queued behind the first
+    replayed = replay_serving(_served_record(tmp_path, rows))
+    for figure in ("ttft_s", "tpot_s", "e2e_s", "queue_s"):
+        for stat, v in replayed["figures"][figure].items():
+            if v["measured"]:
+                assert v["error"] == pytest.approx(0, abs=1e-9), (figure, stat)
+
+
+def test_replay_refuses_a_run_record_as_a_served_one(tmp_path):
+    from analyses.serve.real import replay_serving
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"schema": "hetspec.run/1", "kind": "measured",
+                                "inputs": {}, "metrics": {}}))
+    with pytest.raises(ValueError, match="not a served workload"):
+        replay_serving(path)
+
+
+@pytest.mark.slow
+def test_a_workload_served_for_real_is_recorded_and_replayed(tmp_path, capsys):
+    record = tmp_path / "served.json"
+    assert main(["serve", "--real", "--platform", "cpu-local", "--target", "smollm2-135m",
+                 "--policy", "sd", "--draft", "ngram", "--rate", "2", "--requests", "3",
+                 "--max-new-tokens", "8", "--record", str(record)]) == 0
+    data = json.loads(record.read_text())
+    assert data["kind"] == "served" and len(data["requests"]) == 3
+    for r in data["requests"]:
+        assert r["arrival_s"] <= r["started_s"] <= r["first_token_s"] <= r["finish_s"]
+        assert r["output_tokens"] == 8 and sum(r["committed_per_step"]) >= 8
+    capsys.readouterr()
+    assert main(["replay", str(record), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["requests"] == 3 and out["figures"]["ttft_s"]["p50"]["predicted"] > 0

@@ -13,7 +13,9 @@ from analyses.run.budget import (SIM_BUDGET_UNITS, allow_large_argument, announc
                                  check, config_shape, plural, readable, sim_estimate)
 from analyses.run.measuredbudget import SPANS_BUDGET, spans_estimate
 from analyses.run.outputs import check_outputs, profile_inputs, run_inputs
+from analyses.serve.real import error_summary, is_served, replay_serving
 from hwprofiles.writing import atomic_write_text
+from policies.runs.files import read_record
 
 
 def register(sub) -> None:
@@ -43,6 +45,8 @@ def register(sub) -> None:
 
 
 def _replay(args) -> int:
+    if is_served(read_record(args.run)):
+        return _replay_served(args)
     # the spans are counted (lines, not parsed) before the record is read
     spans = check(spans_estimate("replay", [args.run], "replay a shorter run"),
                   args.allow_large, announce=False)
@@ -93,3 +97,20 @@ def check_replay_simulation(run, profile: str | None, allow_large: bool) -> None
                f"{plural(config.tokens, 'token')} x {plural(config.batch, 'sequence')}")
     check(sim_estimate("replay", product, len(batches) * shape.units,
                        "replay a smaller run"), allow_large)
+
+
+def _replay_served(args) -> int:
+    """A served workload's record (hetspec serve --real): its requests served again
+    by the simulated engine, each percentile measured beside predicted."""
+    if args.trace is not None or args.work != "schedule":
+        raise ValueError("--trace and --work replay a run's steps; a served workload's "
+                         "record is replayed request by request: drop them")
+    rep = replay_serving(args.run, profile=args.profile)
+    if args.json:
+        emit_json({k: v for k, v in rep.items() if k != "predicted"})
+        return 0
+    print(f"served workload of {rep['requests']} requests, replayed on {rep['platform']} "
+          "(measured -> simulated):")
+    for line in error_summary(rep):
+        print(f"  {line}")
+    return 0

@@ -15,7 +15,9 @@ from analyses.run.config import parse_placement, parse_sets
 from analyses.run.outputs import check_outputs, profile_inputs
 from analyses.serve.api import (MAX_BATCH, SERVE_KEYS, TOKEN_BUDGET, Prepared, ServeConfig,
                                 capacity, prepare, serve)
-from analyses.serve.workload import LENGTHS, TRACE_CV
+from analyses.serve.real import measure_serving
+from analyses.serve.workload import LENGTHS, TRACE_CV, check_rate
+from analyses.run.config import RunConfig, split_sets
 from policies import names
 
 # output tokens the engine simulates per CPU-second, at the least (benchmarks/serve_speed.py
@@ -94,6 +96,17 @@ def register(sub) -> None:
     p.add_argument("--record", metavar="PATH",
                    help="write the run record (JSON, every request's figures)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    real = p.add_argument_group(
+        "served for real (--real)",
+        "serve the requests on this machine with the torch executor (cpu-local and "
+        "SmolLM2-135M; needs the torch extra): prompts of a set arrive at --rate, are "
+        "decoded first come, first served, one at a time, and the record (--record, "
+        "required) holds every request's times; 'hetspec replay RECORD' predicts them")
+    real.add_argument("--real", action="store_true", help="measure instead of simulate")
+    real.add_argument("--prompts", default="grounded", metavar="SET|FILE",
+                      help="the prompts, cycled to --requests (default grounded)")
+    real.add_argument("--max-new-tokens", type=int, default=32,
+                      help="tokens each request generates (default 32)")
     allow_large_argument(p, f"{readable(BUDGET_TOKENS)} output tokens served, about 10 "
                             "minutes on one CPU core")
     p.set_defaults(func=_serve)
@@ -140,6 +153,11 @@ def estimate(ready: Prepared, runs: int = 1) -> Estimate:
 
 
 def _serve(args) -> int:
+    if args.real:
+        return _serve_real(args)
+    if args.prompts != "grounded" or args.max_new_tokens != 32:
+        raise ValueError("--prompts and --max-new-tokens shape a served workload measured "
+                         "for real; add --real or drop them")
     config = config_of(args)
     check_outputs({"--trace": args.trace, "--record": args.record},
                   profile_inputs(platform=args.platform, target=args.target,
@@ -236,3 +254,62 @@ def print_serving(config: ServeConfig, m: dict, header: bool = True) -> None:
     if config.auto:
         used = ", ".join(f"{k} {v:,}" for k, v in m["mode_steps"].items() if v)
         print(f"  steps by draft length: {used} ({m['mode_switches']:,} switches)")
+
+
+REAL_TOKENS_PER_S = 20  # generated tokens a second on a CPU core, at the least
+
+
+def _serve_real(args) -> int:
+    """--real: the requests served on this machine and recorded."""
+    if args.record is None:
+        raise ValueError("--real writes its record: give --record PATH")
+    for flag, bad in (("--arrivals", args.arrivals is not None), ("--capacity", args.capacity),
+                      ("--trace", args.trace is not None), ("--slo", args.slo is not None),
+                      ("--prompt-tokens", args.prompt_tokens is not None),
+                      ("--output-tokens", args.output_tokens is not None),
+                      ("--deterministic", args.deterministic), ("--cv", args.cv != 1.0)):
+        if bad:
+            raise ValueError(f"{flag} does not apply to --real (its prompts and their "
+                             "outputs are real; arrivals are Poisson at --rate); drop it")
+    if args.rate is None:
+        raise ValueError("--real needs --rate: the requests' arrival rate per second")
+    check_rate(args.rate)
+    if not 1 <= args.requests <= 256:
+        raise ValueError(f"--requests {args.requests} is outside 1..256 for a measured "
+                         "workload")
+    if not 1 <= args.max_new_tokens <= 1000:
+        raise ValueError(f"--max-new-tokens {args.max_new_tokens} is outside 1..1000")
+    sets = parse_sets(args.sets)
+    params, acc, run = split_sets(args.policy, sets)
+    if acc != {"kind": "iid"}:
+        raise ValueError("a measured workload's acceptance is the models' own; drop the "
+                         "acceptance settings")
+    config = RunConfig(platform=args.platform, target=args.target, draft=args.draft,
+                       policy=args.policy, params=params, seed=args.seed,
+                       placement=parse_placement(args.placement), **run)
+    from executors.prompts import load  # the executor: torch, only for --real
+    from executors.session.options import Options
+    messages = load(args.prompts)
+    check_outputs({"--record": args.record}, profile_inputs(platform=args.platform),
+                  names={"--record": "served.json"})
+    work = args.requests * args.max_new_tokens
+    check(Estimate("serve --real", f"{args.requests} requests of {args.max_new_tokens} "
+                   "tokens", work, "generated tokens", REAL_TOKENS_PER_S, 1000,
+                   "serve fewer --requests or lower --max-new-tokens"), args.allow_large)
+    options = Options(max_new_tokens=args.max_new_tokens)
+    metrics = measure_serving(config, options, messages, rate=args.rate,
+                              requests=args.requests, record_path=args.record)
+    if args.json:
+        emit_json(metrics)
+        return 0
+    print(f"{config.policy} served on {config.platform} ({args.requests} requests at "
+          f"{args.rate:g}/s, measured):")
+    for label, key in (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("latency", "e2e_s"),
+                       ("queueing", "queue_s")):
+        s = metrics[key]
+        print(f"  {label:9} p50 {_ms(s['p50']):>9}  p90 {_ms(s['p90']):>9}  "
+              f"p99 {_ms(s['p99']):>9}  mean {_ms(s['mean']):>9}")
+    print(f"  {metrics['tokens_per_step']:.2f} tokens a step; hetspec replay "
+          f"{args.record} predicts these")
+    announce(args.record, "served workload record", json_mode=False)
+    return 0

@@ -127,6 +127,8 @@ class Engine:
 
     # acceptance ----------------------------------------------------------------
     def mean(self, mode: Mode, live: Live) -> float:
+        if live.request.tokens_per_step is not None:  # measured: a replay
+            return min(live.request.tokens_per_step, float(mode.cap))
         key = (mode.label, live.request.alpha)
         if key not in self._means:
             self._means[key] = min(mode.mean(live.request.alpha), float(mode.cap))

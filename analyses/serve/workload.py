@@ -50,12 +50,14 @@ MAX_RATE = 1e5  # requests/s: far above what any hardware serves
 @dataclass(frozen=True, slots=True)
 class Request:
     """One request: arrival (s from the workload's start), prompt and output
-    tokens, and its own acceptance (None: the run's acceptance model's)."""
+    tokens, and its own acceptance (None: the run's acceptance model's), or the
+    tokens its decode committed per step where they were measured."""
 
     arrival_s: float
     prompt_tokens: int
     output_tokens: int
     alpha: float | None = None
+    tokens_per_step: float | None = None
 
 
 @dataclass(frozen=True)
