@@ -19,6 +19,8 @@ from executors.prompts import encode
 from executors.session import Options, Session
 from policies.runs.config import RunSettings
 
+__all__ = ["Options", "serve_requests"]
+
 
 def serve_requests(config: RunSettings, options: Options, messages: list[list[dict]],
                    arrivals: list[float], *, progress=None) -> dict:

@@ -386,7 +386,8 @@ def test_the_probe_check_sees_hasattr_and_getattr_with_a_default():
 # down.
 OPTIONAL = {"torch", "transformers", "ray", "plotly", "safetensors"}
 LOCAL_IMPORTS_CEILING = 0  # statements not for an optional dependency
-ALL_LOCAL_IMPORTS_CEILING = 13  # every function-local import statement
+# every function-local import statement: 14 with serve --real's executor (torch)
+ALL_LOCAL_IMPORTS_CEILING = 14
 
 
 def project_modules() -> dict[str, Path]:

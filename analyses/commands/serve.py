@@ -18,6 +18,7 @@ from analyses.serve.api import (MAX_BATCH, SERVE_KEYS, TOKEN_BUDGET, Prepared, S
 from analyses.serve.real import measure_serving
 from analyses.serve.workload import LENGTHS, TRACE_CV, check_rate
 from analyses.run.config import RunConfig, split_sets
+from executors.prompts import load
 from policies import names
 
 # output tokens the engine simulates per CPU-second, at the least (benchmarks/serve_speed.py
@@ -287,8 +288,6 @@ def _serve_real(args) -> int:
     config = RunConfig(platform=args.platform, target=args.target, draft=args.draft,
                        policy=args.policy, params=params, seed=args.seed,
                        placement=parse_placement(args.placement), **run)
-    from executors.prompts import load  # the executor: torch, only for --real
-    from executors.session.options import Options
     messages = load(args.prompts)
     check_outputs({"--record": args.record}, profile_inputs(platform=args.platform),
                   names={"--record": "served.json"})
@@ -296,8 +295,7 @@ def _serve_real(args) -> int:
     check(Estimate("serve --real", f"{args.requests} requests of {args.max_new_tokens} "
                    "tokens", work, "generated tokens", REAL_TOKENS_PER_S, 1000,
                    "serve fewer --requests or lower --max-new-tokens"), args.allow_large)
-    options = Options(max_new_tokens=args.max_new_tokens)
-    metrics = measure_serving(config, options, messages, rate=args.rate,
+    metrics = measure_serving(config, args.max_new_tokens, messages, rate=args.rate,
                               requests=args.requests, record_path=args.record)
     if args.json:
         emit_json(metrics)

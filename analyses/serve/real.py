@@ -51,11 +51,12 @@ def served_of(rows: list[dict]) -> Served:
     return Served(live, [], max(r["finish_s"] for r in rows), kv_capacity=1)
 
 
-def measure_serving(config: RunConfig, options, messages: list[list[dict]], *, rate: float,
-                    requests: int, record_path, progress=None) -> dict:
-    """Serve ``requests`` prompts (``messages`` cycled) arriving at ``rate`` for real;
-    write the record; return its metrics."""
-    from executors.serving import serve_requests  # torch: only a measured run needs it
+def measure_serving(config: RunConfig, max_new_tokens: int, messages: list[list[dict]], *,
+                    rate: float, requests: int, record_path, progress=None) -> dict:
+    """Serve ``requests`` prompts (``messages`` cycled) arriving at ``rate`` for real,
+    ``max_new_tokens`` each; write the record; return its metrics."""
+    from executors.serving import Options, serve_requests  # torch: a measured run alone
+    options = Options(max_new_tokens=max_new_tokens)
     chosen = [messages[i % len(messages)] for i in range(requests)]
     arrivals = arrivals_at(rate, requests, config.seed)
     out = serve_requests(config, options, chosen, arrivals, progress=progress)
