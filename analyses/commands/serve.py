@@ -20,6 +20,7 @@ from analyses.serve.workload import LENGTHS, TRACE_CV, check_rate
 from analyses.run.config import RunConfig, split_sets
 from executors.prompts import load
 from policies import names
+from policies.runs.breakdown import LABELS
 
 # output tokens the engine simulates per CPU-second, at the least (benchmarks/serve_speed.py
 # measures it; a step's cost is spread over its batch)
@@ -252,6 +253,12 @@ def print_serving(config: ServeConfig, m: dict, header: bool = True) -> None:
           f"{m['steps']:,} steps of {_ms(b['step_s_mean'])} on average, "
           f"{b['decode_share_of_steps']:.0%} of their time decoding and "
           f"{b['prefill_share_of_steps']:.0%} prefilling")
+    parts = m.get("step_breakdown") or {}
+    if parts.get("per_token_s"):
+        total = sum(parts["per_token_s"].values())
+        costs = ", ".join(f"{LABELS[c]} {t / total:.0%}" for c, t in sorted(
+            parts["per_token_s"].items(), key=lambda kv: -kv[1]) if t / total >= 0.01)
+        print(f"  a decode step at batch {parts['batch']} ({parts['mode']}): {costs}")
     if config.auto:
         used = ", ".join(f"{k} {v:,}" for k, v in m["mode_steps"].items() if v)
         print(f"  steps by draft length: {used} ({m['mode_switches']:,} switches)")

@@ -266,6 +266,7 @@ def serve(config: ServeConfig, *, progress=None, trace_path=None,
     metrics = serve_metrics(served, config.slo)
     metrics["pricing_simulations"] = sum(m.pricer.sims for m in modes)
     metrics["breakdown"] = breakdown(served, modes)
+    metrics["step_breakdown"] = step_breakdown(served, modes)
     metrics["schedule"] = {"policy": config.run.policy, "auto": config.auto,
                            "reserve_positions": {m.label: m.reserve for m in modes},
                            "tokens_per_step": {m.label: m.mean(None) for m in modes}}
@@ -302,6 +303,26 @@ def breakdown(served: Served, modes: list[Mode]) -> dict:
             "decode_share_of_steps": decode / total if total else 0.0,
             "prefill_share_of_steps": (total - decode) / total if total else 0.0,
             "step_s_mean": total / len(served.steps) if served.steps else 0.0}
+
+
+def step_breakdown(served: Served, modes: list[Mode]) -> dict:
+    """The decode step at the run's mean batch and context, by cost (the schedule's
+    spans at that batch): what grows under load, the verify's compute, the draft's
+    passes, the KV reads or the host work. The most used mode's step."""
+    decode = [s for s in served.steps if s.decoding]
+    if not decode:
+        return {}
+    used: dict[str, float] = {}
+    for s in decode:
+        used[s.mode] = used.get(s.mode, 0.0) + s.decode_s
+    label = max(used, key=used.get)
+    mode = next(m for m in modes if m.label == label)
+    weight = sum(s.decode_s for s in decode if s.mode == label)
+    batch = sum(s.decoding * s.decode_s for s in decode if s.mode == label) / weight
+    contexts = [r.request.prompt_tokens + r.request.output_tokens / 2
+                for r in served.requests]
+    parts = mode.pricer.step_breakdown(int(round(batch)), int(sum(contexts) / len(contexts)))
+    return {"mode": label, "batch": int(round(batch)), **parts}
 
 
 # capacity ----------------------------------------------------------------------

@@ -44,6 +44,7 @@ from hwprofiles import Platform, Stack, load_platform, load_stack
 from hwprofiles.schema import resolve
 from policies import entry
 from policies.dryrun import held
+from policies.runs.breakdown import breakdown
 from simcore.acceptance import MODELS as ACCEPTANCE_MODELS
 
 GRID_ERROR = 0.01  # interpolation on the grid against exact pricing (tests hold it)
@@ -167,6 +168,18 @@ class StepPricer:
             self._tokens[key] = ((long.tokens - short.tokens) / (s2 - s1) if s2 > s1
                                  else long.tokens / max(s2, 1))
         return self._tokens[key]
+
+    def step_breakdown(self, batch: int, context: int) -> dict:
+        """Where one step's time goes at this batch and context (``policies.runs.
+        breakdown``: per cost on the critical path, each device's utilisation): the
+        schedule simulated with its spans for a few steps."""
+        self.sims += 1
+        result = run_schedule(self._probe.model_copy(update={
+            "batch": max(batch, 1), "prompt_tokens": max(context, 1), "tokens": 16}),
+            record_spans=True, prefill=False, platform=self.platform, stack=self.stack)
+        steps = result.stats.get("steps", result.steps) or 1
+        return breakdown(result.spans, tokens=result.tokens / max(batch, 1), steps=steps,
+                         start_s=0.0, end_s=result.time_s)
 
     # prefill -------------------------------------------------------------------
     def prologue_s(self, positions: int) -> float:
