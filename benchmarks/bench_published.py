@@ -13,8 +13,11 @@ and regime (stack x device class x AR/speculative) with median and worst
 (median and worst |error|, share of absolute-speed rows within 25% and of
 speedups within 15%, ranking flips among held-out rows sharing a ``ranking``
 key), a table per source with rows at batch > 1 by band of batch (the
-batch regime: the fitted source's rows beside the held-out ones), and with
-``--rows`` every row. A row's unknowns (``{fit: KEY}``) are
+batch regime: the fitted source's rows beside the held-out ones), a table of
+the speedup series against batch (rows naming a ``series``: measured and
+simulated speedup and error at each batch, and the batch where each crosses 1;
+``analyses.calibrate.series``) with their summary, and with ``--rows`` every
+row. A row's unknowns (``{fit: KEY}``) are
 fitted on its platform's fitted rows with the shipped profile as it is.
 
     python benchmarks/bench_published.py [--markdown] [--rows] [--folder DIR]
@@ -34,6 +37,7 @@ from analyses.calibrate import heldout
 from analyses.calibrate.draftstep import simulate_row_full
 from analyses.calibrate.published import (fit_unknowns, load_published, shipped_folder,
                                           sources_of)
+from analyses.calibrate.series import CROSSOVER_FACTOR, SERIES_GOAL, series_of
 from analyses.calibrate.sources import runnable
 from hwprofiles import load_platform
 
@@ -134,6 +138,39 @@ def batch_lines(rows, fitted, errors) -> list[list[str]]:
     return out
 
 
+def _slash(values, fmt: str) -> str:
+    return " / ".join(format(v, fmt) for v in values)
+
+
+def _batch(value: float | None, last: int) -> str:
+    return f"none to {last}" if value is None else f"{value:.3g}"
+
+
+def series_table(series, fitted) -> list[list[str]]:
+    """Per series (a curve against batch): speedups measured and simulated at each
+    batch, the error at each, and the batch where each crosses 1."""
+    return [[s.source_id, "fitted" if s.source_id in fitted else "held out", s.name,
+             _slash(s.batches, "d"), _slash(s.measured, ".2f"), _slash(s.predicted, ".2f"),
+             _slash(s.errors, "+.0%"), _batch(s.measured_crossover, s.batches[-1]),
+             _batch(s.predicted_crossover, s.batches[-1]), s.crossover_verdict]
+            for s in series]
+
+
+def series_summary(series, fitted) -> list[str]:
+    held = [s for s in series if s.source_id not in fitted]
+    if not held:
+        return []
+    crossing = [s for s in held if s.measured_crossover is not None]
+    errors = [abs(e) for s in held for e in s.errors]
+    return [f"held-out speedup series against batch: {len(held)} ({len(errors)} rows); "
+            f"within {SERIES_GOAL:.0%} at every batch: {sum(s.within for s in held)}/{len(held)}; "
+            f"rows within {SERIES_GOAL:.0%}: {sum(e <= SERIES_GOAL for e in errors)}/{len(errors)}",
+            f"held-out series whose speedup crosses 1: {len(crossing)} measured, "
+            f"{sum(s.predicted_crossover is not None for s in held)} simulated; crossover "
+            f"batch within {CROSSOVER_FACTOR:g}x where measured: "
+            f"{sum(s.crossover_verdict == 'yes' for s in crossing)}/{len(crossing)}"]
+
+
 def summary_lines(rows, fitted, simulated) -> list[str]:
     held = [r for r in rows if r.source_id not in fitted]
     s = heldout.summarise(held, simulated)
@@ -178,7 +215,14 @@ def report(markdown: bool, show_rows: bool, folder=None,
     if by_batch:
         out += _table(["source", "fitted?", "batch", "rows", "median |error|", "worst"],
                       by_batch, markdown) + [""]
-    out += [("- " if markdown else "") + line for line in summary_lines(rows, fitted, simulated)]
+    curves = series_of(rows, simulated)
+    if curves:
+        out += _table(["source", "fitted?", "series", "batch", "measured", "hetspec",
+                       "error", "crosses 1 at (measured)", "(hetspec)",
+                       f"within {CROSSOVER_FACTOR:g}x"],
+                      series_table(curves, fitted), markdown) + [""]
+    out += [("- " if markdown else "") + line
+            for line in summary_lines(rows, fitted, simulated) + series_summary(curves, fitted)]
     mismatched = [sid for sid, src in sources.items()
                   if (src.role == "fit") != (sid in fitted)]
     if mismatched:

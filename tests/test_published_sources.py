@@ -189,7 +189,8 @@ def test_the_held_out_sources_include_a_speculative_one_with_its_printed_tau():
     """The shipped set holds held-out sources of speculative speedups (EAGLE-3's
     EAGLE-2 rows and the Spec-Bench leaderboard at batch 1, LLM-Inference-Bench's
     vLLM runs at batch 1 and 64, GPUStack's SGLang EAGLE-3 runs at concurrency
-    4): nothing shipped is fitted on them, and each
+    4, SpecDecode-Bench's vLLM draft models at batch 1-128): nothing shipped is
+    fitted on them, and each
     batch-1 row gives the tau it printed, so the summary counts speedups, not
     only absolute speeds."""
     from hwprofiles import list_names, load_stack
@@ -200,12 +201,12 @@ def test_the_held_out_sources_include_a_speculative_one_with_its_printed_tau():
     stacks = {n: load_stack(n).fitted_on for n in list_names("stacks")}
     fitted = heldout.fitted_sources(rows, sources, texts, stacks)
     spec = [r for r in rows if r.source_id not in fitted and r.measure == "speedup"]
-    at_batch = {"llm-inference-bench-sd", "gpustack-sglang-eagle3-h100"}
+    at_batch = {"llm-inference-bench-sd", "gpustack-sglang-eagle3-h100", "specdecode-bench-sd"}
     assert {r.source_id for r in spec} == {"eagle3-paper", "spec-bench"} | at_batch
     assert "eagle2-paper" in fitted  # what hf-eager is fitted on judges nothing
     at_one = [r for r in spec if r.source_id not in at_batch]
     assert all(r.mean_accepted_tokens and r.stack == "hf-eager" for r in at_one)
-    assert {r.batch for r in spec} == {1, 4, 64}
+    assert {r.batch for r in spec} == {1, 4, 16, 64, 128}
     assert {r.params.get("temperature", 0) for r in spec if r.source_id == "eagle3-paper"} == {0, 1}
 
 

@@ -337,3 +337,12 @@ def test_a_serving_stack_meets_its_sources_fitted_and_held_out(name, fitted_on, 
     fitted = errors(fitted_on)
     assert len(fitted) == 32 and sorted(abs(e) for e in fitted)[16] < 0.05
     assert all(abs(e) < 0.15 for e in errors(held_out))
+
+
+def test_vllm_v1_carries_the_vllm_stacks_host_time_and_scores_multi_query():
+    """vLLM's V1 engine is the vllm stack's fitted host time with its verify run as
+    one multi-query pass (no batch expansion)."""
+    v0, v1 = load_stack("vllm"), load_stack("vllm-v1")
+    assert (v1.call_host_s, v1.sequence_host_s) == (v0.call_host_s, v0.sequence_host_s)
+    assert set(v1.fitted_on) == set(v0.fitted_on)
+    assert (v0.scoring, v1.scoring) == ("batch_expansion", "multi_query")

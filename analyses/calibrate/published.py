@@ -95,6 +95,9 @@ class Measurement(StrictModel):
     device_class: DeviceClass | None = None
     # rows measured with one setup, compared by order; a row may join several groups
     ranking: str | tuple[str, ...] | None = None
+    # one curve of a source against batch (same setup, batch the only change): its rows
+    # are judged batch by batch and for the batch where the speedup crosses 1
+    series: str | None = Field(None, min_length=1)
     source: str = Field(min_length=1)
     url: str | None = None
     notes: str = ""
