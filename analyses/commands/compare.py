@@ -51,16 +51,19 @@ def register(sub) -> None:
                         "policy; batch=1,8,32 and platform=a,b put batches and platforms "
                         "side by side, each schedule still tuned; list values apart "
                         "with ';': tree='4,2,2,1;3,3,1'); "
-                        "repeat for a grid. Without --sweep each schedule is tuned "
-                        "instead: its gamma (SSD: k) searched over its whole valid range")
+                        "repeat for a grid; each value once. Without --sweep each "
+                        "schedule is tuned instead: its gamma (SSD: k) searched over its "
+                        "whole valid range")
     p.add_argument("--no-tune", action="store_true",
                    help="without --sweep, run each schedule at its default gamma (SSD: k) "
-                        "instead of searching for its best")
+                        "instead of searching for its best (refused beside a sweep other "
+                        "than of batch or platform, which runs the swept values untuned)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="a fixed setting for every policy that takes it (alpha=0.8 ...)")
     p.add_argument("--tokens", type=int, default=SIM_TOKENS,
                    help=f"tokens to generate per sequence in each run (default {SIM_TOKENS})")
-    p.add_argument("--batch", type=int, default=1, help="sequences decoded together")
+    p.add_argument("--batch", type=int, help="sequences decoded together (default 1; "
+                   "refused beside --sweep batch=..., which gives the batches)")
     p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--placement", help="role=device overrides, e.g. draft=gpu4")
     add_stack_argument(p)

@@ -33,7 +33,8 @@ class Scenario:
     ``sweeps``: (key, values) pairs, a grid; ``sets``: a fixed setting for every
     schedule that takes it; ``tune``: without sweeps, search each schedule's tuned
     parameter for its best value; ``runs``: measured runs to replay beside the
-    simulations (``profile``: the platform they are replayed on)."""
+    simulations (``profile``: the platform they are replayed on); ``batch``: None
+    for 1 unless a sweep or --set gives the batch (given beside them, refused)."""
 
     platform: str | list[str] = "m2-ultra-8x"
     target: str = "qwen3-32b"
@@ -42,7 +43,7 @@ class Scenario:
     sweeps: list[tuple[str, list]] = field(default_factory=list)
     sets: dict = field(default_factory=dict)
     tokens: int = SIM_TOKENS
-    batch: int = 1
+    batch: int | None = None
     seed: int = 0
     placement: dict = field(default_factory=dict)
     stack: str | None = None
@@ -93,6 +94,8 @@ def resolve(s: Scenario) -> Resolved:
     for p in policies:
         entry(p)
     sweeps, platforms, sets = [(k, list(v)) for k, v in s.sweeps], s.platforms(), dict(s.sets)
+    refuse_repeated_values(sweeps)
+    refuse_given_twice(s, sweeps, sets)
     if len(platforms) > 1:
         if any(k == "platform" for k, _ in sweeps):
             raise ValueError("--platform lists several platforms and --sweep platform= "
@@ -100,7 +103,8 @@ def resolve(s: Scenario) -> Resolved:
         sweeps.append(("platform", platforms))
     draft = None if str(s.draft).lower() == "none" else s.draft
     base = dict(platform=platforms[0], target=s.target, draft=draft, tokens=s.tokens,
-                batch=s.batch, seed=s.seed, placement=dict(s.placement))
+                batch=1 if s.batch is None else s.batch, seed=s.seed,
+                placement=dict(s.placement))
     if s.stack is not None:
         if "stack" in sets or any(k == "stack" for k, _ in sweeps):
             raise ValueError("--stack and --set/--sweep stack= both name a stack; keep one")
@@ -112,6 +116,34 @@ def resolve(s: Scenario) -> Resolved:
                      base)
     _check_loads(found)
     return found
+
+
+def refuse_repeated_values(sweeps: list[tuple[str, list]]) -> None:
+    """A value a sweep lists twice (gamma=2,2,4) is refused: its points would run
+    twice, or once with the sweep's count and the report's axis saying otherwise."""
+    for key, values in sweeps:
+        seen = set()
+        for value in values:
+            same = ("on/off", value) if isinstance(value, bool) else value  # True is not 1
+            if same in seen:
+                shown = ",".join(map(str, value)) if isinstance(value, tuple) else value
+                raise ValueError(f"--sweep {key} lists {shown} twice; give each value once")
+            seen.add(same)
+
+
+def refuse_given_twice(s: Scenario, sweeps: list, sets: dict) -> None:
+    """--batch beside a batch a sweep or --set gives (the run would take theirs and
+    drop --batch in silence) is refused, naming both."""
+    if s.batch is None:
+        return
+    for key, values in sweeps:
+        if key == "batch":
+            listed = ",".join(map(str, values))
+            raise ValueError(f"--batch {s.batch} and --sweep batch={listed} both give the "
+                             "batch (the sweep's would run, --batch none); keep one")
+    if "batch" in sets:
+        raise ValueError(f"--batch {s.batch} and --set batch={sets['batch']} both give the "
+                         "batch; keep one")
 
 
 def declared_defaults(policies: list[str], given: set[str], base: dict) -> dict:
