@@ -1,6 +1,6 @@
 """compare takes every option it is given or refuses it in one sentence: --batch
 beside a batch a sweep gives, --no-tune where nothing would be tuned, a value a
-sweep lists twice."""
+sweep lists twice; --draft ngram compares prompt lookup (sd and tree) with AR."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from analyses.compare.api import Scenario, prepare
 
 H100 = ["compare", "--platform", "h100-sxm-5x", "--target", "llama-3.1-70b", "--draft",
         "llama-3.2-1b", "--tokens", "50", "--jobs", "1"]
+CPU = ["compare", "--platform", "cpu-local", "--target", "smollm2-135m", "--tokens", "50",
+       "--jobs", "1"]
 
 
 def _refused(capsys, tmp_path, argv) -> str:
@@ -88,3 +90,37 @@ def test_a_sweep_is_refused_exactly_when_a_value_repeats(values):
         assert values.count(int(info.value.args[0].split()[3])) > 1
     else:
         assert prepare(scenario).resolved.sweeps == [("gamma", values)]
+
+
+def test_draft_ngram_compares_prompt_lookup_with_ar(capsys, tmp_path):
+    """--draft ngram sets sd's proposer to prompt lookup (no draft model loads), as
+    simulate --draft ngram does, and the point equals simulate's."""
+    report = tmp_path / "r.html"
+    rc = main(CPU + ["--draft", "ngram", "--policies", "ar,sd", "--sweep", "gamma=4,8",
+                     "--set", "match=0.6", "--json", "-o", str(report)])
+    summary = json.loads(capsys.readouterr().out)
+    assert rc == 0 and report.exists()
+    assert summary["fastest"] == "sd(gamma=8, match=0.6, proposer=ngram)"
+    rc = main(["simulate", "--platform", "cpu-local", "--target", "smollm2-135m",
+               "--draft", "ngram", "--policy", "sd", "--set", "gamma=8", "--set",
+               "match=0.6", "--tokens", "50", "--json"])
+    simulated = json.loads(capsys.readouterr().out)
+    assert rc == 0 and simulated["tokens_per_s"] == summary["tokens_per_s"]
+
+
+def test_draft_ngram_compares_the_schedules_that_take_it():
+    found = prepare(Scenario(platform="cpu-local", target="smollm2-135m", draft="ngram",
+                             sets={"match": 0.6})).resolved
+    assert found.policies == ["ar", "sd", "tree"] and found.base["draft"] is None
+    assert found.sets["proposer"] == "ngram"
+
+
+@pytest.mark.parametrize("extra, named", [
+    (["--policies", "ar,mirror", "--set", "match=0.6"],
+     "works with policy sd or tree (beside ar, their baseline), not 'mirror'"),
+    (["--policies", "ar,sd"], "--set match=P"),
+    (["--set", "match=0.6", "--set", "proposer=model"], "both choose the proposer"),
+])
+def test_draft_ngram_is_refused_by_name_where_it_cannot_run(capsys, tmp_path, extra, named):
+    err = _refused(capsys, tmp_path, CPU + ["--draft", "ngram"] + extra)
+    assert named in err and "unknown model" not in err

@@ -42,7 +42,9 @@ def register(sub) -> None:
     p.add_argument("--target", default=DEFAULTS["target"],
                    help=f"target model (default {DEFAULTS['target']})")
     p.add_argument("--draft", default=DEFAULTS["draft"],
-                   help=f"draft model (default {DEFAULTS['draft']}); 'none' for no draft")
+                   help=f"draft model (default {DEFAULTS['draft']}); 'none' for no draft; "
+                        "'ngram' for prompt lookup on the host (sd and tree, beside ar; "
+                        "give --set match=P or trace=PATH)")
     p.add_argument("--policies", help="comma-separated schedules (default: every "
                    "registered one; those that do not apply are skipped with a note)")
     p.add_argument("--sweep", action="append", default=[], metavar="KEY=RANGE",

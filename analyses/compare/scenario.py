@@ -18,11 +18,12 @@ from analyses.compare.sweep import (SCENARIO_KEYS, fixed_point, grid_estimate, g
 from analyses.compare.tune import estimate
 from analyses.run.api import check_runnable
 from analyses.run.budget import check
-from analyses.run.config import SIM_TOKENS, split_items
+from analyses.run.config import NGRAM, SIM_TOKENS, split_items
 from analyses.run.measuredbudget import runs_estimate
 from hwprofiles import load_model, load_platform
 from hwprofiles.schema import check_overrides
 from policies import entry, names
+from policies.base import AR
 from simcore import acceptance
 
 
@@ -34,7 +35,9 @@ class Scenario:
     schedule that takes it; ``tune``: without sweeps, search each schedule's tuned
     parameter for its best value; ``runs``: measured runs to replay beside the
     simulations (``profile``: the platform they are replayed on); ``batch``: None
-    for 1 unless a sweep or --set gives the batch (given beside them, refused)."""
+    for 1 unless a sweep or --set gives the batch (given beside them, refused);
+    ``draft``: a model, None, or ``ngram`` (prompt lookup: sd and tree propose by
+    it, ``ar`` is their baseline)."""
 
     platform: str | list[str] = "m2-ultra-8x"
     target: str = "qwen3-32b"
@@ -102,6 +105,9 @@ def resolve(s: Scenario) -> Resolved:
                              "lists them again; keep one")
         sweeps.append(("platform", platforms))
     draft = None if str(s.draft).lower() == "none" else s.draft
+    if draft == NGRAM:  # a proposer, not a model: the schedules that take it, set to it
+        policies, sets, draft = lookup_policies(s.policies, policies, sweeps, sets), \
+            {**sets, "proposer": NGRAM}, None
     base = dict(platform=platforms[0], target=s.target, draft=draft, tokens=s.tokens,
                 batch=1 if s.batch is None else s.batch, seed=s.seed,
                 placement=dict(s.placement))
@@ -144,6 +150,29 @@ def refuse_given_twice(s: Scenario, sweeps: list, sets: dict) -> None:
     if "batch" in sets:
         raise ValueError(f"--batch {s.batch} and --set batch={sets['batch']} both give the "
                          "batch; keep one")
+
+
+def lookup_policies(asked: list[str] | None, policies: list[str], sweeps: list,
+                    sets: dict) -> list[str]:
+    """The schedules a comparison with --draft ngram runs: those whose proposer may
+    be prompt lookup (``proposer``: sd, tree) and ``ar``, their baseline; every one
+    of them when --policies is not given, else a listed one that takes no lookup
+    is refused by name. A lookup needs what it proposes (``match`` or a ``trace``)."""
+    takes = [p for p in names() if "proposer" in entry(p).params.model_fields]
+    for policy in asked or ():
+        if policy != AR and policy not in takes:
+            raise ValueError(f"--draft {NGRAM} (prompt lookup) works with policy "
+                             f"{' or '.join(takes)} (beside ar, their baseline), not "
+                             f"'{policy}'; drop it from --policies or name a draft model")
+    given = set(sets) | {k for k, _ in sweeps}
+    if "proposer" in given:
+        raise ValueError(f"--draft {NGRAM} and --set/--sweep proposer= both choose the "
+                         "proposer; keep one")
+    if not given & {"match", "trace"}:
+        raise ValueError(f"--draft {NGRAM} needs what a prompt lookup proposes: --set "
+                         "match=P (the chance a lookup finds a match) or --set "
+                         "trace=acceptance.jsonl of a measured ngram run")
+    return policies if asked is not None else [p for p in policies if p == AR or p in takes]
 
 
 def declared_defaults(policies: list[str], given: set[str], base: dict) -> dict:
