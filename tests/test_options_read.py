@@ -1,5 +1,5 @@
-"""Every option of fit and simulate changes the answer or is refused, never
-dropped in silence; fit and simulate share one check of what a platform can run,
+"""Every option of fit and simulate (simulate's flags, every run key) changes the
+answer or is refused, never dropped in silence; fit and simulate share one check of what a platform can run,
 and both refuse contexts beyond the model's trained positions."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from analyses.cli import main
+from analyses.cli import build_parser, main
 from analyses.commands.fit import IGNORED
 from analyses.run.config import RUN_KEYS
 from hwprofiles import load_model, list_names
@@ -144,3 +144,73 @@ def test_fit_refuses_any_mix_of_set_keys_with_one_it_does_not_read(capsys, keys)
         assert rc == 2 and any(f"--set {k} " in answer for k in unread), answer
     else:
         assert rc in (0, 1) and json.loads(answer)["layouts"]
+
+
+# ---------------------------------------------------------------- simulate's own flags
+def _speed(capsys, argv) -> tuple[int, object]:
+    """simulate's answer without the echo of its inputs: its measured numbers (an
+    option that only changed the echo would look like it did something)."""
+    rc = main(argv)
+    captured = capsys.readouterr()
+    if rc != 0:
+        return rc, captured.err.strip().splitlines()[-1]
+    out = json.loads(captured.out)
+    return rc, {k: out.get(k) for k in ("tokens_per_s", "step_latency_s", "ttft_s",
+                                        "tpot_s", "speedup_vs_ar", "mean_tokens_per_step")}
+
+
+# each flag of simulate that sets the run: the arguments that give it another value
+SIM_OPTIONS = {"--platform": ["--platform", "h100-sxm-8x"],
+               "--target": ["--target", "llama-2-70b"],
+               "--draft": ["--draft", "llama-3.2-3b"], "--policy": ["--policy", "tree"],
+               "--tokens": ["--tokens", "60"], "--batch": ["--batch", "4"],
+               "--seed": ["--seed", "3"], "--placement": ["--placement", "draft=gpu0"],
+               "--stack": ["--stack", "hf-eager"],
+               "--acceptance": ["--set", "alphas=0.9,0.5", "--acceptance", "positional"],
+               "--deterministic": ["--deterministic"], "--fixed-context": ["--fixed-context"]}
+# flags that shape what is printed or written, or allow a run: tested on their own
+SIM_OUTPUTS = {"--json", "--trace", "--record", "--allow-large", "--help", "--set"}
+
+
+def test_every_simulate_flag_is_enumerated():
+    parser = build_parser(["simulate"])
+    sub = next(a for a in parser._actions if a.dest == "command").choices["simulate"]
+    flags = {s for a in sub._actions for s in a.option_strings if s.startswith("--")}
+    assert flags == set(SIM_OPTIONS) | SIM_OUTPUTS
+
+
+@pytest.mark.parametrize("flag", sorted(SIM_OPTIONS))
+def test_each_simulate_flag_changes_the_answer(capsys, flag):
+    before = _speed(capsys, SIM)
+    after = _speed(capsys, SIM + SIM_OPTIONS[flag])
+    assert before[0] == after[0] == 0 and after != before, f"{flag} changed nothing"
+
+
+def test_seed_beside_deterministic_is_refused(capsys):
+    rc, err = _answer(capsys, SIM + ["--deterministic", "--seed", "3"])
+    assert rc == 2 and err == ("hetspec: error: --seed 3 has no effect with --deterministic "
+                               "(its outcomes are expectations, nothing is drawn); drop one")
+
+
+def test_trace_and_record_write_what_they_name_and_leave_the_answer(capsys, tmp_path):
+    before = _speed(capsys, SIM)
+    trace, record = tmp_path / "t.json", tmp_path / "r.json"
+    after = _speed(capsys, SIM + ["--trace", str(trace), "--record", str(record)])
+    assert after == before
+    assert json.loads(trace.read_text())["traceEvents"]
+    assert json.loads(record.read_text())["metrics"]["tokens_per_s"] == \
+        before[1]["tokens_per_s"]
+
+
+def test_allow_large_lets_a_run_over_the_budget_start(capsys, monkeypatch):
+    import analyses.commands.simulate as command
+
+    def started(*_a, **_k):
+        raise ValueError("started")
+
+    monkeypatch.setattr(command, "simulate", started)
+    big = SIM[:-3] + ["--tokens", "1000000", "--batch", "1024", "--set",
+                      "memory_check=off"]
+    rc, err = _answer(capsys, big)
+    assert rc == 2 and "over the budget" in err and "--allow-large" in err
+    assert _answer(capsys, big + ["--allow-large"]) == (2, "hetspec: error: started")
