@@ -124,3 +124,11 @@ def test_draft_ngram_compares_the_schedules_that_take_it():
 def test_draft_ngram_is_refused_by_name_where_it_cannot_run(capsys, tmp_path, extra, named):
     err = _refused(capsys, tmp_path, CPU + ["--draft", "ngram"] + extra)
     assert named in err and "unknown model" not in err
+
+
+def test_draft_ngram_refuses_a_draft_models_setting_as_simulate_does(capsys, tmp_path):
+    err = _refused(capsys, tmp_path, CPU + ["--draft", "ngram", "--policies", "ar,sd",
+                                            "--set", "match=0.6", "--set",
+                                            "draft_layers=15"])
+    assert err == ("hetspec: error: sd: draft_layers has no effect with --draft ngram "
+                   "(no draft model runs); drop draft_layers")

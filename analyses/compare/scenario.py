@@ -23,7 +23,7 @@ from analyses.run.measuredbudget import runs_estimate
 from hwprofiles import load_model, load_platform
 from hwprofiles.schema import check_overrides
 from policies import entry, names
-from policies.base import AR
+from policies.base import AR, parse_params
 from simcore import acceptance
 
 
@@ -157,7 +157,9 @@ def lookup_policies(asked: list[str] | None, policies: list[str], sweeps: list,
     """The schedules a comparison with --draft ngram runs: those whose proposer may
     be prompt lookup (``proposer``: sd, tree) and ``ar``, their baseline; every one
     of them when --policies is not given, else a listed one that takes no lookup
-    is refused by name. A lookup needs what it proposes (``match`` or a ``trace``)."""
+    is refused by name. A lookup needs what it proposes (``match`` or a ``trace``),
+    and a fixed setting it ignores (a draft model's draft_layers) is refused in the
+    schedule's words (``PolicyParams.unused``), as simulate refuses it."""
     takes = [p for p in names() if "proposer" in entry(p).params.model_fields]
     for policy in asked or ():
         if policy != AR and policy not in takes:
@@ -172,7 +174,17 @@ def lookup_policies(asked: list[str] | None, policies: list[str], sweeps: list,
         raise ValueError(f"--draft {NGRAM} needs what a prompt lookup proposes: --set "
                          "match=P (the chance a lookup finds a match) or --set "
                          "trace=acceptance.jsonl of a measured ngram run")
-    return policies if asked is not None else [p for p in policies if p == AR or p in takes]
+    chosen = policies if asked is not None else [p for p in policies if p == AR or p in takes]
+    for policy in (p for p in chosen if p in takes):  # a draft model's setting, say
+        fields = entry(policy).params.model_fields
+        mine = {k: v for k, v in sets.items() if k in fields}
+        try:
+            why = parse_params(policy, {**mine, "proposer": NGRAM}).unused()
+        except ValueError:
+            continue  # an invalid value: the grid's own check names it
+        if why:
+            raise ValueError(f"{policy}: {why}")
+    return chosen
 
 
 def declared_defaults(policies: list[str], given: set[str], base: dict) -> dict:
