@@ -380,7 +380,7 @@ GROUPS = [("s", "simulate"), ("t", "simulate-trace"), ("o", "simulate-out"),
           ("i", "inputs"),
           # the third review's classes (benchmarks/badcases/reliability3.py)
           ("u", "plausibility"), ("j", "json-inputs"), ("n", "positions"),
-          ("q", "options-read")]
+          ("q", "options-read"), ("g", "options-moot")]
 # Expectations a class module sets by case id ("accept", "refuse" or "either"),
 # over the id rule below (an id ending in 'v' is a valid input).
 EXPECT: dict[str, str] = {}
