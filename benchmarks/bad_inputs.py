@@ -379,8 +379,9 @@ GROUPS = [("s", "simulate"), ("t", "simulate-trace"), ("o", "simulate-out"),
           ("w", "outputs"), ("b", "budgets"), ("f", "fit-sanity"), ("e", "evidence"),
           ("i", "inputs"),
           # the third review's classes (benchmarks/badcases/reliability3.py)
+          ("g", "options-moot"),
           ("u", "plausibility"), ("j", "json-inputs"), ("n", "positions"),
-          ("q", "options-read"), ("g", "options-moot")]
+          ("q", "options-read")]
 # Expectations a class module sets by case id ("accept", "refuse" or "either"),
 # over the id rule below (an id ending in 'v' is a valid input).
 EXPECT: dict[str, str] = {}
