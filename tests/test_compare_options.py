@@ -9,7 +9,8 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from analyses.cli import main
+from analyses.cli import build_parser, main
+from analyses.commands.compare import scenario_of
 from analyses.compare.api import Scenario, prepare
 
 H100 = ["compare", "--platform", "h100-sxm-5x", "--target", "llama-3.1-70b", "--draft",
@@ -33,6 +34,16 @@ def _refused(capsys, tmp_path, argv) -> str:
 def test_batch_beside_a_batch_a_sweep_or_set_gives_is_refused(capsys, tmp_path, extra):
     err = _refused(capsys, tmp_path, H100 + ["--policies", "ar,sd"] + extra)
     assert "--batch 4 and --" in err and "both give the batch" in err and "keep one" in err
+
+
+def test_batch_given_at_its_default_is_given(capsys, tmp_path):
+    """--batch 1 beside a batch sweep is refused too; left out, args.batch stays 1
+    (what a check on the parsed options reads) and the sweep runs."""
+    err = _refused(capsys, tmp_path, H100 + ["--policies", "ar,sd", "--sweep",
+                                             "batch=2,8", "--batch", "1"])
+    assert "--batch 1 and --sweep batch=2,8 both give the batch" in err
+    args = build_parser(["compare"]).parse_args(["compare", "--sweep", "batch=2,8"])
+    assert args.batch == 1 and scenario_of(args).batch is None
 
 
 def test_batch_alone_and_a_batch_sweep_alone_are_taken():

@@ -64,8 +64,9 @@ def register(sub) -> None:
                    help="a fixed setting for every policy that takes it (alpha=0.8 ...)")
     p.add_argument("--tokens", type=int, default=SIM_TOKENS,
                    help=f"tokens to generate per sequence in each run (default {SIM_TOKENS})")
-    p.add_argument("--batch", type=int, help="sequences decoded together (default 1; "
-                   "refused beside --sweep batch=..., which gives the batches)")
+    p.add_argument("--batch", type=int, default=1, action=Given,
+                   help="sequences decoded together (default 1; refused beside --sweep "
+                        "batch=..., which gives the batches)")
     p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--placement", help="role=device overrides, e.g. draft=gpu4")
     add_stack_argument(p)
@@ -82,6 +83,15 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     allow_large_argument(p, COMPARE_BUDGET)
     p.set_defaults(func=_compare)
+
+
+class Given(argparse.Action):
+    """Store the option's value and note that it was given (``args.given``): a
+    default is not a choice a sweep could contradict."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.given = {*getattr(namespace, "given", ()), self.dest}
 
 
 def positive_int(text: str) -> int:
@@ -103,7 +113,8 @@ def scenario_of(args) -> Scenario:
                 split_items(args.policies, f"--policies {args.policies}", unique=True))
     return Scenario(platform=args.platform, target=args.target, draft=args.draft,
                     policies=policies, sweeps=parse_sweeps(args.sweep),
-                    sets=parse_sets(args.sets), tokens=args.tokens, batch=args.batch,
+                    sets=parse_sets(args.sets), tokens=args.tokens,
+                    batch=args.batch if "batch" in getattr(args, "given", ()) else None,
                     seed=args.seed, placement=parse_placement(args.placement),
                     stack=args.stack, tune=not args.no_tune, runs=args.runs,
                     profile=args.profile, jobs=args.jobs, backend=args.backend,
