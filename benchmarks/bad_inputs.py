@@ -379,6 +379,7 @@ GROUPS = [("s", "simulate"), ("t", "simulate-trace"), ("o", "simulate-out"),
           ("w", "outputs"), ("b", "budgets"), ("f", "fit-sanity"), ("e", "evidence"),
           ("i", "inputs"),
           # the third review's classes (benchmarks/badcases/reliability3.py)
+          ("g", "options-moot"),
           ("u", "plausibility"), ("j", "json-inputs"), ("n", "positions"),
           ("q", "options-read"),
           # the serving simulation (benchmarks/badcases/serving.py)

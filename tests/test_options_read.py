@@ -1,5 +1,6 @@
-"""Every option of fit and simulate changes the answer or is refused, never
-dropped in silence; fit and simulate share one check of what a platform can run,
+"""Every option of fit and simulate (simulate's flags, every run key, and for
+fit every policy's parameters) changes the answer or is refused, never dropped in
+silence; fit and simulate share one check of what a platform can run,
 and both refuse contexts beyond the model's trained positions."""
 
 from __future__ import annotations
@@ -9,10 +10,11 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from analyses.cli import main
+from analyses.cli import build_parser, main
 from analyses.commands.fit import IGNORED
 from analyses.run.config import RUN_KEYS
 from hwprofiles import load_model, list_names
+from policies import entry, names
 
 FIT = ["fit", "--platform", "h100-sxm-8x", "--target", "llama-3.1-70b", "--contexts",
        "8192", "--batches", "1", "--json"]
@@ -142,5 +144,191 @@ def test_fit_refuses_any_mix_of_set_keys_with_one_it_does_not_read(capsys, keys)
     rc, answer = _answer(capsys, argv)
     if unread:
         assert rc == 2 and any(f"--set {k} " in answer for k in unread), answer
+    else:
+        assert rc in (0, 1) and json.loads(answer)["layouts"]
+
+
+# ---------------------------------------------------------------- simulate's own flags
+def _speed(capsys, argv) -> tuple[int, object]:
+    """simulate's answer without the echo of its inputs: its measured numbers (an
+    option that only changed the echo would look like it did something)."""
+    rc = main(argv)
+    captured = capsys.readouterr()
+    if rc != 0:
+        return rc, captured.err.strip().splitlines()[-1]
+    out = json.loads(captured.out)
+    return rc, {k: out.get(k) for k in ("tokens_per_s", "step_latency_s", "ttft_s",
+                                        "tpot_s", "speedup_vs_ar", "mean_tokens_per_step")}
+
+
+# each flag of simulate that sets the run: the arguments that give it another value
+SIM_OPTIONS = {"--platform": ["--platform", "h100-sxm-8x"],
+               "--target": ["--target", "llama-2-70b"],
+               "--draft": ["--draft", "llama-3.2-3b"], "--policy": ["--policy", "tree"],
+               "--tokens": ["--tokens", "60"], "--batch": ["--batch", "4"],
+               "--seed": ["--seed", "3"], "--placement": ["--placement", "draft=gpu0"],
+               "--stack": ["--stack", "hf-eager"],
+               "--acceptance": ["--set", "alphas=0.9,0.5", "--acceptance", "positional"],
+               "--deterministic": ["--deterministic"], "--fixed-context": ["--fixed-context"]}
+# flags that shape what is printed or written, or allow a run: tested on their own
+SIM_OUTPUTS = {"--json", "--trace", "--record", "--allow-large", "--help", "--set"}
+
+
+def test_every_simulate_flag_is_enumerated():
+    parser = build_parser(["simulate"])
+    sub = next(a for a in parser._actions if a.dest == "command").choices["simulate"]
+    flags = {s for a in sub._actions for s in a.option_strings if s.startswith("--")}
+    assert flags == set(SIM_OPTIONS) | SIM_OUTPUTS
+
+
+@pytest.mark.parametrize("flag", sorted(SIM_OPTIONS))
+def test_each_simulate_flag_changes_the_answer(capsys, flag):
+    before = _speed(capsys, SIM)
+    after = _speed(capsys, SIM + SIM_OPTIONS[flag])
+    assert before[0] == after[0] == 0 and after != before, f"{flag} changed nothing"
+
+
+def test_seed_beside_deterministic_is_refused(capsys):
+    rc, err = _answer(capsys, SIM + ["--deterministic", "--seed", "3"])
+    assert rc == 2 and err == ("hetspec: error: --seed 3 has no effect with --deterministic "
+                               "(its outcomes are expectations, nothing is drawn); drop one")
+
+
+def test_trace_and_record_write_what_they_name_and_leave_the_answer(capsys, tmp_path):
+    before = _speed(capsys, SIM)
+    trace, record = tmp_path / "t.json", tmp_path / "r.json"
+    after = _speed(capsys, SIM + ["--trace", str(trace), "--record", str(record)])
+    assert after == before
+    assert json.loads(trace.read_text())["traceEvents"]
+    assert json.loads(record.read_text())["metrics"]["tokens_per_s"] == \
+        before[1]["tokens_per_s"]
+
+
+def test_allow_large_lets_a_run_over_the_budget_start(capsys, monkeypatch):
+    import analyses.commands.simulate as command
+
+    def started(*_a, **_k):
+        raise ValueError("started")
+
+    monkeypatch.setattr(command, "simulate", started)
+    big = SIM[:-3] + ["--tokens", "1000000", "--batch", "1024", "--set",
+                      "memory_check=off"]
+    rc, err = _answer(capsys, big)
+    assert rc == 2 and "over the budget" in err and "--allow-large" in err
+    assert _answer(capsys, big + ["--allow-large"]) == (2, "hetspec: error: started")
+
+
+# ---------------------------------------------------------------- fit: policy keys
+FIT_BASES = {
+    "ar": ["--platform", "h100-sxm-8x", "--target", "llama-3.1-70b"],
+    "eesd": ["--platform", "h100-sxm-8x", "--target", "llama-3.1-70b"],
+    "ppsd": ["--platform", "h100-sxm-8x", "--target", "llama-3.1-70b"],
+    "sd": ["--platform", "h100-sxm-5x", "--target", "llama-3.1-70b", "--draft",
+           "llama-3.2-1b"],
+    "tree": ["--platform", "h100-sxm-5x", "--target", "llama-3.1-70b", "--draft",
+             "llama-3.2-1b"],
+    "ssd": ["--platform", "h100-sxm-5x", "--target", "llama-3.1-70b", "--draft",
+            "llama-3.2-1b", "--set", "r=1.0"],
+    "mirror": ["--platform", "m2-ultra-8x", "--target", "qwen3-32b", "--draft",
+               "qwen3-0.6b"],
+    **{p: ["--platform", "jetson-agx-orin-64gb", "--target", "llama-3.1-70b", "--set",
+           "dram_budget_gb=48"] for p in ("ar_stream", "cats", "kangaroo")}}
+STREAM = {"dram_budget_gb": "32", "chunk_layers": "4", "buffer_chunks": "3",
+          "buffer_in_budget": "off"}
+LOOKUP = {"proposer": "ngram", "n": "2", "n_min": "1", "search": "prompt", "match": "0.5"}
+TEMPERATURE = ["--set", "temperature=0.5", "--set", "target_top_mass=0.6"]  # given together
+# a value other than the default of every policy parameter: VALUE, (more of the
+# base, VALUE) where the parameter needs another, or the arguments of two that
+# are given together
+FIT_PARAMS = {
+    "ar": {"pipeline_layers": "10"},
+    "ar_stream": STREAM,
+    "cats": {**STREAM, "gamma": "9", "l_dm": "5", "mean_accepted": "2.5",
+             "adapter": "norm", "l_sv": "20", "corrections": "2"},
+    "kangaroo": {**STREAM, "gamma": "9", "l_dm": "5", "mean_accepted": "2.5",
+                 "adapter": "norm"},
+    "eesd": {"exit_layer": "12", "exit_head": "transformer", "gamma": "9"},
+    "ppsd": {"exit_layer": "12", "exit_head": "transformer"},
+    "mirror": {"gamma": "9", "kappa": "4", "exit_layer": "12", "eta": "2", "omega": "0.5",
+               "draft_collectives": "0", "batch_fallback": "stall",
+               "rollout_ratio": "0.5"},
+    "sd": {"gamma": "9", "draft_layers": "10", "draft_collectives": "0", **LOOKUP},
+    "ssd": {"k": "3", "fanout": "5", "shape": "geometric", "budget": "20", "a_p": "0.5",
+            "backup": "fast", "partial_hits": "backup", "fast_alpha": "0.5",
+            "fast_backup_s": "0.001", "c_saguaro": "0.5", "top_mass": "0.6",
+            "draft_collectives": "0"},
+    "tree": {"tree": "3,3,1", "width": "3", "depth": (["--set", "width=3"], "4"),
+             "nodes": (["--set", "width=3"], "16"), "rank_alphas": "0.6,0.2",
+             "temperature": TEMPERATURE, "target_top_mass": TEMPERATURE,
+             "draft_layers": "10", "draft_collectives": "0", **LOOKUP}}
+# parameters left out, and why: a measured trace's path (read as omega and hit_rate
+# are), and SSD's hit model, one of which its schedule cannot be built without (fit
+# takes it; the memory check does not vary with it)
+FIT_PARAMS_LEFT = {("mirror", "omega_trace"), ("ssd", "hit_trace"), ("ssd", "hit_rate"),
+                   ("ssd", "r")}
+
+
+def test_every_policy_parameter_is_enumerated_for_fit():
+    every = {(p, k) for p in names() for k in entry(p).params.model_fields}
+    assert every == {(p, k) for p, keys in FIT_PARAMS.items() for k in keys} \
+        | FIT_PARAMS_LEFT
+
+
+def _fit_answer(capsys, argv) -> tuple[int, object]:
+    """fit's answer without the echo of the given parameters."""
+    rc = main(argv)
+    captured = capsys.readouterr()
+    if rc != 0:
+        return rc, captured.err.strip().splitlines()[-1]
+    out = json.loads(captured.out)
+    for row in out["layouts"]:
+        row.pop("params")
+    return rc, out
+
+
+@pytest.mark.parametrize("policy, key", [(p, k) for p, keys in sorted(FIT_PARAMS.items())
+                                         for k in keys])
+def test_each_policy_parameter_changes_fit_or_is_refused(capsys, policy, key):
+    base = ["fit", "--policy", policy, "--contexts", "8192", "--batches", "1",
+            "--json"] + FIT_BASES[policy]
+    value = FIT_PARAMS[policy][key]
+    if isinstance(value, tuple):
+        more, value = value
+        base = base + more
+    extra = value if isinstance(value, list) else ["--set", f"{key}={value}"]
+    before = _fit_answer(capsys, base)
+    rc, after = _fit_answer(capsys, base + extra)
+    assert before[0] == 0
+    if rc == 2:
+        assert after.startswith("hetspec: error:") and f"{key}" in after, after
+    else:
+        assert (rc, after) != before, f"{policy} {key} changed nothing"
+
+
+def test_fit_names_the_parameter_its_memory_check_does_not_read(capsys):
+    rc, err = _answer(capsys, ["fit", "--policy", "mirror", "--set", "omega=0.5"]
+                      + FIT_BASES["mirror"])
+    assert rc == 2 and err == (
+        "hetspec: error: --set omega has no effect on fit (without it mirror places the "
+        "same layers, heads and widest pass on the same devices, all the memory check "
+        "counts); drop it")
+
+
+MIRROR_READ = {"gamma"}  # the one mirror parameter its memory check reads
+
+
+@settings(max_examples=10, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(keys=st.lists(st.sampled_from(sorted(FIT_PARAMS["mirror"])), min_size=1,
+                     max_size=4, unique=True))
+def test_fit_refuses_any_mix_of_policy_parameters_with_one_it_does_not_read(capsys, keys):
+    """Any set of mirror's parameters: refused, naming one of them, exactly when
+    one is not read by the memory check; answered otherwise."""
+    argv = ["fit", "--policy", "mirror", "--json"] + FIT_BASES["mirror"] + [
+        a for k in keys for a in ("--set", f"{k}={FIT_PARAMS['mirror'][k]}")]
+    rc, answer = _answer(capsys, argv)
+    unread = [k for k in keys if k not in MIRROR_READ]
+    if unread:
+        assert rc == 2 and any(f"--set {k} has no effect" in answer for k in unread), answer
     else:
         assert rc in (0, 1) and json.loads(answer)["layouts"]

@@ -90,3 +90,39 @@ def test_tokenized_prompts_past_the_positions_are_refused_before_decoding():
     fits_positions([[1] * (POSITIONS - 8)], {"target": spec}, 8)
     with pytest.raises(ValueError, match="shorten the prompt or lower --max-new-tokens"):
         fits_positions([[1] * 3, [1] * (POSITIONS - 7)], {"target": spec}, 8)
+
+
+# ---------------------------------------------------------------- the run budget
+def test_the_run_budget_counts_the_prompts_prefill(tmp_path, capsys, no_model_load):
+    """Eight 5,000-word prompts and 2 new tokens each (16 tokens) are the time of
+    over 6,000 generated tokens: refused by the budget, naming the prompts, before
+    the models load; one such prompt runs."""
+    path = tmp_path / "long.jsonl"
+    path.write_text((json.dumps([{"role": "user", "content": " ".join(["word"] * 5000)}])
+                     + "\n") * 8)
+    argv = RUN + ["--max-new-tokens", "2", "--prompts", str(path)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "8 prompts x 2 new tokens = 16 generated tokens" in err[0]
+    assert "prompts of up to 5,000 words, each prefilled 1 time" in err[0]
+    assert "over the budget" in err[0] and "shorten the prompts" in err[0]
+    if HAS_TORCH:
+        with pytest.raises(AssertionError, match="measured run started"):
+            main(RUN + ["--max-new-tokens", "2", "--prompts", _prompts(tmp_path, 5000),
+                        "--out", str(tmp_path / "r")])
+
+
+def test_prefill_grows_the_estimate_faster_than_the_prompt():
+    """Attention over the whole prompt: twice the words, over twice the work; a
+    draft model of its own and a baseline each prefill it again."""
+    from analyses.run.measuredbudget import run_estimate
+
+    def units(words, **kw):
+        return run_estimate([words], 1, False, **kw).units
+
+    assert units(4000) > 2 * units(2000) > 4 * units(1000)
+    assert units(2000, draft_model=True) > 1.9 * units(2000)
+    both = run_estimate([2000], 1, True, draft_model=True).units
+    assert both > 2.9 * units(2000)  # three prefills (and two decodes) against one
+    short = run_estimate([8] * 4, 64, True)
+    assert short.units < 1.01 * 4 * 64 * 2  # the built-in chat prompts: decoding

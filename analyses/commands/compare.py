@@ -46,7 +46,9 @@ def register(sub) -> None:
     p.add_argument("--target", default=DEFAULTS["target"],
                    help=f"target model (default {DEFAULTS['target']})")
     p.add_argument("--draft", default=DEFAULTS["draft"],
-                   help=f"draft model (default {DEFAULTS['draft']}); 'none' for no draft")
+                   help=f"draft model (default {DEFAULTS['draft']}); 'none' for no draft; "
+                        "'ngram' for prompt lookup on the host (sd and tree, beside ar; "
+                        "give --set match=P or trace=PATH)")
     p.add_argument("--policies", help="comma-separated schedules (default: every "
                    "registered one; those that do not apply are skipped with a note)")
     p.add_argument("--sweep", action="append", default=[], metavar="KEY=RANGE",
@@ -55,16 +57,20 @@ def register(sub) -> None:
                         "policy; batch=1,8,32 and platform=a,b put batches and platforms "
                         "side by side, each schedule still tuned; list values apart "
                         "with ';': tree='4,2,2,1;3,3,1'); "
-                        "repeat for a grid. Without --sweep each schedule is tuned "
-                        "instead: its gamma (SSD: k) searched over its whole valid range")
+                        "repeat for a grid; each value once. Without --sweep each "
+                        "schedule is tuned instead: its gamma (SSD: k) searched over its "
+                        "whole valid range")
     p.add_argument("--no-tune", action="store_true",
                    help="without --sweep, run each schedule at its default gamma (SSD: k) "
-                        "instead of searching for its best")
+                        "instead of searching for its best (refused beside a sweep other "
+                        "than of batch or platform, which runs the swept values untuned)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="a fixed setting for every policy that takes it (alpha=0.8 ...)")
     p.add_argument("--tokens", type=int, default=SIM_TOKENS,
                    help=f"tokens to generate per sequence in each run (default {SIM_TOKENS})")
-    p.add_argument("--batch", type=int, default=1, help="sequences decoded together")
+    p.add_argument("--batch", type=int, default=1, action=Given,
+                   help="sequences decoded together (default 1; refused beside --sweep "
+                        "batch=..., which gives the batches)")
     p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--placement", help="role=device overrides, e.g. draft=gpu4")
     add_stack_argument(p)
@@ -99,6 +105,15 @@ def register(sub) -> None:
     p.set_defaults(func=_compare)
 
 
+class Given(argparse.Action):
+    """Store the option's value and note that it was given (``args.given``): a
+    default is not a choice a sweep could contradict."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.given = {*getattr(namespace, "given", ()), self.dest}
+
+
 def positive_int(text: str) -> int:
     """argparse type: a whole number >= 1."""
     try:
@@ -118,7 +133,8 @@ def scenario_of(args) -> Scenario:
                 split_items(args.policies, f"--policies {args.policies}", unique=True))
     return Scenario(platform=args.platform, target=args.target, draft=args.draft,
                     policies=policies, sweeps=parse_sweeps(args.sweep),
-                    sets=parse_sets(args.sets), tokens=args.tokens, batch=args.batch,
+                    sets=parse_sets(args.sets), tokens=args.tokens,
+                    batch=args.batch if "batch" in getattr(args, "given", ()) else None,
                     seed=args.seed, placement=parse_placement(args.placement),
                     stack=args.stack, tune=not args.no_tune, runs=args.runs,
                     profile=args.profile, jobs=args.jobs, backend=args.backend,

@@ -9,12 +9,15 @@ from analyses.cli import DEFAULT_POLICY, SIM_TOKENS, config_from_args, emit_json
 from analyses.commands import COMMANDS
 from analyses.compare.sweep import progress_bar
 from analyses.run.budget import Estimate, allow_large_argument, check, readable
-from analyses.run.api import check_positions
+from analyses.run.api import check_positions, memory_request, run_models
 from analyses.run.capacity import at, checks_count, fit_report, layouts
+from analyses.run.memory import pieces
 from analyses.run.config import (MAX_PROMPT_TOKENS, parse_sets, parse_value, split_items,
                                  split_sets)
 from simcore import acceptance
 from hwprofiles import load_platform
+from hwprofiles.schema import resolve
+from policies import entry
 from policies.base import AR
 
 DEFAULT_CONTEXTS = "8192"
@@ -103,6 +106,50 @@ def check_read(sets: list[str], policy: str) -> None:
                          "(fit counts weights, KV cache and activations); drop it")
 
 
+def check_params_read(config, prompt_tokens: int) -> None:
+    """Refuse a policy parameter given that the memory check does not read: one
+    without which the schedule places the same pieces of models (layers, heads,
+    widest pass, resident layers: ``analyses.run.memory.pieces``) where it did
+    (mirror's omega, prompt lookup's n), or two that are given together and
+    without which it does so (tree's temperature and target_top_mass). One the
+    schedule cannot be built without (SSD's hit model) is read."""
+    given, fields = config.given("params"), entry(config.policy).params.model_fields
+    platform = load_platform(config.platform)
+    placement = resolve(platform, config.placement)
+
+    def sized(values: dict) -> list:
+        run = at(config.revised(params=values), prompt_tokens=prompt_tokens)
+        return pieces(platform, run_models(run), placement, memory_request(run))
+
+    seen = sized(given)
+    needed = []  # keys the schedule cannot be built without (alone)
+    for key, value in given.items():
+        if key not in fields or value == fields[key].default:
+            continue
+        try:
+            if sized({k: v for k, v in given.items() if k != key}) != seen:
+                continue
+        except ValueError:  # the schedule needs it (PolicyError, a validation)
+            needed.append(key)
+            continue
+        _refuse_unread([key], config.policy)
+    if len(needed) > 1:  # given together (tree's temperature and target_top_mass)
+        try:
+            alike = sized({k: v for k, v in given.items() if k not in needed}) == seen
+        except ValueError:
+            alike = False
+        if alike:
+            _refuse_unread(needed, config.policy)
+
+
+def _refuse_unread(keys: list[str], policy: str) -> None:
+    named = " and ".join(f"--set {k}" for k in keys)
+    has, it = ("has", "it") if len(keys) == 1 else ("have", "them")
+    raise ValueError(f"{named} {has} no effect on fit (without {it} {policy} places the "
+                     "same layers, heads and widest pass on the same devices, all the "
+                     f"memory check counts); drop {it}")
+
+
 def fit_config(args):
     """The RunConfig whose memory check the search runs (batch and prompt vary)."""
     policy = args.policy or (DEFAULT_POLICY if args.draft else AR)
@@ -129,6 +176,7 @@ def _fit(args) -> int:
                          f"{MAX_PROMPT_TOKENS:,} positions; fix the list")
     config = fit_config(args)
     check_positions(at(config, prompt_tokens=max(contexts)), prompt="--contexts")
+    check_params_read(config, max(contexts))
     check_budget(config, contexts, batches, args.allow_large)
     total = len(layouts(load_platform(config.platform), config))
     with progress_bar(total, args.json or total < 8) as bar:

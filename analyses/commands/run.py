@@ -116,7 +116,7 @@ def register(sub) -> None:
                             "no draft model: ar, --draft ngram, "
                             f"{RUN_TOKENS_BUDGET * MODEL_FREE_TOKENS_PER_S / RUN_TOKENS_PER_S:,.0f}),"
                             " prompts x --repeats x --max-new-tokens x 2 with the AR "
-                            "baseline, at most about 11 "
+                            "baseline, with the prompts' prefill, at most about 11 "
                             "minutes for SmolLM2-135M on one CPU core, hours for a "
                             "larger model")
     p.set_defaults(func=_run)
@@ -201,9 +201,12 @@ def _run(args) -> int:
     check_prompts(config, messages)
     model_free = config.policy == AR or config.params.proposes_by_lookup
 
+    words = [token_floor(m) for m in messages]
+    draft_model = bool(config.draft) or entry(config.policy).needs_draft  # as measure runs
+
     def work(rounds: int):
-        return run_estimate(len(messages), max_new, not args.no_baseline,
-                            model_free=model_free, rounds=rounds)
+        return run_estimate(words, max_new, not args.no_baseline, model_free=model_free,
+                            draft_model=draft_model, rounds=rounds)
 
     repeats = args.repeats or default_repeats(args.no_baseline, work)
     estimate = check(work(repeats),

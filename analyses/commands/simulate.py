@@ -34,10 +34,20 @@ def register(sub) -> None:
     allow_large_argument(p, f"{readable(SIM_BUDGET_UNITS)} row-steps, tokens x batch x "
                             "operations a step, the run and its AR baseline together, "
                             "about 10 minutes on one CPU core")
-    p.set_defaults(func=_simulate)
+    p.set_defaults(func=_simulate, seed=None)  # None: not given (0), see _seed
+
+
+def _seed(args) -> None:
+    """--seed picks the draws of a run's outcomes; --deterministic makes none (its
+    outcomes are expectations), so the two together are refused."""
+    if args.seed is not None and args.deterministic:
+        raise ValueError(f"--seed {args.seed} has no effect with --deterministic (its "
+                         "outcomes are expectations, nothing is drawn); drop one")
+    args.seed = 0 if args.seed is None else args.seed
 
 
 def _simulate(args) -> int:
+    _seed(args)
     config = config_from_args(args, deterministic=args.deterministic,
                               fixed_context=args.fixed_context)
     check_outputs({"--trace": args.trace, "--record": args.record},

@@ -160,8 +160,25 @@ def prepare(scenario: Scenario) -> Prepared:
         raise ValueError(f"--jobs {scenario.jobs} has no effect with --backend ray (the "
                          "cluster schedules the points); drop --jobs")
     resolved = resolve(scenario)
+    if not scenario.tune:
+        _check_untuned(resolved)
     _check_positions(resolved)
     return Prepared(scenario, resolved)
+
+
+def _check_untuned(resolved: Resolved) -> None:
+    """--no-tune where no schedule would be tuned anyway (a sweep other than of
+    the platform or batch runs the swept values; a schedule with no tuned
+    parameter, or one --set fixes, runs once) is refused, not dropped."""
+    _combos, swept = resolved.split()
+    if swept:
+        raise ValueError(f"--no-tune has no effect beside --sweep {swept[0][0]} (a swept "
+                         "comparison runs each schedule at the swept or default values, "
+                         "never tuned); drop --no-tune")
+    if not searches(resolved.policies, set(resolved.sets)):
+        raise ValueError(f"--no-tune has no effect: none of {', '.join(resolved.policies)} "
+                         "has a parameter left to tune (none declares one, or --set fixes "
+                         "it); drop --no-tune")
 
 
 def _check_positions(resolved: Resolved) -> None:

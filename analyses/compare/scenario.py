@@ -18,11 +18,12 @@ from analyses.compare.sweep import (SCENARIO_KEYS, fixed_point, grid_estimate, g
 from analyses.compare.tune import estimate
 from analyses.run.api import check_runnable
 from analyses.run.budget import check
-from analyses.run.config import SIM_TOKENS, split_items
+from analyses.run.config import NGRAM, SIM_TOKENS, split_items
 from analyses.run.measuredbudget import runs_estimate
 from hwprofiles import load_model, load_platform
 from hwprofiles.schema import check_overrides
 from policies import entry, names
+from policies.base import AR, parse_params
 from simcore import acceptance
 
 
@@ -33,7 +34,10 @@ class Scenario:
     ``sweeps``: (key, values) pairs, a grid; ``sets``: a fixed setting for every
     schedule that takes it; ``tune``: without sweeps, search each schedule's tuned
     parameter for its best value; ``runs``: measured runs to replay beside the
-    simulations (``profile``: the platform they are replayed on)."""
+    simulations (``profile``: the platform they are replayed on); ``batch``: None
+    for 1 unless a sweep or --set gives the batch (given beside them, refused);
+    ``draft``: a model, None, or ``ngram`` (prompt lookup: sd and tree propose by
+    it, ``ar`` is their baseline)."""
 
     platform: str | list[str] = "m2-ultra-8x"
     target: str = "qwen3-32b"
@@ -42,7 +46,7 @@ class Scenario:
     sweeps: list[tuple[str, list]] = field(default_factory=list)
     sets: dict = field(default_factory=dict)
     tokens: int = SIM_TOKENS
-    batch: int = 1
+    batch: int | None = None
     seed: int = 0
     placement: dict = field(default_factory=dict)
     stack: str | None = None
@@ -93,14 +97,20 @@ def resolve(s: Scenario) -> Resolved:
     for p in policies:
         entry(p)
     sweeps, platforms, sets = [(k, list(v)) for k, v in s.sweeps], s.platforms(), dict(s.sets)
+    refuse_repeated_values(sweeps)
+    refuse_given_twice(s, sweeps, sets)
     if len(platforms) > 1:
         if any(k == "platform" for k, _ in sweeps):
             raise ValueError("--platform lists several platforms and --sweep platform= "
                              "lists them again; keep one")
         sweeps.append(("platform", platforms))
     draft = None if str(s.draft).lower() == "none" else s.draft
+    if draft == NGRAM:  # a proposer, not a model: the schedules that take it, set to it
+        policies, sets, draft = lookup_policies(s.policies, policies, sweeps, sets), \
+            {**sets, "proposer": NGRAM}, None
     base = dict(platform=platforms[0], target=s.target, draft=draft, tokens=s.tokens,
-                batch=s.batch, seed=s.seed, placement=dict(s.placement))
+                batch=1 if s.batch is None else s.batch, seed=s.seed,
+                placement=dict(s.placement))
     if s.stack is not None:
         if "stack" in sets or any(k == "stack" for k, _ in sweeps):
             raise ValueError("--stack and --set/--sweep stack= both name a stack; keep one")
@@ -112,6 +122,69 @@ def resolve(s: Scenario) -> Resolved:
                      base)
     _check_loads(found)
     return found
+
+
+def refuse_repeated_values(sweeps: list[tuple[str, list]]) -> None:
+    """A value a sweep lists twice (gamma=2,2,4) is refused: its points would run
+    twice, or once with the sweep's count and the report's axis saying otherwise."""
+    for key, values in sweeps:
+        seen = set()
+        for value in values:
+            same = ("on/off", value) if isinstance(value, bool) else value  # True is not 1
+            if same in seen:
+                shown = ",".join(map(str, value)) if isinstance(value, tuple) else value
+                raise ValueError(f"--sweep {key} lists {shown} twice; give each value once")
+            seen.add(same)
+
+
+def refuse_given_twice(s: Scenario, sweeps: list, sets: dict) -> None:
+    """--batch beside a batch a sweep or --set gives (the run would take theirs and
+    drop --batch in silence) is refused, naming both."""
+    if s.batch is None:
+        return
+    for key, values in sweeps:
+        if key == "batch":
+            listed = ",".join(map(str, values))
+            raise ValueError(f"--batch {s.batch} and --sweep batch={listed} both give the "
+                             "batch (the sweep's would run, --batch none); keep one")
+    if "batch" in sets:
+        raise ValueError(f"--batch {s.batch} and --set batch={sets['batch']} both give the "
+                         "batch; keep one")
+
+
+def lookup_policies(asked: list[str] | None, policies: list[str], sweeps: list,
+                    sets: dict) -> list[str]:
+    """The schedules a comparison with --draft ngram runs: those whose proposer may
+    be prompt lookup (``proposer``: sd, tree) and ``ar``, their baseline; every one
+    of them when --policies is not given, else a listed one that takes no lookup
+    is refused by name. A lookup needs what it proposes (``match`` or a ``trace``),
+    and a fixed setting it ignores (a draft model's draft_layers) is refused in the
+    schedule's words (``PolicyParams.unused``), as simulate refuses it."""
+    takes = [p for p in names() if "proposer" in entry(p).params.model_fields]
+    for policy in asked or ():
+        if policy != AR and policy not in takes:
+            raise ValueError(f"--draft {NGRAM} (prompt lookup) works with policy "
+                             f"{' or '.join(takes)} (beside ar, their baseline), not "
+                             f"'{policy}'; drop it from --policies or name a draft model")
+    given = set(sets) | {k for k, _ in sweeps}
+    if "proposer" in given:
+        raise ValueError(f"--draft {NGRAM} and --set/--sweep proposer= both choose the "
+                         "proposer; keep one")
+    if not given & {"match", "trace"}:
+        raise ValueError(f"--draft {NGRAM} needs what a prompt lookup proposes: --set "
+                         "match=P (the chance a lookup finds a match) or --set "
+                         "trace=acceptance.jsonl of a measured ngram run")
+    chosen = policies if asked is not None else [p for p in policies if p == AR or p in takes]
+    for policy in (p for p in chosen if p in takes):  # a draft model's setting, say
+        fields = entry(policy).params.model_fields
+        mine = {k: v for k, v in sets.items() if k in fields}
+        try:
+            why = parse_params(policy, {**mine, "proposer": NGRAM}).unused()
+        except ValueError:
+            continue  # an invalid value: the grid's own check names it
+        if why:
+            raise ValueError(f"{policy}: {why}")
+    return chosen
 
 
 def declared_defaults(policies: list[str], given: set[str], base: dict) -> dict:

@@ -1,12 +1,13 @@
 """Work budgets of measurements (``analyses.run.budget``'s rule): reading measured
 runs (replay, compare --runs and calibrate count the spans lines of the runs they
 read, before parsing any), making them (``hetspec run`` counts the tokens it
-will generate with real models) and fitting published measured rows (calibrate
---published counts their simulations)."""
+will generate with real models and its prompts' prefill) and fitting published
+measured rows (calibrate --published counts their simulations)."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 from pathlib import Path
@@ -86,21 +87,54 @@ def runs_estimate(directory, command: str) -> Estimate:
 
 
 # ------------------------------------------------------------------ real runs
-def run_estimate(prompts: int, max_new_tokens: int, baseline: bool, *,
-                 model_free: bool = False, rounds: int = 1) -> Estimate:
-    """``hetspec run``'s work: every prompt decoded to max_new_tokens by the
-    schedule and, with a baseline, by AR again, in each of ``rounds``;
-    ``model_free``: the schedule runs no draft model (AR's pace)."""
-    runs = 2 if baseline else 1
+# A prompt's own work in a real run: its prefill, once per run of each model
+# that reads it, and every new token's pass over its longer context. Measured on
+# the development machine (AR on SmolLM2-135M, cpu-local, --inline, 2 shared
+# cores, 2026-11-29; prompts of 1,000, 2,500 and 5,000 words of the grounded
+# passage, 1.56 tokens a word): prefill 7.1 s, 28.3 s and 102 s, which
+# PREFILL_S_PER_WORD * w + PREFILL_S_PER_WORD2 * w^2 meets at 1,000 and 5,000 words
+# and bounds at 2,500 (30.2 s): attention over the whole prompt grows as its
+# square. A new token took 86, 130 and 176 ms there (64 ms at no context on the
+# line through them): 1 + w / CONTEXT_WORDS of a short prompt's token. Each
+# constant is rounded to the slower side; a prompt of fewer tokens a word (or a
+# smaller model) prefills faster. Checked: sd (draft_layers=15) with its baseline,
+# one 5,000-word prompt, 64 new tokens, estimated 446 s, took 355 s (load 5).
+PREFILL_S_PER_WORD = 0.0038
+PREFILL_S_PER_WORD2 = 3.4e-6
+CONTEXT_WORDS = 2_800
+
+
+def prefill_s(words: int) -> float:
+    """Seconds one model of SmolLM2-135M's size prefills a prompt of ``words`` in."""
+    return PREFILL_S_PER_WORD * words + PREFILL_S_PER_WORD2 * words ** 2
+
+
+def run_estimate(prompt_words: list[int], max_new_tokens: int, baseline: bool, *,
+                 model_free: bool = False, draft_model: bool = False,
+                 rounds: int = 1) -> Estimate:
+    """``hetspec run``'s work: every prompt (``prompt_words``: each one's words, a
+    floor on its tokens) prefilled and decoded to max_new_tokens by the schedule
+    (by its target and, with a ``draft_model`` of its own, by that too: one no
+    larger) and, with a baseline, by AR again, in each of ``rounds``; each new token
+    priced at its prompt's context. ``model_free``: the schedule runs no draft
+    model (AR's pace). Counted in generated tokens' time at the schedule's rate."""
+    prompts, runs = len(prompt_words), 2 if baseline else 1
     tokens = prompts * rounds * max_new_tokens * runs
+    rate = MODEL_FREE_TOKENS_PER_S if model_free else RUN_TOKENS_PER_S
+    prefills = rounds * (1 + draft_model + baseline)
+    decoded = sum(1 + w / CONTEXT_WORDS for w in prompt_words) * rounds * max_new_tokens * runs
+    prompted = prefills * sum(map(prefill_s, prompt_words)) * rate
     product = (f"{plural(prompts, 'prompt')} x "
                + (f"{rounds} rounds x " if rounds > 1 else "")
                + f"{plural(max_new_tokens, 'new token')}"
                + (" x 2 runs (the schedule and its AR baseline)" if baseline else "")
-               + f" = {plural(tokens, 'generated token')}")
-    rate = MODEL_FREE_TOKENS_PER_S if model_free else RUN_TOKENS_PER_S
-    return Estimate("run", product, tokens, "generated tokens", rate,
-                    RUN_TOKENS_BUDGET * rate / RUN_TOKENS_PER_S, "lower --max-new-tokens, pass fewer --prompts"
+               + f" = {plural(tokens, 'generated token')}, after prompts of up to "
+               + f"{plural(max(prompt_words, default=0), 'word')}, each prefilled "
+               + f"{plural(prefills, 'time')}: the time of "
+               + f"{plural(math.ceil(decoded + prompted), 'generated token')}")
+    return Estimate("run", product, decoded + prompted, "generated tokens", rate,
+                    RUN_TOKENS_BUDGET * rate / RUN_TOKENS_PER_S, "shorten the prompts, "
+                    "lower --max-new-tokens, pass fewer --prompts"
                     + (" or --no-baseline" if baseline else ""), counted=True)
 
 

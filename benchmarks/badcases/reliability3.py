@@ -10,7 +10,12 @@
 - ``n`` contexts within the models' positions: real prompts (checked before any
   model loads, in words), simulate's prompt_tokens and fit's --contexts;
 - ``q`` options read: fit refuses the --set keys its memory check does not read,
-  and refuses what simulate refuses on the platform.
+  and refuses what simulate refuses on the platform;
+- ``g`` options moot: compare's --batch beside a batch sweep, --no-tune where
+  nothing is tuned and a value a sweep lists twice, simulate's --seed beside
+  --deterministic, fit's policy parameters its memory check does not read, and a
+  real run's long prompts, counted by the work budget; compare --draft ngram
+  runs prompt lookup, or is refused naming the schedule or setting.
 """
 
 from __future__ import annotations
@@ -88,6 +93,11 @@ def _prompt(words: int, prefix: bytes = b"") -> callable:
     return lambda p: p.write_bytes(prefix + line.encode() + b"\n")
 
 
+def _prompts(words: int, count: int) -> callable:
+    line = json.dumps([{"role": "user", "content": " ".join(["word"] * words)}]) + "\n"
+    return lambda p: p.write_text(line * count)
+
+
 def _fixtures(h) -> dict:
     a100_tier = ("memory_tiers", 0)
     return {
@@ -126,6 +136,7 @@ def _fixtures(h) -> dict:
         "j_trace_deep.jsonl": h.text(TRACE_LINE + "\n" + "[" * 5000 + "]" * 5000 + "\n"),
         "n_huge.jsonl": _prompt(1_000_000),
         "n_long.jsonl": _prompt(8000),
+        "g_long8.jsonl": _prompts(5000, 8),
     }
 
 
@@ -194,7 +205,61 @@ def register(h) -> None:
         ("q11", "simulate --set compute_bits=8 on cpu-local (no 8-bit peak)",
          f"{SIM_CPU} --set compute_bits=8"),
     ]
-    h.CASES_TABLE.extend(cases)
+    h.CASES_TABLE.extend(cases + _moot(h))
     for case_id, _, _ in cases:
         if case_id.endswith("v"):
             h.EXPECT[case_id] = "accept"
+
+
+def _moot(h) -> list[tuple[str, str, str]]:
+    """The ``g`` class: options given where they would do nothing."""
+    lookup = ("compare --platform cpu-local --target smollm2-135m --draft ngram --tokens 50 "
+              "--jobs 1 -o out.html")
+    sd = "--platform h100-sxm-5x --target llama-3.1-70b --draft llama-3.2-1b"
+    mirror = "fit --policy mirror --platform m2-ultra-8x --target qwen3-32b --draft qwen3-0.6b"
+    return [
+        # compare: --batch beside a batch sweep, --no-tune, repeated values (R6, notes)
+        ("g01", "compare --batch 4 beside --sweep batch=1,8 (review nd07)",
+         h.compare(sweep="batch=1,8", extra="--batch 4")),
+        ("g02", "compare --batch 4 beside --set batch=8",
+         h.compare(extra="--batch 4 --set batch=8")),
+        ("g03v", "compare --sweep batch=1,8 alone", h.compare(sweep="batch=1,8")),
+        ("g04", "compare --no-tune beside --sweep gamma (review nt02)",
+         h.compare(sweep="gamma=2,3", extra="--no-tune")),
+        ("g05", "compare --no-tune beside --sweep alpha",
+         h.compare(sweep="alpha=0.6,0.8", extra="--no-tune")),
+        ("g06", "compare --no-tune with ar alone (nothing to tune)",
+         "compare --platform cpu-local --target smollm2-135m --draft none --policies ar "
+         "--tokens 50 --jobs 1 --no-tune -o out.html"),
+        ("g07v", "compare --no-tune beside a batch sweep (each batch untuned)",
+         h.compare(sweep="batch=1,8", extra="--no-tune")),
+        ("g08", "compare --sweep gamma=2,2,4 (a value twice)", h.compare(sweep="gamma=2,2,4")),
+        ("g09", "compare --sweep batch=1,1 (review nd08)", h.compare(sweep="batch=1,1")),
+        ("g10", "compare --sweep stack=compiled,compiled (review ns32)",
+         h.compare(sweep="stack=compiled,compiled")),
+        ("g11", "compare --sweep gamma=2,4,2.0 (2 and 2.0 alike)",
+         h.compare(sweep="gamma=2,4,2.0")),
+        # compare --draft ngram (review nn17)
+        ("g12", "compare --draft ngram without match= or trace=",
+         f"{lookup} --policies ar,sd --sweep gamma=4,8"),
+        ("g13", "compare --draft ngram with mirror listed",
+         f"{lookup} --policies ar,mirror --set match=0.6"),
+        ("g14", "compare --draft ngram with a draft model's draft_layers",
+         f"{lookup} --policies ar,sd --set match=0.6 --set draft_layers=15"),
+        ("g15v", "compare --draft ngram --set match=0.6 (sd by prompt lookup)",
+         f"{lookup} --policies ar,sd --set match=0.6 --sweep gamma=4,8"),
+        # simulate, fit, run
+        ("g16", "simulate --seed beside --deterministic", f"{h.SD} --deterministic --seed 3"),
+        ("g17", "fit --policy mirror --set omega=0.5 (not read by the memory check)",
+         f"{mirror} --set omega=0.5"),
+        ("g18", "fit --policy tree --set temperature and target_top_mass together",
+         f"fit --policy tree {sd} --set temperature=0.5 --set target_top_mass=0.6"),
+        ("g19", "fit --policy sd --set draft_collectives=0", f"fit --policy sd {sd} "
+         "--set draft_collectives=0"),
+        ("g20", "fit --policy ssd --set fanout=5", f"fit --policy ssd {sd} --set r=1.0 "
+         "--set fanout=5"),
+        ("g21v", "fit --policy sd --set gamma=9 (read: the verify pass's width)",
+         f"fit --policy sd {sd} --set gamma=9"),
+        ("g22", "run: 8 prompts of 5,000 words, 4 new tokens (the prompts' prefill)",
+         f"{h.RUN} --prompts <g_long8.jsonl>"),
+    ]
