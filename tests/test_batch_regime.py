@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from analyses.compare.crossover import stops_paying
+from policies.runs.metrics import stops_paying
 from tests.clicases import run_cli
 
 

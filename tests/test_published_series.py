@@ -12,7 +12,7 @@ import yaml
 from analyses.calibrate import heldout
 from analyses.calibrate.published import Measurement, load_published, shipped_folder, sources_of
 from analyses.calibrate.series import CROSSOVER_FACTOR, SERIES_GOAL, Series, series_of
-from analyses.compare.crossover import stops_paying
+from policies.runs.metrics import stops_paying
 from hwprofiles import list_names, load_platform, load_stack
 from simcore.acceptance import default as acceptance_default
 

@@ -6,7 +6,7 @@ one dataset at batch 1, 16, 64 and 128). Each series is judged as the batch regi
 asks of a held-out speculative source: its speedup within ``SERIES_GOAL`` at every
 batch it reports, and the batch at which it stops paying (the speedup falls below 1
 for good, interpolated in log(batch) as ``hetspec compare --sweep batch=...`` does:
-``analyses.compare.crossover.stops_paying``) within ``CROSSOVER_FACTOR`` of the
+``policies.runs.metrics.stops_paying``) within ``CROSSOVER_FACTOR`` of the
 measured one, where the source reports one.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analyses.compare.crossover import stops_paying
+from policies.runs.metrics import stops_paying
 
 SERIES_GOAL = 0.20  # |error| of a held-out speculative speedup at each batch
 CROSSOVER_FACTOR = 2.0  # the predicted crossover batch within this factor of the measured

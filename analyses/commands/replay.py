@@ -45,7 +45,7 @@ def register(sub) -> None:
 
 
 def _replay(args) -> int:
-    if is_served(read_record(args.run)):
+    if _served(args.run):
         return _replay_served(args)
     # the spans are counted (lines, not parsed) before the record is read
     spans = check(spans_estimate("replay", [args.run], "replay a shorter run"),
@@ -97,6 +97,15 @@ def check_replay_simulation(run, profile: str | None, allow_large: bool) -> None
                f"{plural(config.tokens, 'token')} x {plural(config.batch, 'sequence')}")
     check(sim_estimate("replay", product, len(batches) * shape.units,
                        "replay a smaller run"), allow_large)
+
+
+def _served(path) -> bool:
+    """Whether ``path`` is a served workload's record; a record that does not read
+    is left to the run's own checks (its spans are counted before it is parsed)."""
+    try:
+        return is_served(read_record(path))
+    except (ValueError, OSError):
+        return False
 
 
 def _replay_served(args) -> int:

@@ -16,13 +16,13 @@ divides.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from analyses.compare.best import baseline_label, baseline_name, best_per_scenario
 from analyses.compare.sweep import PointResult, point_config
 from analyses.run.api import metrics_of, run_schedule
 from policies.runs.breakdown import LABELS
+from policies.runs.metrics import stops_paying
 
 
 @dataclass(frozen=True)
@@ -92,25 +92,6 @@ def _x(speedup: float) -> str:
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3g}"
-
-
-def stops_paying(batches, speedups) -> tuple[int | None, int | None, float | None]:
-    """(stops_at, pays_until, estimate) of speedups over increasing batches: the
-    first batch from which every speedup is below 1, the batch before it, and the
-    batch where the speedup is 1 by linear interpolation in log(batch)."""
-    stops = None
-    for i in range(len(batches) - 1, -1, -1):
-        if speedups[i] >= 1.0:
-            break
-        stops = i
-    if stops is None:
-        return None, None, None
-    if stops == 0:
-        return batches[0], None, None
-    b0, b1 = math.log(batches[stops - 1]), math.log(batches[stops])
-    s0, s1 = speedups[stops - 1], speedups[stops]
-    at = b0 + (b1 - b0) * (s0 - 1.0) / (s0 - s1)
-    return batches[stops], batches[stops - 1], math.exp(at)
 
 
 def _per_token(result: PointResult) -> dict[str, float]:

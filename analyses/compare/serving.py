@@ -24,7 +24,7 @@ from analyses.compare import sweep_ray
 from analyses.compare.report import _table, render_html, write_report
 from analyses.compare.sections import Section
 from analyses.compare.sweep import _pool, progress_bar
-from analyses.run.budget import Estimate, check, readable
+from analyses.run.budget import Estimate, check
 from analyses.serve.api import ServeConfig, capacity, prepare, serve
 from policies.base import AR
 

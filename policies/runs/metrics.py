@@ -6,11 +6,13 @@ their own (prefill, outcome rates, acceptance). ``add_speedup`` is the only plac
 ``speedup_vs_ar`` is computed (against the run ``policies.base.baseline_of``
 names). Time: a simulated run's decoding time is ``simulated_time_s``; a measured
 run's is ``wall_s`` (records written before the rename also carry it as
-``simulated_time_s``: ``elapsed_s`` reads both).
+``simulated_time_s``: ``elapsed_s`` reads both). ``stops_paying`` finds where a
+speedup against batch crosses 1 (a comparison's sweep and the published series).
 """
 
 from __future__ import annotations
 
+import math
 import os
 
 from policies.runs.config import RunSettings
@@ -68,3 +70,22 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+def stops_paying(batches, speedups) -> tuple[int | None, int | None, float | None]:
+    """(stops_at, pays_until, estimate) of speedups over increasing batches: the
+    first batch from which every speedup is below 1, the batch before it, and the
+    batch where the speedup is 1 by linear interpolation in log(batch)."""
+    stops = None
+    for i in range(len(batches) - 1, -1, -1):
+        if speedups[i] >= 1.0:
+            break
+        stops = i
+    if stops is None:
+        return None, None, None
+    if stops == 0:
+        return batches[0], None, None
+    b0, b1 = math.log(batches[stops - 1]), math.log(batches[stops])
+    s0, s1 = speedups[stops - 1], speedups[stops]
+    at = b0 + (b1 - b0) * (s0 - 1.0) / (s0 - s1)
+    return batches[stops], batches[stops - 1], math.exp(at)
