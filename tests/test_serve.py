@@ -344,3 +344,24 @@ def test_a_workload_served_for_real_is_recorded_and_replayed(tmp_path, capsys):
     assert main(["replay", str(record), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["requests"] == 3 and out["figures"]["ttft_s"]["p50"]["predicted"] > 0
+
+
+def test_a_replayed_step_trace_is_consumed_step_by_step(tmp_path):
+    """A request replaying measured steps commits exactly its trace, one step each,
+    and a step where nothing was proposed is priced as AR's one-token pass."""
+    import dataclasses
+
+    from analyses.serve.api import prepare
+    from analyses.serve.workload import Request
+    config = _config("sd", {"gamma": 4, "max_batch": 1}, rate=1, requests=1,
+                     prompt_tokens=128, output_tokens=16, deterministic=True, exact=True)
+    trace = ((1, False), (5, True), (5, True), (1, False), (4, True))
+    ready = dataclasses.replace(prepare(config), requests=[
+        Request(0.0, 128, 16, step_trace=trace)])
+    out = serve(config, prepared=ready)
+    decode = [s for s in out.served.steps if s.decoding]
+    assert len(decode) == len(trace)
+    assert out.served.requests[0].generated == 16
+    plain = [s.decode_s for s, (_, proposed) in zip(decode, trace) if not proposed]
+    spec = [s.decode_s for s, (_, proposed) in zip(decode, trace) if proposed]
+    assert max(plain) < min(spec)  # a one-token pass is cheaper than a verify of five

@@ -62,6 +62,7 @@ from simcore.costmodel import (LinearTerms, allreduce_terms, dispatch_terms, hop
                                stream_terms)
 
 BASELINE_KIND = " [AR baseline]"  # how a baseline operation's kind ends
+PREFILL_KIND = "prefill (target)"  # a run's prompt prefill, fitted beside its spans
 
 __all__ = ["Param", "Terms", "fit", "apply", "current_value", "op_kind", "op_kind_errors",
            "device_classes", "params_of"]
@@ -202,6 +203,7 @@ class Terms:
         placement = resolve(self.platform, run.inputs.get("placement"))
         out = self._spans(run, placement, run.spans, "")
         out += self._dispatches(run, placement)
+        out += self._prefill(run, placement)
         if run.baseline_spans:
             out += self._spans(run, placement, run.baseline_spans, BASELINE_KIND)
         return merge_streams(out)
@@ -214,6 +216,26 @@ class Terms:
                 term.op_kind += suffix
                 out.append(term)
         return out
+
+    def _prefill(self, run: MeasuredRun, placement: dict) -> list[Term]:
+        """The prompt's prefill (``prefill_s``, the mean over the run's prompt
+        batches, at its mean prompt) as one Forward of the target over every
+        layer, no head: many rows a pass, where decoding passes feed a few, so it
+        measures the compute term. Only where the target alone holds the prompt
+        (AR, prompt lookup): a draft's own prefill would share its time."""
+        prefill_s = run.metrics.get("prefill_s")
+        prompt = run.inputs.get("prompt_tokens") or 0
+        if not prefill_s or prompt < 2 or any(
+                s.op.get("model") != "target" for s in run.spans
+                if s.op.get("type") == "Forward"):
+            return []
+        spec = self._spec(run, "target")
+        op = {"type": "Forward", "model": "target", "device": "target",
+              "layers": [0, spec.n_layers], "n_tokens": prompt,
+              "batch": run.inputs.get("batch", 1), "head": None, "context": 0}
+        term = Term(prefill_s, PREFILL_KIND, run.name)
+        self._forward(op, placement, run, term)
+        return [term]
 
     def _dispatches(self, run: MeasuredRun, placement: dict) -> list[Term]:
         """Each stream's wait before its read, as ``stream_dispatch_s``."""

@@ -258,10 +258,12 @@ def serve(config: ServeConfig, *, progress=None, trace_path=None,
                                            ready.kv_capacity)
     top = max(r.prompt_tokens + r.output_tokens for r in requests) + 64
     modes = modes_of(config, top, platform, stack)
+    plain = (_mode("plain", baseline_config(config.run), config, top, platform, stack)
+             if any(r.step_trace for r in requests) else None)
     engine = Engine(requests, modes, max_batch=config.max_batch,
                     token_budget=config.token_budget, kv_capacity=capacity,
                     deterministic=config.run.deterministic, seed=config.run.seed,
-                    switch_s=config.switch_s, progress=progress)
+                    switch_s=config.switch_s, progress=progress, plain=plain)
     served = engine.run()
     metrics = serve_metrics(served, config.slo)
     metrics["pricing_simulations"] = sum(m.pricer.sims for m in modes)

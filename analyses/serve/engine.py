@@ -67,6 +67,12 @@ class Live:
     first_token_s: float | None = None
     finish_s: float | None = None
     preemptions: int = 0
+    cursor: int = 0  # the next step of its step_trace
+
+    def traced(self) -> tuple[int, bool] | None:
+        """Its next measured step (tokens, proposed), if it replays a trace."""
+        trace = self.request.step_trace
+        return trace[self.cursor] if trace and self.cursor < len(trace) else None
 
     @property
     def decoding(self) -> bool:
@@ -112,9 +118,10 @@ class Engine:
 
     def __init__(self, requests: list[Request], modes: list[Mode], *, max_batch: int,
                  token_budget: int, kv_capacity: int, deterministic: bool, seed: int,
-                 switch_s: float = 0.0, progress=None):
+                 switch_s: float = 0.0, progress=None, plain: Mode | None = None):
         self.requests = requests
         self.modes = modes
+        self.plain = plain  # a step no request proposes in (replayed traces): AR's
         self.max_batch = max_batch
         self.token_budget = token_budget
         self.kv_capacity = kv_capacity
@@ -151,6 +158,11 @@ class Engine:
         return self._alpha_eff[key]
 
     def committed(self, mode: Mode, batch: list[Live]) -> list[float]:
+        if all(r.traced() for r in batch):  # measured steps, replayed as they were
+            out = [float(r.traced()[0]) for r in batch]
+            for r in batch:
+                r.cursor += 1
+            return out
         means = [self.mean(mode, r) for r in batch]
         if self.deterministic or mode.cap == 1:
             return means
@@ -229,7 +241,11 @@ class Engine:
             decode_s = 0.0
             if decoding:
                 context = sum(r.context for r in decoding) / len(decoding)
-                decode_s = chosen.pricer.step_s(len(decoding), context)
+                pricer = chosen.pricer
+                if self.plain is not None and all(
+                        (t := r.traced()) and not t[1] for r in decoding):
+                    pricer = self.plain.pricer  # nothing proposed: a one-token pass
+                decode_s = pricer.step_s(len(decoding), context)
             prefill_s = sum(chosen.pricer.prefill_s(r.prefilled, r.prefilled + n)
                             for r, n in chunks)
             seconds = decode_s + prefill_s + (self.switch_s if chosen is not mode else 0.0)

@@ -93,9 +93,11 @@ def replay_serving(path, *, profile: str | None = None) -> dict:
     sets = dict(inputs.get("params") or {})
     draft = inputs.get("draft")
     if sets.pop("proposer", None) == NGRAM:
+        # each replayed step says whether it proposed: a step that did is priced
+        # as a full proposal's (match 1), one that did not as AR's pass
         draft = NGRAM
         fitted = ngram.fit(_lookup_lines(rows))
-        sets.update({k: v for k, v in fitted.items() if v is not None})
+        sets.update({"match": 1.0, "alpha": fitted["alpha"] or 0.5})
     config = ServeConfig.build(platform=profile or inputs["platform"],
                                target=inputs["target"], draft=draft,
                                policy=inputs["policy"], sets=sets,
@@ -104,7 +106,7 @@ def replay_serving(path, *, profile: str | None = None) -> dict:
                                max_batch=inputs.get("max_batch", 1))
     config = _exact(config)
     requests = [Request(r["arrival_s"], r["prompt_tokens"], max(r["output_tokens"], 1),
-                        tokens_per_step=_per_step(r)) for r in rows]
+                        tokens_per_step=_per_step(r), step_trace=_trace(r)) for r in rows]
     ready = prepare(config)
     ready = type(ready)(requests, ready.platform, ready.stack, ready.kv_capacity)
     predicted = serve(config, prepared=ready).metrics
@@ -127,6 +129,14 @@ def _exact(config: ServeConfig) -> ServeConfig:
 def _per_step(row: dict) -> float | None:
     steps = row["committed_per_step"]
     return sum(steps) / len(steps) if steps else None
+
+
+def _trace(row: dict) -> tuple[tuple[int, bool], ...] | None:
+    """The request's measured steps: (tokens committed, whether it proposed)."""
+    proposed = row.get("proposed_per_step") or []
+    if len(proposed) != len(row["committed_per_step"]):
+        return None
+    return tuple((int(c), bool(g)) for c, g in zip(row["committed_per_step"], proposed))
 
 
 def _lookup_lines(rows: list[dict]) -> list[dict]:

@@ -51,13 +51,16 @@ MAX_RATE = 1e5  # requests/s: far above what any hardware serves
 class Request:
     """One request: arrival (s from the workload's start), prompt and output
     tokens, and its own acceptance (None: the run's acceptance model's), or the
-    tokens its decode committed per step where they were measured."""
+    tokens its decode committed per step where they were measured: their mean
+    (``tokens_per_step``) or, step by step, (tokens committed, whether the step
+    had a proposal) (``step_trace``: a replay of a measured request)."""
 
     arrival_s: float
     prompt_tokens: int
     output_tokens: int
     alpha: float | None = None
     tokens_per_step: float | None = None
+    step_trace: tuple[tuple[int, bool], ...] | None = None
 
 
 @dataclass(frozen=True)
