@@ -25,6 +25,10 @@ from analyses.serve.api import ServeConfig
 SOURCE = (Path(__file__).resolve().parents[1] / "hwprofiles" / "data" / "published" / "serving"
           / "vllm-blog-2024-spec-decode.yaml")
 ALPHAS = (0.6, 0.7, 0.8)
+# The n-gram series' lookup, a priori: the match and alpha hetspec run fitted on the
+# README tour's prompt-lookup run (SmolLM2-135M, the grounded prompts: summarise,
+# extract, correct), the nearest measured lookup to CNN/DailyMail summaries we have.
+LOOKUP = {"match": 0.342, "alpha": 0.962}
 
 
 def measured_crossover(rows: list[dict]) -> float | None:
@@ -35,12 +39,14 @@ def measured_crossover(rows: list[dict]) -> float | None:
     return None
 
 
-def predict(alpha: float, rates: list[float], requests: int) -> list[float]:
+def predict(alpha: float, rates: list[float], requests: int, *, draft: str = "qwen3-0.6b",
+            sets: dict | None = None, workload: str = "chat") -> dict:
     configs = {policy: ServeConfig.build(
         platform="h100-sxm-8x", target="llama-3.1-70b",
-        draft=None if policy == "ar" else "qwen3-0.6b", policy=policy,
-        sets={"alpha": alpha, **({"gamma": 4} if policy == "sd" else {})},
-        placement={"target": "tp4"}, rate=rates[0], requests=requests, seed=1)
+        draft=None if policy == "ar" else draft, policy=policy,
+        sets={"alpha": alpha, **({"gamma": 4, **(sets or {})} if policy == "sd" else {})},
+        placement={"target": "tp4"}, rate=rates[0], requests=requests, seed=1,
+        workload=workload)
         for policy in ("ar", "sd")}
     found = compare_serving(configs, rates, jobs=1, quiet=True)
     return crossovers(found.figures, rates)[0]
@@ -74,6 +80,17 @@ def main() -> None:
     else:
         for line in lines:
             print("  ".join(f"{c:>15}" for c in line))
+    ngram_rows = [r for r in source["rows"] if r["series"] == "ngram-cnndm"]
+    ngram_rates = [float(r["load"]) for r in ngram_rows]
+    lookup = predict(LOOKUP["alpha"], ngram_rates, args.requests, draft="ngram",
+                     sets={"match": LOOKUP["match"]}, workload="summarisation")
+    print(f"n-gram series (CNN/DailyMail; summarisation lengths, lookup match "
+          f"{LOOKUP['match']}, alpha {LOOKUP['alpha']}): "
+          + ", ".join(f"{r['load']:g}/s measured {r['speedup']:.2f}x predicted {p:.2f}x"
+                      for r, p in zip(ngram_rows, lookup["speedup"]))
+          + f"; crossover measured {measured_crossover(ngram_rows):.3g}/s, predicted "
+          + (f"{lookup['rate']:.3g}/s" if lookup["rate"] else "none up to "
+             f"{ngram_rates[-1]:g}/s"))
     print(f"sign of the gain right at {', '.join(f'{signs[a]}/{len(rows)} rates (alpha {a})' for a in ALPHAS)}; "
           f"measured crossover {cross:.3g} requests/s, predicted "
           + ", ".join(f"{predicted[a]['rate']:.3g}" if predicted[a]["rate"] else "none"
