@@ -90,8 +90,12 @@ class ServeConfig:
             auto = True
         for key, value in sets.items():
             if value == "auto":
-                raise ValueError(f"--set {key}=auto: only policy '{policy}''s tuned "
-                                 f"parameter ({tuned.key if tuned else 'none'}) takes auto")
+                if tuned is None:
+                    raise ValueError(f"--set {key}=auto: policy '{policy}' has no draft "
+                                     f"length to choose each step; drop --set {key}")
+                raise ValueError(f"--set {key}=auto: only policy '{policy}''s draft "
+                                 f"length, {tuned.key}, is chosen each step; give {key} "
+                                 "a value")
         params, acc, run = split_sets(policy, sets)
         if "prompt_tokens" in run:
             raise ValueError("--set prompt_tokens does not apply to serve: each request "
