@@ -223,6 +223,15 @@ def _ms(seconds) -> str:
     return f"{seconds * 1e3:.3g} ms" if seconds < 1 else f"{seconds:.3g} s"
 
 
+def print_percentiles(m: dict) -> None:
+    """TTFT, TPOT, end-to-end latency and queueing: p50, p90, p99 and mean."""
+    for label, key in (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("latency", "e2e_s"),
+                       ("queueing", "queue_s")):
+        s = m[key]
+        print(f"  {label:9} p50 {_ms(s['p50']):>9}  p90 {_ms(s['p90']):>9}  "
+              f"p99 {_ms(s['p99']):>9}  mean {_ms(s['mean']):>9}")
+
+
 def print_serving(config: ServeConfig, m: dict, header: bool = True) -> None:
     run = config.run
     if header:
@@ -232,11 +241,7 @@ def print_serving(config: ServeConfig, m: dict, header: bool = True) -> None:
         gamma = " (gamma chosen each step)" if config.auto else ""
         print(f"{run.policy}{gamma} on {run.platform} under stack {run.stack}: "
               f"{m['requests']:,} requests {arrivals}, seed {run.seed}")
-    for label, key in (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("latency", "e2e_s"),
-                       ("queueing", "queue_s")):
-        s = m[key]
-        print(f"  {label:9} p50 {_ms(s['p50']):>9}  p90 {_ms(s['p90']):>9}  "
-              f"p99 {_ms(s['p99']):>9}  mean {_ms(s['mean']):>9}")
+    print_percentiles(m)
     print(f"  throughput {m['throughput_tokens_per_s']:,.1f} output tokens/s "
           f"({m['throughput_requests_per_s']:.3g} requests/s); batch {m['batch_mean']:.1f} "
           f"on average (at most {m['batch_max']}), KV cache at most "
@@ -309,11 +314,7 @@ def _serve_real(args) -> int:
         return 0
     print(f"{config.policy} served on {config.platform} ({args.requests} requests at "
           f"{args.rate:g}/s, measured):")
-    for label, key in (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("latency", "e2e_s"),
-                       ("queueing", "queue_s")):
-        s = metrics[key]
-        print(f"  {label:9} p50 {_ms(s['p50']):>9}  p90 {_ms(s['p90']):>9}  "
-              f"p99 {_ms(s['p99']):>9}  mean {_ms(s['mean']):>9}")
+    print_percentiles(metrics)
     print(f"  {metrics['tokens_per_step']:.2f} tokens a step; hetspec replay "
           f"{args.record} predicts these")
     announce(args.record, "served workload record", json_mode=False)
