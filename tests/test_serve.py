@@ -365,3 +365,12 @@ def test_a_replayed_step_trace_is_consumed_step_by_step(tmp_path):
     plain = [s.decode_s for s, (_, proposed) in zip(decode, trace) if not proposed]
     spec = [s.decode_s for s, (_, proposed) in zip(decode, trace) if proposed]
     assert max(plain) < min(spec)  # a one-token pass is cheaper than a verify of five
+
+
+def test_the_token_budget_caps_the_batch_by_its_proposed_positions():
+    """A tree proposing 45 positions a request fits 11 requests in a 512-position
+    step, whatever the batch cap."""
+    out = serve(_config("tree", {"token_budget": 512}, rate=100, requests=40,
+                        prompt_tokens=100, output_tokens=50, seed=1))
+    reserve = out.metrics["schedule"]["reserve_positions"]["tree"]
+    assert max(s.decoding for s in out.served.steps) == 512 // reserve

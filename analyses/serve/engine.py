@@ -7,7 +7,8 @@ its prompt in the KV cache decodes one step of the schedule; the step's token
 budget left after them (each decoding request takes the positions it proposes,
 K+1 for a chain of K drafts) goes to prompt chunks, first to requests part-way
 through their prefill, then to waiting requests admitted first come, first
-served while the batch has room. The KV cache is accounted by positions held:
+served while the batch has room (``max_batch``, and its proposed positions within
+the token budget). The KV cache is accounted by positions held:
 each request its prompt and generated tokens, and, while decoding, the
 positions its step proposes. When a step's needs pass the cache, the request
 admitted last is preempted (its cache dropped; it waits again at the head of
@@ -218,7 +219,8 @@ class Engine:
                     n = min(r.need - r.prefilled, budget)
                     chunks.append((r, n))
                     budget -= n
-            while (waiting and budget > 0 and len(running) < self.max_batch):
+            while (waiting and budget > 0 and len(running) < self.max_batch
+                   and (len(running) + 1) * chosen.reserve <= self.token_budget):
                 r = waiting[0]
                 n = min(r.need, budget)
                 if kv_used + n > self.kv_capacity:
