@@ -23,7 +23,7 @@ import plotly.graph_objects as go
 from analyses.compare import sweep_ray
 from analyses.compare.report import _table, render_html, write_report
 from analyses.compare.sections import Section
-from analyses.compare.sweep import _pool, progress_bar
+from analyses.compare.sweep import progress_bar, worker_pool
 from analyses.run.budget import Estimate, check
 from analyses.serve.api import ServeConfig, capacity, prepare, serve
 from policies.base import AR
@@ -123,7 +123,7 @@ def _run(tasks: list, jobs: int | None, backend: str, quiet: bool) -> list[dict]
                 out.append(_one(task))
                 bar.update()
             return out
-        pool = _pool(jobs)
+        pool = worker_pool(jobs)
         try:
             out = []
             for res in pool.imap(_one, tasks):

@@ -410,7 +410,7 @@ def run_grid(points: list[Point], base: dict, *, jobs: int | None = None,
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(points)))
     if jobs == 1:
         return _run_all(point_tasks(points, configs, map), map, quiet)
-    pool = _pool(jobs)
+    pool = worker_pool(jobs)
     try:
         def mapper(fn, items):
             return pool.imap(fn, items, chunksize=1)
@@ -434,7 +434,7 @@ def run_grid_ray(points: list[Point], configs: list[RunConfig], *,
         return sweep_ray.run_all(run_packed, tasks, bar.update)
 
 
-def _pool(jobs: int):
+def worker_pool(jobs: int):
     """A worker pool started from a fresh server process, not forked from this
     one: a forked child inherits whatever lock another thread of the caller (a
     test runner's, a progress bar's) held at that instant, and one such worker
