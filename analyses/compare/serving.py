@@ -15,7 +15,6 @@ Runs go to local worker processes (``--jobs``) or a Ray cluster, as a sweep's do
 from __future__ import annotations
 
 import html
-import os
 from dataclasses import dataclass, replace
 
 import plotly.graph_objects as go
@@ -23,7 +22,7 @@ import plotly.graph_objects as go
 from analyses.compare import sweep_ray
 from analyses.compare.report import _table, render_html, write_report
 from analyses.compare.sections import Section
-from analyses.compare.sweep import progress_bar, worker_pool
+from analyses.compare.sweep import local_jobs, local_mapper, run_all, run_on_ray
 from analyses.run.budget import Estimate, check
 from analyses.serve.api import ServeConfig, capacity, prepare, serve
 from policies.base import AR
@@ -112,27 +111,11 @@ def compare_serving(configs: dict[str, ServeConfig], rates: list[float], *,
 
 
 def _run(tasks: list, jobs: int | None, backend: str, quiet: bool) -> list[dict]:
-    with progress_bar(len(tasks), quiet) as bar:
-        if backend == "ray":
-            sweep_ray.connect(None)
-            return sweep_ray.run_all(_one, tasks, bar.update)
-        jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
-        if jobs == 1:
-            out = []
-            for task in tasks:
-                out.append(_one(task))
-                bar.update()
-            return out
-        pool = worker_pool(jobs)
-        try:
-            out = []
-            for res in pool.imap(_one, tasks):
-                out.append(res)
-                bar.update()
-            return out
-        finally:
-            pool.terminate()
-            pool.join()
+    if backend == "ray":
+        sweep_ray.connect(None)
+        return run_on_ray(_one, tasks, quiet)
+    with local_mapper(local_jobs(jobs, len(tasks))) as mapper:
+        return run_all(_one, tasks, mapper, quiet)
 
 
 def crossovers(figures: dict[str, list[dict]], rates: list[float]) -> list[dict]:

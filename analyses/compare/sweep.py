@@ -13,6 +13,7 @@ message instead of metrics.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import itertools
 import math
@@ -407,31 +408,45 @@ def run_grid(points: list[Point], base: dict, *, jobs: int | None = None,
         return run_grid_ray(points, configs, quiet=quiet)
     if backend != "local":
         raise ValueError(f"unknown --backend '{backend}'; choose local or ray")
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(points)))
-    if jobs == 1:
-        return _run_all(point_tasks(points, configs, map), map, quiet)
-    pool = worker_pool(jobs)
-    try:
-        def mapper(fn, items):
-            return pool.imap(fn, items, chunksize=1)
-
-        out = _run_all(point_tasks(points, configs, mapper), mapper, quiet)
-        pool.close()  # every result is in: let the workers finish on their own
-        return out
-    except BaseException:
-        pool.terminate()
-        raise
-    finally:
-        pool.join()
+    with local_mapper(local_jobs(jobs, len(points))) as mapper:
+        return run_all(run_packed, point_tasks(points, configs, mapper), mapper, quiet)
 
 
 def run_grid_ray(points: list[Point], configs: list[RunConfig], *,
                  address: str | None = None, quiet: bool = False) -> list[PointResult]:
     """Every point on a Ray cluster (``analyses.compare.sweep_ray``), in order."""
     sweep_ray.connect(address)
-    tasks = point_tasks(points, configs, sweep_ray.ray_map)
+    return run_on_ray(run_packed, point_tasks(points, configs, sweep_ray.ray_map), quiet)
+
+
+def run_on_ray(fn, tasks: list, quiet: bool) -> list:
+    """``fn`` of every task on the connected Ray cluster, in order, with progress."""
     with progress_bar(len(tasks), quiet) as bar:
-        return sweep_ray.run_all(run_packed, tasks, bar.update)
+        return sweep_ray.run_all(fn, tasks, bar.update)
+
+
+def local_jobs(jobs: int | None, tasks: int) -> int:
+    """Worker processes for ``tasks``: ``jobs`` (default: every core), at most one a
+    task, at least one."""
+    return max(1, min(jobs or os.cpu_count() or 1, tasks))
+
+
+@contextlib.contextmanager
+def local_mapper(jobs: int):
+    """A map over ``jobs`` local processes (the built-in map for one): the pool is
+    closed once every result is in, terminated on an error or an interrupt."""
+    if jobs == 1:
+        yield map
+        return
+    pool = worker_pool(jobs)
+    try:
+        yield lambda fn, items: pool.imap(fn, items, chunksize=1)
+        pool.close()  # every result is in: let the workers finish on their own
+    except BaseException:
+        pool.terminate()
+        raise
+    finally:
+        pool.join()
 
 
 def worker_pool(jobs: int):
@@ -448,10 +463,11 @@ def worker_pool(jobs: int):
     return ctx.Pool(jobs)
 
 
-def _run_all(tasks: list[tuple], mapper, quiet: bool) -> list[PointResult]:
+def run_all(fn, tasks: list, mapper, quiet: bool) -> list:
+    """``fn`` of every task through ``mapper``, in order, with a progress bar."""
     out = []
     with progress_bar(len(tasks), quiet) as bar:
-        for res in mapper(run_packed, tasks):
+        for res in mapper(fn, tasks):
             out.append(res)
             bar.update()
     return out
