@@ -108,6 +108,7 @@ class StepPricer:
         self.stack = self.stack or load_stack(self.config.stack)
         self.batches = batch_grid(self.max_batch)
         self.contexts = context_points(self.max_context)
+        self._prompt_grid = [0, *self.contexts]  # the prompt lengths P(n) is priced at
         self._probe = self.config.model_copy(update={
             "deterministic": True, "fixed_context": True, "memory_check": False,
             "prefill_chunk": None})
@@ -121,20 +122,23 @@ class StepPricer:
         return run_schedule(self._probe.model_copy(update=update), record_spans=False,
                             prefill=False, platform=self.platform, stack=self.stack)
 
-    def _steady(self, batch: int, context: int) -> tuple[float, float]:
-        """(seconds, tokens per row) of one steady step at exactly this batch and
-        context: two runs, their difference."""
+    def _marginal(self, batch: int, context: int, short: int, long: int,
+                  acceptance=None) -> tuple[float, float]:
+        """(seconds, tokens per row) of one steady step: two runs of ``short`` and
+        ``long`` tokens a row, their difference over the difference of their steps
+        (one run's whole where a single round decodes both)."""
+        a = self._simulate(batch, context, short, acceptance)
+        b = self._simulate(batch, context, long, acceptance)
+        s1, s2 = a.stats.get("steps", a.steps), b.stats.get("steps", b.steps)
+        if s2 > s1:
+            return (b.time_s - a.time_s) / (s2 - s1), (b.tokens - a.tokens) / (s2 - s1) / batch
+        return b.time_s / max(s2, 1), b.tokens / max(s2, 1) / batch
+
+    def _steady(self, batch: int, context: int) -> float:
+        """Seconds of one steady step at exactly this batch and context."""
         key = (batch, context)
         if key not in self._steps:
-            short, long = self._simulate(batch, context, 8), self._simulate(batch, context, 24)
-            s1 = short.stats.get("steps", short.steps)
-            s2 = long.stats.get("steps", long.steps)
-            if s2 > s1:
-                seconds = (long.time_s - short.time_s) / (s2 - s1)
-                per_row = (long.tokens - short.tokens) / (s2 - s1) / batch
-            else:  # one step covers both: a single round decodes 24 tokens a row
-                seconds, per_row = long.time_s / max(s2, 1), long.tokens / max(s2, 1) / batch
-            self._steps[key] = (seconds, per_row)
+            self._steps[key] = self._marginal(batch, context, 8, 24)[0]
         return self._steps[key]
 
     def step_s(self, batch: int, context: float) -> float:
@@ -143,11 +147,10 @@ class StepPricer:
             return 0.0
         ctx = max(int(context), 1)
         if self.exact:
-            return self._steady(batch, ctx)[0]
+            return self._steady(batch, ctx)
         b0, b1, wb = _between(self.batches, batch)
         c0, c1, wc = _between(self.contexts, ctx)
-        def at(b, c):
-            return self._steady(b, c)[0]
+        at = self._steady
         low = at(b0, c0) * (1 - wc) + (at(b0, c1) * wc if wc else 0.0)
         if not wb:
             return low
@@ -161,12 +164,7 @@ class StepPricer:
         key = None if alpha is None else round(alpha, 2)
         if key not in self._tokens:
             acc = None if key is None else _iid(key)
-            short = self._simulate(1, CONTEXT_FLOOR, 8, acc)
-            long = self._simulate(1, CONTEXT_FLOOR, 40, acc)
-            s1 = short.stats.get("steps", short.steps)
-            s2 = long.stats.get("steps", long.steps)
-            self._tokens[key] = ((long.tokens - short.tokens) / (s2 - s1) if s2 > s1
-                                 else long.tokens / max(s2, 1))
+            self._tokens[key] = self._marginal(1, CONTEXT_FLOOR, 8, 40, acc)[1]
         return self._tokens[key]
 
     def step_breakdown(self, batch: int, context: int) -> dict:
@@ -207,9 +205,9 @@ class StepPricer:
     def _prologue_grid(self, n: int) -> float:
         if n <= 0:
             return 0.0
-        grid = [0, *self.contexts]
-        if n > grid[-1]:
-            grid.append(n)
+        grid = self._prompt_grid
+        if n > grid[-1]:  # past the grid (a prompt longer than max_context): n itself
+            grid = [*grid, n]
         lo, hi, w = _between(grid, n)
         value = self.prologue_s(lo)
         return value + (self.prologue_s(hi) - value) * w if w else value
