@@ -286,12 +286,12 @@ def test_compare_serve_reports_curves_capacities_and_the_crossover(tmp_path, cap
 # a served workload measured for real, and its replay -----------------------------
 def _served_record(tmp_path, rows, policy="ar"):
     from analyses.serve.real import KIND, served_of
-    from analyses.serve.metrics import SLO, serve_metrics
+    from analyses.serve.metrics import SLO, request_metrics
     from policies.runs.files import RUN_SCHEMA
     inputs = {"platform": PLATFORM, "target": TARGET, "draft": None, "policy": policy,
               "params": {}, "seed": 0, "stack": "vllm", "max_batch": 1}
     record = {"schema": RUN_SCHEMA, "kind": KIND, "inputs": inputs,
-              "metrics": serve_metrics(served_of(rows), SLO()), "requests": rows}
+              "metrics": request_metrics(served_of(rows), SLO()), "requests": rows}
     path = tmp_path / "served.json"
     path.write_text(json.dumps(record))
     return path

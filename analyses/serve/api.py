@@ -133,6 +133,7 @@ class Serving:
     config: ServeConfig
     metrics: dict
     served: Served
+    modes: list[Mode]
 
 
 # the workload --------------------------------------------------------------------
@@ -147,7 +148,7 @@ def requests_of(config: ServeConfig) -> list[Request]:
                              "trace gives its own in an alpha column")
         return requests
     if config.rate is None:
-        raise ValueError("serve needs arrivals: --rate REQUESTS_PER_S or --trace FILE")
+        raise ValueError("serve needs arrivals: --rate REQUESTS_PER_S or --arrivals FILE")
     if config.alpha_spread and getattr(config.run.acceptance, "kind", None) != "iid":
         raise ValueError("alpha_spread spreads an i.i.d. acceptance alpha; the run's "
                          f"acceptance is '{config.run.acceptance.kind}'")
@@ -254,14 +255,18 @@ def prepare(config: ServeConfig) -> Prepared:
 
 
 def serve(config: ServeConfig, *, progress=None, trace_path=None,
-          record_path=None, prepared: Prepared | None = None) -> Serving:
+          record_path=None, prepared: Prepared | None = None,
+          modes: list[Mode] | None = None) -> Serving:
     """Simulate the serving run; write a Chrome trace and a run record when paths
-    are given. ``prepared``: ``prepare(config)``'s answer, where the caller has it."""
+    are given. ``prepared``: ``prepare(config)``'s answer, where the caller has it;
+    ``modes``: an earlier run's (``Serving.modes``) of the same schedule and engine
+    at another rate, whose prices it reuses where they cover these requests."""
     ready = prepared or prepare(config)
     requests, platform, stack, capacity = (ready.requests, ready.platform, ready.stack,
                                            ready.kv_capacity)
     top = max(r.prompt_tokens + r.output_tokens for r in requests) + 64
-    modes = modes_of(config, top, platform, stack)
+    if not modes or modes[0].pricer.max_context < top:
+        modes = modes_of(config, top, platform, stack)
     plain = (_mode("plain", baseline_config(config.run), config, top, platform, stack)
              if any(r.step_trace for r in requests) else None)
     engine = Engine(requests, modes, max_batch=config.max_batch,
@@ -271,7 +276,7 @@ def serve(config: ServeConfig, *, progress=None, trace_path=None,
     served = engine.run()
     metrics = serve_metrics(served, config.slo)
     metrics["pricing_simulations"] = sum(m.pricer.sims for m in modes)
-    metrics["breakdown"] = breakdown(served, modes)
+    metrics["breakdown"] = breakdown(served)
     metrics["step_breakdown"] = step_breakdown(served, modes)
     metrics["schedule"] = {"policy": config.run.policy, "auto": config.auto,
                            "reserve_positions": {m.label: m.reserve for m in modes},
@@ -284,7 +289,7 @@ def serve(config: ServeConfig, *, progress=None, trace_path=None,
         write_record(record_path, kind="served", inputs=inputs_of(config),
                      metrics=metrics, requests=request_rows(served))
         metrics["run_record"] = str(record_path)
-    return Serving(config, metrics, served)
+    return Serving(config, metrics, served, modes)
 
 
 def inputs_of(config: ServeConfig) -> dict:
@@ -297,7 +302,7 @@ def inputs_of(config: ServeConfig) -> dict:
     return out
 
 
-def breakdown(served: Served, modes: list[Mode]) -> dict:
+def breakdown(served: Served) -> dict:
     """Where an output token's time goes under load, per output token: waiting in
     the queue, its share of the steps' prefill passes, and of their decode
     passes."""
@@ -344,9 +349,12 @@ def capacity(config: ServeConfig, *, low: float = 0.05, high: float | None = Non
         raise ValueError("--capacity scales a synthetic workload's rate; a trace fixes "
                          "its arrivals")
     tried = []
+    priced: list[Mode] = []  # the schedule's prices, the same at every rate
 
     def holds(rate: float) -> tuple[bool, dict]:
-        out = serve(replace(config, rate=rate)).metrics
+        run = serve(replace(config, rate=rate), modes=priced)
+        priced[:] = run.modes
+        out = run.metrics
         tried.append({"rate": rate, "attainment": out["slo"]["attainment"],
                       "holds": out["slo"]["holds"]})
         if progress is not None:

@@ -149,6 +149,13 @@ def timeline(served: Served) -> dict:
 
 
 def serve_metrics(served: Served, slo: SLO) -> dict:
+    """A simulated serving run's figures: its requests' and its engine's."""
+    return {**request_metrics(served, slo), **engine_metrics(served)}
+
+
+def request_metrics(served: Served, slo: SLO) -> dict:
+    """What the requests saw (a served workload measured for real has these alone):
+    latency summaries, throughput, the SLO, preemptions and Little's law."""
     rows = request_rows(served)
     first = min(r["arrival_s"] for r in rows)
     span = served.end_s - first
@@ -156,10 +163,7 @@ def serve_metrics(served: Served, slo: SLO) -> dict:
     met = [slo.met(r["ttft_s"], r["tpot_s"]) for r in rows]
     good_tokens = sum(r["output_tokens"] for r, ok in zip(rows, met) if ok)
     attainment = sum(met) / len(rows)
-    steps = served.steps
-    busy = sum(s.seconds for s in steps)
-    decode_steps = [s for s in steps if s.decoding]
-    out = {
+    return {
         "requests": len(rows),
         "duration_s": span,
         "offered_rate": (len(rows) - 1) / (rows[-1]["arrival_s"] - first)
@@ -178,6 +182,18 @@ def serve_metrics(served: Served, slo: SLO) -> dict:
                 "goodput_tokens_per_s": good_tokens / span if slo.given and span > 0
                 else None},
         "preemptions": sum(r["preemptions"] for r in rows),
+        "littles_law": littles_law(served),
+    }
+
+
+def engine_metrics(served: Served) -> dict:
+    """What the engine did: its steps, how busy it was, batch sizes, KV use and, with
+    gamma=auto, its draft lengths."""
+    steps = served.steps
+    span = served.end_s - min(r.request.arrival_s for r in served.requests)
+    busy = sum(s.seconds for s in steps)
+    decode_steps = [s for s in steps if s.decoding]
+    return {
         "steps": len(steps),
         "busy_share": busy / span if span > 0 else None,
         "batch_mean": (sum(s.decoding * s.seconds for s in decode_steps)
@@ -187,6 +203,4 @@ def serve_metrics(served: Served, slo: SLO) -> dict:
         "kv_peak_share": max((s.kv_used for s in steps), default=0) / served.kv_capacity,
         "mode_steps": dict(served.mode_steps),
         "mode_switches": served.switches,
-        "littles_law": littles_law(served),
     }
-    return out

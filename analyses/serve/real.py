@@ -24,7 +24,7 @@ from pathlib import Path
 from analyses.run.config import NGRAM, RunConfig
 from analyses.serve.api import ServeConfig, prepare, serve
 from analyses.serve.engine import Live, Served
-from analyses.serve.metrics import PERCENTILES, SLO, serve_metrics
+from analyses.serve.metrics import PERCENTILES, SLO, request_metrics
 from analyses.serve.workload import Request, synthetic
 from hwprofiles.writing import atomic_write_text, json_safe
 from policies import ngram
@@ -61,10 +61,7 @@ def measure_serving(config: RunConfig, max_new_tokens: int, messages: list[list[
     arrivals = arrivals_at(rate, requests, config.seed)
     out = serve_requests(config, options, chosen, arrivals, progress=progress)
     rows = out["requests"]
-    metrics = serve_metrics(served_of(rows), SLO())
-    for key in ("steps", "batch_mean", "batch_max", "kv_capacity_positions",
-                "kv_peak_share", "mode_steps", "mode_switches", "busy_share"):
-        metrics.pop(key, None)
+    metrics = request_metrics(served_of(rows), SLO())
     metrics["tokens_per_step"] = (sum(sum(r["committed_per_step"]) for r in rows)
                                   / max(sum(len(r["committed_per_step"]) for r in rows), 1))
     inputs = {**config.model_dump(mode="json"), "rate": rate, "requests": requests,
