@@ -240,8 +240,8 @@ def serving_comparison(args):
     draft = None if args.draft in (None, "none") else args.draft
     configs = {}
     for policy in policies:
-        own = {k: v for k, v in sets.items() if k not in entry_fields(policy)
-               or k in entry(policy).params.model_fields}
+        others, mine = entry_fields(policy), entry(policy).params.model_fields
+        own = {k: v for k, v in sets.items() if k not in others or k in mine}
         configs[policy] = ServeConfig.build(
             platform=args.platform, target=args.target,
             draft=None if policy == AR else draft, policy=policy, sets=own,
