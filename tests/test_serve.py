@@ -4,7 +4,6 @@ queueing's identities; its workload, SLO and refusals."""
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 import pytest
@@ -52,15 +51,12 @@ def test_saturated_throughput_is_the_batch_step():
     """Requests arriving together, equal lengths, the batch capped at B: each wave
     of B decodes in lockstep, its decode steps exactly a simulate run of batch B,
     so the served throughput is the cost model's batch-B step's."""
-    import dataclasses
-
     from analyses.serve.api import prepare
     from analyses.serve.workload import Request
     batch, waves = 8, 4
     config = _config("sd", {"gamma": 3, "max_batch": batch}, rate=1, requests=1,
                      prompt_tokens=256, output_tokens=96, deterministic=True, exact=True)
-    ready = dataclasses.replace(prepare(config),
-                                requests=[Request(0.0, 256, 96)] * (waves * batch))
+    ready = prepare(config, [Request(0.0, 256, 96)] * (waves * batch))
     out = serve(config, prepared=ready)
     decoding = [s.decoding for s in out.served.steps if s.decoding]
     assert set(decoding) == {batch}
@@ -349,15 +345,12 @@ def test_a_workload_served_for_real_is_recorded_and_replayed(tmp_path, capsys):
 def test_a_replayed_step_trace_is_consumed_step_by_step(tmp_path):
     """A request replaying measured steps commits exactly its trace, one step each,
     and a step where nothing was proposed is priced as AR's one-token pass."""
-    import dataclasses
-
     from analyses.serve.api import prepare
     from analyses.serve.workload import Request
     config = _config("sd", {"gamma": 4, "max_batch": 1}, rate=1, requests=1,
                      prompt_tokens=128, output_tokens=16, deterministic=True, exact=True)
     trace = ((1, False), (5, True), (5, True), (1, False), (4, True))
-    ready = dataclasses.replace(prepare(config), requests=[
-        Request(0.0, 128, 16, step_trace=trace)])
+    ready = prepare(config, [Request(0.0, 128, 16, step_trace=trace)])
     out = serve(config, prepared=ready)
     decode = [s for s in out.served.steps if s.decoding]
     assert len(decode) == len(trace)

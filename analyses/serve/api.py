@@ -246,9 +246,10 @@ class Prepared:
     kv_capacity: int
 
 
-def prepare(config: ServeConfig) -> Prepared:
-    """The workload read and every check passed, before anything is simulated."""
-    requests = requests_of(config)
+def prepare(config: ServeConfig, requests: list[Request] | None = None) -> Prepared:
+    """The workload read (or ``requests``, a replayed record's) and every check
+    passed on it, before anything is simulated."""
+    requests = requests_of(config) if requests is None else requests
     platform = load_platform(config.run.platform)
     stack = load_stack(config.run.stack)
     return Prepared(requests, platform, stack, check_serve(config, requests, platform))

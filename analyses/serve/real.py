@@ -18,7 +18,6 @@ predicted percentile beside the measured one.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 from analyses.run.config import NGRAM, RunConfig
@@ -99,14 +98,11 @@ def replay_serving(path, *, profile: str | None = None) -> dict:
                                target=inputs["target"], draft=draft,
                                policy=inputs["policy"], sets=sets,
                                stack=inputs.get("stack"), seed=inputs.get("seed", 0),
-                               deterministic=True, rate=1.0, requests=1,
-                               max_batch=inputs.get("max_batch", 1))
-    config = _exact(config)
+                               deterministic=True, max_batch=inputs.get("max_batch", 1),
+                               exact=True)
     requests = [Request(r["arrival_s"], r["prompt_tokens"], max(r["output_tokens"], 1),
                         tokens_per_step=_per_step(r), step_trace=_trace(r)) for r in rows]
-    ready = prepare(config)
-    ready = type(ready)(requests, ready.platform, ready.stack, ready.kv_capacity)
-    predicted = serve(config, prepared=ready).metrics
+    predicted = serve(config, prepared=prepare(config, requests)).metrics
     measured = record["metrics"]
     table = {}
     for figure in FIGURES:
@@ -117,10 +113,6 @@ def replay_serving(path, *, profile: str | None = None) -> dict:
                                    "error": (p / m - 1) if m and p is not None else None}
     return {"record": str(path), "platform": config.run.platform, "figures": table,
             "requests": len(rows), "predicted": predicted}
-
-
-def _exact(config: ServeConfig) -> ServeConfig:
-    return replace(config, exact=True)
 
 
 def _per_step(row: dict) -> float | None:
