@@ -14,7 +14,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, replace
 
-from executors.backend.device import CompactCmd, FwdCmd, LocalDevice, ResetCmd
+from executors.backend.device import CompactCmd, FwdCmd, LocalDevice, RegroupCmd, ResetCmd
 from executors.backend.tensor import AllReduceCmd, Shard, members_of
 from executors.backend.workers import LoadCmd
 
@@ -89,8 +89,8 @@ class GroupClient:
     task loop merges their replies: the lead's result, the hull of their times)."""
 
     # command type -> (command, group, member index, group size) -> the member's command
-    FAN_OUT = {FwdCmd: _same, ResetCmd: _same, CompactCmd: _same, AllReduceCmd: _same,
-               LoadCmd: _shard_load}
+    FAN_OUT = {FwdCmd: _same, ResetCmd: _same, CompactCmd: _same, RegroupCmd: _same,
+               AllReduceCmd: _same, LoadCmd: _shard_load}
 
     def __init__(self, name: str):
         self.name, self.members = name, members_of(name)

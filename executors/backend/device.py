@@ -50,6 +50,7 @@ class FwdCmd:
     pick: list[int] | None = None  # per row: emit the draft's rank-i token (-1: sample)
     width: int = 1  # rows = batch * width (speculation trees)
     branches: list | None = None  # per row: (i, rope, limit) branch tokens (layers.Positions)
+    rows: tuple[int, int] | None = None  # only cache rows a..b (rows that just joined)
 
 
 @dataclass
@@ -92,6 +93,16 @@ class ResetCmd:
     seed: int = 0
 
 
+@dataclass
+class RegroupCmd:
+    """Between schedule runs: every cache keeps rows ``keep`` per row group of its
+    width (old sequence indices, in their new order), then gains ``add`` empty
+    sequences; the stored results of earlier Forwards, sized for the old rows, go."""
+
+    keep: list[int]
+    add: int
+
+
 class LocalDevice:
     """Executes commands against the stacks placed on one device."""
 
@@ -109,7 +120,7 @@ class LocalDevice:
                           StreamSetupCmd: self._stream_setup, StreamCmd: self._stream,
                           FwdCmd: self._forward, WeightsCmd: self._weights,
                           AllReduceCmd: self._allreduce, VerifyCmd: self._verify,
-                          CompactCmd: self._compact}
+                          CompactCmd: self._compact, RegroupCmd: self._regroup}
 
     def execute(self, cmd):
         """Run one command; returns (result, start perf_counter, end perf_counter).
@@ -137,6 +148,13 @@ class LocalDevice:
         self.caches.clear()
         self.store.clear()
 
+    def _regroup(self, cmd: RegroupCmd):
+        self.batch = len(cmd.keep) + cmd.add
+        for (_model, width), cache in self.caches.items():
+            rows = [s * width + j for s in cmd.keep for j in range(width)]
+            cache.regroup(rows, cmd.add * width)
+        self.store.clear()
+
     def _sleep(self, cmd: SleepCmd):
         time.sleep(cmd.seconds)
 
@@ -149,6 +167,8 @@ class LocalDevice:
     def _forward(self, cmd: FwdCmd):
         streaming.check(self, cmd.model, cmd.layers)
         stack, cache = self.stacks[cmd.model], self.cache(cmd.model, cmd.width)
+        if cmd.rows is not None:
+            cache = cache.rows(*cmd.rows)
         at = Positions(cmd.start, cmd.n_fed, cmd.tree, self.where, cmd.branches)
         if cmd.inputs is None:
             hidden = stack.run(cache, cmd.layers, at,

@@ -59,10 +59,45 @@ class KVCache:
             self.k[layer], self.v[layer] = new_k, new_v
         return self.k[layer], self.v[layer]
 
+    def regroup(self, keep: list[int], add: int) -> None:
+        """Rows ``keep`` (old indices, in their new order), then ``add`` empty rows
+        (zeros: a padded attention reads them as finite numbers, never uses them)."""
+        self.shape = (len(keep) + add, *self.shape[1:])
+        index = torch.tensor(keep, dtype=torch.long, device=self.device)
+        for d in (self.k, self.v):
+            for layer, t in d.items():
+                rows = t.index_select(0, index)
+                if add:
+                    rows = torch.cat([rows, rows.new_zeros(add, *t.shape[1:])])
+                d[layer] = rows
+        if self.side is not None:
+            self.side.regroup(keep, add)
+
+    def rows(self, a: int, b: int) -> "RowsView":
+        """Rows ``a..b`` of this cache, sharing its storage (a prefill of the rows
+        that just joined)."""
+        return RowsView(self, a, b)
+
     @property
     def nbytes(self) -> int:
         own = sum(t.numel() * t.element_size() for d in (self.k, self.v) for t in d.values())
         return own + (self.side.nbytes if self.side is not None else 0)
+
+
+class RowsView(KVCache):
+    """Some contiguous rows of a cache: writes land in the cache's own buffers."""
+
+    def __init__(self, parent: KVCache, a: int, b: int):
+        self.parent, self.a, self.b = parent, a, b
+        self.shape = (b - a, *parent.shape[1:])
+        self.dtype, self.device = parent.dtype, parent.device
+
+    def buffers(self, layer: int, need: int) -> tuple[torch.Tensor, torch.Tensor]:
+        k, v = self.parent.buffers(layer, need)
+        return k[self.a:self.b], v[self.a:self.b]
+
+    def adapters(self, n_kv_heads: int) -> KVCache:
+        return RowsView(self.parent.adapters(n_kv_heads), self.a, self.b)
 
 
 class Positions:

@@ -98,6 +98,13 @@ class Sequences:
     def generated(self, row: int) -> list[int]:
         return self.committed[row][self.prompt_lens[row]:]
 
+    def regroup(self, keep: list[int], prompts: list[list[int]]) -> None:
+        """Between schedule runs: rows ``keep`` (in their new order), then one row
+        per prompt. Speculation in flight is dropped: a run ends on committed tokens."""
+        self.committed = [self.committed[r] for r in keep] + [list(p) for p in prompts]
+        self.prompt_lens = [self.prompt_lens[r] for r in keep] + [len(p) for p in prompts]
+        self.proposals, self.wide, self.trees = {}, {}, {}
+
 
 class CacheBook:
     """Which token sequence each layer's cache entries come from, per row.
@@ -122,6 +129,13 @@ class CacheBook:
                 seen[key] = common_prefix(held[:n], seq) if n else 0
             best = seen[key] if best is None else min(best, seen[key])
         return best if best is not None else len(seq)
+
+    def regroup(self, keep: list[int], add: int, width: int = 1) -> None:
+        """Rows of sequences ``keep`` (``width`` rows each, in their new order), then
+        ``add`` sequences' empty rows."""
+        rows = [s * width + j for s in keep for j in range(width)]
+        self.held = [[layer[r] for r in rows] + [self.EMPTY] * (add * width)
+                     for layer in self.held]
 
     def wrote(self, layers, row: int, seq: tuple, n: int) -> None:
         for i in range(*layers):

@@ -24,7 +24,8 @@ from functools import partial
 
 from executors.coordinate import branches, lookup, tokentree, traffic
 from executors.coordinate.book import CacheBook, Proposal, Sequences
-from executors.backend.device import SleepCmd, VerifyCmd
+from executors.backend.device import RegroupCmd, SleepCmd, VerifyCmd
+from executors.backend.tensor import SEP
 from executors.coordinate.trees import Wait, start_tree
 from executors.coordinate.feeds import (Handle, HandleInfo, hidden_command, hidden_inputs,
                                         multi_token, token_command)
@@ -90,6 +91,20 @@ class Coordinator:
     def drain(self) -> None:
         """Let work the schedule never joined finish (after the clock stopped)."""
         self.loop.drain()
+
+    def regroup(self, keep: list[int], prompts: list[list[int]]) -> list:
+        """Between runs of the schedule: sequences ``keep`` stay (in that order), one
+        joins per prompt (its caches empty until a prefill); the device commands that
+        do the same to every device's caches."""
+        self.seqs.regroup(keep, prompts)
+        for (_client, _model, width), book in self.books.items():
+            book.regroup(keep, len(prompts), width)
+        self.positions = PositionBook()
+        self.handles.clear()
+        self.install, self.latest_tree, self.candidates = None, None, []
+        self.last_topk = self.verifier = self.cycle = None
+        return [(name, RegroupCmd(list(keep), len(prompts))) for name in sorted(self.clients)
+                if SEP not in name]  # each physical device once (a group fans out)
 
     def book(self, client: str, model: str, width: int = 1) -> CacheBook:
         key = (client, model, width)

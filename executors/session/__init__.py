@@ -11,6 +11,8 @@
 * ``prefill``  — before the clock starts, each batch's prompt in every cache the
   schedule will use;
 * ``decode``   — the schedule run to the token budget, timed;
+* ``batching`` — a batch whose rows join and leave between rounds of the schedule
+  (continuous batching, for serving);
 * ``options``  — the executor's settings and a batch's result.
 
 Any registered policy decodes unchanged.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from executors.session.batching import RunningBatch
 from executors.session.decode import decode_batch
 from executors.session.devices import Devices
 from executors.session.loading import LoadedModels
@@ -29,7 +32,7 @@ from hwprofiles import load_platform
 from hwprofiles.schema import check_overrides
 from policies import PolicyContext, PolicyParams
 
-__all__ = ["BatchResult", "Options", "Session"]
+__all__ = ["BatchResult", "Options", "RunningBatch", "Session"]
 
 
 class Session:
@@ -90,6 +93,13 @@ class Session:
         RunConfig's), or a dict validated here."""
         plan = plan_batch(policy, params, prompts, self.models, self.opts)
         return decode_batch(plan, prompts, self.devices, self.opts)
+
+    def running(self, policy: str, params: PolicyParams | dict,
+                prompt: list[int]) -> RunningBatch:
+        """An empty batch that rows join and leave between rounds of the schedule
+        (``prompt``: a representative prompt, for the schedule's dry run)."""
+        plan = plan_batch(policy, params, [prompt], self.models, self.opts)
+        return RunningBatch(plan, self.devices, self.opts)
 
     def close(self) -> None:
         self.devices.close()

@@ -33,21 +33,28 @@ def set_streams(devices: Devices, streams: dict, capacity: int, *, restore: bool
     call(devices.clients, cmds)
 
 
-def prefill(coord: Coordinator, placement: Placement, uses: dict) -> None:
+def prefill(coord: Coordinator, placement: Placement, uses: dict, first: int = 0) -> None:
     """Fill every cache the schedule will use (``uses``: (role, model, width) ->
-    deepest layer stop) with the prompt but its last token."""
+    deepest layer stop) with the prompt but its last token, for the sequences from
+    ``first`` on (the ones that just joined a running batch; the others' cache rows
+    are left as they are)."""
     seqs, cmds = coord.seqs, []
+    if first >= seqs.batch:
+        return
     for (role, model, width), stop in sorted(uses.items()):
         client = placement.client(role)
         book = coord.book(client, model, width)
-        rows = [tuple(seqs.committed[j // width][:-1]) for j in range(seqs.batch * width)]
-        if all(book.holds((0, stop), j, row) >= len(row) for j, row in enumerate(rows)):
+        rows = [tuple(seqs.committed[j // width][:-1])
+                for j in range(first * width, seqs.batch * width)]
+        if all(book.holds((0, stop), first * width + j, row) >= len(row)
+               for j, row in enumerate(rows)):
             continue  # another role on this device already filled these layers
         longest = max(len(r) for r in rows)
         cmd = FwdCmd(coord.new_handle(), model, (0, stop), [0] * len(rows),
                      [len(r) for r in rows],
-                     [list(r) + [r[-1]] * (longest - len(r)) for r in rows], width=width)
+                     [list(r) + [r[-1]] * (longest - len(r)) for r in rows], width=width,
+                     rows=(first * width, seqs.batch * width) if first else None)
         for j, row in enumerate(rows):
-            book.wrote((0, stop), j, row, len(row))
+            book.wrote((0, stop), first * width + j, row, len(row))
         cmds.append((client, cmd))
     call(coord.clients, cmds)
