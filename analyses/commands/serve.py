@@ -101,14 +101,18 @@ def register(sub) -> None:
     real = p.add_argument_group(
         "served for real (--real)",
         "serve the requests on this machine with the torch executor (cpu-local and "
-        "SmolLM2-135M; needs the torch extra): prompts of a set arrive at --rate, are "
-        "decoded first come, first served, one at a time, and the record (--record, "
-        "required) holds every request's times; 'hetspec replay RECORD' predicts them")
+        "SmolLM2-135M; needs the torch extra): prompts of a set arrive at --rate and join "
+        "the running batch first come, first served, at the next step while it has room "
+        "(continuous batching, up to --max-batch), and the record (--record, required) "
+        "holds every request's times and steps; 'hetspec replay RECORD' predicts them")
     real.add_argument("--real", action="store_true", help="measure instead of simulate")
     real.add_argument("--prompts", default="grounded", metavar="SET|FILE",
                       help="the prompts, cycled to --requests (default grounded)")
     real.add_argument("--max-new-tokens", type=int, default=32,
                       help="tokens each request generates (default 32)")
+    real.add_argument("--max-batch", type=int, metavar="N",
+                      help=f"most requests decoded together (default {REAL_MAX_BATCH}; 1 "
+                           "serves them one at a time)")
     allow_large_argument(p, f"{readable(BUDGET_TOKENS)} output tokens served, about 10 "
                             "minutes on one CPU core")
     p.set_defaults(func=_serve)
@@ -160,6 +164,9 @@ def _serve(args) -> int:
     if args.prompts != "grounded" or args.max_new_tokens != 32:
         raise ValueError("--prompts and --max-new-tokens shape a served workload measured "
                          "for real; add --real or drop them")
+    if args.max_batch is not None:
+        raise ValueError("--max-batch caps the engine of a workload served for real; a "
+                         "simulated one takes --set max_batch=N")
     config = config_of(args)
     check_outputs({"--trace": args.trace, "--record": args.record},
                   profile_inputs(platform=args.platform, target=args.target,
@@ -270,6 +277,7 @@ def print_serving(config: ServeConfig, m: dict, header: bool = True) -> None:
 
 
 REAL_TOKENS_PER_S = 20  # generated tokens a second on a CPU core, at the least
+REAL_MAX_BATCH = 8  # requests decoded together on a CPU core by default
 
 
 def _serve_real(args) -> int:
@@ -292,7 +300,14 @@ def _serve_real(args) -> int:
                          "workload")
     if not 1 <= args.max_new_tokens <= 1000:
         raise ValueError(f"--max-new-tokens {args.max_new_tokens} is outside 1..1000")
+    max_batch = REAL_MAX_BATCH if args.max_batch is None else args.max_batch
+    if not 1 <= max_batch <= 256:
+        raise ValueError(f"--max-batch {max_batch} is outside 1..256: the most requests "
+                         "decoded together")
     sets = parse_sets(args.sets)
+    if "max_batch" in sets:
+        raise ValueError("--set max_batch caps the simulated engine; --real takes "
+                         "--max-batch N")
     params, acc, run = split_sets(args.policy, sets)
     if acc != {"kind": "iid"}:
         raise ValueError("a measured workload's acceptance is the models' own; drop the "
@@ -308,12 +323,13 @@ def _serve_real(args) -> int:
                    "tokens", work, "generated tokens", REAL_TOKENS_PER_S, 1000,
                    "serve fewer --requests or lower --max-new-tokens"), args.allow_large)
     metrics = measure_serving(config, args.max_new_tokens, messages, rate=args.rate,
-                              requests=args.requests, record_path=args.record)
+                              requests=args.requests, record_path=args.record,
+                              max_batch=max_batch)
     if args.json:
         emit_json(metrics)
         return 0
     print(f"{config.policy} served on {config.platform} ({args.requests} requests at "
-          f"{args.rate:g}/s, measured):")
+          f"{args.rate:g}/s, at most {max_batch} together, measured):")
     print_percentiles(metrics)
     print(f"  {metrics['tokens_per_step']:.2f} tokens a step; hetspec replay "
           f"{args.record} predicts these")

@@ -55,7 +55,8 @@ class ServeConfig:
     """A serving run: the schedule's run (``run``: platform, models, policy and its
     parameters, acceptance, stack, placement, seed), the workload, the engine's
     limits and the SLO. ``auto``: the tuned parameter is chosen each step
-    (gamma=auto). ``exact``: every step priced itself (no grid)."""
+    (gamma=auto). ``exact``: every step priced itself (no grid). ``prefill_apart``:
+    prefills run as passes of their own, as the torch executor runs them."""
 
     run: RunConfig
     rate: float | None = None
@@ -72,6 +73,7 @@ class ServeConfig:
     auto: bool = False
     switch_s: float = 0.0
     exact: bool = False
+    prefill_apart: bool = False  # prefills as passes of their own (a replay)
 
     @classmethod
     def build(cls, *, platform: str, target: str, draft: str | None = None,
@@ -273,7 +275,8 @@ def serve(config: ServeConfig, *, progress=None, trace_path=None,
     engine = Engine(requests, modes, max_batch=config.max_batch,
                     token_budget=config.token_budget, kv_capacity=capacity,
                     deterministic=config.run.deterministic, seed=config.run.seed,
-                    switch_s=config.switch_s, progress=progress, plain=plain)
+                    switch_s=config.switch_s, progress=progress, plain=plain,
+                    prefill_apart=config.prefill_apart)
     served = engine.run()
     metrics = serve_metrics(served, config.slo)
     metrics["pricing_simulations"] = sum(m.pricer.sims for m in modes)

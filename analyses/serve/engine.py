@@ -21,7 +21,10 @@ tokens: its own acceptance decides how many (a truncated geometric draw of
 at most K+1, whose mean is the schedule's tokens per step at the request's
 acceptance; in deterministic mode exactly that mean, carried fractionally).
 A request's first token comes from its first decode step, as in ``simulate``
-(the prefill runs no head).
+(the prefill runs no head). With ``prefill_apart`` (the torch executor's rule,
+which a replay of a served record follows) a step's prefill is a pass of its own
+before its decode pass, and a request whose prompt it completes decodes in that
+same step.
 
 With ``auto`` speculation (``--set gamma=auto``) the step's draft length, or no
 speculation, is chosen each step from the batch formed: the one with the most
@@ -119,10 +122,14 @@ class Engine:
 
     def __init__(self, requests: list[Request], modes: list[Mode], *, max_batch: int,
                  token_budget: int, kv_capacity: int, deterministic: bool, seed: int,
-                 switch_s: float = 0.0, progress=None, plain: Mode | None = None):
+                 switch_s: float = 0.0, progress=None, plain: Mode | None = None,
+                 prefill_apart: bool = False):
         self.requests = requests
         self.modes = modes
         self.plain = plain  # a step no request proposes in (replayed traces): AR's
+        # the executor's rule: a step's prefill is a pass of its own before its decode,
+        # and a request whose prompt it completes decodes in that same step
+        self.prefill_apart = prefill_apart
         self.max_batch = max_batch
         self.token_budget = token_budget
         self.kv_capacity = kv_capacity
@@ -238,11 +245,13 @@ class Engine:
                                        "more KV cache than the platform holds")
                 yield env.timeout(pending[0].request.arrival_s - env.now)
                 continue
+            if self.prefill_apart:
+                decoding = decoding + [r for r, n in chunks if r.prefilled + n >= r.need]
             if chosen is not mode:
                 switches += 1
             decode_s = 0.0
             if decoding:
-                context = sum(r.context for r in decoding) / len(decoding)
+                context = sum(self._context(r) for r in decoding) / len(decoding)
                 pricer = chosen.pricer
                 if self.plain is not None and all(
                         (t := r.traced()) and not t[1] for r in decoding):
@@ -274,6 +283,14 @@ class Engine:
                 if self.progress is not None:
                     self.progress(len(finished))
         out["served"] = Served(live, steps, env.now, self.kv_capacity, mode_steps, switches)
+
+    @staticmethod
+    def _context(r: Live) -> int:
+        """A decoding request's context; one this step's prefill completes (its own
+        pass first, ``prefill_apart``) decodes on its whole prompt."""
+        if r.decoding:
+            return r.context
+        return r.request.prompt_tokens + int(r.generated)
 
     def _kv_need(self, running: list[Live], mode: Mode) -> int:
         return sum(r.context + (mode.reserve if r.decoding else 0) for r in running)

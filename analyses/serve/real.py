@@ -2,17 +2,20 @@
 
 ``measure_serving`` serves requests for real (``executors.serving``): the
 prompts of a set, cycled to ``requests``, arriving as a Poisson process of the
-seed at ``rate`` (the same gaps ``hetspec serve`` draws), decoded first come,
-first served by the torch executor. Its record holds every request's arrival,
-start, first token and finish with its lengths and the tokens its decode
-committed per step, and the same figures ``hetspec serve`` prints (TTFT, TPOT,
+seed at ``rate`` (the same gaps ``hetspec serve`` draws), admitted first come,
+first served into the torch executor's running batch of at most ``max_batch``
+rows (continuous batching: rows join and leave between steps). Its record holds
+every request's arrival, start, first token and finish with its lengths and,
+per step, the tokens its decode committed, proposed and accepted and the batch
+the step ran in, and the same figures ``hetspec serve`` prints (TTFT, TPOT,
 latency and queueing percentiles).
 
 ``replay_serving`` re-serves the record's requests in the simulator: the same
-arrival times and lengths, each request's own measured tokens per step, the
-engine capped at the executor's batch of 1, every step priced exactly on the
-platform (the recorded one, or a calibrated profile); then it sets each
-predicted percentile beside the measured one.
+arrival times and lengths, each request's own measured steps, the engine capped
+at the executor's max batch and prefilling as the executor does (a pass of its
+own before the step that first decodes the request: ``prefill_apart``), every
+step priced exactly on the platform (the recorded one, or a calibrated
+profile); then it sets each predicted percentile beside the measured one.
 """
 
 from __future__ import annotations
@@ -51,21 +54,24 @@ def served_of(rows: list[dict]) -> Served:
 
 
 def measure_serving(config: RunConfig, max_new_tokens: int, messages: list[list[dict]], *,
-                    rate: float, requests: int, record_path, progress=None) -> dict:
+                    rate: float, requests: int, record_path, max_batch: int = 1,
+                    progress=None) -> dict:
     """Serve ``requests`` prompts (``messages`` cycled) arriving at ``rate`` for real,
-    ``max_new_tokens`` each; write the record; return its metrics."""
+    ``max_new_tokens`` each, at most ``max_batch`` decoded together; write the
+    record; return its metrics."""
     from executors.serving import Options, serve_requests  # torch: a measured run alone
     options = Options(max_new_tokens=max_new_tokens)
     chosen = [messages[i % len(messages)] for i in range(requests)]
     arrivals = arrivals_at(rate, requests, config.seed)
-    out = serve_requests(config, options, chosen, arrivals, progress=progress)
+    out = serve_requests(config, options, chosen, arrivals, max_batch=max_batch,
+                         progress=progress)
     rows = out["requests"]
     metrics = request_metrics(served_of(rows), SLO())
     metrics["tokens_per_step"] = (sum(sum(r["committed_per_step"]) for r in rows)
                                   / max(sum(len(r["committed_per_step"]) for r in rows), 1))
     inputs = {**config.model_dump(mode="json"), "rate": rate, "requests": requests,
               "max_new_tokens": options.max_new_tokens, "threads": options.threads,
-              "prompts": chosen, "max_batch": 1}
+              "prompts": chosen, "max_batch": max_batch}
     record = {"schema": RUN_SCHEMA, "kind": KIND, "inputs": inputs, "versions": versions(),
               "metrics": metrics, "requests": rows, "warmup_s": out["warmup_s"]}
     atomic_write_text(Path(record_path), json.dumps(json_safe(record), indent=2,
@@ -99,7 +105,7 @@ def replay_serving(path, *, profile: str | None = None) -> dict:
                                policy=inputs["policy"], sets=sets,
                                stack=inputs.get("stack"), seed=inputs.get("seed", 0),
                                deterministic=True, max_batch=inputs.get("max_batch", 1),
-                               exact=True)
+                               exact=True, prefill_apart=True)
     requests = [Request(r["arrival_s"], r["prompt_tokens"], max(r["output_tokens"], 1),
                         tokens_per_step=_per_step(r), step_trace=_trace(r)) for r in rows]
     predicted = serve(config, prepared=prepare(config, requests)).metrics

@@ -9,6 +9,8 @@ SERVE = ("serve --platform h100-sxm-8x --target llama-3.1-70b --draft llama-3.2-
          "--policy sd --requests 50")
 RATE = f"{SERVE} --rate 4"
 HEAD = "arrival_s,prompt_tokens,output_tokens\n"
+REAL = ("serve --real --platform cpu-local --target smollm2-135m --policy ar --rate 1 "
+        "--requests 2 --record served.json")
 
 
 def _text(body: str):
@@ -77,6 +79,11 @@ def register(h) -> None:
         ("a28", "compare --slo without --serve",
          "compare --platform h100-sxm-8x --target llama-3.1-70b --draft llama-3.2-1b "
          "--slo ttft=1"),
+        ("a32", "--real --max-batch 0", f"{REAL} --max-batch 0"),
+        ("a33", "--real --max-batch -2", f"{REAL} --max-batch -2"),
+        ("a34", "--max-batch without --real", f"{RATE} --max-batch 4"),
+        ("a35", "--real with --set max_batch (the simulated engine's key)",
+         f"{REAL} --set max_batch=4"),
         ("a29v", "a good trace", f"{arrivals} <s_good.csv>"),
         ("a30v", "an Azure trace (TIMESTAMP, ContextTokens, GeneratedTokens)",
          f"{arrivals} <s_azure.csv>"),
