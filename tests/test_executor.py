@@ -117,6 +117,31 @@ def test_greedy_schedules_equal_ar_token_for_token(inline_session, policy, param
     assert verifies and all(a["accepted"][0] <= max(a["proposed"][0], 1) for a in verifies)
 
 
+@pytest.mark.parametrize("policy,params", [("ar", {}), *CASES],
+                         ids=["ar", *(f"{p}-{i}" for i, (p, _) in enumerate(CASES))])
+def test_rows_joining_and_leaving_a_running_batch_decode_as_alone(inline_session, policy,
+                                                                  params):
+    """Continuous batching: a prompt joins the running batch each round (its prompt
+    prefilled into its own cache rows), a row leaves when it has its tokens (from
+    the middle of the batch: the first prompt's row); every row's greedy output is
+    AR's alone, whatever the schedule."""
+    s = inline_session
+    batch = s.running(policy, params, PROMPTS[0])
+    waiting, rows, out = list(range(len(PROMPTS))), [], {}
+    while waiting or rows:
+        if waiting:
+            batch.regroup(list(range(len(rows))), [PROMPTS[waiting[0]]])
+            rows.append(waiting.pop(0))
+        assert batch.round()  # at least one Verify
+        keep = [r for r in range(len(rows)) if len(batch.generated(r)) < 12]
+        out.update({rows[r]: batch.generated(r)[:12] for r in range(len(rows))
+                    if r not in keep})
+        if len(keep) < len(rows):
+            batch.regroup(keep, [])
+            rows = [rows[r] for r in keep]
+    assert [out[i] for i in range(len(PROMPTS))] == s.reference
+
+
 def test_a_close_draft_is_accepted_and_events_are_observed(inline_session):
     """self:5 of 6 layers agrees often, so acceptance, reuse and cache hits occur."""
     s = inline_session

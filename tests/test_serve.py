@@ -327,19 +327,56 @@ def test_replay_refuses_a_run_record_as_a_served_one(tmp_path):
 
 @pytest.mark.slow
 def test_a_workload_served_for_real_is_recorded_and_replayed(tmp_path, capsys):
+    """Six requests arriving at once into a batch of at most 4: they are decoded
+    together (continuous batching), each step's batch is recorded, and the replay
+    serves the record with the same cap."""
     record = tmp_path / "served.json"
     assert main(["serve", "--real", "--platform", "cpu-local", "--target", "smollm2-135m",
-                 "--policy", "sd", "--draft", "ngram", "--rate", "2", "--requests", "3",
-                 "--max-new-tokens", "8", "--record", str(record)]) == 0
+                 "--policy", "sd", "--draft", "ngram", "--rate", "1000", "--requests", "6",
+                 "--max-new-tokens", "8", "--max-batch", "4", "--record",
+                 str(record)]) == 0
     data = json.loads(record.read_text())
-    assert data["kind"] == "served" and len(data["requests"]) == 3
+    assert data["kind"] == "served" and len(data["requests"]) == 6
+    assert data["inputs"]["max_batch"] == 4
     for r in data["requests"]:
         assert r["arrival_s"] <= r["started_s"] <= r["first_token_s"] <= r["finish_s"]
         assert r["output_tokens"] == 8 and sum(r["committed_per_step"]) >= 8
+        assert len(r["batch_per_step"]) == len(r["committed_per_step"])
+        assert all(1 <= b <= 4 for b in r["batch_per_step"])
+    assert max(b for r in data["requests"] for b in r["batch_per_step"]) > 1
     capsys.readouterr()
     assert main(["replay", str(record), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["requests"] == 3 and out["figures"]["ttft_s"]["p50"]["predicted"] > 0
+    assert out["requests"] == 6 and out["figures"]["ttft_s"]["p50"]["predicted"] > 0
+    assert 1 < out["predicted"]["batch_max"] <= 4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy,params", [("ar", {}), ("sd", {"proposer": "ngram"})],
+                         ids=["ar", "sd-ngram"])
+def test_requests_served_in_a_running_batch_decode_as_they_do_alone(policy, params):
+    """Greedy outputs of requests that join and leave a running batch of at most 3
+    (prompts of different lengths, rows leaving at different steps) equal each
+    prompt decoded alone, token for token."""
+    from executors.prompts import BUILTIN, load
+    from executors.serving import serve_requests
+    from executors.session import Options, Session
+    messages = BUILTIN + load("grounded")[:3]
+    tokens = 12
+    config = RunConfig(platform="cpu-local", target="smollm2-135m", policy=policy,
+                       params=params)
+    opts = Options(max_new_tokens=tokens)
+    out = serve_requests(config, opts, messages, [0.0] * len(messages), max_batch=3)
+    assert max(b for r in out["requests"] for b in r["batch_per_step"]) == 3
+    with Session("cpu-local", "smollm2-135m", options=opts) as s:
+        alone = [s.decode(policy, params, [p]).generated[0][:tokens]
+                 for p in _encoded(s, messages)]
+    assert out["outputs"] == alone
+
+
+def _encoded(session, messages):
+    from executors.prompts import encode
+    return [encode(m, session.tokenizer, session.specs["target"].vocab) for m in messages]
 
 
 def test_a_replayed_step_trace_is_consumed_step_by_step(tmp_path):
