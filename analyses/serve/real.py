@@ -118,7 +118,8 @@ def replay_serving(path, *, profile: str | None = None) -> dict:
             table[figure][stat] = {"measured": m, "predicted": p,
                                    "error": (p / m - 1) if m and p is not None else None}
     return {"record": str(path), "platform": config.run.platform, "figures": table,
-            "requests": len(rows), "predicted": predicted}
+            "requests": len(rows), "max_batch": config.max_batch,
+            "batch_max": predicted["batch_max"], "predicted": predicted}
 
 
 def _per_step(row: dict) -> float | None:
