@@ -3,13 +3,14 @@
     python benchmarks/serve_real.py [--out DIR] [--rate 1] [--requests 16] [--max-batch 8]
 
 1. records the tour's prompt-lookup run (hetspec run ... --draft ngram --prompts
-   grounded --max-new-tokens 32, with its AR baseline) and, with --max-batch above
-   1, the same run with its prompts decoded as one batch (--batch 8: passes over
-   8 rows, which place the multi-row terms a running batch's steps pay); then
-   calibrates cpu-local to them (hetspec calibrate --runs ...; at --max-batch 1
-   only the first run, with --hold multirow_memory_factor: its passes feed one
-   row, whose prices do not place the multi-row factor; each prompt's prefill
-   measures the compute term);
+   grounded --max-new-tokens 32, with its AR baseline) and calibrates cpu-local to
+   it (hetspec calibrate --runs ... --hold multirow_memory_factor: its passes feed
+   one row, or eleven for a verify, which do not place the multi-row factor; the
+   prompt's prefill measures the compute term). With --max-batch N above 1 it
+   also records the same run with its prompts decoded N at a time (--batch N:
+   passes over N and 11N rows, as a running batch's steps are) and fits the
+   multi-row factor alone to it, every other term held at the first fit's (fitted
+   together, the batched run's padded prefill moves the compute term);
 2. serves 16 requests of the grounded prompts arriving as a Poisson process at
    --rate with AR and with prompt-lookup SD (hetspec serve --real --max-batch N:
    continuous batching, at most N requests decoded together);
@@ -31,6 +32,11 @@ RUN = ("run", "--platform", "cpu-local", "--target", "smollm2-135m", "--policy",
        "--draft", "ngram", "--prompts", "grounded", "--max-new-tokens", "32")
 
 
+# what the one-row run fitted, kept while the batched run fits the multi-row factor
+SINGLE_ROW = ("compute_efficiency,memory_efficiency,roofline_exponent,launch_overhead_s,"
+              "call_overhead_s")
+
+
 def hetspec(*args: str) -> str:
     out = subprocess.run([sys.executable, "-m", "analyses.cli", *args], check=True,
                          capture_output=True, text=True)
@@ -38,21 +44,24 @@ def hetspec(*args: str) -> str:
 
 
 def calibrated(out: Path, max_batch: int) -> Path:
-    """The profile fitted to the prompt-lookup run (and its batched twin)."""
-    runs = out / ("runs" if max_batch == 1 else "runs-batched")
-    profile = out / ("calibrated.yaml" if max_batch == 1 else "calibrated-batched.yaml")
+    """The profile fitted to the prompt-lookup run; above batch 1, its multi-row
+    factor then fitted alone to the batched twin."""
+    runs, profile = out / "runs", out / "calibrated.yaml"
     if not (runs / "sd" / "record.json").exists():
         hetspec(*RUN, "--out", str(runs / "sd"))
-    hold = ["--hold", "multirow_memory_factor"]
-    if max_batch > 1:
-        batched = runs / f"sd-batch{max_batch}"
-        if not (batched / "record.json").exists():
-            hetspec(*RUN, "--batch", str(max_batch), "--out", str(batched))
-        hold = []
     if not profile.exists():
         hetspec("calibrate", "--runs", str(runs), "--profile", "cpu-local", "-o",
-                str(profile), *hold)
-    return profile
+                str(profile), "--hold", "multirow_memory_factor")
+    if max_batch == 1:
+        return profile
+    batched, multirow = out / "runs-batched", out / "calibrated-batched.yaml"
+    twin = batched / f"sd-batch{max_batch}"
+    if not (twin / "record.json").exists():
+        hetspec(*RUN, "--batch", str(max_batch), "--out", str(twin))
+    if not multirow.exists():
+        hetspec("calibrate", "--runs", str(batched), "--profile", str(profile), "-o",
+                str(multirow), "--hold", SINGLE_ROW)
+    return multirow
 
 
 def main() -> None:

@@ -31,7 +31,9 @@ def serve_requests(config: RunSettings, options: Options, messages: list[list[di
                    arrivals: list[float], *, max_batch: int = 1, progress=None) -> dict:
     """Serve ``messages[i]`` arriving at ``arrivals[i]`` seconds (sorted), at most
     ``max_batch`` decoded together; returns {"requests": [row...], "outputs":
-    [[token...]...], "warmup_s": seconds}."""
+    [[token...]...], "warmup_s": seconds, "rounds": [round...]} (each round's start,
+    seconds and rows, and the requests that joined before it with their prefill's
+    seconds and the seconds spent regrouping the caches)."""
     if max_batch < 1:
         raise ValueError(f"max_batch {max_batch} must be at least 1")
     with Session(config.platform, config.target, config.draft,
@@ -49,7 +51,8 @@ def serve_requests(config: RunSettings, options: Options, messages: list[list[di
         served = _Served(batch, prompts, arrivals, options.max_new_tokens, max_batch,
                          progress)
         served.run()
-    return {"requests": served.rows, "outputs": served.outputs, "warmup_s": warmup_s}
+    return {"requests": served.rows, "outputs": served.outputs, "warmup_s": warmup_s,
+            "rounds": served.rounds}
 
 
 class _Served:
@@ -62,6 +65,9 @@ class _Served:
         self.rows = [_row(a, len(p)) for a, p in zip(arrivals, prompts)]
         self.outputs: list[list[int]] = [[] for _ in prompts]
         self.in_row: list[int] = []  # request index per batch row
+        self.rounds: list[dict] = []  # the engine's timeline: one entry per round
+        self.joined: tuple[int, float, float] = (0, 0.0, 0.0)  # before the next round:
+        # (requests, their prefill's seconds, the regroups' seconds)
 
     def run(self) -> None:
         pending = deque(range(len(self.prompts)))  # not yet started, in arrival order
@@ -90,12 +96,21 @@ class _Served:
             self.rows[i].update(started_s=started, prefill_s=prefill_s,
                                 prefill_batch=len(joining))
         self.in_row += joining
+        n, _, regroup_s = self.joined
+        self.joined = (len(joining), prefill_s, regroup_s + self.clock() - started
+                       - prefill_s)
 
     def step(self) -> None:
         """One round of every row; the rows whose requests are done leave."""
+        start = self.clock()
         lines = self.batch.round()
         end = self.clock()
         size = len(self.in_row)
+        joined, prefill_s, regroup_s = self.joined
+        self.rounds.append({"start_s": start, "seconds": end - start, "rows": size,
+                            "joined": joined, "prefill_s": prefill_s,
+                            "regroup_s": regroup_s})
+        self.joined = (0, 0.0, 0.0)
         for line in lines:
             for r, i in enumerate(self.in_row):
                 row = self.rows[i]
@@ -118,8 +133,10 @@ class _Served:
             if self.progress is not None:
                 self.progress(1)
         if len(keep) < size:
+            left = self.clock()
             self.batch.regroup(keep, [])
             self.in_row = [self.in_row[r] for r in keep]
+            self.joined = (0, 0.0, self.clock() - left)
 
 
 def _row(arrival: float, prompt_tokens: int) -> dict:

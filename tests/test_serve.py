@@ -361,7 +361,7 @@ def test_requests_served_in_a_running_batch_decode_as_they_do_alone(policy, para
     from executors.prompts import BUILTIN, load
     from executors.serving import serve_requests
     from executors.session import Options, Session
-    messages = BUILTIN + load("grounded")[:3]
+    messages = [*BUILTIN, *load("grounded")[:3]]
     tokens = 12
     config = RunConfig(platform="cpu-local", target="smollm2-135m", policy=policy,
                        params=params)

@@ -24,7 +24,8 @@ A request's first token comes from its first decode step, as in ``simulate``
 (the prefill runs no head). With ``prefill_apart`` (the torch executor's rule,
 which a replay of a served record follows) a step's prefill is a pass of its own
 before its decode pass, and a request whose prompt it completes decodes in that
-same step.
+same step. Its prompts are priced one by one, as always: the executor pads them to
+the longest in one pass, which costs more positions but computes each faster.
 
 With ``auto`` speculation (``--set gamma=auto``) the step's draft length, or no
 speculation, is chosen each step from the batch formed: the one with the most

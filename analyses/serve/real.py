@@ -28,6 +28,7 @@ from analyses.serve.api import ServeConfig, prepare, serve
 from analyses.serve.engine import Live, Served
 from analyses.serve.metrics import PERCENTILES, SLO, request_metrics
 from analyses.serve.workload import Request, synthetic
+from hwprofiles import DEFAULT_STACK
 from hwprofiles.writing import atomic_write_text, json_safe
 from policies import ngram
 from policies.runs.files import RUN_SCHEMA, read_record, versions
@@ -73,7 +74,8 @@ def measure_serving(config: RunConfig, max_new_tokens: int, messages: list[list[
               "max_new_tokens": options.max_new_tokens, "threads": options.threads,
               "prompts": chosen, "max_batch": max_batch}
     record = {"schema": RUN_SCHEMA, "kind": KIND, "inputs": inputs, "versions": versions(),
-              "metrics": metrics, "requests": rows, "warmup_s": out["warmup_s"]}
+              "metrics": metrics, "requests": rows, "warmup_s": out["warmup_s"],
+              "rounds": out["rounds"]}
     atomic_write_text(Path(record_path), json.dumps(json_safe(record), indent=2,
                                                     sort_keys=True, allow_nan=False))
     metrics["run_record"] = str(record_path)
@@ -103,7 +105,10 @@ def replay_serving(path, *, profile: str | None = None) -> dict:
     config = ServeConfig.build(platform=profile or inputs["platform"],
                                target=inputs["target"], draft=draft,
                                policy=inputs["policy"], sets=sets,
-                               stack=inputs.get("stack"), seed=inputs.get("seed", 0),
+                               # the record's stack (unwritten: the default), not a
+                               # simulated serve's: the executor is the engine measured
+                               stack=inputs.get("stack") or DEFAULT_STACK,
+                               seed=inputs.get("seed", 0),
                                deterministic=True, max_batch=inputs.get("max_batch", 1),
                                exact=True, prefill_apart=True)
     requests = [Request(r["arrival_s"], r["prompt_tokens"], max(r["output_tokens"], 1),
