@@ -4,9 +4,11 @@
 
 1. records the tour's prompt-lookup run (hetspec run ... --draft ngram --prompts
    grounded --max-new-tokens 32, with its AR baseline) and calibrates cpu-local to
-   it (hetspec calibrate --runs ... --hold multirow_memory_factor: its passes feed
-   one row, or eleven for a verify, which do not place the multi-row factor; the
-   prompt's prefill measures the compute term). With --max-batch N above 1 it
+   it (hetspec calibrate --runs ... --hold multirow_memory_factor,call_overhead_s:
+   its passes feed one row, or eleven for a verify, which do not place the
+   multi-row factor, and it makes as many calls as kernels, so the call overhead
+   is not told apart from the launch overhead (a fit that moved it was refused);
+   the prompt's prefill measures the compute term). With --max-batch N above 1 it
    also records the same run with its prompts decoded N at a time (--batch N:
    passes over N and 11N rows, as a running batch's steps are) and fits the
    multi-row factor alone to it, every other term held at the first fit's (fitted
@@ -51,7 +53,7 @@ def calibrated(out: Path, max_batch: int) -> Path:
         hetspec(*RUN, "--out", str(runs / "sd"))
     if not profile.exists():
         hetspec("calibrate", "--runs", str(runs), "--profile", "cpu-local", "-o",
-                str(profile), "--hold", "multirow_memory_factor")
+                str(profile), "--hold", "multirow_memory_factor,call_overhead_s")
     if max_batch == 1:
         return profile
     batched, multirow = out / "runs-batched", out / "calibrated-batched.yaml"

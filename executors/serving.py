@@ -40,12 +40,13 @@ def serve_requests(config: RunSettings, options: Options, messages: list[list[di
                  placement=config.placement, options=options, seed=config.seed) as session:
         vocab = session.specs["target"].vocab
         prompts = [encode(m, session.tokenizer, vocab) for m in messages]
-        # batches decoded before the clock starts: first calls allocate and compile
+        # batches decoded before the clock starts, of one row and of the most rows:
+        # first calls allocate and compile
         warm = time.perf_counter()
         session.decode(config.policy, config.params, [prompts[0]])
         if max_batch > 1:
-            session.decode(config.policy, config.params, prompts[:2] * (max_batch // 2)
-                           or prompts[:1])
+            session.decode(config.policy, config.params,
+                           [prompts[i % len(prompts)] for i in range(max_batch)])
         warmup_s = time.perf_counter() - warm
         batch = session.running(config.policy, config.params, prompts[0])
         served = _Served(batch, prompts, arrivals, options.max_new_tokens, max_batch,

@@ -316,6 +316,28 @@ def test_replay_of_a_served_record_predicts_what_the_engine_serves(tmp_path):
                 assert v["error"] == pytest.approx(0, abs=1e-9), (figure, stat)
 
 
+def test_prefill_apart_decodes_a_request_in_the_step_that_prefills_it(tmp_path):
+    """The executor's rule: a step's prefill is a pass of its own before its decode,
+    and the request it completes decodes in that same step; by default the request
+    decodes from the next step, its prefill riding beside that step's decodes."""
+    from dataclasses import replace
+    trace = str(_write(tmp_path, "arrival_s,prompt_tokens,output_tokens\n"
+                                 "0,300,5\n0.001,200,5\n"))
+    config = _config("ar", {"max_batch": 4}, trace=trace, deterministic=True, exact=True)
+    base, apart = serve(config), serve(replace(config, prefill_apart=True))
+    pricer = apart.modes[0].pricer
+    first, second = apart.served.requests
+    assert first.first_token_s == pytest.approx(
+        pricer.prefill_s(0, 300) + pricer.step_s(1, 300), rel=1e-9)
+    assert second.first_token_s - first.first_token_s == pytest.approx(
+        pricer.prefill_s(0, 200) + pricer.step_s(2, (301 + 200) / 2), rel=1e-9)
+    one, two = base.served.requests  # by default: a step of prefill alone first
+    assert one.first_token_s == pytest.approx(
+        pricer.prefill_s(0, 300) + pricer.step_s(1, 300) + pricer.prefill_s(0, 200),
+        rel=1e-9)
+    assert two.first_token_s > one.first_token_s
+
+
 def test_replay_refuses_a_run_record_as_a_served_one(tmp_path):
     from analyses.serve.real import replay_serving
     path = tmp_path / "r.json"
