@@ -11,8 +11,11 @@
    the prompt's prefill measures the compute term). With --max-batch N above 1 it
    also records the same run with its prompts decoded N at a time (--batch N:
    passes over N and 11N rows, as a running batch's steps are) and fits the
-   multi-row factor alone to it, every other term held at the first fit's (fitted
-   together, the batched run's padded prefill moves the compute term);
+   multi-row factor and the memory efficiency to both runs, the compute terms
+   kept from the first fit (fitted with them, the batched run's padded prefill
+   moved the compute term and the replay's TTFT came out 35-90% high; the
+   multi-row factor fitted alone inherits the first fit's memory efficiency,
+   which moved 25% between two recordings on a busy machine);
 2. serves 16 requests of the grounded prompts arriving as a Poisson process at
    --rate with AR and with prompt-lookup SD (hetspec serve --real --max-batch N:
    continuous batching, at most N requests decoded together);
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -34,9 +38,9 @@ RUN = ("run", "--platform", "cpu-local", "--target", "smollm2-135m", "--policy",
        "--draft", "ngram", "--prompts", "grounded", "--max-new-tokens", "32")
 
 
-# what the one-row run fitted, kept while the batched run fits the multi-row factor
-SINGLE_ROW = ("compute_efficiency,memory_efficiency,roofline_exponent,launch_overhead_s,"
-              "call_overhead_s")
+# what the one-row run's fit keeps while both runs fit the memory terms: the batched
+# run's prefill (its prompts padded to the longest) would move the compute term
+COMPUTE = "compute_efficiency,roofline_exponent,launch_overhead_s,call_overhead_s"
 
 
 def hetspec(*args: str) -> str:
@@ -47,7 +51,7 @@ def hetspec(*args: str) -> str:
 
 def calibrated(out: Path, max_batch: int) -> Path:
     """The profile fitted to the prompt-lookup run; above batch 1, its multi-row
-    factor then fitted alone to the batched twin."""
+    factor and memory efficiency then fitted to it and its batched twin."""
     runs, profile = out / "runs", out / "calibrated.yaml"
     if not (runs / "sd" / "record.json").exists():
         hetspec(*RUN, "--out", str(runs / "sd"))
@@ -60,9 +64,11 @@ def calibrated(out: Path, max_batch: int) -> Path:
     twin = batched / f"sd-batch{max_batch}"
     if not (twin / "record.json").exists():
         hetspec(*RUN, "--batch", str(max_batch), "--out", str(twin))
+    if not (batched / "sd").exists():
+        shutil.copytree(runs / "sd", batched / "sd")
     if not multirow.exists():
         hetspec("calibrate", "--runs", str(batched), "--profile", str(profile), "-o",
-                str(multirow), "--hold", SINGLE_ROW)
+                str(multirow), "--hold", COMPUTE)
     return multirow
 
 
