@@ -371,6 +371,22 @@ def test_compare_serve_sweeps_concurrency(tmp_path, capsys):
     assert "concurrency (requests in flight)" in report.read_text()
 
 
+def test_compare_serve_on_ray_matches_local():
+    """The serving sweep's runs on a Ray cluster give the local runs' figures."""
+    ray = pytest.importorskip("ray")
+    from analyses.compare.serving import compare_serving
+    configs = {p: _config(p, {"gamma": 4} if p != "ar" else {}, rate=1, requests=40,
+                          slo="ttft=0.5,tpot=0.05") for p in ("ar", "sd")}
+    local = compare_serving(configs, [1, 16], axis="concurrency", jobs=1, quiet=True)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        remote = compare_serving(configs, [1, 16], axis="concurrency", backend="ray",
+                                 quiet=True)
+    finally:
+        ray.shutdown()
+    assert remote.summary() == local.summary()
+
+
 @pytest.mark.parametrize("sweep,words", [
     (["--sweep", "rate=1,2", "--sweep", "concurrency=1,2"], "sweeps one load"),
     (["--sweep", "concurrency=1.5,4"], "whole numbers"),
