@@ -100,12 +100,15 @@ def measure(row: dict) -> str:
 
 
 def solved_alpha(row: dict) -> float:
-    """The i.i.d. acceptance whose deterministic tokens per step equal row['tau']."""
+    """The i.i.d. acceptance whose deterministic tokens per step of one sequence
+    equal row['tau'] (a run's tokens count every sequence of its batch, as
+    ``analyses.calibrate.accepted.tokens_per_step`` divides them)."""
     lo, hi = 1e-3, 0.999
     for _ in range(40):
         mid = (lo + hi) / 2
         result = run_schedule(config(row, alpha=mid), prefill=False, record_spans=False)
-        lo, hi = (mid, hi) if result.tokens / result.steps < row["tau"] else (lo, mid)
+        per_step = result.tokens / (max(result.steps, 1) * row.get("batch", 1))
+        lo, hi = (mid, hi) if per_step < row["tau"] else (lo, mid)
     return (lo + hi) / 2
 
 

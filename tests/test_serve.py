@@ -71,6 +71,66 @@ def test_saturated_throughput_is_the_batch_step():
     assert served == pytest.approx(batch * 96 / sim.time_s, rel=1e-9)
 
 
+def test_closed_loop_clients_serve_waves_of_the_batch_step():
+    """N clients in a closed loop, equal requests all ready at 0: at most N in
+    flight, each client's next request sent the instant its last finishes; with
+    the decodes in lockstep every wave of N is a batch-N simulate run, so
+    --concurrency N --requests N is the offline batch of N."""
+    batch, waves = 8, 3
+    config = _config("sd", {"gamma": 3}, concurrency=batch, requests=waves * batch,
+                     prompt_tokens=256, output_tokens=96, deterministic=True, exact=True)
+    out = serve(config)
+    rows = sorted(out.served.requests, key=lambda r: r.index)
+    assert max(s.decoding for s in out.served.steps) == batch
+    assert set(s.decoding for s in out.served.steps if s.decoding) == {batch}
+    finishes = sorted({r.finish_s for r in rows})
+    assert len(finishes) == waves  # each wave finishes together
+    for i, r in enumerate(rows):  # sent when a slot freed: wave w at wave w-1's finish
+        wave = i // batch
+        assert r.request.arrival_s == (0.0 if wave == 0 else finishes[wave - 1])
+        assert r.held_s == r.request.arrival_s
+    run = RunConfig(platform=PLATFORM, target=TARGET, draft=DRAFT, policy="sd",
+                    params={"gamma": 3}, acceptance={"kind": "iid", "alpha": 0.8},
+                    tokens=96, batch=batch, prompt_tokens=256, deterministic=True,
+                    stack=config.run.stack)
+    sim = run_schedule(run, record_spans=False, prefill=False)
+    assert sum(s.decode_s for s in out.served.steps) == pytest.approx(waves * sim.time_s,
+                                                                      rel=1e-9)
+    law = out.metrics["littles_law"]  # the clock of a held request starts when it is sent
+    assert law["in_system_mean"] == pytest.approx(law["lambda_w"], rel=1e-9)
+    assert out.metrics["queue_s"]["p99"] == 0.0  # the clients never oversubscribe
+
+
+def test_concurrency_caps_open_arrivals_in_flight():
+    """Poisson arrivals faster than the engine serves them, at most N in flight:
+    the batch never passes N, and the requests beyond it wait at their clients,
+    not in the engine's queue; without the cap the engine queue holds them."""
+    capped = serve(_config("sd", {"gamma": 4}, rate=40, concurrency=4, requests=120,
+                           seed=2))
+    free = serve(_config("sd", {"gamma": 4}, rate=40, requests=120, seed=2))
+    assert max(s.decoding for s in capped.served.steps) <= 4
+    assert max(s.decoding for s in free.served.steps) > 4
+    assert sum(r.held_s > 0 for r in capped.served.requests) > 60
+    assert all(r.held_s == 0 for r in free.served.requests)
+    for r in capped.served.requests:
+        assert r.request.arrival_s <= r.admitted_s <= r.first_token_s <= r.finish_s
+
+
+@pytest.mark.parametrize("kw,words", [
+    ({"concurrency": 0}, "outside 1.."),
+    ({"concurrency": 4, "cv": 2.0}, "every request is ready at once"),
+])
+def test_concurrency_refusals(kw, words):
+    with pytest.raises(ValueError, match=words):
+        serve(_config("sd", {"gamma": 4}, requests=10, **kw))
+
+
+def test_capacity_needs_a_rate_beside_concurrency():
+    with pytest.raises(ValueError, match="the clients set the load"):
+        capacity(_config("sd", {"gamma": 4}, concurrency=8, requests=10,
+                         slo="ttft=0.5,tpot=0.05"))
+
+
 def test_littles_law_and_request_order():
     out = serve(_config("sd", {"gamma": 4}, rate=6, requests=300, seed=3))
     law = out.metrics["littles_law"]
@@ -254,6 +314,7 @@ def test_serve_json_and_outputs(tmp_path, capsys):
     (["--slo", "ttft=500,tpot=0.05"], "milliseconds"),
     (["--output-tokens", "200000", "--prompt-tokens", "100"], "trained for"),
     (["--set", "prompt_tokens=100"], "each request has its own prompt"),
+    (["--concurrency", "0"], "outside 1.."),
 ])
 def test_serve_refusals(capsys, extra, words):
     assert main(ARGS + extra) == 2
@@ -277,6 +338,65 @@ def test_compare_serve_reports_curves_capacities_and_the_crossover(tmp_path, cap
     for words in ("Latency against load", "Speedup over AR against load",
                   "SLO attainment and capacity", "stops paying"):
         assert words in html
+
+
+def test_compare_serve_sweeps_concurrency(tmp_path, capsys):
+    """--sweep concurrency: closed-loop clients at each load; the crossing is
+    interpolated in log(concurrency), capacities are the highest swept load
+    meeting the SLO, and the report's axes name the load."""
+    report = tmp_path / "serve.html"
+    assert main(["compare", "--serve", "--platform", PLATFORM, "--target", TARGET,
+                 "--draft", DRAFT, "--policies", "sd", "--set", "gamma=4", "--set",
+                 "alpha=0.6", "--sweep", "concurrency=1,16,128", "--requests", "128",
+                 "--slo", "ttft=2,tpot=0.05", "--jobs", "1", "-o", str(report),
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["axis"] == "concurrency" and out["loads"] == [1, 16, 128]
+    for policy, cap in out["capacity_concurrency"].items():
+        holds = [m["slo_holds"] for m in out["per_load"][policy]]
+        expect = None
+        for load, ok in zip(out["loads"], holds):
+            if not ok:
+                break
+            expect = load
+        assert cap == expect
+    crossing = out["crossover"][0]
+    s = crossing["speedup"]
+    assert s[0] > 1 > s[-1], s
+    i = next(k for k in range(1, 3) if s[k - 1] > 1 >= s[k])
+    lo, hi = out["loads"][i - 1], out["loads"][i]
+    w = (s[i - 1] - 1) / (s[i - 1] - s[i])
+    assert crossing["concurrency"] == pytest.approx(lo * (hi / lo) ** w, rel=1e-12)
+    assert "requests in flight" in crossing["sentence"]
+    assert "concurrency (requests in flight)" in report.read_text()
+
+
+def test_compare_serve_on_ray_matches_local():
+    """The serving sweep's runs on a Ray cluster give the local runs' figures."""
+    ray = pytest.importorskip("ray")
+    from analyses.compare.serving import compare_serving
+    configs = {p: _config(p, {"gamma": 4} if p != "ar" else {}, rate=1, requests=40,
+                          slo="ttft=0.5,tpot=0.05") for p in ("ar", "sd")}
+    local = compare_serving(configs, [1, 16], axis="concurrency", jobs=1, quiet=True)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        remote = compare_serving(configs, [1, 16], axis="concurrency", backend="ray",
+                                 quiet=True)
+    finally:
+        ray.shutdown()
+    assert remote.summary() == local.summary()
+
+
+@pytest.mark.parametrize("sweep,words", [
+    (["--sweep", "rate=1,2", "--sweep", "concurrency=1,2"], "sweeps one load"),
+    (["--sweep", "concurrency=1.5,4"], "whole numbers"),
+    (["--sweep", "concurrency=4,4"], "a value twice"),
+])
+def test_compare_serve_load_refusals(capsys, sweep, words):
+    assert main(["compare", "--serve", "--platform", PLATFORM, "--target", TARGET,
+                 "--draft", DRAFT, "--policies", "sd", *sweep, "--requests", "20"]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1
 
 
 # a served workload measured for real, and its replay -----------------------------

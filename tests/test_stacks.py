@@ -346,3 +346,19 @@ def test_vllm_v1_carries_the_vllm_stacks_host_time_and_scores_multi_query():
     assert (v1.call_host_s, v1.sequence_host_s) == (v0.call_host_s, v0.sequence_host_s)
     assert set(v1.fitted_on) == set(v0.fitted_on)
     assert (v0.scoring, v1.scoring) == ("batch_expansion", "multi_query")
+
+
+def test_fit_stacks_solves_a_batch_rows_acceptance_per_sequence():
+    """A speedup row at batch > 1 prints the tokens one sequence commits a step (GPUStack's
+    SGLang EAGLE-3 rows at concurrency 4): the solved alpha matches that, as the published
+    rows' ``analyses.calibrate.accepted.match_alpha`` does, not the batch's total."""
+    fit_stacks = load_benchmark("fit_stacks")
+    from analyses.calibrate.accepted import tokens_per_step
+    row = {"id": "b4", "platform": "h100-sxm-8x", "target": "qwen3-8b", "draft": "eagle3-qwen3-8b",
+           "policy": "tree", "params": {"width": 4, "depth": 4, "nodes": 16},
+           "placement": {"target": "gpu0", "draft": "gpu0"}, "batch": 4, "tokens": 64,
+           "speedup": 1.5, "tau": 2.95}
+    alpha = fit_stacks.solved_alpha(row)
+    assert 0.05 < alpha < 0.95
+    per_step = tokens_per_step(fit_stacks.config(row, alpha=alpha), load_platform("h100-sxm-8x"))
+    assert per_step == pytest.approx(2.95, abs=0.05)

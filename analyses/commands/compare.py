@@ -15,7 +15,7 @@ from analyses.compare.sweep import parse_sweeps
 from analyses.run.budget import SIM_BUDGET_UNITS, allow_large_argument, readable
 from analyses.run.config import SIM_TOKENS, parse_placement, parse_sets, split_items
 from analyses.run.outputs import check_outputs, profile_inputs, runs_inputs, set_inputs
-from analyses.compare.serving import compare_serving, write_serving_report
+from analyses.compare.serving import AXES, compare_serving, write_serving_report
 from analyses.serve.api import ServeConfig
 from policies import entry, names
 from policies.base import AR
@@ -87,8 +87,9 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     serving = p.add_argument_group(
         "schedules under load (--serve)",
-        "serve one workload with every schedule at each swept arrival rate "
-        "(--sweep rate=1..16, required) and report latency against load, capacities "
+        "serve one workload with every schedule at each swept load, an arrival rate "
+        "(--sweep rate=1..16) or requests in flight (--sweep concurrency=1,16,64; one is "
+        "required), and report latency against load, capacities "
         "and where speculation stops paying; see 'hetspec serve --help'")
     serving.add_argument("--serve", action="store_true",
                          help="compare the schedules serving requests (hetspec serve) "
@@ -204,11 +205,11 @@ def compare_serve(args) -> int:
         print(summary["line"])
         for crossing in found.crossovers:
             print(f"  {crossing['sentence']}")
-        for policy, rate in found.capacities.items():
+        for policy, cap in found.capacities.items():
             if found.config.slo.given:
                 print(f"  {policy}: capacity "
-                      + (f"{rate:.3g} requests/s" if rate is not None else
-                         "none (misses the SLO at the lowest rate)"))
+                      + (f"{cap:.3g} {found.axis.unit}" if cap is not None else
+                         f"none (misses the SLO at the lowest {found.axis.key})"))
     return 0
 
 
@@ -225,13 +226,25 @@ def serving_comparison(args):
         if getattr(args, attr) != default:
             raise ValueError(f"{flag} does not apply to --serve ({why}); drop it")
     sweeps = dict(parse_sweeps(args.sweep))
-    if set(sweeps) != {"rate"}:
-        extra = sorted(set(sweeps) - {"rate"})
-        raise ValueError("--serve sweeps the arrival rate alone: give --sweep rate=1..16"
-                         + (f" and drop --sweep {extra[0]}" if extra else ""))
-    rates = [float(r) for r in sweeps["rate"]]
-    if len(set(rates)) != len(rates):
-        raise ValueError("--sweep rate= gives a rate twice; give each once")
+    axes = [k for k in sweeps if k in AXES]
+    if len(axes) != 1 or len(sweeps) != 1:
+        extra = sorted(set(sweeps) - set(AXES))
+        raise ValueError("--serve sweeps one load: the arrival rate (--sweep rate=1..16) or "
+                         "the requests in flight (--sweep concurrency=1,4,16,64)"
+                         + (f"; drop --sweep {extra[0]}" if extra else
+                            "; give one of them" if len(axes) != 1 else ""))
+    axis = axes[0]
+    if axis == "rate":
+        loads = [float(r) for r in sweeps["rate"]]
+    else:
+        loads = []
+        for x in sweeps["concurrency"]:
+            if isinstance(x, bool) or float(x) != int(float(x)):
+                raise ValueError(f"--sweep concurrency={x}: give whole numbers of requests "
+                                 "in flight")
+            loads.append(int(float(x)))
+    if len(set(loads)) != len(loads):
+        raise ValueError(f"--sweep {axis}= gives a value twice; give each once")
     policies = split_items(args.policies or "ar,sd", f"--policies {args.policies}",
                            unique=True)
     if AR not in policies:
@@ -247,11 +260,11 @@ def serving_comparison(args):
             draft=None if policy == AR else draft, policy=policy, sets=own,
             slo=args.slo, slo_percentile=args.slo_percentile, seed=args.seed,
             placement=parse_placement(args.placement), stack=args.stack,
-            rate=min(rates), requests=args.requests, workload=args.workload)
+            **{axis: min(loads)}, requests=args.requests, workload=args.workload)
     check_outputs({"--output": args.output},
                   profile_inputs(platform=args.platform, target=args.target, draft=draft),
                   names={"--output": DEFAULT_OUTPUT})
-    return compare_serving(configs, rates, jobs=args.jobs, backend=args.backend,
+    return compare_serving(configs, loads, axis=axis, jobs=args.jobs, backend=args.backend,
                            quiet=args.json, allow_large=args.allow_large)
 
 

@@ -38,7 +38,8 @@ def register(sub) -> None:
         "serve", help=COMMANDS["serve"], formatter_class=SettingsHelp,
         description=paragraph(
             "Simulate a serving engine running one schedule: requests arrive (Poisson at "
-            "--rate, burstier with --cv, or from an --arrivals trace), a continuous-"
+            "--rate, burstier with --cv, or from an --arrivals trace; or --concurrency "
+            "clients keep N in flight, as benchmark clients do), a continuous-"
             "batching scheduler forms each step's batch (chunked prefill beside the "
             "decodes, a token budget per step, FCFS, recompute preemption when the KV "
             "cache is full, KV held for every proposed position), and each step is the "
@@ -60,6 +61,13 @@ def register(sub) -> None:
                         "repeat")
     p.add_argument("--rate", type=float, help="requests per second, arriving at random "
                    "(Poisson unless --cv)")
+    p.add_argument("--concurrency", type=int, metavar="N",
+                   help="clients keep at most N requests in flight, as a benchmark "
+                        "client's --max-concurrency: alone, a closed loop (each finished "
+                        "request's client sends the next at once; --requests N with "
+                        "--concurrency N is an offline batch of N); with --rate, arrivals "
+                        "beyond N in flight wait at their clients. A request's clock "
+                        "starts when it is sent")
     p.add_argument("--requests", type=int, default=1000,
                    help="requests in the synthetic workload (default 1000)")
     p.add_argument("--workload", choices=sorted(LENGTHS), default="chat",
@@ -128,7 +136,8 @@ def _epilog() -> str:
 
 
 def config_of(args) -> ServeConfig:
-    workload = {"rate": args.rate, "requests": args.requests, "workload": args.workload,
+    workload = {"rate": args.rate, "concurrency": args.concurrency,
+                "requests": args.requests, "workload": args.workload,
                 "prompt_tokens": args.prompt_tokens, "output_tokens": args.output_tokens,
                 "cv": args.cv, "trace": args.arrivals}
     if args.arrivals is not None:
@@ -139,7 +148,7 @@ def config_of(args) -> ServeConfig:
             if value != default:
                 raise ValueError(f"{flag} shapes a synthetic workload; --arrivals gives "
                                  "every request already: drop one of them")
-    if args.capacity and args.rate is None:
+    if args.capacity and args.rate is None and args.concurrency is None:
         workload["rate"] = 0.5
     return ServeConfig.build(platform=args.platform, target=args.target, draft=args.draft,
                              policy=args.policy, sets=parse_sets(args.sets), slo=args.slo,
@@ -242,9 +251,16 @@ def print_percentiles(m: dict) -> None:
 def print_serving(config: ServeConfig, m: dict, header: bool = True) -> None:
     run = config.run
     if header:
-        arrivals = (f"from {config.trace}" if config.trace else
-                    f"at {config.rate:g} requests/s ({config.workload} lengths"
-                    f"{'' if config.cv == 1 else f', cv {config.cv:g}'})")
+        lengths = f"{config.workload} lengths"
+        if config.trace:
+            arrivals = f"from {config.trace}"
+        elif config.rate is None:
+            arrivals = f"from {config.concurrency} clients in a closed loop ({lengths})"
+        else:
+            arrivals = (f"at {config.rate:g} requests/s ({lengths}"
+                        f"{'' if config.cv == 1 else f', cv {config.cv:g}'})")
+        if config.concurrency is not None and (config.rate is not None or config.trace):
+            arrivals += f", at most {config.concurrency} in flight"
         gamma = " (gamma chosen each step)" if config.auto else ""
         print(f"{run.policy}{gamma} on {run.platform} under stack {run.stack}: "
               f"{m['requests']:,} requests {arrivals}, seed {run.seed}")
@@ -254,6 +270,11 @@ def print_serving(config: ServeConfig, m: dict, header: bool = True) -> None:
           f"on average (at most {m['batch_max']}), KV cache at most "
           f"{m['kv_peak_share']:.0%} of {m['kv_capacity_positions']:,} positions, "
           f"{m['preemptions']:,} preemptions")
+    clients = m.get("clients")
+    if clients and clients["held_requests"]:
+        print(f"  {clients['held_requests']:,} requests waited at their clients for one of "
+              f"{clients['concurrency']} slots in flight, {_ms(clients['held_s_mean'])} on "
+              f"average (not counted in their latency)")
     slo = m["slo"]
     if slo["attainment"] is not None:
         verdict = "holds" if slo["holds"] else "is missed"
@@ -285,6 +306,7 @@ def _serve_real(args) -> int:
     if args.record is None:
         raise ValueError("--real writes its record: give --record PATH")
     for flag, bad in (("--arrivals", args.arrivals is not None), ("--capacity", args.capacity),
+                      ("--concurrency", args.concurrency is not None),
                       ("--trace", args.trace is not None), ("--slo", args.slo is not None),
                       ("--prompt-tokens", args.prompt_tokens is not None),
                       ("--output-tokens", args.output_tokens is not None),

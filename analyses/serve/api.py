@@ -27,8 +27,8 @@ from analyses.run.memory import Run, check_fit
 from analyses.serve.engine import Engine, Mode, Served
 from analyses.serve.metrics import SLO, parse_slo, request_rows, serve_metrics, timeline
 from analyses.serve.pricing import StepPricer, kv_capacity, reserved_positions
-from analyses.serve.workload import (LENGTHS, Request, check_count, check_rate, read_trace,
-                                     synthetic)
+from analyses.serve.workload import (LENGTHS, Request, check_concurrency, check_count,
+                                     check_rate, read_trace, synthetic)
 from hwprofiles import load_platform, load_stack
 from hwprofiles.schema import check_overrides, resolve
 from hwprofiles.writing import atomic_write_text
@@ -60,6 +60,7 @@ class ServeConfig:
 
     run: RunConfig
     rate: float | None = None
+    concurrency: int | None = None
     requests: int = 1000
     workload: str = "chat"
     prompt_tokens: int | None = None
@@ -140,7 +141,12 @@ class Serving:
 
 # the workload --------------------------------------------------------------------
 def requests_of(config: ServeConfig) -> list[Request]:
+    """The workload's requests: a trace's, or synthetic ones arriving at ``rate``;
+    with ``concurrency`` alone, all ready at 0 (the engine's clients keep
+    ``concurrency`` in flight), their lengths those of ``--rate 1`` at the seed."""
     alpha = getattr(config.run.acceptance, "alpha", None)
+    if config.concurrency is not None:
+        check_concurrency(config.concurrency)
     if config.trace is not None:
         if config.rate is not None:
             raise ValueError("--rate and --arrivals both set the arrivals; keep one")
@@ -149,17 +155,26 @@ def requests_of(config: ServeConfig) -> list[Request]:
             raise ValueError("alpha_spread draws acceptances for synthetic requests; a "
                              "trace gives its own in an alpha column")
         return requests
-    if config.rate is None:
-        raise ValueError("serve needs arrivals: --rate REQUESTS_PER_S or --arrivals FILE")
+    closed = config.rate is None and config.concurrency is not None
+    if config.rate is None and not closed:
+        raise ValueError("serve needs arrivals: --rate REQUESTS_PER_S, --concurrency N "
+                         "(clients keeping N requests in flight) or --arrivals FILE")
+    if closed and config.cv != 1.0:
+        raise ValueError(f"--cv {config.cv:g} shapes the gaps between arrivals at --rate; "
+                         "with --concurrency alone every request is ready at once: give "
+                         "--rate too or drop --cv")
     if config.alpha_spread and getattr(config.run.acceptance, "kind", None) != "iid":
         raise ValueError("alpha_spread spreads an i.i.d. acceptance alpha; the run's "
                          f"acceptance is '{config.run.acceptance.kind}'")
     check_count(config.requests)
-    check_rate(config.rate)
-    return synthetic(config.requests, config.rate, seed=config.run.seed, cv=config.cv,
-                     lengths=config.workload, prompt_tokens=config.prompt_tokens,
-                     output_tokens=config.output_tokens, alpha=alpha,
-                     alpha_spread=config.alpha_spread)
+    if not closed:
+        check_rate(config.rate)
+    requests = synthetic(config.requests, 1.0 if closed else config.rate,
+                         seed=config.run.seed, cv=config.cv, lengths=config.workload,
+                         prompt_tokens=config.prompt_tokens,
+                         output_tokens=config.output_tokens, alpha=alpha,
+                         alpha_spread=config.alpha_spread)
+    return [replace(r, arrival_s=0.0) for r in requests] if closed else requests
 
 
 # the schedule's modes ------------------------------------------------------------
@@ -276,7 +291,8 @@ def serve(config: ServeConfig, *, progress=None, trace_path=None,
                     token_budget=config.token_budget, kv_capacity=capacity,
                     deterministic=config.run.deterministic, seed=config.run.seed,
                     switch_s=config.switch_s, progress=progress, plain=plain,
-                    prefill_apart=config.prefill_apart)
+                    prefill_apart=config.prefill_apart,
+                    concurrency=config.concurrency)
     served = engine.run()
     metrics = serve_metrics(served, config.slo)
     metrics["pricing_simulations"] = sum(m.pricer.sims for m in modes)
@@ -286,6 +302,11 @@ def serve(config: ServeConfig, *, progress=None, trace_path=None,
                            "reserve_positions": {m.label: m.reserve for m in modes},
                            "tokens_per_step": {m.label: m.mean(None) for m in modes}}
     metrics["timeline"] = timeline(served)
+    if config.concurrency is not None:  # the wait before a client could send
+        held = [r.held_s for r in served.requests]
+        metrics["clients"] = {"concurrency": config.concurrency,
+                              "held_requests": sum(h > 0 for h in held),
+                              "held_s_mean": sum(held) / len(held), "held_s_max": max(held)}
     if trace_path is not None:
         write_serve_trace(trace_path, served, config)
         metrics["trace"] = str(trace_path)
@@ -298,7 +319,7 @@ def serve(config: ServeConfig, *, progress=None, trace_path=None,
 
 def inputs_of(config: ServeConfig) -> dict:
     out = {"run": config.run.model_dump(mode="json")}
-    for key in ("rate", "requests", "workload", "prompt_tokens", "output_tokens", "cv",
+    for key in ("rate", "concurrency", "requests", "workload", "prompt_tokens", "output_tokens", "cv",
                 "trace", "alpha_spread", "max_batch", "token_budget", "auto", "switch_s"):
         out[key] = getattr(config, key)
     out["slo"] = {"ttft_s": config.slo.ttft_s, "tpot_s": config.slo.tpot_s,
@@ -352,6 +373,10 @@ def capacity(config: ServeConfig, *, low: float = 0.05, high: float | None = Non
     if config.trace is not None:
         raise ValueError("--capacity scales a synthetic workload's rate; a trace fixes "
                          "its arrivals")
+    if config.rate is None and config.concurrency is not None:
+        raise ValueError("--capacity searches the highest arrival rate; with --concurrency "
+                         "alone the clients set the load: give --rate too, the first "
+                         "rate tried, or sweep --concurrency with compare --serve")
     tried = []
     priced: list[Mode] = []  # the schedule's prices, the same at every rate
 

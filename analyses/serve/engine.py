@@ -27,6 +27,12 @@ before its decode pass, and a request whose prompt it completes decodes in that
 same step. Its prompts are priced one by one, as always: the executor pads them to
 the longest in one pass, which costs more positions but computes each faster.
 
+With ``concurrency`` N the requests' clients keep at most N in flight, as a
+benchmark client's ``--max-concurrency`` does: a request that arrives while N
+are in flight is held until one finishes and is sent then; its clock (TTFT,
+latency) starts when it is sent. Arrivals all at 0 make a closed loop of N
+clients; N requests at 0 are an offline batch of N.
+
 With ``auto`` speculation (``--set gamma=auto``) the step's draft length, or no
 speculation, is chosen each step from the batch formed: the one with the most
 expected tokens per second of the step, paying ``switch_s`` whenever it changes.
@@ -37,7 +43,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import simpy
@@ -73,6 +79,7 @@ class Live:
     finish_s: float | None = None
     preemptions: int = 0
     cursor: int = 0  # the next step of its step_trace
+    held_s: float = 0.0  # seconds its client held it for a free slot (``concurrency``)
 
     def traced(self) -> tuple[int, bool] | None:
         """Its next measured step (tokens, proposed), if it replays a trace."""
@@ -124,8 +131,9 @@ class Engine:
     def __init__(self, requests: list[Request], modes: list[Mode], *, max_batch: int,
                  token_budget: int, kv_capacity: int, deterministic: bool, seed: int,
                  switch_s: float = 0.0, progress=None, plain: Mode | None = None,
-                 prefill_apart: bool = False):
+                 prefill_apart: bool = False, concurrency: int | None = None):
         self.requests = requests
+        self.concurrency = concurrency  # requests in flight at most (closed-loop clients)
         self.modes = modes
         self.plain = plain  # a step no request proposes in (replayed traces): AR's
         # the executor's rule: a step's prefill is a pass of its own before its decode,
@@ -198,12 +206,27 @@ class Engine:
         running: list[Live] = []  # admitted, in admission order
         steps: list[Step] = []
         done = 0
+        in_flight = 0  # sent by their clients and not finished
+        checked_s, credit = -math.inf, 0  # the last pass's time; its free slots left
         mode = self.modes[0]
         mode_steps = {m.label: 0 for m in self.modes}
         switches = 0
         while done < len(live):
-            while pending and pending[0].request.arrival_s <= env.now:
-                waiting.append(pending.popleft())
+            while (pending and pending[0].request.arrival_s <= env.now
+                   and (self.concurrency is None or in_flight < self.concurrency)):
+                r = pending.popleft()
+                if self.concurrency is not None and r.request.arrival_s < env.now:
+                    if r.request.arrival_s > checked_s and credit > 0:
+                        credit -= 1  # a slot was free when it arrived: sent then
+                    else:  # held by its client until a slot freed, now
+                        r.held_s = env.now - r.request.arrival_s
+                        r.request = replace(r.request, arrival_s=env.now)
+                waiting.append(r)
+                in_flight += 1
+            # slots are freed only here, between steps: until the next pass, arrivals
+            # take the ones left free, and wait at their clients once those are gone
+            checked_s = env.now
+            credit = (self.concurrency - in_flight) if self.concurrency is not None else 0
             if not running and not waiting:
                 yield env.timeout(pending[0].request.arrival_s - env.now)
                 continue
@@ -241,7 +264,8 @@ class Engine:
                 budget -= n
                 kv_used += n
             if not decoding and not chunks:  # the cache holds no more: wait for arrivals
-                if not pending:
+                if not pending or (self.concurrency is not None
+                                   and in_flight >= self.concurrency):
                     raise RuntimeError("the engine can make no progress: a request needs "
                                        "more KV cache than the platform holds")
                 yield env.timeout(pending[0].request.arrival_s - env.now)
@@ -281,6 +305,7 @@ class Engine:
                 gone = {id(r) for r in finished}
                 running = [r for r in running if id(r) not in gone]
                 done += len(finished)
+                in_flight -= len(finished)
                 if self.progress is not None:
                     self.progress(len(finished))
         out["served"] = Served(live, steps, env.now, self.kv_capacity, mode_steps, switches)

@@ -165,6 +165,12 @@ def check_count(n: int) -> None:
         raise ValueError(f"--requests {n} is outside 1..{MAX_REQUESTS:,}")
 
 
+def check_concurrency(n: int) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_REQUESTS:
+        raise ValueError(f"--concurrency {n} is outside 1..{MAX_REQUESTS:,}: the requests "
+                         "the clients keep in flight at once")
+
+
 def check_rate(rate: float) -> None:
     if not (isinstance(rate, (int, float)) and math.isfinite(rate)) or rate <= 0:
         raise ValueError(f"--rate {rate} is not a positive number of requests per second; "

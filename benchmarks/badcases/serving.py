@@ -1,6 +1,7 @@
 """The serving class (issue 40), ``s``: arrival traces with unsorted, negative,
 repeated or absurd rows, rates of 0 or above any hardware, SLOs in the wrong unit,
-requests longer than the KV cache, options that a serving run would ignore; each
+requests longer than the KV cache, concurrencies of 0 or beside what they make
+moot, options that a serving run would ignore; each
 a one-sentence refusal with nothing written. ``v`` cases must run."""
 
 from __future__ import annotations
@@ -88,5 +89,19 @@ def register(h) -> None:
         ("a30v", "an Azure trace (TIMESTAMP, ContextTokens, GeneratedTokens)",
          f"{arrivals} <s_azure.csv>"),
         ("a31v", "a synthetic run with an SLO", f"{RATE} --slo ttft=500ms,tpot=50ms"),
+        ("a40", "--concurrency 0", f"{SERVE} --concurrency 0"),
+        ("a41", "--concurrency alone with --cv (nothing arrives at a rate)",
+         f"{SERVE} --concurrency 8 --cv 3"),
+        ("a42", "--capacity with --concurrency alone (no rate to search)",
+         f"{SERVE} --concurrency 8 --capacity --slo ttft=0.5,tpot=0.05"),
+        ("a43", "compare --serve sweeping rate and concurrency together",
+         "compare --serve --platform h100-sxm-8x --target llama-3.1-70b "
+         "--draft llama-3.2-1b --sweep rate=1,2 --sweep concurrency=1,4"),
+        ("a44", "compare --serve with a fractional concurrency",
+         "compare --serve --platform h100-sxm-8x --target llama-3.1-70b "
+         "--draft llama-3.2-1b --sweep concurrency=1,2.5"),
+        ("a45v", "a closed loop of 8 clients", f"{SERVE} --concurrency 8"),
+        ("a46v", "arrivals at a rate, at most 4 in flight",
+         f"{RATE} --concurrency 4 --slo ttft=1,tpot=0.05"),
     ]
     h.CASES_TABLE.extend(cases)
