@@ -97,7 +97,7 @@ class _Served:
             self.rows[i].update(started_s=started, prefill_s=prefill_s,
                                 prefill_batch=len(joining))
         self.in_row += joining
-        n, _, regroup_s = self.joined
+        _, _, regroup_s = self.joined
         self.joined = (len(joining), prefill_s, regroup_s + self.clock() - started
                        - prefill_s)
 
