@@ -15,7 +15,7 @@
    kept from the first fit (fitted with them, the batched run's padded prefill
    moved the compute term and the replay's TTFT came out 35-90% high; the
    multi-row factor fitted alone inherits the first fit's memory efficiency,
-   which moved 25% between two recordings on a busy machine);
+   which moved 25% between two recordings at load averages of 2-3);
 2. serves 16 requests of the grounded prompts arriving as a Poisson process at
    --rate with AR and with prompt-lookup SD (hetspec serve --real --max-batch N:
    continuous batching, at most N requests decoded together);
