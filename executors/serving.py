@@ -28,15 +28,12 @@ __all__ = ["Options", "serve_requests"]
 
 
 def serve_requests(config: RunSettings, options: Options, messages: list[list[dict]],
-                   arrivals: list[float], *, max_batch: int = 1, progress=None,
-                   warmup: bool = True) -> dict:
+                   arrivals: list[float], *, max_batch: int = 1, progress=None) -> dict:
     """Serve ``messages[i]`` arriving at ``arrivals[i]`` seconds (sorted), at most
     ``max_batch`` decoded together; returns {"requests": [row...], "outputs":
     [[token...]...], "warmup_s": seconds, "rounds": [round...]} (each round's start,
     seconds and rows, and the requests that joined before it with their prefill's
-    seconds and the seconds spent regrouping the caches). ``warmup`` False skips the
-    decodes before the clock starts: the first rounds then pay allocation and
-    compilation, so the times are not a measurement (a check of outputs alone)."""
+    seconds and the seconds spent regrouping the caches)."""
     if max_batch < 1:
         raise ValueError(f"max_batch {max_batch} must be at least 1")
     with Session(config.platform, config.target, config.draft,
@@ -46,9 +43,8 @@ def serve_requests(config: RunSettings, options: Options, messages: list[list[di
         # batches decoded before the clock starts, of one row and of the most rows:
         # first calls allocate and compile
         warm = time.perf_counter()
-        if warmup:
-            session.decode(config.policy, config.params, [prompts[0]])
-        if warmup and max_batch > 1:
+        session.decode(config.policy, config.params, [prompts[0]])
+        if max_batch > 1:
             session.decode(config.policy, config.params,
                            [prompts[i % len(prompts)] for i in range(max_batch)])
         warmup_s = time.perf_counter() - warm

@@ -117,8 +117,10 @@ def test_greedy_schedules_equal_ar_token_for_token(inline_session, policy, param
     assert verifies and all(a["accepted"][0] <= max(a["proposed"][0], 1) for a in verifies)
 
 
-@pytest.mark.parametrize("policy,params", [("ar", {}), *CASES],
-                         ids=["ar", *(f"{p}-{i}" for i, (p, _) in enumerate(CASES))])
+@pytest.mark.parametrize("policy,params", [("ar", {}), ("sd", {"proposer": "ngram"}),
+                                           *CASES],
+                         ids=["ar", "sd-ngram",
+                              *(f"{p}-{i}" for i, (p, _) in enumerate(CASES))])
 def test_rows_joining_and_leaving_a_running_batch_decode_as_alone(inline_session, policy,
                                                                   params):
     """Continuous batching: a prompt joins the running batch each round (its prompt

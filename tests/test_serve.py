@@ -493,36 +493,6 @@ def test_a_workload_served_for_real_is_recorded_and_replayed(tmp_path, capsys):
     assert out["max_batch"] == 4 and 1 < out["batch_max"] <= 4
 
 
-@pytest.mark.slow
-def test_requests_served_in_a_running_batch_decode_as_they_do_alone():
-    """Greedy outputs of requests that join and leave a running batch of at most 3
-    (prompts of different lengths, rows leaving at different steps) equal each
-    prompt decoded alone, token for token: prompt-lookup SD on SmolLM2, its rows'
-    caches regrouped and rolled back (every schedule, AR included, is held to the
-    same on a tiny model in tests/test_executor.py)."""
-    from executors.prompts import BUILTIN, load
-    from executors.serving import serve_requests
-    from executors.session import Options, Session
-    policy, params = "sd", {"proposer": "ngram"}
-    messages = [*BUILTIN, load("grounded")[0]]
-    tokens = 12
-    config = RunConfig(platform="cpu-local", target="smollm2-135m", policy=policy,
-                       params=params)
-    opts = Options(max_new_tokens=tokens)
-    out = serve_requests(config, opts, messages, [0.0] * len(messages), max_batch=3,
-                         warmup=False)
-    assert max(b for r in out["requests"] for b in r["batch_per_step"]) == 3
-    with Session("cpu-local", "smollm2-135m", options=opts) as s:
-        alone = [s.decode(policy, params, [p]).generated[0][:tokens]
-                 for p in _encoded(s, messages)]
-    assert out["outputs"] == alone
-
-
-def _encoded(session, messages):
-    from executors.prompts import encode
-    return [encode(m, session.tokenizer, session.specs["target"].vocab) for m in messages]
-
-
 def test_a_replayed_step_trace_is_consumed_step_by_step(tmp_path):
     """A request replaying measured steps commits exactly its trace, one step each,
     and a step where nothing was proposed is priced as AR's one-token pass."""
