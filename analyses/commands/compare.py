@@ -15,7 +15,8 @@ from analyses.compare.sweep import parse_sweeps
 from analyses.run.budget import SIM_BUDGET_UNITS, allow_large_argument, readable
 from analyses.run.config import SIM_TOKENS, parse_placement, parse_sets, split_items
 from analyses.run.outputs import check_outputs, profile_inputs, runs_inputs, set_inputs
-from analyses.compare.serving import AXES, compare_serving, write_serving_report
+from analyses.compare.serving import (AXES, compare_serving, loads_of,
+                                      write_serving_report)
 from analyses.serve.api import ServeConfig
 from policies import entry, names
 from policies.base import AR
@@ -234,17 +235,7 @@ def serving_comparison(args):
                          + (f"; drop --sweep {extra[0]}" if extra else
                             "; give one of them" if len(axes) != 1 else ""))
     axis = axes[0]
-    if axis == "rate":
-        loads = [float(r) for r in sweeps["rate"]]
-    else:
-        loads = []
-        for x in sweeps["concurrency"]:
-            if isinstance(x, bool) or float(x) != int(float(x)):
-                raise ValueError(f"--sweep concurrency={x}: give whole numbers of requests "
-                                 "in flight")
-            loads.append(int(float(x)))
-    if len(set(loads)) != len(loads):
-        raise ValueError(f"--sweep {axis}= gives a value twice; give each once")
+    loads = loads_of(axis, [float(x) for x in sweeps[axis]])
     policies = split_items(args.policies or "ar,sd", f"--policies {args.policies}",
                            unique=True)
     if AR not in policies:

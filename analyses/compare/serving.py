@@ -118,8 +118,7 @@ def compare_serving(configs: dict[str, ServeConfig], loads: list[float], *,
     if axis not in AXES:
         raise ValueError(f"a serving comparison sweeps {' or '.join(AXES)}, not {axis}")
     along = AXES[axis]
-    if axis == "concurrency":
-        loads = [int(x) for x in loads]
+    loads = loads_of(axis, loads)
     first = next(iter(configs.values()))
     tasks = [(replace(configs[p], **{axis: x}), "run") for p in policies for x in loads]
     bisect = first.slo.given and axis == "rate"
@@ -145,6 +144,21 @@ def compare_serving(configs: dict[str, ServeConfig], loads: list[float], *,
         caps = {p: None for p in policies}
     return ServeComparison(policies, loads, figures, caps,
                            crossovers(figures, loads, along), first, along)
+
+
+def loads_of(axis: str, loads: list) -> list:
+    """The swept loads, each once; a concurrency in whole requests in flight."""
+    if axis == "concurrency":
+        whole = []
+        for x in loads:
+            if isinstance(x, bool) or float(x) != int(float(x)):
+                raise ValueError(f"--sweep concurrency={x}: give whole numbers of requests "
+                                 "in flight")
+            whole.append(int(float(x)))
+        loads = whole
+    if len(set(loads)) != len(loads):
+        raise ValueError(f"--sweep {axis}= gives a value twice; give each once")
+    return loads
 
 
 def swept_capacity(figures: list[dict], loads: list[float]) -> float | None:

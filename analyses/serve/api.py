@@ -319,8 +319,9 @@ def serve(config: ServeConfig, *, progress=None, trace_path=None,
 
 def inputs_of(config: ServeConfig) -> dict:
     out = {"run": config.run.model_dump(mode="json")}
-    for key in ("rate", "concurrency", "requests", "workload", "prompt_tokens", "output_tokens", "cv",
-                "trace", "alpha_spread", "max_batch", "token_budget", "auto", "switch_s"):
+    for key in ("rate", "concurrency", "requests", "workload", "prompt_tokens",
+                "output_tokens", "cv", "trace", "alpha_spread", "max_batch", "token_budget",
+                "auto", "switch_s"):
         out[key] = getattr(config, key)
     out["slo"] = {"ttft_s": config.slo.ttft_s, "tpot_s": config.slo.tpot_s,
                   "percentile": config.slo.percentile}

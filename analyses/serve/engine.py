@@ -312,10 +312,8 @@ class Engine:
 
     @staticmethod
     def _context(r: Live) -> int:
-        """A decoding request's context; one this step's prefill completes (its own
-        pass first, ``prefill_apart``) decodes on its whole prompt."""
-        if r.decoding:
-            return r.context
+        """A decoding request's context: its prompt and generated tokens, as for one
+        this step's prefill completes (its own pass first, ``prefill_apart``)."""
         return r.request.prompt_tokens + int(r.generated)
 
     def _kv_need(self, running: list[Live], mode: Mode) -> int:

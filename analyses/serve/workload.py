@@ -160,13 +160,18 @@ def request_alphas(rng: np.random.Generator, n: int, alpha: float | None,
     return rng.beta(alpha * k, (1 - alpha) * k, n)
 
 
+def _a_count(n) -> bool:
+    """A whole number of requests, 1 to MAX_REQUESTS."""
+    return not isinstance(n, bool) and isinstance(n, int) and 1 <= n <= MAX_REQUESTS
+
+
 def check_count(n: int) -> None:
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_REQUESTS:
+    if not _a_count(n):
         raise ValueError(f"--requests {n} is outside 1..{MAX_REQUESTS:,}")
 
 
 def check_concurrency(n: int) -> None:
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_REQUESTS:
+    if not _a_count(n):
         raise ValueError(f"--concurrency {n} is outside 1..{MAX_REQUESTS:,}: the requests "
                          "the clients keep in flight at once")
 
