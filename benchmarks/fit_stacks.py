@@ -48,7 +48,8 @@ from hwprofiles.stacks import BackendHost  # noqa: E402
 SOURCES = Path(__file__).resolve().parent / "stack_sources"
 TOKENS, PROMPT = 256, 128  # where a row does not say (MT-Bench-like chat turns)
 BOUNDS = {"host_device_exponent": (1.0, 20.0),  # other fields: seconds, > 0
-          "attention_context_factor": (1.0, 20.0)}
+          "attention_context_factor": (1.0, 20.0),
+          "allreduce_bandwidth_factor": (0.02, 1.0)}
 
 
 def sources_of(stack: str) -> dict[str, list[dict]]:

@@ -349,8 +349,12 @@ class CollectiveGroup(Sourced):
     def size(self) -> int:
         return len(self.members)
 
-    def allreduce_s(self, nbytes: float) -> float:
-        return allreduce_s(self.algorithm, self.alpha_s, self.bandwidth_gb_s * 1e9,
+    def allreduce_s(self, nbytes: float, bandwidth_factor: float = 1.0) -> float:
+        """One all-reduce of nbytes; ``bandwidth_factor`` scales the group's bandwidth
+        (a stack's ``allreduce_bandwidth_factor``: what an engine's in-pass
+        all-reduces reach of it)."""
+        return allreduce_s(self.algorithm, self.alpha_s,
+                           self.bandwidth_gb_s * 1e9 * bandwidth_factor,
                            self.size, nbytes, self.base_s)
 
     def alltoall_s(self, nbytes_sent: float) -> float:

@@ -64,6 +64,15 @@ Fields (``simcore.costmodel`` and ``simcore.engine`` charge them):
   positions and masks, or a fused kernel over the whole expert tensor).
 - ``expert_host_s`` (s per expert per MoE layer): host time per expert a pass
   runs (a looped implementation dispatches each expert's kernels from Python).
+- ``allreduce_bandwidth_factor`` (0 < f <= 1): the fraction of a collective
+  group's all-reduce bandwidth (the platform's, measured as nccl-tests' bus
+  bandwidth on large messages) that the all-reduces inside the engine's
+  tensor-parallel passes reach: each pass's all-reduces move their bytes at
+  f x the group's bandwidth (their latency part is the group's own). It holds
+  what a collective between two GEMMs pays and a collective benchmark does not:
+  messages of a few MB (a row's hidden state per layer), the ranks waiting for
+  the slowest before each one, the engine's own all-reduce kernels. 1: the
+  group's figure (no engine's cost added).
 - ``devices_overlap``: False when one host thread drives every device and waits
   on each (eager, one stream): passes on different devices then run one after
   another, so draft work never hides under the target's.
@@ -116,6 +125,7 @@ class Stack(Sourced):
     attention_context_factor: float = Field(default=1.0, ge=1.0, le=100.0)
     moe_mode: Literal["grouped", "dense"] = "grouped"
     expert_host_s: float = Field(default=0.0, ge=0, le=MAX_HOST_S)
+    allreduce_bandwidth_factor: float = Field(default=1.0, gt=0, le=1.0)
     devices_overlap: bool = True
     backends: dict[str, BackendHost] = Field(default_factory=dict)
     fitted_on: tuple[str, ...] = ()
@@ -153,6 +163,8 @@ COMPILED = Stack(name=DEFAULT_STACK)
 #     context   flops_ctx, bytes_ctx * attention_context_factor
 #     scoring   batch_expansion: a pass with a head over n > 1 positions of B
 #               sequences runs as n*B sequences of one position at context + (n-1)//2
+#     all-reduce  a tensor-parallel pass's all-reduces: the group's alpha part, and
+#               its bytes at allreduce_bandwidth_factor x its bandwidth
 #     experts   grouped: the distinct experts the rows touch (the model's own
 #               expectation); dense: every expert, every pass
 #

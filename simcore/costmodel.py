@@ -316,12 +316,16 @@ def hop_terms(link: Link, nbytes: float) -> LinearTerms:
                        (("link", link.name, "bandwidth_gb_s", nbytes / 1e9),))
 
 
-def allreduce_terms(group: CollectiveGroup, nbytes: float, count: float = 1) -> LinearTerms:
+def allreduce_terms(group: CollectiveGroup, nbytes: float, count: float = 1,
+                    bandwidth_factor: float = 1.0) -> LinearTerms:
     """count all-reduces of nbytes: the group's algorithm split into its alpha part
-    and its per-byte part (``hwprofiles.schema.allreduce_s``), its base as given."""
+    and its per-byte part (``hwprofiles.schema.allreduce_s``), its base as given;
+    the bytes move at ``bandwidth_factor`` x the group's bandwidth (a stack's
+    ``allreduce_bandwidth_factor``)."""
     g, alg = group.size, group.algorithm
     alpha_coef = count * allreduce_s(alg, 1.0, math.inf, g, nbytes)
-    beta_coef = count * allreduce_s(alg, 0.0, 1e9, g, nbytes)  # seconds at 1 GB/s
+    # seconds at 1 GB/s of the group's bandwidth
+    beta_coef = count * allreduce_s(alg, 0.0, 1e9 * bandwidth_factor, g, nbytes)
     base_s = count * group.base_s if g > 1 else 0.0
     return LinearTerms(base_s, (("group", group.name, "alpha_s", alpha_coef),),
                        (("group", group.name, "bandwidth_gb_s", beta_coef),))
@@ -437,7 +441,8 @@ class RooflineCost:
         v = Values.of(device, self.platform.tier(t.tier), t.rows)
         launch_s = t.kernels * v.launch_overhead_s + v.call_overhead_s
         host = ()  # a stack's host time: serial (in the launch) or overlapped
-        p = self.stack.on(device.backend).host_device_exponent
+        stack = self.stack.on(device.backend)
+        p = stack.host_device_exponent
         if p is None:
             launch_s += t.host_s + t.sync_s
         elif t.host_s or t.sync_s:
@@ -445,7 +450,7 @@ class RooflineCost:
         collective_s = 0.0
         if t.collectives:
             collective_s = t.collectives * self.platform.group(t.group).allreduce_s(
-                t.message_bytes)
+                t.message_bytes, stack.allreduce_bandwidth_factor)
         if t.alltoalls:
             collective_s += t.alltoalls * self.platform.group(t.group).alltoall_s(
                 t.alltoall_bytes)

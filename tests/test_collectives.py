@@ -56,6 +56,11 @@ def test_calibration_terms_keep_the_base_fixed_and_sum_to_the_closed_form():
     terms = allreduce_terms(group, 65536, count=3)
     assert terms.fixed_s == pytest.approx(3 * group.base_s, rel=1e-12)
     assert terms.seconds(platform) == pytest.approx(3 * group.allreduce_s(65536), rel=1e-12)
+    shared = allreduce_terms(group, 65536, count=3, bandwidth_factor=0.3)
+    assert shared.fixed_s == terms.fixed_s
+    assert shared.seconds(platform) == pytest.approx(3 * group.allreduce_s(65536, 0.3),
+                                                     rel=1e-12)
+    assert shared.seconds(platform) > terms.seconds(platform)
 
 
 @pytest.mark.parametrize("source, expected", [

@@ -281,8 +281,9 @@ class Terms:
         if len(members) > 1:  # the collectives the Forward as scheduled pays
             t = self.cost.terms(spec, where, tuple(op["layers"]), op.get("n_tokens", 1),
                                 op.get("batch", 1), op.get("head"), op.get("collectives"))
+            factor = self.cost.stack.on(device.backend).allreduce_bandwidth_factor
             _add(term, allreduce_terms(self.platform.group(where), t.message_bytes,
-                                       t.collectives), self.classes)
+                                       t.collectives, factor), self.classes)
 
     def _transfer(self, op: dict, placement: dict, term: Term) -> bool:
         src = self.platform.members(placement[op["src"]])[0]
