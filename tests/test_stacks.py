@@ -317,12 +317,12 @@ def test_a_batch_latency_row_is_the_batchs_prefill_and_decoding():
 
 
 @pytest.mark.parametrize("name, fitted_on, rows, held_out", [
-    ("vllm", "llm-inference-bench-vllm", 32, "gpustack-vllm-h100"),
+    ("vllm", "llm-inference-bench-vllm", 72, "gpustack-vllm-h100"),
     ("tensorrt-llm", "llm-inference-bench-trtllm", 72, "gpustack-trtllm-h100")])
 def test_a_serving_stack_meets_its_sources_fitted_and_held_out(name, fitted_on, rows,
                                                                held_out):
     """A shipped serving-engine stack against the rows it was fitted on
-    (LLM-Inference-Bench, batch 1-64; for tensorrt-llm also 70B models on four H100s)
+    (LLM-Inference-Bench, batch 1-64: Llama-3-8B on one GPU, Llama-70B on four H100s)
     and a whole source held out of its fit (GPUStack's runs of another model and
     engine version): the held-out rows within 15%, as the batch regime asks of
     held-out sources."""
