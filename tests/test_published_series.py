@@ -113,3 +113,38 @@ def test_bench_published_prints_each_series_per_batch_and_its_crossover(tmp_path
         assert "1 / 16 / 64 / 128" in line
     assert any(x.startswith("held-out speedup series against batch:") for x in lines)
     assert any("crossover batch within" in x for x in lines)
+
+
+def test_series_level_solves_the_smallest_batchs_acceptance_and_judges_the_rest():
+    """benchmarks/series_level.py: the alpha solved on a series' batch-1 row
+    reproduces that row's printed speedup, the speedup rises with alpha, and the other
+    batches are simulated at it; only held-out series without printed acceptance are
+    taken."""
+    level = load_benchmark("series_level")
+    found = level.series_rows(load_published(shipped_folder()), SOURCE_ID)
+    assert len(found) == 8 and all(k[0] == SOURCE_ID for k in found)
+    mine = found[(SOURCE_ID, "qwen3-8b/sharegpt/draft-k3")]
+    assert [r.batch for r in mine] == [1, 16, 64, 128]
+    platform = load_platform(mine[0].platform)
+    alpha, rest = level.level_series(mine, platform)
+
+    def speedup(row, a):
+        return level.simulate_row_full(level.with_alpha(row, a), platform)[0]
+
+    # a deterministic run commits whole rounds, so the speedup is a fine staircase in
+    # alpha: the printed speedup lies on the step the bisection closes on (under 1%)
+    below, above = speedup(mine[0], alpha - 1e-6), speedup(mine[0], alpha + 1e-6)
+    assert below <= mine[0].speedup <= above and above / below - 1 < 0.01
+    assert alpha < acceptance_default()["alpha"]  # ShareGPT pays less than the a-priori 0.8
+    assert speedup(mine[0], alpha - 0.05) < below
+    assert [b for b, _, _ in rest] == [16, 64, 128]
+    assert rest[0][2] == pytest.approx(speedup(mine[1], alpha), rel=1e-12)
+
+
+def test_series_level_skips_series_whose_rows_print_their_acceptance():
+    level = load_benchmark("series_level")
+    rows = _shipped_rows()
+    printed = [r.model_copy(update={"mean_accepted_tokens": 2.5}) for r in rows]
+    assert level.series_rows(printed, SOURCE_ID) == {}
+    fitted = [r.model_copy(update={"split": "fit"}) for r in rows]
+    assert level.series_rows(fitted, SOURCE_ID) == {}
