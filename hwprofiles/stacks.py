@@ -50,6 +50,11 @@ Fields (``simcore.costmodel`` and ``simcore.engine`` charge them):
   its own copy of the context (the KV bytes count n_tokens times, at the
   context the expanded sequences hold on average) and pays the engine's
   per-sequence host time (``sequence_host_s``) n_tokens times.
+- ``topk_step_host_s`` (s per draft pass that keeps the top k > 1 candidates of
+  each row: a tree's drafting step): what an engine does beyond the pass to grow a
+  tree by one level (selecting each row's top k, scoring and pruning the paths,
+  building the next step's positions and mask), charged on the pass's devices after
+  it; a chain's step (k = 1) pays none.
 - ``verify_host_s`` (s per Verify): verification bookkeeping on the host after
   the target's pass: comparing proposals, counting accepted tokens, cropping
   the KV caches past them; it holds the schedule, not a device.
@@ -120,6 +125,7 @@ class Stack(Sourced):
     head_sync_s: float = Field(default=0.0, ge=0, le=MAX_HOST_S)
     sequence_host_s: float = Field(default=0.0, ge=0, le=MAX_HOST_S)
     verify_host_s: float = Field(default=0.0, ge=0, le=MAX_HOST_S)
+    topk_step_host_s: float = Field(default=0.0, ge=0, le=MAX_HOST_S)
     scoring: Literal["multi_query", "batch_expansion"] = "multi_query"
     host_device_exponent: float | None = Field(default=None, ge=1.0, le=100.0)
     attention_context_factor: float = Field(default=1.0, ge=1.0, le=100.0)
@@ -163,6 +169,7 @@ COMPILED = Stack(name=DEFAULT_STACK)
 #     context   flops_ctx, bytes_ctx * attention_context_factor
 #     scoring   batch_expansion: a pass with a head over n > 1 positions of B
 #               sequences runs as n*B sequences of one position at context + (n-1)//2
+#     tree step  a draft pass emitting top k > 1: + topk_step_host_s on its devices
 #     all-reduce  a tensor-parallel pass's all-reduces: the group's alpha part, and
 #               its bytes at allreduce_bandwidth_factor x its bandwidth
 #     experts   grouped: the distinct experts the rows touch (the model's own

@@ -16,7 +16,7 @@ from hwprofiles.schema import ModelSpec, Platform, resolve
 from hwprofiles.stacks import overlapped
 from policies.cachebook import PositionBook
 from policies.ops import (AllReduce, Delay, Forward, Join, Lookup, Outcome, Parallel,
-                          Spawn, StreamWeights, Transfer, Verify)
+                          Spawn, StreamWeights, TopK, Transfer, Verify)
 from policies.runs.files import Span
 from simcore.costmodel import CostError, RooflineCost, roofline
 from simcore.outcomes import Outcomes
@@ -69,6 +69,9 @@ class Simulator:
         self.record = record_spans
         self.streams = {d.name: Stream(self.env) for d in platform.devices}
         self._verify_s = self.cost.verify_s()
+        # a tree's drafting step (a pass keeping top k > 1 per row): the stack's time
+        # to grow the tree by one level, on the pass's devices after it
+        self._tree_step_s = self.cost.stack.topk_step_host_s
         self._host: tuple = ()  # the host queue every Forward takes, if one serialises
         if not self.cost.stack.devices_overlap:
             self._host = (HOST,)
@@ -217,6 +220,8 @@ class Simulator:
                                         channel.transfer(c.busy_s)])
         else:
             yield self._busy(members, c.busy_s)
+        if self._tree_step_s and op.emit.__class__ is TopK and op.emit.k > 1:
+            yield self._busy(members, self._tree_step_s)
         busy_end = env.now
         if c.collective_s:
             yield env.timeout(c.collective_s)

@@ -118,6 +118,25 @@ def test_a_verify_holds_the_schedule_for_the_stacks_bookkeeping():
     assert bare.time_s < eager.time_s
 
 
+def test_a_tree_drafting_step_pays_the_stacks_time_to_grow_the_tree_and_a_chain_none():
+    """topk_step_host_s: a pass that keeps each row's top k > 1 candidates (a tree's
+    drafting step) holds its device that much longer; top-1 (a chain's step), a pass
+    that emits nothing and a pass without a head pay nothing."""
+    from policies.ops import LM, TopK
+
+    grow = Stack.model_validate({"name": "tree", "topk_step_host_s": 3e-4,
+                                 "sources": {"topk_step_host_s": "t"}})
+
+    def step(emit):
+        return lambda: seq(Forward("target", "a", (0, 4), 4, 2, 50, head=LM, emit=emit))
+
+    for emit, extra in ((TopK(4), 3e-4), (TopK(1), 0.0), (None, 0.0)):
+        bare, tree = _run(step(emit)()), _run(step(emit)(), grow)
+        assert tree.time_s - bare.time_s == pytest.approx(extra, abs=1e-12)
+    headless = lambda: seq(Forward("target", "a", (0, 4), 4, 2, 50))  # noqa: E731
+    assert _run(headless(), grow).time_s == _run(headless()).time_s
+
+
 def test_devices_that_do_not_overlap_run_parallel_passes_one_after_another():
     serial = Stack.model_validate({"name": "x", "devices_overlap": False})
 
