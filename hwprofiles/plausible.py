@@ -54,6 +54,8 @@ _LATENCY = Bound(0.0, 0.01, "s", "a memory, link or collective start-up latency 
                  "nanoseconds to 0.1 ms (shipped: 0.7 us to 0.13 ms)", 1e-5)
 _EFFICIENCY = Bound(0.05, 1.0, "fraction", "decode reads weights at 50-95% of peak "
                     "bandwidth on every measured GPU and CPU (shipped: 0.79)", 0.79)
+_ALLREDUCE_SHARE = Bound(0.05, 1.0, "fraction", "an engine's in-pass all-reduces reach "
+                         "a share of the group's bus bandwidth (shipped: 0.31 to 1)", 1.0)
 _COMPUTE_EFF = Bound(0.01, 1.0, "fraction", "GEMMs reach 5-90% of peak FLOP/s "
                      "(shipped: 0.07 to 1)", 0.5)
 _LINK_GB_S = Bound(0.01, 1e5, "GB/s", "links run from 10 MB/s (a slow network) to "
@@ -85,7 +87,8 @@ BOUNDS = {
     "group": {"alpha_s": _LATENCY, "base_s": _LATENCY, "bandwidth_gb_s": _LINK_GB_S},
     "platform": {"host_lookup_s": _LATENCY},
     "stack": {"layer_host_s": _HOST, "call_host_s": _CALL, "head_sync_s": _LATENCY,
-              "sequence_host_s": _HOST, "verify_host_s": _CALL, "expert_host_s": _HOST},
+              "sequence_host_s": _HOST, "verify_host_s": _CALL, "expert_host_s": _HOST,
+              "topk_step_host_s": _CALL, "allreduce_bandwidth_factor": _ALLREDUCE_SHARE},
 }
 
 

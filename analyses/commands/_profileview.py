@@ -57,12 +57,15 @@ def stack_line(stack) -> str:
     parts = [f"{label} {_us(getattr(stack, field))}" for field, label in (
         ("layer_host_s", "layer"), ("call_host_s", "call"), ("head_sync_s", "head sync"),
         ("sequence_host_s", "per sequence"), ("verify_host_s", "verify"),
-        ("expert_host_s", "expert"))
+        ("expert_host_s", "expert"), ("topk_step_host_s", "tree step"))
         if getattr(stack, field)]
     if stack.host_device_exponent is not None:
         parts.append(f"host/device overlap p={stack.host_device_exponent:g}")
     if stack.attention_context_factor != 1.0:
         parts.append(f"attention x{stack.attention_context_factor:g}")
+    if stack.allreduce_bandwidth_factor != 1.0:
+        parts.append(f"all-reduce at {stack.allreduce_bandwidth_factor:.0%} of the group's "
+                     "bandwidth")
     if stack.moe_mode != "grouped":
         parts.append(f"MoE {stack.moe_mode}")
     if not stack.devices_overlap:
