@@ -6,9 +6,9 @@ acceptance its rows carry. Where the source prints none (SpecDecode-Bench's k=3
 draft-model curves), that is hetspec's a-priori i.i.d. alpha, one value for every
 dataset, and it sets the level of the whole curve. This what-if separates the two
 things a curve says: for each series, the i.i.d. alpha whose simulated speedup at the
-series' smallest batch equals the measured one is solved (bisection; a deterministic
-run commits whole rounds, so the speedup is a staircase in alpha, and the printed one
-lies on the step found, under 1% wide), and the other
+series' smallest batch equals the measured one is solved (``solve_acceptance.solve``'s
+bisection; a deterministic run commits whole rounds, so the speedup is a staircase in
+alpha, and the printed one lies on the step found, under 1% wide), and the other
 batches are simulated at it. Their errors are then the batch regime's alone (how the
 speedup falls with batch: verify compute, draft passes, KV reads, host work), with the
 level taken from the source's own smallest-batch row, which is therefore not judged.
@@ -24,29 +24,14 @@ the source's already).
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
-from analyses.calibrate.draftstep import simulate_row_full
-from analyses.calibrate.published import load_published, shipped_folder
-from analyses.calibrate.series import SERIES_GOAL
-from hwprofiles import load_platform
-
-BISECTIONS = 30  # alpha to about 1e-9 of the interval
-
-
-def with_alpha(row, alpha: float):
-    return row.model_copy(update={"acceptance": {"kind": "iid", "alpha": alpha}})
-
-
-def solve_alpha(row, platform, lo: float = 0.05, hi: float = 0.995) -> float:
-    """The i.i.d. alpha whose simulated speedup for ``row`` equals its printed one (the
-    speedup rises with alpha); an end of the interval where it cannot be reached."""
-    for _ in range(BISECTIONS):
-        mid = (lo + hi) / 2
-        if simulate_row_full(with_alpha(row, mid), platform)[0] < row.speedup:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from solve_acceptance import solve, speedup_at  # noqa: E402
+from analyses.calibrate.published import load_published, shipped_folder  # noqa: E402
+from analyses.calibrate.series import SERIES_GOAL  # noqa: E402
+from hwprofiles import load_platform  # noqa: E402
 
 
 def series_rows(rows, source: str | None = None) -> dict[tuple[str, str], list]:
@@ -64,9 +49,8 @@ def series_rows(rows, source: str | None = None) -> dict[tuple[str, str], list]:
 
 def level_series(mine: list, platform) -> tuple[float, list[tuple[int, float, float]]]:
     """(alpha solved on the smallest batch, [(batch, measured, simulated)] at the others)."""
-    alpha = solve_alpha(mine[0], platform)
-    return alpha, [(r.batch, r.speedup, simulate_row_full(with_alpha(r, alpha), platform)[0])
-                   for r in mine[1:]]
+    alpha = solve(mine[0], platform, mine[0].speedup)
+    return alpha, [(r.batch, r.speedup, speedup_at(r, platform, alpha)) for r in mine[1:]]
 
 
 def main() -> None:

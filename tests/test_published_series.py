@@ -129,7 +129,7 @@ def test_series_level_solves_the_smallest_batchs_acceptance_and_judges_the_rest(
     alpha, rest = level.level_series(mine, platform)
 
     def speedup(row, a):
-        return level.simulate_row_full(level.with_alpha(row, a), platform)[0]
+        return level.speedup_at(row, platform, a)
 
     # a deterministic run commits whole rounds, so the speedup is a fine staircase in
     # alpha: the printed speedup lies on the step the bisection closes on (under 1%)
